@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""`make bench`: images/s of every rung of the optimization ladder, side by side, on one GPU.
+
+Each binary trains on the same data and batch for the same warm-up and timed steps, --runs times
+(the median goes in the table), plus one run with --trace for the GPU busy %. Where PyTorch is
+installed, bench/pytorch_reference.py adds its own ladder to the same table. Results land in
+bench/results/<gpu>-<date>.{md,csv,png}.
+
+    python3 bench/bench.py --batch 128,256 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+
+import pytorch_reference
+import runner
+import table
+from chart import write_chart
+
+TOOL = "bench"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch", default="128", help="batch size, or a comma list: 128,256 (default 128)")
+    p.add_argument("--warmup-steps", type=int, default=30, help="steps before the timed window (30)")
+    p.add_argument("--timed-steps", type=int, default=100, help="steps in the timed window (100)")
+    p.add_argument("--runs", type=int, default=3, help="timed runs per variant; the table shows the median (3)")
+    p.add_argument("--variants", default="all",
+                   help="comma list of ladder names, 'all' for the six rungs; add 'train' for bin/train")
+    p.add_argument("--data", default="synthetic", help="auto|cifar10|fashion-mnist|synthetic (synthetic)")
+    p.add_argument("--data-dir", help="passed to the binaries as --data-dir")
+    p.add_argument("--out", type=Path, default=runner.REPO_ROOT / "bench" / "results",
+                   help="where the .md, .csv and .png go (bench/results)")
+    p.add_argument("--bin-dir", type=Path, default=runner.BIN_DIR, help="where the binaries are (bin)")
+    p.add_argument("--timeout", type=float, default=900, help="seconds before a run counts as failed (900)")
+    p.add_argument("--no-trace", action="store_true", help="skip the extra --trace run (no GPU busy %%)")
+    p.add_argument("--no-pytorch", action="store_true", help="skip the PyTorch reference rows")
+    p.add_argument("--pytorch-rungs", default="all", help="rungs of pytorch_reference.py ('all')")
+    p.add_argument("--pytorch-runs", type=int, default=1,
+                   help="runs of the PyTorch ladder; each costs minutes of torch.compile (1)")
+    args = p.parse_args(argv)
+    try:
+        args.batches = [int(b) for b in args.batch.split(",") if b.strip()]
+    except ValueError:
+        p.error(f"--batch takes numbers separated by commas, not {args.batch!r}")
+    if not args.batches or min(args.batches) < 1 or args.runs < 1 or args.timed_steps < 1:
+        p.error("--batch, --runs and --timed-steps must be at least 1")
+    return args
+
+
+def trainer_command(binary: Path, args: argparse.Namespace, batch: int) -> list[str]:
+    cmd = [str(binary), "--data", args.data, "--batch", str(batch),
+           "--steps", str(args.warmup_steps + args.timed_steps),
+           "--warmup-steps", str(args.warmup_steps), "--profile-steps", str(args.timed_steps),
+           "--no-eval", "--json"]
+    if args.data_dir:
+        cmd += ["--data-dir", args.data_dir]
+    return cmd
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, binaries: dict[str, Path]):
+        self.args = args
+        self.binaries = binaries
+        self.runner = runner.GuardedRunner(TOOL)
+
+    def run(self, cmd: list[str]) -> runner.RunOutput:
+        return self.runner.run(cmd, self.args.timeout)
+
+    def measure(self, variant: str, batch: int, trace_dir: Path) -> table.Row:
+        cmd = trainer_command(self.binaries[variant], self.args, batch)
+        results, start = [], None
+        for i in range(self.args.runs):
+            out = self.run(cmd)
+            start = start or table.start_event(out.stdout)
+            result = table.result_of(out)
+            results.append(result)
+            progress(f"{variant}, batch {batch}, run {i + 1}/{self.args.runs}: " + describe(result))
+        trace = None
+        if not self.args.no_trace:
+            trace = table.result_of(self.run(cmd + ["--trace", str(trace_dir / f"{variant}-{batch}.json")]))
+            busy = table.number(trace.get("gpu_busy_pct")) if isinstance(trace, dict) else None
+            progress(f"{variant}, batch {batch}, trace run: "
+                     + (f"GPU busy {busy:.1f}%" if busy is not None else describe(trace)))
+        return table.build_row(variant, batch, results, trace, start)
+
+    def measure_pytorch(self, batch: int) -> list[table.Row]:
+        rungs = pytorch_reference.parse_rungs(self.args.pytorch_rungs)
+        cmd = [sys.executable, str(Path(pytorch_reference.__file__)), "--batch", str(batch),
+               "--warmup-steps", str(self.args.warmup_steps), "--timed-steps", str(self.args.timed_steps),
+               "--rungs", ",".join(r.name for r in rungs), "--json"]
+        outs = []
+        for i in range(self.args.pytorch_runs):
+            progress(f"PyTorch reference, batch {batch}, run {i + 1}/{self.args.pytorch_runs} "
+                     f"({len(rungs)} rungs; torch.compile takes minutes)")
+            outs.append(self.runner.run(cmd, self.args.timeout * len(rungs)))
+        return table.rows_from_multi_variant(outs, [pytorch_reference.variant_label(r) for r in rungs], batch)
+
+
+def describe(result: dict | str) -> str:
+    if isinstance(result, str):
+        return f"failed: {result}"
+    ips = table.number(result.get("images_per_s"))
+    return f"{ips:,.0f} images/s" if ips is not None else "no images_per_s in its summary"
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def progress(line: str) -> None:
+    print(f"{TOOL}: {line}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    gpus = runner.gpu_names()
+    if not gpus:
+        runner.die(TOOL, runner.NO_GPU_LINE)
+    variants = runner.parse_variants(args.variants)
+    binaries, missing = runner.find_binaries(variants, args.bin_dir)
+    if missing:
+        runner.die(TOOL, runner.missing_binaries_line(missing, args.bin_dir))
+    with_pytorch = not args.no_pytorch and importlib.util.find_spec("torch") is not None
+
+    bench = Bench(args, binaries)
+    rows: list[table.Row] = []
+    with tempfile.TemporaryDirectory(prefix="bench-trace-") as trace_dir:
+        for batch in args.batches:
+            rows += [bench.measure(v, batch, Path(trace_dir)) for v in variants]
+            if with_pytorch:
+                rows += bench.measure_pytorch(batch)
+
+    if not args.no_pytorch and not with_pytorch:
+        progress("PyTorch is not installed here, so no PyTorch reference rows")
+    meta = table.run_metadata(rows)
+    gpu = str(meta.get("gpu") or gpus[0])
+    date = str(meta.get("date") or runner.today())
+    command = "python3 bench/bench.py " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    settings = (f"data {args.data}, {args.warmup_steps} warm-up + {args.timed_steps} timed steps, "
+                f"{plural(args.runs, 'run')} per binary" + ("" if args.no_trace else " (+1 run with --trace)")
+                + (f", PyTorch: {plural(args.pytorch_runs, 'run')} of each rung" if with_pytorch else ""))
+    report = table.report_markdown(rows, command, gpu, date, settings)
+
+    print(table.markdown_table(rows))
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"{runner.slug(gpu)}-{date}"
+    Path(f"{stem}.md").write_text(report)
+    Path(f"{stem}.csv").write_text(table.csv_text(rows))
+    written = [f"{stem}.md", f"{stem}.csv"]
+    why_no_chart = write_chart(rows, Path(f"{stem}.png"), f"ResNet-50 training images/s, {gpu}, {date}")
+    if why_no_chart:
+        progress(why_no_chart)
+    else:
+        written.append(f"{stem}.png")
+    progress("wrote " + ", ".join(written))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

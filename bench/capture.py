@@ -1,0 +1,97 @@
+"""Capture one binary's profile over its steady-state window: with nsys, or with its built-in trace.
+
+Used by profile.py (every binary) and profile_check.py (two adjacent rungs). The binary brackets
+the window with cudaProfilerStart/Stop, so nsys records exactly the --profile-steps steps after the
+warm-up (--capture-range=cudaProfilerApi); the built-in --trace records the same window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import nsys_summary
+import table
+import trace_summary
+from runner import GuardedRunner, RunOutput, last_line
+from timeline import ProfileSummary
+
+
+@dataclass
+class Settings:
+    out_dir: Path           # where reports, CSVs and traces go
+    batch: int = 128
+    warmup_steps: int = 20
+    profile_steps: int = 30
+    steps: int = 60         # a few steps after the window, so it closes before the process ends
+    data: str = "synthetic"
+    timeout_s: float = 900
+
+
+def trainer_args(s: Settings) -> list[str]:
+    return ["--data", s.data, "--batch", str(s.batch), "--steps", str(s.steps),
+            "--warmup-steps", str(s.warmup_steps), "--profile-steps", str(s.profile_steps),
+            "--no-eval", "--json"]
+
+
+def nsys_commands(nsys: Path, binary: Path, variant: str, s: Settings) -> tuple[list[str], list[str]]:
+    """`nsys profile` over the cudaProfilerApi range, then `nsys stats` into <out>/<variant>_<report>.csv."""
+    base = s.out_dir / variant
+    profile = [str(nsys), "profile", "--trace=cuda,nvtx,osrt", "--capture-range=cudaProfilerApi",
+               "--capture-range-end=stop", "-f", "true", "-o", str(base), str(binary), *trainer_args(s)]
+    # --force-export: re-export the SQLite file, which nsys otherwise reuses from an older report.
+    stats = [str(nsys), "stats", "--report", ",".join(nsys_summary.REPORTS), "--format", "csv",
+             "--force-export=true", "--output", str(base), f"{base}.nsys-rep"]
+    return profile, stats
+
+
+def _summary_of(out: RunOutput) -> dict | None:
+    found = table.summaries(out.stdout)
+    return found[-1] if found else None
+
+
+def _failed(variant: str, source: str, what: str, out: RunOutput) -> ProfileSummary:
+    reason = table.failure_reason(out) or last_line(out.stderr) or f"exit code {out.returncode}"
+    return ProfileSummary(variant=variant, source=source, notes=[f"{what} failed: {reason}"])
+
+
+def with_nsys(nsys: Path, binary: Path, variant: str, s: Settings, runner: GuardedRunner) -> ProfileSummary:
+    s.out_dir.mkdir(parents=True, exist_ok=True)
+    profile_cmd, stats_cmd = nsys_commands(nsys, binary, variant, s)
+    for report in nsys_summary.REPORTS:  # a stale CSV must not pass for this run's
+        nsys_summary.report_path(s.out_dir / variant, report).unlink(missing_ok=True)
+    profiled = runner.run(profile_cmd, s.timeout_s)
+    if profiled.returncode != 0:
+        return _failed(variant, "nsys", "nsys profile", profiled)
+    stats = runner.run(stats_cmd, s.timeout_s)
+    if stats.returncode != 0:
+        return _failed(variant, "nsys", "nsys stats", stats)
+    summary = nsys_summary.summarize(s.out_dir / variant, variant)
+    summary.run = _summary_of(profiled)
+    return summary
+
+
+def with_trace(binary: Path, variant: str, s: Settings, runner: GuardedRunner) -> ProfileSummary:
+    s.out_dir.mkdir(parents=True, exist_ok=True)
+    trace = s.out_dir / f"{variant}.trace.json"
+    trace.unlink(missing_ok=True)
+    out = runner.run([str(binary), *trainer_args(s), "--trace", str(trace)], s.timeout_s)
+    if table.failure_reason(out):
+        return _failed(variant, "built-in trace", "the --trace run", out)
+    if not trace.is_file():
+        return ProfileSummary(variant=variant, source="built-in trace", run=_summary_of(out),
+                              notes=[f"the --trace run exited 0 but wrote no {trace.name}"])
+    return trace_summary.summarize(trace, variant, run=_summary_of(out))
+
+
+def capture(binary: Path, variant: str, s: Settings, runner: GuardedRunner, nsys: Path | None,
+            compare_trace: bool = False) -> ProfileSummary:
+    """nsys when there is one (plus, on request, a --trace run for its GPU busy %), else the trace."""
+    if nsys is None:
+        return with_trace(binary, variant, s, runner)
+    summary = with_nsys(nsys, binary, variant, s, runner)
+    if compare_trace:
+        traced = with_trace(binary, variant, s, runner)
+        summary.trace_busy_pct = traced.trace_busy_pct if traced.trace_busy_pct is not None else traced.gpu_busy_pct
+        summary.notes += traced.notes
+    return summary

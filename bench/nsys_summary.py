@@ -1,0 +1,135 @@
+"""`nsys stats` CSV files -> ProfileSummary (timeline.py).
+
+profile.py runs
+    nsys stats --report nvtx_sum,cuda_gpu_kern_sum,cuda_gpu_mem_time_sum,cuda_api_sum,cuda_gpu_trace
+               --format csv --output <prefix> <report>.nsys-rep
+which writes one file per report, <prefix>_<report>.csv. The column names are those of Nsight
+Systems 2024-2025 ("Total Time (ns)", "Instances", "Range", "Start (ns)", ...). Times are read in
+whatever unit the header names ((ns), (us), (ms), (s)), so `--timeunit` does not break the parse,
+and lines before the header (nsys's "Processing [...] with [...]" notices) are skipped.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+
+from timeline import ProfileSummary, Stat, add_phase, api_name, busy_and_window_ns
+
+REPORTS = ["nvtx_sum", "cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum", "cuda_api_sum", "cuda_gpu_trace"]
+
+_UNIT_NS = {"ns": 1, "us": 1e3, "μs": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def report_path(prefix: Path | str, report: str) -> Path:
+    return Path(f"{prefix}_{report}.csv")
+
+
+def read_rows(text: str) -> list[dict[str, str]]:
+    """The rows of one report's CSV as dicts keyed by column name; [] when it has no table."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        fields = next(csv.reader([line]), [])
+        if len(fields) > 1 and any(f.startswith(("Total Time", "Start")) for f in fields):
+            return list(csv.DictReader(io.StringIO("\n".join(lines[i:]))))
+    return []
+
+
+def column(row: dict[str, str], name: str) -> str | None:
+    """The key of column `name` in the row, with or without a unit: "Total Time" -> "Total Time (ns)"."""
+    for key in row:
+        if key is not None and (key == name or key.startswith(name + " (")):
+            return key
+    return None
+
+
+def number(text: str | None) -> float:
+    """nsys writes plain numbers in CSV, but a hand-exported table may carry thousands separators."""
+    if text is None or not text.strip():
+        return 0.0
+    return float(text.replace(",", ""))
+
+
+def time_ns(row: dict[str, str], name: str) -> int:
+    """A time column in ns, whatever unit its header names."""
+    key = column(row, name)
+    if key is None:
+        return 0
+    m = re.search(r"\((\w+)\)$", key)
+    scale = _UNIT_NS.get(m.group(1), 1) if m else 1
+    return int(round(number(row[key]) * scale))
+
+
+def count(row: dict[str, str], *names: str) -> int:
+    for name in names:
+        if (row.get(name) or "").strip():
+            return int(number(row[name]))
+    return 0
+
+
+def parse_nvtx_sum(rows: list[dict[str, str]], phases: dict[str, Stat]) -> None:
+    for row in rows:
+        name = row.get("Range") or row.get("Name") or ""
+        if name:
+            add_phase(phases, name, time_ns(row, "Total Time"), count(row, "Instances", "Count"))
+
+
+def parse_named_sum(rows: list[dict[str, str]], key: str = "Name", clean=lambda n: n) -> list[Stat]:
+    """cuda_gpu_kern_sum and cuda_api_sum: one row per name, longest total first."""
+    stats: dict[str, Stat] = {}
+    for row in rows:
+        name = clean(row.get(key) or "")
+        if not name:
+            continue
+        stat = stats.setdefault(name, Stat(name, 0, 0))
+        stat.total_ns += time_ns(row, "Total Time")
+        stat.count += count(row, "Instances", "Num Calls", "Count")
+    return sorted(stats.values(), key=lambda s: -s.total_ns)
+
+
+def copy_direction(operation: str) -> str:
+    """"[CUDA memcpy Host-to-Device]" (2023+) or "[CUDA memcpy HtoD]" (older) -> "h2d"."""
+    op = operation.replace(" ", "").lower()
+    if "host-to-device" in op or "htod" in op:
+        return "h2d"
+    if "device-to-host" in op or "dtoh" in op:
+        return "d2h"
+    return "other"
+
+
+def parse_mem_time_sum(rows: list[dict[str, str]], summary: ProfileSummary) -> None:
+    for row in rows:
+        direction = copy_direction(row.get("Operation") or row.get("Name") or "")
+        target = {"h2d": summary.h2d, "d2h": summary.d2h}.get(direction, summary.other_copies)
+        target.total_ns += time_ns(row, "Total Time")
+        target.count += count(row, "Count", "Instances")
+
+
+def gpu_intervals(rows: list[dict[str, str]]) -> list[tuple[int, int]]:
+    """(start, end) of every kernel, memcpy and memset in cuda_gpu_trace."""
+    intervals = []
+    for row in rows:
+        start = time_ns(row, "Start")
+        intervals.append((start, start + time_ns(row, "Duration")))
+    return intervals
+
+
+def summarize(prefix: Path | str, variant: str) -> ProfileSummary:
+    """Reads <prefix>_<report>.csv for every report; a missing one becomes a note, not an error."""
+    summary = ProfileSummary(variant=variant, source="nsys")
+    rows = {}
+    for report in REPORTS:
+        path = report_path(prefix, report)
+        if path.is_file():
+            rows[report] = read_rows(path.read_text(errors="replace"))
+        else:
+            rows[report] = []
+            summary.notes.append(f"{path.name} is missing, so its part of this profile is empty")
+    parse_nvtx_sum(rows["nvtx_sum"], summary.phases)
+    summary.kernels = parse_named_sum(rows["cuda_gpu_kern_sum"])
+    summary.api = parse_named_sum(rows["cuda_api_sum"], clean=api_name)
+    parse_mem_time_sum(rows["cuda_gpu_mem_time_sum"], summary)
+    summary.busy_ns, summary.window_ns = busy_and_window_ns(gpu_intervals(rows["cuda_gpu_trace"]))
+    return summary

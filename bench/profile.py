@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""`make profile`: an Nsight Systems profile of every binary's steady-state window, condensed.
+
+For each binary: `nsys profile` over the 30 steps after 20 warm-up steps (the binary brackets them
+with cudaProfilerStart/Stop), `nsys stats` to CSV, then one Markdown table per binary: host time per
+NVTX phase, GPU busy/idle, top kernels, copies, CUDA API, and a line saying where the time goes.
+Without nsys, the binaries' built-in `--trace` gives the same tables.
+
+    python3 bench/profile.py --variants baseline,devloss --compare-trace
+
+Writes <out>/<variant>.md (beside the raw reports) and bench/results/profiles-<gpu>-<date>.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+import capture
+import runner
+from timeline import ProfileSummary, dominant_phase, to_markdown, where_the_time_goes
+
+TOOL = "profile"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--variants", default="all",
+                   help="comma list of ladder names, 'all' for the six rungs; add 'train' for bin/train")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--warmup-steps", type=int, default=20)
+    p.add_argument("--profile-steps", type=int, default=30)
+    p.add_argument("--steps", type=int, default=60, help="steps in all (warm-up + window + a few after)")
+    p.add_argument("--out", type=Path, default=runner.REPO_ROOT / "bench" / "out" / "profile",
+                   help="raw reports, CSVs, traces and per-binary .md (bench/out/profile, git-ignored)")
+    p.add_argument("--results", type=Path, default=runner.REPO_ROOT / "bench" / "results",
+                   help="where the combined profiles-<gpu>-<date>.md goes (bench/results)")
+    p.add_argument("--bin-dir", type=Path, default=runner.BIN_DIR)
+    p.add_argument("--timeout", type=float, default=900, help="seconds per command (900)")
+    p.add_argument("--compare-trace", action="store_true",
+                   help="with nsys, also run each binary with --trace and report both GPU busy %%")
+    p.add_argument("--no-nsys", action="store_true", help="use the built-in --trace even if nsys is here")
+    args = p.parse_args(argv)
+    if args.steps < args.warmup_steps + args.profile_steps:
+        p.error("--steps must cover --warmup-steps + --profile-steps")
+    return args
+
+
+def combined_report(summaries: list[ProfileSummary], gpu: str, date: str, command: str, how: str) -> str:
+    lines = [f"# Profiles of the training step, {gpu}, {date}", "",
+             f"- command: `{command}`", f"- {how}", "",
+             "| binary | source | dominant phase | ms per step (host) | GPU busy % |",
+             "| --- | --- | --- | ---: | ---: |"]
+    for s in summaries:
+        top = dominant_phase(s)
+        share = f"{top.name} ({100.0 * top.total_ns / s.step_ns:.0f}%)" if top and s.step_ns else "—"
+        per_step = f"{s.step_ns / s.step_count / 1e6:.2f}" if s.step_count else "—"
+        busy = f"{s.gpu_busy_pct:.1f}" if s.gpu_busy_pct is not None else "—"
+        lines.append(f"| {s.variant} | {s.source} | {share} | {per_step} | {busy} |")
+    return "\n".join(lines) + "\n\n" + "\n".join(to_markdown(s) for s in summaries)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    gpus = runner.gpu_names()
+    if not gpus:
+        runner.die(TOOL, runner.NO_GPU_LINE)
+    variants = runner.parse_variants(args.variants)
+    binaries, missing = runner.find_binaries(variants, args.bin_dir)
+    if missing:
+        runner.die(TOOL, runner.missing_binaries_line(missing, args.bin_dir))
+    nsys = None if args.no_nsys else runner.find_nsys()
+    if nsys is None:
+        print(f"{TOOL}: nsys not found (not on PATH nor under /opt/nvidia/nsight-*); `bin/train --trace "
+              "FILE.json` is the built-in alternative, so each binary runs with --trace instead",
+              file=sys.stderr)
+
+    settings = capture.Settings(out_dir=args.out, batch=args.batch, warmup_steps=args.warmup_steps,
+                                profile_steps=args.profile_steps, steps=args.steps, timeout_s=args.timeout)
+    guard = runner.GuardedRunner(TOOL)
+    summaries = []
+    for variant in variants:
+        print(f"{TOOL}: {variant} ...", file=sys.stderr, flush=True)
+        s = capture.capture(binaries[variant], variant, settings, guard, nsys, args.compare_trace)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"{variant}.md").write_text(to_markdown(s))
+        print(f"{variant}: {where_the_time_goes(s)}" + "".join(f" [{n}]" for n in s.notes), flush=True)
+        summaries.append(s)
+
+    run = next((s.run for s in summaries if s.run), {})
+    gpu = str(run.get("gpu") or gpus[0])
+    date = str(run.get("date") or runner.today())
+    command = "python3 bench/profile.py " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    how = (f"nsys ({nsys}), " if nsys else "built-in --trace (no nsys), ") + \
+          (f"batch {args.batch}, window of {args.profile_steps} steps after {args.warmup_steps} warm-up steps")
+    args.results.mkdir(parents=True, exist_ok=True)
+    combined = args.results / f"profiles-{runner.slug(gpu)}-{date}.md"
+    combined.write_text(combined_report(summaries, gpu, date, command, how))
+    print(f"{TOOL}: wrote {combined} and {args.out}/<variant>.md", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

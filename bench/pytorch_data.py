@@ -1,0 +1,80 @@
+"""Random CIFAR-shaped data for the PyTorch reference, fed the two ways the rungs compare.
+
+- HostDataset: uint8 images in host memory, augmented one image at a time on the CPU (pad-4 random
+  crop, horizontal flip, normalize), batched by a DataLoader: the usual PyTorch input pipeline.
+- GpuResidentData: the whole set as uint8 on the GPU, a batch drawn and augmented with a handful of
+  batched tensor ops: no loader, no host-to-device copy per step.
+Both produce float32 NCHW batches normalized with CIFAR-10's channel statistics.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+import torch.nn.functional as F
+
+MEAN = (0.4914, 0.4822, 0.4465)
+STD = (0.2470, 0.2435, 0.2616)
+PAD = 4
+
+
+def random_images(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """count uint8 3x32x32 images and labels 0-9, the same for a given seed."""
+    g = torch.Generator().manual_seed(seed)
+    images = torch.randint(0, 256, (count, 3, 32, 32), dtype=torch.uint8, generator=g)
+    labels = torch.randint(0, 10, (count,), generator=g)
+    return images, labels
+
+
+class HostDataset(torch.utils.data.Dataset):
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor):
+        self.images, self.labels = images, labels
+        self.mean = torch.tensor(MEAN).view(3, 1, 1)
+        self.std = torch.tensor(STD).view(3, 1, 1)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        # DataLoader seeds `random` per worker, so workers do not repeat each other's crops.
+        x = F.pad(self.images[i].float().div_(255), (PAD, PAD, PAD, PAD))
+        dy, dx = random.randint(0, 2 * PAD), random.randint(0, 2 * PAD)
+        x = x[:, dy:dy + 32, dx:dx + 32]
+        if random.random() < 0.5:
+            x = x.flip(2)
+        return (x - self.mean) / self.std, self.labels[i]
+
+
+class GpuResidentData:
+    """Draws shuffled batches from images kept on the GPU and augments them there."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch: int, device: torch.device):
+        self.images = images.to(device)
+        self.labels = labels.to(device)
+        self.batch = batch
+        self.device = device
+        self.mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
+        self.std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
+        self.order = torch.randperm(len(labels), device=device)
+        self.pos = 0
+        self.base = torch.arange(32, device=device)
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.pos + self.batch > len(self.order):  # new epoch: reshuffle, drop the ragged tail
+            self.order = torch.randperm(len(self.order), device=self.device)
+            self.pos = 0
+        idx = self.order[self.pos:self.pos + self.batch]
+        self.pos += self.batch
+        x = F.pad(self.images[idx].float().div_(255), (PAD, PAD, PAD, PAD))
+        b = len(idx)
+        # Random crop and flip of each image as one gather: row and column indices per image.
+        dy = torch.randint(0, 2 * PAD + 1, (b, 1), device=self.device)
+        dx = torch.randint(0, 2 * PAD + 1, (b, 1), device=self.device)
+        flip = torch.rand(b, 1, device=self.device) < 0.5
+        rows = dy + self.base
+        cols = torch.where(flip, dx + 31 - self.base, dx + self.base)
+        n = torch.arange(b, device=self.device).view(b, 1, 1, 1)
+        c = torch.arange(3, device=self.device).view(1, 3, 1, 1)
+        x = x[n, c, rows.view(b, 1, 32, 1), cols.view(b, 1, 1, 32)]
+        return (x - self.mean) / self.std, self.labels[idx]

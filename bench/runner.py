@@ -1,0 +1,167 @@
+"""What the bench scripts need from the machine: a GPU, the trainer binaries, and a way to run them.
+
+bench.py, profile.py and profile_check.py all start the same way (is there a GPU? are the binaries
+built?) and run binaries the same way (capture everything, never raise on a failing binary), so that
+lives here. The table and profile parsers stay free of subprocess calls so they can be unit-tested.
+"""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BIN_DIR = REPO_ROOT / "bin"
+
+# The optimization ladder, cumulative, in the order `make variants` builds it.
+LADDER = ["train-baseline", "train-devloss", "train-pinned", "train-autotune", "train-fp16", "train-nhwc"]
+
+NO_GPU_LINE = "no CUDA GPU on this machine; run it on the GPU machine"
+
+
+@dataclass
+class RunOutput:
+    """Everything one run of a binary left behind; returncode None means the timeout killed it."""
+    returncode: int | None
+    stdout: str
+    stderr: str
+    timeout_s: float | None = None
+
+
+def die(tool: str, message: str, code: int = 2) -> NoReturn:
+    """One line on stderr and a non-zero exit: what a user without a GPU or a build should see."""
+    print(f"{tool}: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def gpu_names() -> list[str]:
+    """The GPUs `nvidia-smi -L` lists ("NVIDIA H100 80GB HBM3"); empty without nvidia-smi or a GPU."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if out.returncode != 0:
+        return []
+    names = []
+    for line in out.stdout.splitlines():
+        m = re.match(r"GPU \d+: (.*?)(?: \(UUID: .*\))?$", line.strip())
+        if m:
+            names.append(m.group(1))
+    return names
+
+
+def variant_name(name: str) -> str:
+    """Accepts "baseline", "train-baseline" or "train" and returns the binary's name."""
+    if name == "train" or name.startswith("train-"):
+        return name
+    return f"train-{name}"
+
+
+def parse_variants(spec: str) -> list[str]:
+    """--variants: "all" (the ladder), or a comma list; "all,train" adds bin/train to the ladder."""
+    names = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        for name in LADDER if part == "all" else [variant_name(part)]:
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def find_binaries(variants: list[str], bin_dir: Path) -> tuple[dict[str, Path], list[str]]:
+    """Paths of the variants' binaries, and the names of those that are not built."""
+    found, missing = {}, []
+    for v in variants:
+        path = bin_dir / v
+        if path.is_file() and path.stat().st_mode & 0o111:
+            found[v] = path
+        else:
+            missing.append(v)
+    return found, missing
+
+
+def missing_binaries_line(missing: list[str], bin_dir: Path) -> str:
+    shown = ", ".join(str(bin_dir / m) for m in missing)
+    return f"{shown} not built: run `make variants` (and `make` for bin/train) first"
+
+
+def run(cmd: list[str], timeout_s: float) -> RunOutput:
+    """Runs a binary to completion, capturing everything; a failure is data, never an exception."""
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s)
+        return RunOutput(out.returncode, out.stdout, out.stderr, timeout_s)
+    except subprocess.TimeoutExpired as e:
+        return RunOutput(None, _text(e.stdout), _text(e.stderr), timeout_s)
+    except OSError as e:
+        return RunOutput(127, "", f"error: cannot run {cmd[0]}: {e.strerror}", timeout_s)
+
+
+class GuardedRunner:
+    """runner.run, except that when the very first run says CUDA has no device, the tool stops with
+    one line: a table or profile of identical "no CUDA device" failures helps nobody."""
+
+    def __init__(self, tool: str):
+        self.tool = tool
+        self.first = True
+
+    def run(self, cmd: list[str], timeout_s: float) -> RunOutput:
+        out = run(cmd, timeout_s)
+        if self.first and reports_no_cuda_device(out):
+            die(self.tool, f"{NO_GPU_LINE} ({last_line(out.stderr)})")
+        self.first = False
+        return out
+
+
+def _text(data: bytes | str | None) -> str:
+    if data is None:
+        return ""
+    return data.decode(errors="replace") if isinstance(data, bytes) else data
+
+
+def reports_no_cuda_device(out: RunOutput) -> bool:
+    """The trainer's own words when CUDA finds no device (exit 1, "error: no CUDA device found: ...")."""
+    return out.returncode not in (0, None) and "no cuda device" in out.stderr.lower()
+
+
+# Where installs outside PATH put nsys: NVIDIA's packages under /opt/nvidia/nsight-systems[-cli]/<version>,
+# the CUDA toolkit under /usr/local/cuda-<version>/nsight-systems-<version>. Fixed depths on purpose:
+# a recursive search of a CUDA tree (symlinks and all) takes minutes.
+NSYS_PATTERNS = ["/opt/nvidia/nsight-systems*/bin/nsys", "/opt/nvidia/nsight-systems*/*/bin/nsys",
+                 "/opt/nvidia/nsight-systems*/*/target-linux-*/nsys", "/usr/local/cuda*/bin/nsys",
+                 "/usr/local/cuda*/nsight-systems*/bin/nsys"]
+
+
+def find_nsys() -> Path | None:
+    """nsys on PATH, else the newest install in the usual places (a bin/nsys launcher first)."""
+    on_path = shutil.which("nsys")
+    if on_path:
+        return Path(on_path)
+    found = [Path(p) for pattern in NSYS_PATTERNS for p in glob.glob(pattern)]
+    runnable = [p for p in found if p.is_file() and os.access(p, os.X_OK)]
+    launchers = [p for p in runnable if p.parent.name == "bin"]
+    pick = sorted(launchers or runnable)
+    return pick[-1] if pick else None
+
+
+def slug(text: str) -> str:
+    """"NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3", for file names."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown-gpu"
+
+
+def today() -> str:
+    return datetime.date.today().isoformat()
+
+
+def last_line(text: str) -> str:
+    """The last non-empty line: where a failing binary puts its "error: ..." message."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""

@@ -1,0 +1,49 @@
+// Checkpoint files: everything needed to continue a run exactly where it stopped.
+//
+// Layout: the magic "RN50CKPT", a format version (u32), the length of a text header (u32), the
+// header ("key=value" lines: build, model signature, step, seed, loss scale, ...), the float arrays
+// (master weights, momentum, BN running statistics, each preceded by its u64 length), and a CRC-32
+// of everything before it. Writes are atomic (file_io.h): a crash during a save leaves the previous
+// checkpoint as it was.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct CheckpointMeta {
+  // build and model: a resume needs the same ones
+  std::string precision;       // "fp32" / "fp16"
+  std::string layout;          // "NCHW" / "NHWC" (filters are stored in this layout)
+  std::string model = "resnet50-cifar";
+  uint64_t model_signature = 0;  // hash of every parameter's name and shape
+  uint64_t params = 0, running = 0;
+  // run
+  std::string data;
+  int batch = 0, epochs = 0;
+  uint64_t seed = 0;
+  int64_t step = 0;            // steps done in all
+  int epoch = 0;               // epoch of the next step (0-based)
+  int step_in_epoch = 0;       // index of the next step within that epoch
+  float loss_scale = 1.f;
+  int good_steps = 0, skipped_steps = 0;
+};
+
+struct Checkpoint {
+  CheckpointMeta meta;
+  std::vector<float> master, momentum, running;
+};
+
+std::vector<uint8_t> serialize_checkpoint(const Checkpoint& c);
+// Any malformed, truncated or corrupt input is an InputError naming `file` and what is wrong.
+Checkpoint parse_checkpoint(const uint8_t* bytes, size_t size, const std::string& file);
+
+void save_checkpoint(const std::string& path, const Checkpoint& c);
+Checkpoint load_checkpoint(const std::string& path);
+
+// InputError explaining why a checkpoint cannot continue this run (another model, precision,
+// layout, batch size or data set).
+void check_checkpoint_fits(const CheckpointMeta& file_meta, const CheckpointMeta& here, const std::string& file);
+
+// The model signature of a list of (name, shape) pairs.
+uint64_t model_signature(const std::vector<std::pair<std::string, std::vector<int>>>& tensors);

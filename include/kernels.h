@@ -1,0 +1,151 @@
+// Launchers of the hand-written kernels (kernels/*.cu), one section per kernel family.
+//
+// Activations are passed as void* with their DType and Layout (from the tensor descriptors), so the
+// same launchers serve every variant of the ladder and the tests can run any combination in one
+// binary. Every launcher checks its launch and returns immediately (stream-ordered).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "types.h"
+
+// The N, C, H, W of an activation tensor.
+struct Shape4 {
+  int n = 0, c = 0, h = 0, w = 0;
+  HOST_DEVICE size_t count() const { return size_t(n) * c * h * w; }
+  HOST_DEVICE size_t per_channel() const { return size_t(n) * h * w; }
+  bool operator==(const Shape4& o) const { return n == o.n && c == o.c && h == o.h && w == o.w; }
+};
+
+// ---- batch norm (kernels/batchnorm.cu) ------------------------------------------------------------
+// Training-mode batch norm is split as: statistics (partial sums per chunk of rows), a per-channel
+// finalize (deterministic, fixed summation order), then an elementwise apply that fuses the affine
+// transform with the residual add and ReLU. Backward mirrors it: reduce, finalize, apply.
+constexpr float kBnEps = 1e-5f;
+constexpr float kBnMomentum = 0.1f;  // running = (1 - m) * running + m * batch (PyTorch's convention)
+
+struct BnChannelState {     // per-channel fp32 vectors of one BN layer, each of length C
+  const float* gamma;
+  const float* beta;
+  float* running_mean;
+  float* running_var;
+  float* save_mean;         // batch mean (training) for backward
+  float* save_invstd;       // 1/sqrt(var + eps)
+  float* scale;             // gamma * invstd     (what apply multiplies by)
+  float* shift;             // beta - mean * scale
+  float* bwd_coef;          // 3*C: dx = k_dz * dz + k_x * x + k_c
+};
+
+// Scratch for the partial sums: at least bn_scratch_floats(shape) floats.
+size_t bn_scratch_floats(Shape4 s, DType t, Layout l);
+
+// Statistics of x, then mean/invstd/scale/shift and the running statistics.
+void bn_forward_train_stats(const void* x, Shape4 s, DType t, Layout l, const BnChannelState& bn,
+                            float* scratch, cudaStream_t stream);
+// Evaluation: scale/shift from the running statistics.
+void bn_forward_eval_coefs(const BnChannelState& bn, int channels, cudaStream_t stream);
+
+// y = relu?(x * scale + shift + residual), residual = none, a raw tensor, or a second BN applied to
+// its own input (the projection shortcut, fused so its output is never stored).
+enum class Residual { None, Tensor, BatchNorm };
+struct ApplyArgs {
+  const void* x;
+  const float* scale;
+  const float* shift;
+  Residual residual = Residual::None;
+  const void* res = nullptr;          // the residual tensor, or the second BN's input
+  const float* res_scale = nullptr;   // second BN only
+  const float* res_shift = nullptr;
+  bool relu = true;
+  void* y;
+};
+void bn_apply(const ApplyArgs& a, Shape4 s, DType t, Layout l, cudaStream_t stream);
+
+// Backward. dz = dy * (y > 0) when relu; gamma/beta gradients of bn (and of bn2, the projection
+// shortcut's BN fed by the same dz) are written to dgamma/dbeta (fp32, overwritten), and the
+// coefficients for apply are stored in bn.bwd_coef.
+struct BnBackwardArgs {
+  const void* dy;
+  const void* y = nullptr;        // the forward output, for the ReLU mask; nullptr: no ReLU
+  const void* x;                  // the BN input
+  const BnChannelState* bn;
+  float* dgamma;
+  float* dbeta;
+  const void* x2 = nullptr;       // second BN (projection shortcut) or nullptr
+  const BnChannelState* bn2 = nullptr;
+  float* dgamma2 = nullptr;
+  float* dbeta2 = nullptr;
+  void* dx;                       // gradient wrt x (may alias dy)
+  void* dx2 = nullptr;            // gradient wrt x2
+  void* dres = nullptr;           // identity shortcut: receives dz (may alias dy)
+};
+void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* scratch,
+                 cudaStream_t stream);
+
+// ---- pooling (kernels/pooling.cu) ----------------------------------------------------------------
+// Global average pool: x [N,C,H,W] in layout -> y [N,C] row-major, both of type t.
+void global_avgpool_forward(const void* x, Shape4 s, DType t, Layout l, void* y, cudaStream_t stream);
+void global_avgpool_backward(const void* dy, Shape4 s, DType t, Layout l, void* dx, cudaStream_t stream);
+
+// ---- loss (kernels/loss.cu) ----------------------------------------------------------------------
+// Running totals kept on the GPU (on-device loss accumulation reads them rarely).
+struct LossTotals {
+  double loss_sum;
+  unsigned long long correct;
+  unsigned long long count;
+  float last_loss;           // mean loss of the latest batch
+  float last_good_loss;      // the latest finite one
+  long long first_bad_step;  // first step whose loss was NaN/Inf, -1 if none
+};
+
+// Softmax cross-entropy, mean over the valid samples (label >= 0), in one single-block kernel:
+// adds the bias to logits in place, accumulates loss/accuracy into totals and, when dlogits is not
+// null, writes dlogits = (softmax - onehot) * loss_scale / valid and dbias (fp32, overwritten).
+// loss_scale is read from device memory (nullptr = 1).
+void softmax_xent(float* logits, const float* bias, const int32_t* labels, int n, int classes,
+                  void* dlogits, DType dlogits_type, float* dbias, const float* loss_scale,
+                  LossTotals* totals, long long step, cudaStream_t stream);
+
+// ---- optimizer (kernels/optimizer.cu) ------------------------------------------------------------
+// Dynamic loss scaling decided on the GPU: no host sync, an overflow skips the step.
+struct ScalerState {
+  float scale;              // the loss is multiplied by this before backward
+  int good_steps;           // finite steps since the last change
+  int found_inf;            // set by the gradient check of this step
+  int skipped_steps;        // total skipped
+  int diverged;             // fp32: a non-finite step stops training; fp16: scale collapsed
+};
+
+struct SgdArgs {
+  float* w;                 // fp32 master weights, n
+  float* momentum;          // n
+  const void* grad_act;     // grads of the first n_act params (conv/linear weights), type act
+  const float* grad_f32;    // grads of the remaining n - n_act params (BN, bias)
+  void* w_act;              // fp16 copy of the first n_act weights, or nullptr
+  size_t n, n_act;
+  DType act;
+  float lr, mom, weight_decay;  // decay applies to the first n_act params only
+  bool nesterov;
+};
+// Sets state->found_inf when any gradient is NaN/Inf.
+void check_grads_finite(const SgdArgs& a, ScalerState* state, cudaStream_t stream);
+// Unscales and applies Nesterov SGD unless found_inf; writes the fp16 copy.
+void sgd_update(const SgdArgs& a, const ScalerState* state, cudaStream_t stream);
+// Applies the scaling rule (loss_scale.h) and clears found_inf for the next step.
+void loss_scale_update(ScalerState* state, bool dynamic, int window, cudaStream_t stream);
+
+// ---- input normalization (kernels/normalize.cu) --------------------------------------------------
+// uint8 batch [N, in_channels, 32, 32] in layout -> (x/255 - mean)/std as type t with 3 channels;
+// grey input is replicated to all three.
+struct NormalizeParams {
+  float scale[3];   // 1 / (255 * std)
+  float shift[3];   // -mean / std
+};
+void normalize_u8(const uint8_t* in, int n, int in_channels, Layout l, const NormalizeParams& p,
+                  void* out, DType t, cudaStream_t stream);
+
+// ---- casts (kernels/cast.cu) ---------------------------------------------------------------------
+void cast_f32_to_f16(const float* in, void* out, size_t n, cudaStream_t stream);
+void cast_f16_to_f32(const void* in, float* out, size_t n, cudaStream_t stream);

@@ -1,0 +1,61 @@
+// Command-line options of bin/train.
+//
+// parse_options() rejects an unknown flag, a missing value or an out-of-range number with a
+// UsageError (main() prints it on one line and exits 2). Every flag and its default is listed by
+// usage_text(), which is what --help prints.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Options {
+  // data
+  std::string data = "auto";        // auto | cifar10 | fashion-mnist | synthetic
+  std::string data_dir;             // "" = the data set's usual place
+  int synthetic_size = 50000;       // training images of --data synthetic (test: a fifth)
+  // training
+  int epochs = 15;
+  long steps = 0;                   // stop after this many steps in all (0 = run every epoch)
+  int batch = 128;
+  double lr = 0.1;                  // peak learning rate
+  double min_lr = 0.0;              // at the end of the cosine
+  double warmup_epochs = 1.0;       // linear warm-up from lr/warm-up-steps to lr
+  double momentum = 0.9;
+  double weight_decay = 5e-4;
+  bool nesterov = true;
+  uint64_t seed = 0;
+  bool eval = true;                 // evaluate on the test set after every epoch
+  // performance
+  int workers = -1;                 // loader threads; -1 = min(cores - 1, 8)
+  long workspace_mb = 1024;         // cuDNN workspace limit
+  std::string autotune_cache = "autotune-cache.txt";
+  bool tf32 = true;                 // fp32 convs/GEMMs may use TF32 tensor cores
+  bool deterministic = false;
+  double loss_scale = 65536.0;      // initial dynamic loss scale (fp16 builds)
+  int loss_scale_window = 1000;     // good steps before the scale doubles
+  // measurement
+  int warmup_steps = 30;            // steps before the steady-state window
+  int profile_steps = 100;          // steps in the window (cudaProfilerStart/Stop, --trace)
+  std::string trace;                // write a Chrome trace of the window here
+  int progress_every = 50;          // steps between (asynchronous) progress reads
+  bool json = false;
+  std::string loss_log;             // every step's training loss, one "step loss" line each
+  std::string sample_png;           // a grid of the first augmented training batch
+  // checkpoints
+  std::string save;                 // checkpoint file written at the end (and on SIGINT/SIGTERM)
+  long save_every = 0;              // also every N steps (0 = never)
+  std::string resume;
+
+  bool help = false;
+};
+
+Options parse_options(int argc, const char* const* argv);
+std::string usage_text();
+// The default loader thread count for this machine: min(cores - 1, 8), at least 1.
+int default_workers();

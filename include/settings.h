@@ -1,0 +1,65 @@
+// The switchboard: the one place where the optimization defines are read.
+//
+// Each optimization of the ladder is a build-time define, 0 or 1 (the Makefile passes them; with
+// none given, everything is on). This header turns them into constexpr settings; the training loop
+// and the layers ask these settings (or the tensor descriptors built from them), never the defines.
+//
+//   OPT_DEVICE_LOSS  loss/accuracy stay on the GPU; the host reads them asynchronously, rarely
+//   OPT_PINNED       triple-buffered pinned loader with worker threads and a copy stream
+//   OPT_AUTOTUNE     cuDNN algorithms measured with cudnnFind*Ex and cached in a file
+//   OPT_FP16         fp16 activations and conv/linear weights, fp32 master weights, loss scaling
+//   OPT_NHWC         channels-last activations and filters
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "types.h"
+
+#ifndef OPT_DEVICE_LOSS
+#define OPT_DEVICE_LOSS 1
+#endif
+#ifndef OPT_PINNED
+#define OPT_PINNED 1
+#endif
+#ifndef OPT_AUTOTUNE
+#define OPT_AUTOTUNE 1
+#endif
+#ifndef OPT_FP16
+#define OPT_FP16 1
+#endif
+#ifndef OPT_NHWC
+#define OPT_NHWC 1
+#endif
+#ifndef VARIANT_NAME
+#define VARIANT_NAME "train"
+#endif
+
+struct BuildSettings {
+  bool device_loss;
+  LoaderKind loader;
+  AlgoPolicy algo;
+  DType precision;
+  Layout layout;
+  const char* variant;
+
+  // The optimizations that are on, in ladder order, as short names ("devloss", "pinned", ...).
+  std::vector<std::string> optimizations() const {
+    std::vector<std::string> on;
+    if (device_loss) on.push_back("devloss");
+    if (loader == LoaderKind::PinnedRing) on.push_back("pinned");
+    if (algo == AlgoPolicy::Autotune) on.push_back("autotune");
+    if (precision == DType::F16) on.push_back("fp16");
+    if (layout == Layout::NHWC) on.push_back("nhwc");
+    return on;
+  }
+};
+
+inline constexpr BuildSettings kBuild{
+    OPT_DEVICE_LOSS != 0,
+    OPT_PINNED ? LoaderKind::PinnedRing : LoaderKind::Synchronous,
+    OPT_AUTOTUNE ? AlgoPolicy::Autotune : AlgoPolicy::Heuristic,
+    OPT_FP16 ? DType::F16 : DType::F32,
+    OPT_NHWC ? Layout::NHWC : Layout::NCHW,
+    VARIANT_NAME,
+};

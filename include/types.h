@@ -1,0 +1,26 @@
+// The small vocabulary shared by layers, loaders and the settings switchboard.
+#pragma once
+
+#include <cstddef>
+
+// Marks small functions that both host code and kernels call.
+#ifdef __CUDACC__
+#define HOST_DEVICE __host__ __device__
+#else
+#define HOST_DEVICE
+#endif
+
+enum class DType { F32, F16 };         // element type of activations and conv/linear weights
+enum class Layout { NCHW, NHWC };      // memory order of activations (and of conv filters)
+enum class LoaderKind { Synchronous, PinnedRing };
+enum class AlgoPolicy { Heuristic, Autotune };  // how conv algorithms are chosen
+
+inline const char* dtype_name(DType t) { return t == DType::F32 ? "fp32" : "fp16"; }
+inline const char* layout_name(Layout l) { return l == Layout::NCHW ? "NCHW" : "NHWC"; }
+inline const char* loader_name(LoaderKind k) {
+  return k == LoaderKind::Synchronous ? "synchronous" : "pinned-ring";
+}
+inline const char* algo_policy_name(AlgoPolicy p) {
+  return p == AlgoPolicy::Heuristic ? "heuristic" : "autotune";
+}
+inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }

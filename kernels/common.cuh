@@ -1,0 +1,55 @@
+// Device helpers shared by the kernel families: fp32/fp16 conversion and 16-byte vector access.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include "check.h"
+#include "types.h"
+
+template <class T> __device__ __forceinline__ float to_float(T v);
+template <> __device__ __forceinline__ float to_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
+
+template <class T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+// Elements of T in one 16-byte access: the unit every elementwise kernel works in.
+template <class T> constexpr int kVec = 16 / sizeof(T);
+
+template <class T>
+__device__ __forceinline__ void load_vec(const T* p, float (&out)[kVec<T>]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int j = 0; j < kVec<T>; ++j) out[j] = to_float(e[j]);
+}
+
+template <class T>
+__device__ __forceinline__ void store_vec(T* p, const float (&in)[kVec<T>]) {
+  uint4 raw;
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int j = 0; j < kVec<T>; ++j) e[j] = from_float<T>(in[j]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Blocks for a grid-stride loop over `work` items: enough to fill the GPU, no more than needed.
+inline unsigned grid_for(size_t work, int threads) {
+  const size_t blocks = (work + threads - 1) / threads;
+  const size_t cap = 132 * 16;
+  return static_cast<unsigned>(blocks < cap ? (blocks > 0 ? blocks : 1) : cap);
+}
+
+// Calls f.template operator()<T>() with T = float or __half.
+template <class F>
+void dispatch_dtype(DType t, F&& f) {
+  if (t == DType::F32) f.template operator()<float>();
+  else f.template operator()<__half>();
+}

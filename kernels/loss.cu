@@ -1,0 +1,95 @@
+// Softmax cross-entropy, fused: bias, loss, accuracy, gradient and the running totals in one launch.
+//
+// One block handles the whole batch (a few hundred rows of 10 logits), which makes the batch sums
+// deterministic and lets a single thread fold them into the epoch totals without atomics.
+#include <cfloat>
+
+#include "common.cuh"
+#include "kernels.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxClasses = 16;
+
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+softmax_xent_kernel(float* logits, const float* bias, const int32_t* labels, int n, int classes,
+                    T* dlogits, float* dbias, const float* loss_scale, LossTotals* totals, long long step) {
+  __shared__ float s_loss[kThreads], s_valid[kThreads], s_correct[kThreads];
+  __shared__ float s_dbias[kMaxClasses][kThreads];
+  // Pass 1: how many samples count (label >= 0); the mean is over them.
+  float valid = 0;
+  for (int i = threadIdx.x; i < n; i += kThreads) valid += labels[i] >= 0 ? 1.f : 0.f;
+  s_valid[threadIdx.x] = valid;
+  __syncthreads();
+  for (int o = kThreads / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o) s_valid[threadIdx.x] += s_valid[threadIdx.x + o];
+    __syncthreads();
+  }
+  const float n_valid = s_valid[0];
+  const float grad_scale = (loss_scale ? *loss_scale : 1.f) / (n_valid > 0 ? n_valid : 1.f);
+  __syncthreads();
+
+  float loss = 0, correct = 0, db[kMaxClasses] = {};
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    float z[kMaxClasses];
+    float zmax = -FLT_MAX;
+    int arg = 0;
+    for (int j = 0; j < classes; ++j) {
+      z[j] = logits[size_t(i) * classes + j] + bias[j];
+      logits[size_t(i) * classes + j] = z[j];
+      if (z[j] > zmax) { zmax = z[j]; arg = j; }
+    }
+    const int y = labels[i];
+    float sum = 0;
+    for (int j = 0; j < classes; ++j) sum += expf(z[j] - zmax);
+    if (y >= 0) {
+      loss += logf(sum) + zmax - z[y];
+      correct += arg == y ? 1.f : 0.f;
+    }
+    if (dlogits) {
+      for (int j = 0; j < classes; ++j) {
+        const float g = y >= 0 ? (expf(z[j] - zmax) / sum - (j == y ? 1.f : 0.f)) * grad_scale : 0.f;
+        dlogits[size_t(i) * classes + j] = from_float<T>(g);
+        db[j] += g;
+      }
+    }
+  }
+  s_loss[threadIdx.x] = loss;
+  s_correct[threadIdx.x] = correct;
+  for (int j = 0; j < classes; ++j) s_dbias[j][threadIdx.x] = db[j];
+  __syncthreads();
+  for (int o = kThreads / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o) {
+      s_loss[threadIdx.x] += s_loss[threadIdx.x + o];
+      s_correct[threadIdx.x] += s_correct[threadIdx.x + o];
+      for (int j = 0; j < classes; ++j) s_dbias[j][threadIdx.x] += s_dbias[j][threadIdx.x + o];
+    }
+    __syncthreads();
+  }
+  if (dbias && threadIdx.x < classes) dbias[threadIdx.x] = s_dbias[threadIdx.x][0];
+  if (threadIdx.x == 0 && n_valid > 0) {
+    const float mean = s_loss[0] / n_valid;
+    totals->loss_sum += s_loss[0];
+    totals->correct += static_cast<unsigned long long>(s_correct[0]);
+    totals->count += static_cast<unsigned long long>(n_valid);
+    totals->last_loss = mean;
+    if (isfinite(mean)) totals->last_good_loss = mean;
+    else if (totals->first_bad_step < 0) totals->first_bad_step = step;
+  }
+}
+
+}  // namespace
+
+void softmax_xent(float* logits, const float* bias, const int32_t* labels, int n, int classes,
+                  void* dlogits, DType dlogits_type, float* dbias, const float* loss_scale,
+                  LossTotals* totals, long long step, cudaStream_t stream) {
+  if (classes > kMaxClasses) throw Fatal("softmax_xent: at most 16 classes");
+  dispatch_dtype(dlogits_type, [&]<class T>() {
+    softmax_xent_kernel<T><<<1, kThreads, 0, stream>>>(logits, bias, labels, n, classes,
+                                                       static_cast<T*>(dlogits), dbias, loss_scale,
+                                                       totals, step);
+  });
+  CUDA_CHECK_LAUNCH();
+}

@@ -1,0 +1,48 @@
+// The pinned loader's GPU half of augmentation: uint8 pixels to normalized activations.
+//
+// The host sends uint8 (a quarter of the bytes of fp32); this kernel applies (x/255 - mean)/std in
+// the activation type and layout, replicating a grey channel to the model's three.
+#include "common.cuh"
+#include "kernels.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kSide = 32;
+
+template <class T, Layout L>
+__global__ void normalize_kernel(const uint8_t* in, int n, int in_channels, NormalizeParams p, T* out) {
+  const size_t plane = kSide * kSide, total = size_t(n) * 3 * plane;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
+    // i indexes the output in its own layout
+    size_t img, pix;
+    int c;
+    if (L == Layout::NCHW) {
+      img = i / (3 * plane);
+      c = static_cast<int>((i / plane) % 3);
+      pix = i % plane;
+    } else {
+      img = i / (3 * plane);
+      c = static_cast<int>(i % 3);
+      pix = (i / 3) % plane;
+    }
+    const int sc = in_channels == 1 ? 0 : c;
+    const size_t src = L == Layout::NCHW ? (img * in_channels + sc) * plane + pix
+                                         : (img * plane + pix) * in_channels + sc;
+    out[i] = from_float<T>(in[src] * p.scale[c] + p.shift[c]);
+  }
+}
+
+}  // namespace
+
+void normalize_u8(const uint8_t* in, int n, int in_channels, Layout l, const NormalizeParams& p,
+                  void* out, DType t, cudaStream_t stream) {
+  const unsigned grid = grid_for(size_t(n) * 3 * kSide * kSide, kThreads);
+  dispatch_dtype(t, [&]<class T>() {
+    if (l == Layout::NCHW)
+      normalize_kernel<T, Layout::NCHW><<<grid, kThreads, 0, stream>>>(in, n, in_channels, p, static_cast<T*>(out));
+    else
+      normalize_kernel<T, Layout::NHWC><<<grid, kThreads, 0, stream>>>(in, n, in_channels, p, static_cast<T*>(out));
+  });
+  CUDA_CHECK_LAUNCH();
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Writes a small seed corpus of valid inputs for each fuzz target (so mutations start from files
+that parse), into the directory given: <dir>/<target>/seed-N."""
+import gzip
+import os
+import struct
+import sys
+import zlib
+
+
+def idx_pair(n):
+    images = struct.pack(">IIII", 0x803, n, 28, 28) + bytes((i * 7) % 256 for i in range(n * 784))
+    labels = struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n))
+    return images, labels
+
+
+def checkpoint(params, running):
+    header = (f"precision=fp32\nlayout=NCHW\nmodel=resnet50-cifar\nmodel_signature=42\nparams={params}\n"
+              f"running={running}\ndata=synthetic\nbatch=8\nepochs=1\nseed=0\nstep=3\nepoch=0\nstep_in_epoch=3\n"
+              f"loss_scale=0x1p+0\ngood_steps=0\nskipped_steps=0\n").encode()
+    body = b"RN50CKPT" + struct.pack("<II", 1, len(header)) + header
+    for count in (params, params, running):
+        body += struct.pack("<Q", count) + struct.pack(f"<{count}f", *[0.5 * i for i in range(count)])
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def main(out):
+    seeds = {
+        "cifar10": [bytes([0]) + bytes([3]) + bytes(range(256)) * 12, bytes([1]) + (bytes([9]) + bytes(3072)) * 2],
+        "idx": [],
+        "gunzip": [gzip.compress(b"hello fuzz" * 50), gzip.compress(bytes(range(256)) * 8)],
+        "checkpoint": [checkpoint(4, 2), checkpoint(0, 0)],
+        "autotune_cache": [b"resnet-trainer autotune cache v1\n[gpu=X;cudnn=91400;precision=fp16;layout=NHWC]\n"
+                           b"n8.c64.h32.w32.k64.r3.s1.p1 fwd=1/1/0/0.5 bwd_data=1/1/0/0.25 bwd_filter=0/0/4096/-1\n"],
+        "options": [b"--batch\x00256\x00--lr=0.05\x00--no-eval", b"--data\x00synthetic\x00--steps\x0010\x00--json"],
+    }
+    for n in (1, 3):
+        images, labels = idx_pair(n)
+        seeds["idx"].append(struct.pack(">H", len(images)) + images + labels)
+    for target, items in seeds.items():
+        d = os.path.join(out, target)
+        os.makedirs(d, exist_ok=True)
+        for i, data in enumerate(items):
+            with open(os.path.join(d, f"seed-{i}"), "wb") as f:
+                f.write(data)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,140 @@
+"""bin/train's command line as a user meets it: --help, usage errors (exit 2), and input errors
+(exit 1), each reported as exactly one "error: ..." line on stderr, never a crash.
+
+The runs that need no GPU hide it (CUDA_VISIBLE_DEVICES=""), so they behave the same on a machine
+with one: the data and checkpoint errors must come out before the GPU is looked for, which is what
+tells a user with a broken data set about the data set, not about the GPU.
+"""
+
+import os
+import subprocess
+import tempfile
+import unittest
+from pathlib import Path
+
+from tests.python import REPO
+
+TRAIN = REPO / "bin" / "train"
+CIFAR_FILES = ["data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin",
+               "data_batch_5.bin", "test_batch.bin"]
+CIFAR_FILE_BYTES = 10000 * 3073
+
+FLAGS = ["--data", "--data-dir", "--synthetic-size", "--epochs", "--steps", "--batch", "--lr", "--min-lr",
+         "--warmup-epochs", "--momentum", "--wd", "--no-nesterov", "--seed", "--no-eval", "--workers",
+         "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic", "--loss-scale",
+         "--loss-scale-window", "--warmup-steps", "--profile-steps", "--trace", "--progress-every", "--json",
+         "--loss-log", "--sample-png", "--save", "--save-every", "--resume", "--help"]
+
+# What a crash or an unhandled exception would leave in the output.
+CRASH_SIGNS = ["Traceback", "Segmentation fault", "core dumped", "Aborted", "terminate called",
+               "what():", "AddressSanitizer", "double free"]
+
+
+@unittest.skipUnless(TRAIN.exists(), f"{TRAIN} is not built (make bin/train)")
+class TrainCli(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="test-cli-")
+        self.dir = Path(self.tmp.name)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def run_train(self, *args, hide_gpu=True):
+        env = dict(os.environ)
+        if hide_gpu:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        # In a scratch directory, so nothing (an autotune cache, a checkpoint) lands in the repository.
+        p = subprocess.run([str(TRAIN), *args], cwd=self.dir, env=env, capture_output=True, text=True,
+                           timeout=300)
+        for sign in CRASH_SIGNS:
+            self.assertNotIn(sign, p.stdout + p.stderr, f"crash-like output from {args}")
+        self.assertGreaterEqual(p.returncode, 0, f"killed by signal {-p.returncode}: {args}")
+        self.assertFalse(any(self.dir.glob("core*")), "a core file was written")
+        return p
+
+    def assert_one_error_line(self, p, code, *parts):
+        self.assertEqual(p.returncode, code, f"stderr: {p.stderr!r}")
+        lines = p.stderr.splitlines()
+        self.assertEqual(len(lines), 1, f"expected one line on stderr, got {lines!r}")
+        self.assertTrue(lines[0].startswith("error: "), lines[0])
+        for part in parts:
+            self.assertIn(part, lines[0])
+        return lines[0]
+
+    # ---- help and usage errors -----------------------------------------------------------------
+
+    def test_help_lists_every_flag_and_the_builds_optimizations(self):
+        p = self.run_train("--help", hide_gpu=False)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stderr, "")
+        listed = {line.split()[0] for line in p.stdout.splitlines() if line.startswith("  --")}
+        self.assertEqual(listed, set(FLAGS))
+        self.assertRegex(p.stdout, r"this build: \S+: optimizations \[[a-z0-9 :-]+\] -> (fp32|fp16), (NCHW|NHWC)")
+
+    def test_unknown_flag_exits_2(self):
+        self.assert_one_error_line(self.run_train("--bach", "64"), 2, "--bach")
+
+    def test_missing_value_exits_2(self):
+        self.assert_one_error_line(self.run_train("--data", "synthetic", "--batch"), 2, "--batch")
+
+    def test_out_of_range_value_exits_2(self):
+        self.assert_one_error_line(self.run_train("--batch", "1"), 2, "--batch", "out of range")
+        self.assert_one_error_line(self.run_train("--lr=-1"), 2, "--lr")
+
+    def test_non_number_exits_2(self):
+        self.assert_one_error_line(self.run_train("--epochs", "ten"), 2, "--epochs")
+
+    def test_usage_error_wins_over_everything_else(self):
+        # A bad flag is reported before any data is read or any GPU is looked for.
+        self.assert_one_error_line(
+            self.run_train("--data", "cifar10", "--data-dir", str(self.dir / "nowhere"), "--momentum", "2"),
+            2, "--momentum")
+
+    # ---- input errors --------------------------------------------------------------------------
+
+    def test_no_gpu_exits_1_with_one_line(self):
+        p = self.run_train("--data", "synthetic", "--synthetic-size", "256", "--batch", "32")
+        self.assert_one_error_line(p, 1, "no CUDA device")
+
+    def write_cifar(self, truncate=None):
+        """Six CIFAR-10 batch files of zeros (label 0, black images: valid); `truncate` loses 1000 bytes."""
+        data = self.dir / "cifar"
+        data.mkdir()
+        for name in CIFAR_FILES:
+            with open(data / name, "wb") as f:
+                f.truncate(CIFAR_FILE_BYTES - (1000 if name == truncate else 0))  # sparse, instant
+        return data
+
+    def test_truncated_cifar_file_is_reported_before_the_gpu(self):
+        data = self.write_cifar(truncate="data_batch_3.bin")
+        p = self.run_train("--data", "cifar10", "--data-dir", str(data))
+        line = self.assert_one_error_line(p, 1, str(data / "data_batch_3.bin"), "truncated")
+        self.assertNotIn("CUDA", line)
+
+    def test_valid_cifar_gets_as_far_as_the_gpu(self):
+        # The same set-up without the damage passes data validation: the error is the GPU's. This is
+        # what makes the test above prove the order rather than a data error that always comes first.
+        data = self.write_cifar()
+        p = self.run_train("--data", "cifar10", "--data-dir", str(data), "--batch", "32")
+        self.assert_one_error_line(p, 1, "no CUDA device")
+
+    def test_missing_cifar_directory_exits_1(self):
+        missing = self.dir / "no-such-dir"
+        self.assert_one_error_line(self.run_train("--data", "cifar10", "--data-dir", str(missing)), 1, str(missing))
+
+    def test_missing_resume_file_exits_1_naming_it(self):
+        missing = self.dir / "missing.ckpt"
+        p = self.run_train("--data", "synthetic", "--synthetic-size", "256", "--batch", "32", "--resume", str(missing))
+        line = self.assert_one_error_line(p, 1, str(missing))
+        self.assertNotIn("CUDA", line)
+
+    def test_corrupt_resume_file_exits_1_naming_it(self):
+        bad = self.dir / "bad.ckpt"
+        bad.write_bytes(b"RN50CKPT" + b"\x01\x00\x00\x00" + b"\xff" * 10)
+        p = self.run_train("--data", "synthetic", "--synthetic-size", "256", "--batch", "32", "--resume", str(bad))
+        line = self.assert_one_error_line(p, 1, str(bad))
+        self.assertNotIn("CUDA", line)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,238 @@
+"""bench.py, profile.py, profile_check.py and pytorch_reference.py as a user runs them.
+
+Without a GPU (no nvidia-smi on PATH) each prints one line on stderr and exits non-zero, with no
+traceback. With fake tools and binaries (fakes.py) they run end to end and write their files.
+"""
+
+import csv
+import importlib.util
+import tempfile
+import unittest
+from pathlib import Path
+
+from tests.python.fakes import FakeMachine
+
+LADDER = ["train-baseline", "train-devloss", "train-pinned", "train-autotune", "train-fp16", "train-nhwc"]
+
+
+class ScriptTest(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.tmp = Path(self._tmp.name)
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def assertOneLineFailure(self, result, *fragments):
+        self.assertNotEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertNotIn("Traceback", result.stderr)
+        lines = result.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, result.stderr)
+        for fragment in fragments:
+            self.assertIn(fragment, lines[0])
+
+
+class WithoutGpu(ScriptTest):
+    def setUp(self):
+        super().setUp()
+        self.machine = FakeMachine(self.tmp, gpu=False)
+        for v in LADDER:
+            self.machine.add_binary(v)
+
+    def elsewhere(self) -> list:
+        """Output folders in the temporary directory, so that even a broken GPU check writes nothing
+        into the repository."""
+        return ["--bin-dir", str(self.machine.bin_dir), "--out", str(self.tmp / "out")]
+
+    def test_bench(self):
+        result = self.machine.run_script("bench.py", *self.elsewhere())
+        self.assertOneLineFailure(result, "bench: no CUDA GPU on this machine; run it on the GPU machine")
+        self.assertEqual(result.returncode, 2)
+        self.assertEqual(self.machine.calls(), [])  # nothing was run
+
+    def test_profile(self):
+        result = self.machine.run_script("profile.py", *self.elsewhere(), "--results", str(self.tmp / "results"))
+        self.assertOneLineFailure(result, "profile: no CUDA GPU")
+        self.assertEqual(result.returncode, 2)
+
+    def test_profile_check(self):
+        result = self.machine.run_script("profile_check.py", *self.elsewhere())
+        self.assertOneLineFailure(result, "profile_check: no CUDA GPU")
+
+    def test_bench_as_make_runs_it(self):
+        # `make bench` passes no paths; the check for a GPU comes before anything touches them.
+        result = self.machine.run_script("bench.py", "--batch", "128")
+        self.assertOneLineFailure(result, "no CUDA GPU")
+        self.assertEqual(result.returncode, 2)
+
+
+class GpuButNoCudaDevice(ScriptTest):
+    """nvidia-smi lists a GPU, but the first binary finds no CUDA device (driver mismatch, say)."""
+
+    def test_bench_stops_after_the_first_run(self):
+        machine = FakeMachine(self.tmp)
+        for v in LADDER:
+            machine.add_binary(v, no_device=True)
+        result = machine.run_script("bench.py", "--bin-dir", str(machine.bin_dir), "--out", str(self.tmp / "out"),
+                                    "--no-pytorch")
+        self.assertOneLineFailure(result, "bench: no CUDA GPU on this machine", "cudaGetDeviceCount")
+        self.assertEqual(len(machine.calls()), 1)
+        self.assertFalse((self.tmp / "out").exists())
+
+    def test_profile_stops_too(self):
+        machine = FakeMachine(self.tmp)
+        machine.add_binary("train-baseline", no_device=True)
+        result = machine.run_script("profile.py", "--variants", "baseline", "--bin-dir", str(machine.bin_dir),
+                                    "--out", str(self.tmp / "p"), "--results", str(self.tmp / "r"))
+        self.assertNotEqual(result.returncode, 0)
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertIn("profile: no CUDA GPU on this machine", result.stderr.strip().splitlines()[-1])
+
+
+class MissingBinaries(ScriptTest):
+    def test_bench_names_make_variants(self):
+        machine = FakeMachine(self.tmp)
+        machine.add_binary("train-baseline")
+        result = machine.run_script("bench.py", "--bin-dir", str(machine.bin_dir), "--out", str(self.tmp / "out"))
+        self.assertOneLineFailure(result, "train-devloss", "train-nhwc", "make variants")
+        self.assertEqual(machine.calls(), [])
+
+
+class BenchEndToEnd(ScriptTest):
+    def test_table_files_and_command_lines(self):
+        machine = FakeMachine(self.tmp)
+        for v in LADDER:
+            machine.add_binary(v)
+        out = self.tmp / "results"
+        result = machine.run_script("bench.py", "--bin-dir", str(machine.bin_dir), "--out", str(out), "--no-pytorch")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertNotIn("Traceback", result.stderr)
+
+        # Printed table: one row per binary, the failed one says why.
+        table_lines = [line for line in result.stdout.splitlines() if line.startswith("| 128 |")]
+        self.assertEqual(len(table_lines), 6)
+        fp16 = next(line for line in table_lines if "train-fp16" in line)
+        self.assertIn("failed: error: cuDNN CUDNN_STATUS_EXECUTION_FAILED", fp16)
+
+        # Files named after the GPU and the date the binaries reported.
+        md = (out / "nvidia-h100-80gb-hbm3-2026-11-21.md").read_text()
+        self.assertIn("cuDNN: 9.14.0", md)
+        self.assertIn("command: `python3 bench/bench.py --bin-dir", md)
+        with open(out / "nvidia-h100-80gb-hbm3-2026-11-21.csv") as f:
+            rows = {r["variant"]: r for r in csv.DictReader(f)}
+        self.assertEqual(rows["train-baseline"]["images_per_s_median"], "3050.4")
+        self.assertEqual(rows["train-baseline"]["gpu_busy_pct"], "61.2")
+
+        # Three timed runs and one --trace run per binary, each with the same fixed window.
+        calls = machine.calls()
+        self.assertEqual(len(calls), 6 * 4)
+        expected = ("--data synthetic --batch 128 --steps 130 --warmup-steps 30 --profile-steps 100 "
+                    "--no-eval --json")
+        self.assertTrue(all(expected in c for c in calls), calls[0])
+        self.assertEqual(sum("--trace" in c for c in calls), 6)
+
+    def test_batch_list_and_variant_subset(self):
+        machine = FakeMachine(self.tmp)
+        machine.add_binary("train-baseline")
+        machine.add_binary("train-nhwc")
+        result = machine.run_script("bench.py", "--bin-dir", str(machine.bin_dir), "--out", str(self.tmp / "o"),
+                                    "--variants", "baseline,nhwc", "--batch", "128,256", "--runs", "1",
+                                    "--no-trace", "--warmup-steps", "5", "--timed-steps", "10", "--no-pytorch")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        calls = machine.calls()
+        self.assertEqual(len(calls), 4)
+        self.assertEqual(sum("--batch 256" in c for c in calls), 2)
+        self.assertTrue(all("--steps 15 --warmup-steps 5 --profile-steps 10" in c for c in calls))
+
+    def test_bad_batch_is_a_usage_error(self):
+        machine = FakeMachine(self.tmp)
+        result = machine.run_script("bench.py", "--batch", "128,big")
+        self.assertEqual(result.returncode, 2)
+        self.assertNotIn("Traceback", result.stderr)
+
+
+class ProfileEndToEnd(ScriptTest):
+    def run_profile(self, machine, *extra):
+        return machine.run_script("profile.py", "--variants", "baseline,devloss", "--bin-dir", str(machine.bin_dir),
+                                  "--out", str(self.tmp / "prof"), "--results", str(self.tmp / "results"), *extra)
+
+    def test_with_nsys(self):
+        machine = FakeMachine(self.tmp, nsys=True)
+        machine.add_binary("train-baseline")
+        machine.add_binary("train-devloss")
+        result = self.run_profile(machine)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("train-baseline: where the time goes: loss stats 42% of step time", result.stdout)
+        baseline_md = (self.tmp / "prof" / "train-baseline.md").read_text()
+        self.assertIn("| busy % (nsys) | 68.5 |", baseline_md)
+        combined = (self.tmp / "results" / "profiles-nvidia-h100-80gb-hbm3-2026-11-21.md").read_text()
+        self.assertIn("| train-baseline | nsys | loss stats (42%) |", combined)
+        self.assertIn("| train-devloss | nsys | copy batch (35%) |", combined)
+        profiled = [c for c in machine.calls() if c.startswith("nsys profile")]
+        self.assertEqual(len(profiled), 2)
+        self.assertIn("--data synthetic --batch 128 --steps 60 --warmup-steps 20 --profile-steps 30 --no-eval",
+                      profiled[0])
+
+    def test_without_nsys_falls_back_to_the_built_in_trace(self):
+        machine = FakeMachine(self.tmp, nsys=False)
+        machine.add_binary("train-baseline")
+        machine.add_binary("train-devloss")
+        result = self.run_profile(machine)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("nsys not found", result.stderr.splitlines()[0])
+        self.assertIn("bin/train --trace FILE.json", result.stderr.splitlines()[0])
+        md = (self.tmp / "prof" / "train-baseline.md").read_text()
+        self.assertIn("built-in trace", md)
+        self.assertIn("loss stats 34% of step time (waiting on the GPU)", md)
+        self.assertTrue(all("--trace" in c for c in machine.calls()))
+
+    def test_compare_trace_reports_both_busy_figures(self):
+        machine = FakeMachine(self.tmp, nsys=True)
+        machine.add_binary("train-baseline")
+        machine.add_binary("train-devloss")
+        result = self.run_profile(machine, "--compare-trace")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        md = (self.tmp / "prof" / "train-baseline.md").read_text()
+        self.assertIn("| busy % (nsys) | 68.5 |", md)
+        self.assertIn("| busy % (built-in trace, same definition) | 61.2 |", md)
+
+
+class ProfileCheckEndToEnd(ScriptTest):
+    def test_pass_with_nsys(self):
+        machine = FakeMachine(self.tmp, nsys=True)
+        machine.add_binary("train-baseline")
+        machine.add_binary("train-devloss")
+        result = machine.run_script("profile_check.py", "--bin-dir", str(machine.bin_dir), "--out", str(self.tmp / "c"))
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertEqual(result.stdout.strip().splitlines()[-1], "PASS")
+        # The fake replays run 1 under nsys, so the images/s runs are each binary's run 2.
+        self.assertIn("images/s: 3,013 -> 3,502 = 1.16x (needs at least 1.10x): ok", result.stdout)
+        self.assertIn("train-baseline: dominant phase 'loss stats'", result.stdout)
+
+
+class PytorchReference(ScriptTest):
+    @unittest.skipIf(importlib.util.find_spec("torch") is not None, "PyTorch is installed here")
+    def test_without_pytorch(self):
+        machine = FakeMachine(self.tmp)
+        result = machine.run_script("pytorch_reference.py", "--rungs", "all", "--json")
+        self.assertOneLineFailure(result, "pytorch_reference: PyTorch is not installed")
+        self.assertEqual(result.returncode, 2)
+
+    def test_rung_names(self):
+        import pytorch_reference
+        self.assertEqual(len(pytorch_reference.RUNGS), 12)
+        self.assertEqual([r.name for r in pytorch_reference.parse_rungs("compile,baseline")], ["baseline", "compile"])
+        with self.assertRaises(ValueError):
+            pytorch_reference.parse_rungs("baseline,warp-speed")
+        graphs = pytorch_reference.RUNGS[-1]
+        self.assertTrue(graphs.resident and graphs.channels_last and graphs.amp == "plain")
+        self.assertEqual(graphs.compile_mode, "reduce-overhead")
+        # The ladder is cumulative up to torch.compile: each rung keeps the previous one's switches.
+        ladder = pytorch_reference.RUNGS[:9]
+        for before, after in zip(ladder, ladder[1:]):
+            self.assertTrue(set(before.optimizations()) - {"amp-fp16+gradscaler"} <= set(after.optimizations()),
+                            (before.name, after.name))
+
+
+if __name__ == "__main__":
+    unittest.main()
