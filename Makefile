@@ -2,8 +2,8 @@
 #   make            bin/train with every optimization on
 #   make run        set up, then train on the default data (CIFAR-10 if fetched, else Fashion-MNIST)
 #   make test       set up, build and run every test; ends with "N passed, N failed, N skipped"
-#   make variants   the optimization ladder: bin/train-{baseline,devloss,pinned,autotune,fp16,nhwc}
-#   make custom NAME=x DEVICE_LOSS=1 PINNED=0 AUTOTUNE=1 FP16=1 NHWC=0   any other combination
+#   make variants   the optimization ladder: bin/train-{baseline,devloss,pinned,autotune,fp16,nhwc,graph}
+#   make custom NAME=x DEVICE_LOSS=1 PINNED=0 AUTOTUNE=1 FP16=1 NHWC=0 CONV_GRAPH=1   any other combination
 #   make bench / make profile / make fuzz / make sanitize / make data / make deps
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
@@ -42,19 +42,22 @@ COMMON_OBJ  := $(COMMON_SRC:src/%.cpp=build/obj/%.o) $(KERNEL_SRC:kernels/%.cu=b
 TEST_SRC    := $(wildcard tests/*.cpp)
 TEST_OBJ    := $(TEST_SRC:tests/%.cpp=build/tests/%.o)
 
-# The ladder, cumulative in the seed posts' order: DEVICE_LOSS PINNED AUTOTUNE FP16 NHWC.
-LADDER          := baseline devloss pinned autotune fp16 nhwc
-OPTS_baseline   := 0 0 0 0 0
-OPTS_devloss    := 1 0 0 0 0
-OPTS_pinned     := 1 1 0 0 0
-OPTS_autotune   := 1 1 1 0 0
-OPTS_fp16       := 1 1 1 1 0
-OPTS_nhwc       := 1 1 1 1 1
-OPTS_train      := 1 1 1 1 1
-opt_defines = $(shell set -- $(1); echo -DOPT_DEVICE_LOSS=$$1 -DOPT_PINNED=$$2 -DOPT_AUTOTUNE=$$3 -DOPT_FP16=$$4 -DOPT_NHWC=$$5)
+# The ladder, cumulative in the seed posts' order: DEVICE_LOSS PINNED AUTOTUNE FP16 NHWC, then one
+# rung past it: CONV_GRAPH (cuDNN's graph API with execution plans built once).
+LADDER          := baseline devloss pinned autotune fp16 nhwc graph
+OPTS_baseline   := 0 0 0 0 0 0
+OPTS_devloss    := 1 0 0 0 0 0
+OPTS_pinned     := 1 1 0 0 0 0
+OPTS_autotune   := 1 1 1 0 0 0
+OPTS_fp16       := 1 1 1 1 0 0
+OPTS_nhwc       := 1 1 1 1 1 0
+OPTS_graph      := 1 1 1 1 1 1
+OPTS_train      := 1 1 1 1 1 1
+opt_defines = $(shell set -- $(1); echo -DOPT_DEVICE_LOSS=$$1 -DOPT_PINNED=$$2 -DOPT_AUTOTUNE=$$3 -DOPT_FP16=$$4 \
+                -DOPT_NHWC=$$5 -DOPT_CONV_GRAPH=$${6:-1})
 variant_name = $(if $(filter train,$(1)),train,train-$(1))
 
-.PHONY: all variants custom run test unit-tests bench profile fuzz fuzz-build sanitize data deps clean
+.PHONY: FORCE all variants custom run test unit-tests bench profile fuzz fuzz-build sanitize data deps clean
 all: bin/train
 
 # ---- set-up: what a fresh Debian/Ubuntu machine with CUDA and cuDNN may lack -----------------------
@@ -62,16 +65,26 @@ all: bin/train
 # where it cannot, it names the package and stops. The stamp keeps later builds from asking again.
 APT_PACKAGES = $(if $(wildcard $(STB_INCLUDE)/stb_image.h),,libstb-dev) \
                $(if $(wildcard $(GTEST_SRC)/src/gtest-all.cc),,googletest) \
-               $(if $(or $(FASHION_MNIST_DIR),$(wildcard /usr/share/datasets/fashion-mnist/*.gz)),,dataset-fashion-mnist)
+               $(if $(or $(FASHION_MNIST_DIR),$(wildcard /usr/share/datasets/fashion-mnist/*.gz)),,dataset-fashion-mnist) \
+               $(if $(wildcard /usr/include/zlib.h),,zlib1g-dev)
+# Wanted but not required: without clang the fuzz targets are skipped (and say so).
+APT_OPTIONAL = $(if $(shell command -v clang++ 2>/dev/null),,clang)
 build/.deps-ok:
 	@pkgs="$(strip $(APT_PACKAGES))"; \
 	if [ -n "$$pkgs" ]; then \
-	  echo "set-up: installing $$pkgs with apt-get (stb headers for PNG output, GoogleTest sources, Fashion-MNIST data)"; \
+	  echo "set-up: installing $$pkgs with apt-get (stb headers for PNG output, GoogleTest sources, Fashion-MNIST data, zlib headers)"; \
 	  if [ "$$(id -u)" = 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; \
 	  else echo "error: missing $$pkgs and no root rights: run 'sudo apt-get install $$pkgs', then make again"; exit 1; fi; \
 	  $$sudo apt-get install -y -q $$pkgs >/dev/null 2>&1 || { $$sudo apt-get update -q >/dev/null 2>&1; \
 	    $$sudo apt-get install -y -q $$pkgs >/dev/null; } || \
 	    { echo "error: apt-get could not install $$pkgs; install them by hand, then make again"; exit 1; }; \
+	fi
+	@opt="$(strip $(APT_OPTIONAL))"; \
+	if [ -n "$$opt" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then sudo=""; else sudo="sudo -n"; fi; \
+	  echo "set-up: installing $$opt with apt-get (clang builds the fuzz targets)"; \
+	  $$sudo apt-get install -y -q $$opt >/dev/null 2>&1 || \
+	    echo "note: could not install $$opt; the fuzz targets will be skipped"; \
 	fi
 	@test -x $(NVCC) || { echo "error: nvcc not found under CUDA_HOME=$(CUDA_HOME): install the CUDA toolkit or set CUDA_HOME"; exit 1; }
 	@test -n "$(CUDNN_INC)" || { echo "error: cudnn.h not found (looked in $(CUDA_HOME)/include and /usr/include): install cuDNN 9 or set CUDNN_INC and CUDNN_LIB"; exit 1; }
@@ -88,8 +101,13 @@ build/obj/kernels/%.o: kernels/%.cu | build/.deps-ok
 	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
 
 # Per-variant objects: build/<variant>/{main,train}.o with that variant's defines.
+# build/<variant>/defines holds the defines, rewritten only when they change, so that a changed
+# `make custom` combination rebuilds its objects.
 define VARIANT_RULES
-build/$(1)/%.o: src/%.cpp | build/.deps-ok
+build/$(1)/defines: FORCE
+	@mkdir -p $$(dir $$@)
+	@echo '$(call opt_defines,$(OPTS_$(1)))' | cmp -s - $$@ || echo '$(call opt_defines,$(OPTS_$(1)))' > $$@
+build/$(1)/%.o: src/%.cpp build/$(1)/defines | build/.deps-ok
 	@mkdir -p $$(dir $$@)
 	$$(CXX) $$(CXXFLAGS) $(call opt_defines,$(OPTS_$(1))) -DVARIANT_NAME='"$(call variant_name,$(1))"' -MMD -MP -c $$< -o $$@
 bin/$(call variant_name,$(1)): $(VARIANT_SRC:src/%.cpp=build/$(1)/%.o) $(COMMON_OBJ)
@@ -100,9 +118,10 @@ $(foreach v,$(LADDER) train,$(eval $(call VARIANT_RULES,$(v))))
 
 variants: $(foreach v,$(LADDER),bin/train-$(v))
 
-# Any other combination: make custom NAME=fp16-only DEVICE_LOSS=1 PINNED=1 AUTOTUNE=1 FP16=1 NHWC=0
+# Any other combination: make custom NAME=fp16-only DEVICE_LOSS=1 PINNED=1 AUTOTUNE=1 FP16=1 NHWC=0 CONV_GRAPH=0
 NAME ?= custom
-OPTS_$(NAME) ?= $(or $(DEVICE_LOSS),1) $(or $(PINNED),1) $(or $(AUTOTUNE),1) $(or $(FP16),1) $(or $(NHWC),1)
+OPTS_$(NAME) ?= $(or $(DEVICE_LOSS),1) $(or $(PINNED),1) $(or $(AUTOTUNE),1) $(or $(FP16),1) $(or $(NHWC),1) \
+                $(or $(CONV_GRAPH),1)
 ifeq ($(filter $(NAME),$(LADDER) train),)
 $(eval $(call VARIANT_RULES,$(NAME)))
 endif
@@ -127,6 +146,44 @@ unit-tests: bin/unit_tests
 test: bin/unit_tests bin/train fuzz-build
 	@python3 tests/run_tests.py
 
+# make sanitize: bin/unit_tests again, built with g++'s AddressSanitizer (+ LeakSanitizer) and
+# UndefinedBehaviorSanitizer into build/sanitize/, and run; any report fails it. The .cu files are
+# built by nvcc with the sanitizers on their host code only. GPU tests skip without a device, so a
+# machine without one runs the CPU tests. protect_shadow_gap=0: the CUDA runtime maps memory where
+# ASan would otherwise reserve its shadow gap. Full output: build/sanitize/unit_tests.log.
+# -Wno-maybe-uninitialized: GCC 12 warns falsely inside <regex> when ASan instruments it.
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
+             -Wno-maybe-uninitialized
+SAN_OBJ   := $(COMMON_OBJ:build/%=build/sanitize/%) $(TEST_OBJ:build/%=build/sanitize/%)
+SAN_ENV   := ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+build/sanitize/obj/%.o: src/%.cpp | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(SAN_FLAGS) -MMD -MP -c $< -o $@
+
+build/sanitize/obj/kernels/%.o: kernels/%.cu | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) $(foreach f,-fsanitize=address -fsanitize=undefined -fno-omit-frame-pointer,-Xcompiler $(f)) \
+	  -MMD -MP -c $< -o $@
+
+build/sanitize/tests/%.o: tests/%.cpp | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(SAN_FLAGS) -I$(GTEST_SRC)/include -MMD -MP -c $< -o $@
+
+bin/unit_tests-sanitize: $(SAN_OBJ) build/gtest/libgtest.a
+	@mkdir -p bin
+	$(CXX) $(SAN_FLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+
+sanitize: bin/unit_tests-sanitize
+	@echo "== bin/unit_tests-sanitize (ASan, LSan, UBSan); full output in build/sanitize/unit_tests.log"
+	@log=build/sanitize/unit_tests.log; $(SAN_ENV) ./bin/unit_tests-sanitize --gtest_brief=1 >$$log 2>&1; rc=$$?; \
+	reports=$$(grep -cE 'ERROR: [A-Za-z]+Sanitizer|runtime error:' $$log); \
+	if [ $$rc -ne 0 ] || [ $$reports -ne 0 ]; then \
+	  awk '/: Skipped$$/ { skip = 2 } skip { skip--; next } 1' $$log; \
+	  echo "sanitize: FAILED (exit status $$rc, $$reports sanitizer report lines)"; exit 1; \
+	fi; \
+	grep -E '^\[  (PASSED|SKIPPED) +\]' $$log; echo "sanitize: passed, no sanitizer reports"
+
 # ---- fuzzing (clang + libFuzzer, CPU only): one target per reader -------------------------------------
 # make fuzz runs each target for FUZZ_RUNS executions; make test runs a short smoke of each.
 FUZZ_CXX   ?= $(shell command -v clang++ 2>/dev/null)
@@ -142,16 +199,24 @@ build/fuzz/corpus: tests/fuzz/make_corpus.py
 	python3 $< $@
 	@touch $@
 ifeq ($(FUZZ_CXX),)
-fuzz-build:
-	@echo "fuzz: clang++ not found, fuzz targets not built (apt-get install clang)"
+# clang may have been installed by the set-up step after this Makefile was read: look again.
+fuzz-build: | build/.deps-ok
+	@if command -v clang++ >/dev/null; then $(MAKE) --no-print-directory fuzz-build FUZZ_CXX=$$(command -v clang++); \
+	 else echo "fuzz: clang++ not found, fuzz targets not built (apt-get install clang)"; fi
 else
 fuzz-build: $(FUZZ_TARGETS) build/fuzz/corpus
 endif
+# A target that crashes, leaks or trips a sanitizer fails `make fuzz`; its input is kept in
+# build/fuzz/artifacts/ and its log in build/fuzz/<target>.log.
 fuzz: fuzz-build
-	@for t in $(FUZZ_TARGETS); do n=$$(basename $$t); mkdir -p build/fuzz/work/$$n; \
+	@mkdir -p build/fuzz/artifacts; for t in $(FUZZ_TARGETS); do n=$$(basename $$t); mkdir -p build/fuzz/work/$$n; \
 	  echo "== $$n: $(FUZZ_RUNS) runs"; \
-	  $$t -runs=$(FUZZ_RUNS) -max_len=65536 -rss_limit_mb=4096 -print_final_stats=1 build/fuzz/work/$$n build/fuzz/corpus/$${n#fuzz_} 2>&1 \
-	    | grep -E "stat::number_of_executed_units|ERROR|SUMMARY|Done" || exit 1; done
+	  if ! $$t -runs=$(FUZZ_RUNS) -max_len=65536 -rss_limit_mb=4096 -print_final_stats=1 \
+	       -artifact_prefix=build/fuzz/artifacts/$$n- build/fuzz/work/$$n build/fuzz/corpus/$${n#fuzz_} \
+	       > build/fuzz/$$n.log 2>&1; then \
+	    grep -E "ERROR|SUMMARY" build/fuzz/$$n.log | head -5; \
+	    echo "fuzz: $$n FAILED (log build/fuzz/$$n.log, input in build/fuzz/artifacts/)"; exit 1; fi; \
+	  grep -E "stat::number_of_executed_units|Done" build/fuzz/$$n.log; done
 
 # ---- running ------------------------------------------------------------------------------------
 run: bin/train

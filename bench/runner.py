@@ -22,7 +22,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 BIN_DIR = REPO_ROOT / "bin"
 
 # The optimization ladder, cumulative, in the order `make variants` builds it.
-LADDER = ["train-baseline", "train-devloss", "train-pinned", "train-autotune", "train-fp16", "train-nhwc"]
+LADDER = ["train-baseline", "train-devloss", "train-pinned", "train-autotune", "train-fp16", "train-nhwc",
+          "train-graph"]
 
 NO_GPU_LINE = "no CUDA GPU on this machine; run it on the GPU machine"
 

@@ -3,8 +3,9 @@
 # checks its MD5. When that fails (offline), says so and points at Fashion-MNIST, which Debian ships
 # as the package dataset-fashion-mnist (/usr/share/datasets/fashion-mnist); bin/train --data auto
 # then trains on it.
-#   data/prepare.sh           used by `make run`: never fails for lack of CIFAR-10 alone
-#   data/prepare.sh --strict  used by `make data`: exits 1 unless some real data set is available
+#   data/prepare.sh           never fails for lack of CIFAR-10 alone
+#   data/prepare.sh --strict  used by `make run` and `make data`: exits 1 unless some real data set
+#                             (CIFAR-10 or Fashion-MNIST) is available
 set -u
 cd "$(dirname "$0")"
 URL=https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz

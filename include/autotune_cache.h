@@ -1,15 +1,17 @@
 // The conv-algorithm cache: measured cuDNN choices, in memory and in a text file.
 //
 // Entries are grouped under a context line naming everything a choice depends on besides the shape
-// (GPU, cuDNN version, precision, layout, determinism, workspace limit), so one file can serve
+// (GPU, cuDNN version, precision, layout, TF32, cuDNN API, workspace limit), so one file can serve
 // several binaries and GPUs. A corrupt file is ignored with a warning (and rewritten on save); a
 // file without entries for this context is used for nothing but kept for the others.
 //
 //   resnet-trainer autotune cache v1
-//   [gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;deterministic=0;workspace_mb=1024]
+//   [gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;tf32=1;api=legacy;workspace_mb=1024]
 //   n128.c64.h32.w32.k64.r3.s1.p1 fwd=1/1/0/0.0412 bwd_data=1/1/0/0.0511 bwd_filter=1/1/4096/0.0612
 //
-// A choice is algo/math type/workspace bytes/measured ms.
+// A choice is algo/math type/workspace bytes/measured ms; for the graph API (context "api=graph")
+// algo is the rank of the engine configuration in cuDNN's heuristics list, and an entry may end
+// with bwd_data_acc=.. (the accumulating backward-data plan).
 #pragma once
 
 #include <map>
@@ -26,6 +28,9 @@ struct AlgoChoice {
 
 struct ConvAlgos {
   AlgoChoice fwd, bwd_data, bwd_filter;
+  // dx += conv^T(dy): the graph API plans accumulation separately (beta = 1); the legacy API
+  // passes beta to the bwd_data algorithm, and leaves this unset (algo -1, not written).
+  AlgoChoice bwd_data_acc;
   bool operator==(const ConvAlgos&) const = default;
 };
 

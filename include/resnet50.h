@@ -24,6 +24,7 @@ struct NetConfig {
   Layout layout = Layout::NCHW;
   bool tf32 = true;
   ConvPolicy conv;
+  ConvApi conv_api = ConvApi::Legacy;
   int classes = 10;
 };
 

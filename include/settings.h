@@ -9,6 +9,8 @@
 //   OPT_AUTOTUNE     cuDNN algorithms measured with cudnnFind*Ex and cached in a file
 //   OPT_FP16         fp16 activations and conv/linear weights, fp32 master weights, loss scaling
 //   OPT_NHWC         channels-last activations and filters
+//   OPT_CONV_GRAPH   convs through cuDNN's graph API with execution plans built once (past the
+//                    seed ladder: removes the host time of the legacy cudnnConvolution* calls)
 #pragma once
 
 #include <string>
@@ -31,6 +33,9 @@
 #ifndef OPT_NHWC
 #define OPT_NHWC 1
 #endif
+#ifndef OPT_CONV_GRAPH
+#define OPT_CONV_GRAPH 1
+#endif
 #ifndef VARIANT_NAME
 #define VARIANT_NAME "train"
 #endif
@@ -41,6 +46,7 @@ struct BuildSettings {
   AlgoPolicy algo;
   DType precision;
   Layout layout;
+  ConvApi conv_api;
   const char* variant;
 
   // The optimizations that are on, in ladder order, as short names ("devloss", "pinned", ...).
@@ -51,6 +57,7 @@ struct BuildSettings {
     if (algo == AlgoPolicy::Autotune) on.push_back("autotune");
     if (precision == DType::F16) on.push_back("fp16");
     if (layout == Layout::NHWC) on.push_back("nhwc");
+    if (conv_api == ConvApi::Graph) on.push_back("graph");
     return on;
   }
 };
@@ -61,5 +68,6 @@ inline constexpr BuildSettings kBuild{
     OPT_AUTOTUNE ? AlgoPolicy::Autotune : AlgoPolicy::Heuristic,
     OPT_FP16 ? DType::F16 : DType::F32,
     OPT_NHWC ? Layout::NHWC : Layout::NCHW,
+    OPT_CONV_GRAPH ? ConvApi::Graph : ConvApi::Legacy,
     VARIANT_NAME,
 };

@@ -14,6 +14,7 @@ enum class DType { F32, F16 };         // element type of activations and conv/l
 enum class Layout { NCHW, NHWC };      // memory order of activations (and of conv filters)
 enum class LoaderKind { Synchronous, PinnedRing };
 enum class AlgoPolicy { Heuristic, Autotune };  // how conv algorithms are chosen
+enum class ConvApi { Legacy, Graph };  // cuDNN's cudnnConvolution* calls, or its graph (backend) API
 
 inline const char* dtype_name(DType t) { return t == DType::F32 ? "fp32" : "fp16"; }
 inline const char* layout_name(Layout l) { return l == Layout::NCHW ? "NCHW" : "NHWC"; }
@@ -23,4 +24,5 @@ inline const char* loader_name(LoaderKind k) {
 inline const char* algo_policy_name(AlgoPolicy p) {
   return p == AlgoPolicy::Heuristic ? "heuristic" : "autotune";
 }
+inline const char* conv_api_name(ConvApi a) { return a == ConvApi::Legacy ? "legacy" : "graph"; }
 inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }

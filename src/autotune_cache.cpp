@@ -57,12 +57,15 @@ AutotuneEntries parse_autotune_cache(const std::string& text, const std::string&
     }
     if (context.empty()) fail("entry before any [context] line");
     std::istringstream fields(line);
-    std::string shape, f, b, w;
-    if (!(fields >> shape >> f >> b >> w) || fields >> line) fail("expected: shape fwd=.. bwd_data=.. bwd_filter=..");
+    std::string shape, f, b, w, acc;
+    if (!(fields >> shape >> f >> b >> w) || (fields >> acc && (acc.rfind("bwd_data_acc=", 0) != 0 || fields >> line)))
+      fail("expected: shape fwd=.. bwd_data=.. bwd_filter=.. [bwd_data_acc=..]");
     ConvAlgos a;
     if (f.rfind("fwd=", 0) != 0 || !parse_choice(f.substr(4), a.fwd)) fail("bad fwd field '" + f + "'");
     if (b.rfind("bwd_data=", 0) != 0 || !parse_choice(b.substr(9), a.bwd_data)) fail("bad bwd_data field '" + b + "'");
     if (w.rfind("bwd_filter=", 0) != 0 || !parse_choice(w.substr(11), a.bwd_filter)) fail("bad bwd_filter field '" + w + "'");
+    if (!acc.empty() && !parse_choice(acc.substr(13), a.bwd_data_acc))
+      fail("bad bwd_data_acc field '" + acc + "'");
     out[context][shape] = a;
   }
   if (number == 0) fail("empty file");
@@ -76,7 +79,8 @@ std::string format_autotune_cache(const AutotuneEntries& entries) {
     s += "[" + context + "]\n";
     for (const auto& [shape, a] : shapes)
       s += shape + " fwd=" + format_choice(a.fwd) + " bwd_data=" + format_choice(a.bwd_data) +
-           " bwd_filter=" + format_choice(a.bwd_filter) + "\n";
+           " bwd_filter=" + format_choice(a.bwd_filter) +
+           (a.bwd_data_acc.algo >= 0 ? " bwd_data_acc=" + format_choice(a.bwd_data_acc) : "") + "\n";
   }
   return s;
 }

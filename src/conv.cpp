@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "check.h"
+#include "conv_graph.h"
 #include "memory.h"
 
 namespace {
@@ -21,7 +22,14 @@ std::string ConvGeometry::key() const {
   return buf;
 }
 
-Conv2d::Conv2d(const ConvGeometry& g, DType t, Layout l, bool tf32) : g_(g) {
+size_t ConvLayer::workspace_bytes() const {
+  size_t m = algos_.fwd.workspace;
+  for (const AlgoChoice* c : {&algos_.bwd_data, &algos_.bwd_data_acc, &algos_.bwd_filter})
+    if (c->workspace > m) m = c->workspace;
+  return m;
+}
+
+Conv2d::Conv2d(const ConvGeometry& g, DType t, Layout l, bool tf32) : ConvLayer(g, t, tf32) {
   const cudnnDataType_t dt = cudnn_type(t);
   const cudnnTensorFormat_t fmt = cudnn_format(l);
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_));
@@ -49,18 +57,12 @@ Conv2d::~Conv2d() {
   if (x_) cudnnDestroyTensorDescriptor(x_);
 }
 
-void Conv2d::set_algorithms(const ConvAlgos& a) {
+bool Conv2d::use(cudnnHandle_t, const ConvAlgos& a) {
   algos_ = a;
   CUDNN_CHECK(cudnnSetConvolutionMathType(conv_[kFwd], static_cast<cudnnMathType_t>(a.fwd.math)));
   CUDNN_CHECK(cudnnSetConvolutionMathType(conv_[kBwdData], static_cast<cudnnMathType_t>(a.bwd_data.math)));
   CUDNN_CHECK(cudnnSetConvolutionMathType(conv_[kBwdFilter], static_cast<cudnnMathType_t>(a.bwd_filter.math)));
-}
-
-size_t Conv2d::workspace_bytes() const {
-  size_t m = algos_.fwd.workspace;
-  if (algos_.bwd_data.workspace > m) m = algos_.bwd_data.workspace;
-  if (algos_.bwd_filter.workspace > m) m = algos_.bwd_filter.workspace;
-  return m;
+  return true;
 }
 
 void Conv2d::forward(cudnnHandle_t h, const void* x, const void* w, void* y, void* ws, size_t ws_bytes) const {
@@ -89,6 +91,12 @@ void Conv2d::backward_filter(cudnnHandle_t h, const void* x, const void* dy, voi
 // ---- algorithm choice ---------------------------------------------------------------------------
 namespace {
 
+struct LegacyDescs {
+  cudnnTensorDescriptor_t x, y;
+  cudnnFilterDescriptor_t w;
+  cudnnConvolutionDescriptor_t conv[3];
+};
+
 // The first result (cuDNN sorts them, fastest or most promising first) that ran, fits the
 // workspace, is deterministic when asked, and keeps fp32 off tensor cores under --no-tf32.
 template <class Perf>
@@ -108,26 +116,27 @@ AlgoChoice pick(const Perf* perf, int count, const ConvPolicy& p, bool fma_only,
               format_bytes(p.workspace_limit) + "; try a larger --workspace-mb");
 }
 
-ConvAlgos heuristic_algos(cudnnHandle_t h, const Conv2d& c, const ConvPolicy& p, bool fma_only) {
+ConvAlgos heuristic_algos(cudnnHandle_t h, const ConvGeometry& g, const LegacyDescs& c, const ConvPolicy& p,
+                          bool fma_only) {
   ConvAlgos a;
   int n = 0;
   cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, c.x_desc(), c.w_desc(), c.conv_desc(kFwd), c.y_desc(),
+  CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, c.x, c.w, c.conv[kFwd], c.y,
                                                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, fwd));
-  a.fwd = pick(fwd, n, p, fma_only, false, "forward", c.geometry());
+  a.fwd = pick(fwd, n, p, fma_only, false, "forward", g);
   cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-  CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w_desc(), c.y_desc(), c.conv_desc(kBwdData), c.x_desc(),
+  CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w, c.y, c.conv[kBwdData], c.x,
                                                           CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, bd));
-  a.bwd_data = pick(bd, n, p, fma_only, false, "backward-data", c.geometry());
+  a.bwd_data = pick(bd, n, p, fma_only, false, "backward-data", g);
   cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x_desc(), c.y_desc(), c.conv_desc(kBwdFilter), c.w_desc(),
+  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x, c.y, c.conv[kBwdFilter], c.w,
                                                             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, bf));
-  a.bwd_filter = pick(bf, n, p, fma_only, false, "backward-filter", c.geometry());
+  a.bwd_filter = pick(bf, n, p, fma_only, false, "backward-filter", g);
   return a;
 }
 
-ConvAlgos measured_algos(cudnnHandle_t h, const Conv2d& c, DType t, const ConvPolicy& p, bool fma_only) {
-  const ConvGeometry& g = c.geometry();
+ConvAlgos measured_algos(cudnnHandle_t h, const ConvGeometry& g, const LegacyDescs& c, DType t, const ConvPolicy& p,
+                         bool fma_only) {
   const size_t es = dtype_size(t);
   // Measured on non-zero data (0x3C bytes: about 1.06 in fp16, 0.0115 in fp32), never on zeros.
   DeviceBuffer x(g.input().count() * es, "autotune input " + g.key());
@@ -140,18 +149,18 @@ ConvAlgos measured_algos(cudnnHandle_t h, const Conv2d& c, DType t, const ConvPo
   ConvAlgos a;
   int n = 0;
   cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, c.x_desc(), x.get(), c.w_desc(), w.get(), c.conv_desc(kFwd),
-                                                     c.y_desc(), y.get(), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, fwd,
+  CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, c.x, x.get(), c.w, w.get(), c.conv[kFwd],
+                                                     c.y, y.get(), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, fwd,
                                                      ws.get(), ws.bytes()));
   a.fwd = pick(fwd, n, p, fma_only, true, "forward", g);
   cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-  CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, c.w_desc(), w.get(), c.y_desc(), y.get(), c.conv_desc(kBwdData),
-                                                          c.x_desc(), x.get(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n,
+  CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, c.w, w.get(), c.y, y.get(), c.conv[kBwdData],
+                                                          c.x, x.get(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n,
                                                           bd, ws.get(), ws.bytes()));
   a.bwd_data = pick(bd, n, p, fma_only, true, "backward-data", g);
   cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-  CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, c.x_desc(), x.get(), c.y_desc(), y.get(), c.conv_desc(kBwdFilter),
-                                                            c.w_desc(), w.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n,
+  CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, c.x, x.get(), c.y, y.get(), c.conv[kBwdFilter],
+                                                            c.w, w.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n,
                                                             bf, ws.get(), ws.bytes()));
   a.bwd_filter = pick(bf, n, p, fma_only, true, "backward-filter", g);
   return a;
@@ -159,25 +168,33 @@ ConvAlgos measured_algos(cudnnHandle_t h, const Conv2d& c, DType t, const ConvPo
 
 }  // namespace
 
+ConvAlgos Conv2d::search(cudnnHandle_t h, const ConvPolicy& p) {
+  const LegacyDescs d{x_, y_, w_, {conv_[0], conv_[1], conv_[2]}};
+  if (p.policy == AlgoPolicy::Heuristic) return heuristic_algos(h, g_, d, p, fma_only());
+  // The first search of a process also pays for loading each candidate's kernels (CUDA loads
+  // modules lazily), which can rank a slow algorithm first: measure twice, keep the second.
+  measured_algos(h, g_, d, t_, p, fma_only());
+  return measured_algos(h, g_, d, t_, p, fma_only());
+}
+
+std::unique_ptr<ConvLayer> make_conv(ConvApi api, const ConvGeometry& g, DType t, Layout l, bool tf32) {
+  if (api == ConvApi::Graph) return std::make_unique<ConvGraph>(g, t, l, tf32);
+  return std::make_unique<Conv2d>(g, t, l, tf32);
+}
+
 AlgoChooser::AlgoChooser(cudnnHandle_t h, const ConvPolicy& p, AutotuneCache* cache)
     : h_(h), p_(p), cache_(cache) {}
 
-ConvAlgos AlgoChooser::choose(const Conv2d& conv, DType t) {
+void AlgoChooser::configure(ConvLayer& conv) {
   const std::string key = conv.geometry().key();
-  if (const ConvAlgos* hit = cache_ ? cache_->find(key) : nullptr) {
-    ++cached_;
-    return *hit;
-  }
-  const bool fma_only = conv.default_math() == CUDNN_FMA_MATH;
-  ConvAlgos a;
+  if (const ConvAlgos* hit = cache_ ? cache_->find(key) : nullptr)
+    if (conv.use(h_, *hit)) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const ConvAlgos a = conv.search(h_, p_);
   if (p_.policy == AlgoPolicy::Autotune) {
-    const auto t0 = std::chrono::steady_clock::now();
-    a = measured_algos(h_, conv, t, p_, fma_only);
     search_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++searched_;
-  } else {
-    a = heuristic_algos(h_, conv, p_, fma_only);
   }
+  if (!conv.use(h_, a)) throw Fatal("cuDNN rejected the algorithms it chose for conv " + key);
   if (cache_) cache_->put(key, a);
-  return a;
 }

@@ -78,6 +78,7 @@ JsonLine settings_json(const Options& o, int workers) {
       .add("layout", layout_name(kBuild.layout))
       .add("loader", loader_name(kBuild.loader))
       .add("algo", algo_policy_name(kBuild.algo))
+      .add("conv_api", conv_api_name(kBuild.conv_api))
       .add("device_loss", kBuild.device_loss)
       .add("workers", workers)
       .add("deterministic", o.deterministic)
@@ -206,24 +207,27 @@ void Trainer::setup_gpu() {
   cfg.conv.policy = opt_.deterministic ? AlgoPolicy::Heuristic : kBuild.algo;
   cfg.conv.deterministic = opt_.deterministic;
   cfg.conv.workspace_limit = size_t(opt_.workspace_mb) << 20;
+  cfg.conv_api = kBuild.conv_api;
   const bool measure = cfg.conv.policy == AlgoPolicy::Autotune;
   const std::string context = std::string("gpu=") + prop_.name + ";cudnn=" + std::to_string(cudnnGetVersion()) +
                               ";precision=" + dtype_name(cfg.dtype) + ";layout=" + layout_name(cfg.layout) +
-                              ";tf32=" + (cfg.tf32 ? "1" : "0") + ";workspace_mb=" + std::to_string(opt_.workspace_mb);
+                              ";tf32=" + (cfg.tf32 ? "1" : "0") + ";api=" + conv_api_name(cfg.conv_api) + ";workspace_mb=" + std::to_string(opt_.workspace_mb);
   cache_ = std::make_unique<AutotuneCache>(measure ? opt_.autotune_cache : "", context);
   for (const std::string& w : cache_->load()) std::fprintf(stderr, "warning: %s\n", w.c_str());
 
   net_ = std::make_unique<ResNet50>(cfg, *ctx_, *cache_);
   const AlgoReport& ar = net_->algo_report();
   if (!measure)
-    std::printf("convs: %d shapes, algorithms from cuDNN's heuristics%s, workspace %s\n", ar.shapes,
-                opt_.deterministic ? " (deterministic only)" : "", format_bytes(ar.workspace).c_str());
+    std::printf("convs: %d shapes, algorithms from cuDNN's heuristics%s, %s API, workspace %s\n", ar.shapes,
+                opt_.deterministic ? " (deterministic only)" : "", conv_api_name(cfg.conv_api),
+                format_bytes(ar.workspace).c_str());
   else if (ar.searched == 0)
-    std::printf("convs: all %d shapes from the autotune cache %s (no search), workspace %s\n", ar.shapes,
-                opt_.autotune_cache.c_str(), format_bytes(ar.workspace).c_str());
+    std::printf("convs: all %d shapes from the autotune cache %s (no search), %s API, workspace %s\n", ar.shapes,
+                opt_.autotune_cache.c_str(), conv_api_name(cfg.conv_api), format_bytes(ar.workspace).c_str());
   else {
-    std::printf("convs: autotuned %d of %d shapes in %.2f s (saved to %s), workspace %s\n", ar.searched, ar.shapes,
-                ar.search_s, opt_.autotune_cache.c_str(), format_bytes(ar.workspace).c_str());
+    std::printf("convs: autotuned %d of %d shapes in %.2f s (saved to %s), %s API, workspace %s\n", ar.searched,
+                ar.shapes, ar.search_s, opt_.autotune_cache.c_str(), conv_api_name(cfg.conv_api),
+                format_bytes(ar.workspace).c_str());
     cache_->save();
   }
 
@@ -655,7 +659,8 @@ std::string describe_build() {
   for (const std::string& o : kBuild.optimizations()) opts += (opts.empty() ? "" : " ") + o;
   return std::string(kBuild.variant) + ": optimizations [" + (opts.empty() ? "none: the baseline" : opts) + "] -> " +
          dtype_name(kBuild.precision) + ", " + layout_name(kBuild.layout) + ", " + loader_name(kBuild.loader) +
-         " loader, " + algo_policy_name(kBuild.algo) + " conv algorithms, loss read " +
+         " loader, " + algo_policy_name(kBuild.algo) + " conv algorithms (cuDNN " + conv_api_name(kBuild.conv_api) +
+         " API), loss read " +
          (kBuild.device_loss ? "asynchronously from the GPU" : "every step (synchronising)");
 }
 

@@ -3,17 +3,25 @@
 
 The C++ side (ResNet50::init_params_for_parity) and this script fill every parameter and the batch
 from the same hash of (seed, tensor index, element index), so neither side ships 94 MB of weights:
-the fixture holds only what PyTorch computed. fp32 with TF32 off on both sides, BN in training mode,
-no augmentation.
+the fixture holds only what PyTorch computed. BN in training mode, no augmentation.
+
+The reference is PyTorch in float64, and the fixture also records how far PyTorch's own float32
+(TF32 off) lands from it, tensor by tensor. Why: a ReLU input within rounding of 0 flips its mask
+between any two correct float32 implementations, and each flip moves the gradients below it. With
+BN shifts near 0, PyTorch's float32 gradients differ from its float64 ones by 1-2% in nearly every
+tensor (measured on the CPU); with the shifts at 0.5 + 0.1 u used here, the median tensor agrees to
+~5e-6 on the CPU and ~3e-3 on an H200 (cuDNN's float32 kernels round differently), the worst by
+~6e-3. The test holds the trainer to 2e-2 for every tensor, and for the median tensor to 1e-3 or
+twice PyTorch's own float32 median, whichever is larger.
 
 Written into the fixture:
   loss and logits of the first forward;
-  every parameter gradient: its L2 norm, and its values at 64 fixed positions (all of them for
-  tensors of at most 64 values);
+  every parameter gradient: its L2 norm, PyTorch float32's relative error, and its values at 64
+  fixed positions (all of them for tensors of at most 64 values);
   the losses of 20 SGD steps (momentum 0.9, Nesterov, weight decay on conv/linear weights only).
 
 Run on a machine with PyTorch (the GPU machine has it):
-  python3 tests/make_parity_fixture.py --out tests/fixtures/parity/resnet50_fp32.txt
+  python3 tests/make_parity_fixture.py --out tests/fixtures/parity/resnet50.txt
 """
 import argparse
 import datetime
@@ -104,8 +112,8 @@ def parity_values(seed, index, name, shape, features):
         v = u / np.sqrt(features)
     elif name.endswith(".weight"):  # BN gamma
         v = 1.0 + 0.1 * u
-    else:  # BN beta
-        v = 0.1 * u
+    else:  # BN beta, shifted away from 0 (see the docstring)
+        v = 0.5 + 0.1 * u
     return v.astype(np.float32).reshape(shape)
 
 
@@ -120,9 +128,37 @@ def fmt(v):
     return repr(float(v))
 
 
+def train(args, dev, dtype, steps=STEPS):
+    """STEPS SGD steps on the fixed batch: first-step logits and gradients, and every step's loss."""
+    model = ResNet50().to(dev).to(dtype).train()
+    params = list(model.named_parameters())
+    features = model.fc.in_features
+    with torch.no_grad():
+        for i, (name, p) in enumerate(params):
+            p.copy_(torch.from_numpy(parity_values(args.seed, i, name, tuple(p.shape), features)))
+    xn, yn = batch(args.seed, args.batch)
+    x, y = torch.from_numpy(xn).to(dev).to(dtype), torch.from_numpy(yn).to(dev)
+    decay = [p for n, p in params if p.dim() > 1]
+    no_decay = [p for n, p in params if p.dim() <= 1]
+    opt = torch.optim.SGD([{"params": decay, "weight_decay": 5e-4}, {"params": no_decay, "weight_decay": 0.0}],
+                          lr=args.lr, momentum=0.9, nesterov=True)
+    out = {"losses": []}
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        logits = model(x)
+        loss = F.cross_entropy(logits, y)
+        loss.backward()
+        out["losses"].append(loss.item())
+        if step == 0:
+            out["logits"] = logits.detach().cpu().double().numpy().ravel()
+            out["grads"] = {n: p.grad.detach().cpu().double().numpy().ravel() for n, p in params}
+        opt.step()
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="tests/fixtures/parity/resnet50_fp32.txt")
+    ap.add_argument("--out", default="tests/fixtures/parity/resnet50.txt")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1234)
     # small enough that the 20 steps descend smoothly: at 0.02 the loss of this batch of 8 jumps to 45
@@ -133,46 +169,30 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = ResNet50().to(dev).float().train()
-    params = list(model.named_parameters())
-    features = model.fc.in_features
-    with torch.no_grad():
-        for i, (name, p) in enumerate(params):
-            p.copy_(torch.from_numpy(parity_values(args.seed, i, name, tuple(p.shape), features)))
-    xn, yn = batch(args.seed, args.batch)
-    x, y = torch.from_numpy(xn).to(dev), torch.from_numpy(yn).to(dev)
+    ref = train(args, dev, torch.float64)
+    fp32 = train(args, dev, torch.float32, steps=1)
 
-    decay = [p for n, p in params if p.dim() > 1]
-    no_decay = [p for n, p in params if p.dim() <= 1]
-    opt = torch.optim.SGD([{"params": decay, "weight_decay": 5e-4}, {"params": no_decay, "weight_decay": 0.0}],
-                          lr=args.lr, momentum=0.9, nesterov=True)
     rng = np.random.default_rng(args.seed)
-    lines = []
-    losses = []
-    for step in range(STEPS):
-        opt.zero_grad(set_to_none=True)
-        logits = model(x)
-        loss = F.cross_entropy(logits, y)
-        loss.backward()
-        losses.append(loss.item())
-        if step == 0:
-            lines.append("loss " + fmt(loss.item()))
-            lines.append("logits " + " ".join(fmt(v) for v in logits.detach().cpu().numpy().ravel()))
-            for name, p in params:
-                g = p.grad.detach().cpu().numpy().astype(np.float64).ravel()
-                pick = np.arange(g.size) if g.size <= SAMPLES else np.sort(rng.choice(g.size, SAMPLES, replace=False))
-                pairs = " ".join(f"{int(i)} {fmt(g[i])}" for i in pick)
-                lines.append(f"grad {name} {g.size} {fmt(np.linalg.norm(g))} {len(pick)} {pairs}")
-        opt.step()
-    lines.append("losses " + " ".join(fmt(v) for v in losses))
+    lines = ["loss " + fmt(ref["losses"][0]), "logits " + " ".join(fmt(v) for v in ref["logits"])]
+    for name, g in ref["grads"].items():
+        err = np.linalg.norm(fp32["grads"][name] - g) / max(np.linalg.norm(g), 1e-300)
+        pick = np.arange(g.size) if g.size <= SAMPLES else np.sort(rng.choice(g.size, SAMPLES, replace=False))
+        pairs = " ".join(f"{int(i)} {fmt(g[i])}" for i in pick)
+        lines.append(f"grad {name} {g.size} {fmt(np.linalg.norm(g))} {fmt(err)} {len(pick)} {pairs}")
+    lines.append("losses " + " ".join(fmt(v) for v in ref["losses"]))
+    errs = {n: np.linalg.norm(fp32["grads"][n] - g) / max(np.linalg.norm(g), 1e-300) for n, g in ref["grads"].items()}
+    worst = max(errs, key=errs.get)
+    print(f"PyTorch float32 vs float64: median gradient error {np.median(list(errs.values())):.2e}, "
+          f"worst {errs[worst]:.2e} ({worst})")
 
     gpu = torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu"
     head = [f"# made by tests/make_parity_fixture.py with PyTorch {torch.__version__} on {gpu}, "
-            f"{datetime.date.today().isoformat()}; fp32, TF32 off",
+            f"{datetime.date.today().isoformat()}; reference float64, float32 errors with TF32 off",
             f"batch {args.batch}", f"seed {args.seed}", f"lr {fmt(args.lr)}", "momentum 0.9", "weight_decay 0.0005",
             "nesterov 1"]
     with open(args.out, "w") as f:
         f.write("\n".join(head + lines) + "\n")
+    losses = ref["losses"]
     print(f"wrote {args.out}: loss {losses[0]:.6f} -> {losses[-1]:.6f} after {STEPS} steps ({gpu})")
 
 

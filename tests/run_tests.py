@@ -124,7 +124,11 @@ def run_fuzz_smoke(tally):
     runs = os.environ.get("FUZZ_SMOKE_RUNS", "20000")
     for t in targets:
         corpus = os.path.join(fuzz_dir, "corpus", t[len("fuzz_"):])
-        args = [os.path.join(fuzz_dir, t), f"-runs={runs}", "-max_len=65536", "-rss_limit_mb=4096"]
+        # crash inputs go under build/, never into the working tree
+        artifacts = os.path.join(fuzz_dir, "artifacts")
+        os.makedirs(artifacts, exist_ok=True)
+        args = [os.path.join(fuzz_dir, t), f"-runs={runs}", "-max_len=65536", "-rss_limit_mb=4096",
+                f"-artifact_prefix={artifacts}/{t}-"]
         if os.path.isdir(corpus):
             args.append(corpus)
         proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
@@ -132,7 +136,8 @@ def run_fuzz_smoke(tally):
             tally.add("fuzz", t, "pass")
         else:
             tail = [l for l in proc.stderr.splitlines() if "ERROR" in l or "SUMMARY" in l]
-            tally.add("fuzz", t, "fail", tail[0] if tail else f"exit {proc.returncode}")
+            tally.add("fuzz", t, "fail", (tail[0] if tail else f"exit {proc.returncode}") +
+                      f" (the input is in {os.path.relpath(artifacts, ROOT)})")
 
 
 def main():

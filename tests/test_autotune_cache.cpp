@@ -10,20 +10,12 @@
 
 #include "autotune_cache.h"
 #include "errors.h"
+#include "test_files.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "autotune-XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
+using test_files::TempDir;
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
@@ -36,18 +28,18 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
-#define EXPECT_HAS(message, part) EXPECT_NE(std::string(message).find(part), std::string::npos) \
-    << "message '" << (message) << "' lacks '" << (part) << "'"
-
 const std::string kHere = "gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;deterministic=0;workspace_mb=1024";
 const std::string kOther = "gpu=NVIDIA A100-SXM4-40GB;cudnn=90100;precision=fp32;layout=NCHW;deterministic=1;workspace_mb=256";
 const char* kHeaderLine = "resnet-trainer autotune cache v1\n";
 
 ConvAlgos algos(int seed) {
-  // Times with at most 6 significant digits, as the file stores them.
+  // Times with at most 6 significant digits, as the file stores them. Odd seeds carry the graph
+  // API's accumulating backward-data choice, even ones leave it unset as the legacy API does.
+  const AlgoChoice acc = seed % 2 ? AlgoChoice{(seed + 3) % 8, 3, 256, 0.5f} : AlgoChoice{};
   return {{seed % 8, 1, size_t(seed) * 4096, 0.0412f},
           {(seed + 1) % 8, 0, 0, -1.f},
-          {(seed + 2) % 8, 2, (size_t(5) << 32) + seed, 12.5f}};  // a workspace above 4 GiB
+          {(seed + 2) % 8, 2, (size_t(5) << 32) + seed, 12.5f},  // a workspace above 4 GiB
+          acc};
 }
 
 AutotuneEntries sample_entries() {
@@ -68,7 +60,7 @@ TEST(AutotuneCacheFile, FormatParseRoundTrip) {
 
 TEST(AutotuneCacheFile, MeasuredTimesKeepSixSignificantDigits) {
   AutotuneEntries e;
-  e[kHere]["s"] = {{3, 1, 0, 0.123456789f}, {1, 0, 0, 1234.5678f}, {2, 0, 0, 3.3333333e-5f}};
+  e[kHere]["s"] = {{3, 1, 0, 0.123456789f}, {1, 0, 0, 1234.5678f}, {2, 0, 0, 3.3333333e-5f}, {}};
   const ConvAlgos back = parse_autotune_cache(format_autotune_cache(e), "c.txt").at(kHere).at("s");
   EXPECT_NEAR(back.fwd.ms, 0.123456789f, 1e-6f);
   EXPECT_NEAR(back.bwd_data.ms, 1234.5678f, 1e-2f);
@@ -99,6 +91,10 @@ TEST(AutotuneCacheFile, MalformedLinesNameFileAndLine) {
       {std::string(kHeaderLine) + ctx + "s fwd=1/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1x\n", "bad bwd_filter field"},
       {std::string(kHeaderLine) + ctx + "s fwd=1/1/0/1 bwd_data=1/1/0/1\n", "expected: shape"},
       {std::string(kHeaderLine) + ctx + "s fwd=1/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1 extra\n", "expected: shape"},
+      {std::string(kHeaderLine) + ctx + "s fwd=1/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1 bwd_data_acc=1/x\n",
+       "bad bwd_data_acc field"},
+      {std::string(kHeaderLine) + ctx + "s fwd=1/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1 bwd_data_acc=1/1/0/1 x\n",
+       "expected: shape"},
       {std::string(kHeaderLine) + ctx + "s fwd=99/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1\n", "bad fwd field"},
       {std::string(kHeaderLine) + "[unclosed\n", "malformed context"},
       {"", "empty"},

@@ -23,36 +23,12 @@
 #include "checkpoint.h"
 #include "errors.h"
 #include "file_io.h"
+#include "test_files.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "checkpoint-XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
-
-std::string input_error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected an InputError, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected an InputError, nothing was thrown";
-  return "";
-}
-
-#define EXPECT_HAS(message, part) EXPECT_NE(std::string(message).find(part), std::string::npos) \
-    << "message '" << (message) << "' lacks '" << (part) << "'"
+using namespace test_files;  // TempDir, input_error_of
 
 // A checkpoint whose every field and array element differs from the defaults and from each other.
 Checkpoint sample(size_t params = 1000, size_t running = 100, int version = 0) {

@@ -4,58 +4,30 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
-#include <zlib.h>
 
 #include <array>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "data.h"
 #include "errors.h"
 #include "file_io.h"
+#include "test_files.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-// A fresh directory under $TMPDIR, removed with everything in it at the end of the test.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "data-readers-XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
+using namespace test_files;  // TempDir, input_error_of, gzip
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream f(path, std::ios::binary);
   f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   ASSERT_TRUE(f.good()) << path;
 }
-
-// Runs `fn`, which must throw an InputError; returns its message ("" and a failure otherwise).
-std::string input_error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected an InputError, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected an InputError, nothing was thrown";
-  return "";
-}
-
-#define EXPECT_HAS(message, part) EXPECT_NE(std::string(message).find(part), std::string::npos) \
-    << "message '" << (message) << "' lacks '" << (part) << "'"
 
 // ---- CIFAR-10 -----------------------------------------------------------------------------------
 
@@ -214,21 +186,6 @@ std::vector<uint8_t> idx_labels(int n, uint32_t magic = 0x801) {
   put_be32(b, n);
   for (int i = 0; i < n; ++i) b.push_back(static_cast<uint8_t>((i * 3) % kClasses));
   return b;
-}
-
-// A gzip stream (zlib's gzip wrapper), as in the distributed .gz files.
-std::vector<uint8_t> gzip(const std::vector<uint8_t>& in) {
-  z_stream zs{};
-  EXPECT_EQ(deflateInit2(&zs, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::vector<uint8_t> out(deflateBound(&zs, in.size()) + 64);
-  zs.next_in = const_cast<Bytef*>(in.data());
-  zs.avail_in = static_cast<uInt>(in.size());
-  zs.next_out = out.data();
-  zs.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
 }
 
 constexpr int kTrainN = 50, kTestN = 20;
@@ -405,11 +362,11 @@ TEST(FashionMnistReader, MissingDirectoryNamesIt) {
 }
 
 TEST(FashionMnistReader, RealDataSetHasBalancedClasses) {
-  const std::string dir = "/usr/share/datasets/fashion-mnist";
-  struct stat st{};
-  if (stat((dir + "/train-images-idx3-ubyte.gz").c_str(), &st) != 0)
-    GTEST_SKIP() << "Fashion-MNIST not installed: " << dir << " lacks train-images-idx3-ubyte.gz "
-                 << "(sudo apt-get install dataset-fashion-mnist)";
+  // Where bin/train looks: $FASHION_MNIST_DIR, data/fashion-mnist, /usr/share/datasets/fashion-mnist.
+  const std::string dir = find_fashion_mnist_dir();
+  if (dir.empty())
+    GTEST_SKIP() << "Fashion-MNIST not installed: no train-images-idx3-ubyte.gz in $FASHION_MNIST_DIR, "
+                 << "data/fashion-mnist or /usr/share/datasets/fashion-mnist (sudo apt-get install dataset-fashion-mnist)";
   const DataSplit s = load_fashion_mnist(dir);
   ASSERT_EQ(s.train.count, 60000);
   ASSERT_EQ(s.test.count, 10000);

@@ -3,46 +3,20 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <cstdio>
 #include <filesystem>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "errors.h"
 #include "file_io.h"
+#include "test_files.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "file-io-XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
-
-std::string input_error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected an InputError, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected an InputError, nothing was thrown";
-  return "";
-}
-
-#define EXPECT_HAS(message, part) EXPECT_NE(std::string(message).find(part), std::string::npos) \
-    << "message '" << (message) << "' lacks '" << (part) << "'"
+using namespace test_files;  // TempDir, input_error_of, gzip
 
 std::vector<uint8_t> some_bytes(size_t n, uint32_t seed) {
   std::vector<uint8_t> b(n);
@@ -58,20 +32,6 @@ std::vector<uint8_t> compressible(size_t n) {
   std::vector<uint8_t> b(n);
   for (size_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>("the quick brown fox "[i % 20] + (i % 997 == 0));
   return b;
-}
-
-std::vector<uint8_t> gzip(const std::vector<uint8_t>& in) {
-  z_stream zs{};
-  EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::vector<uint8_t> out(deflateBound(&zs, in.size()) + 64);
-  zs.next_in = const_cast<Bytef*>(in.data());
-  zs.avail_in = static_cast<uInt>(in.size());
-  zs.next_out = out.data();
-  zs.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
 }
 
 TEST(FileIo, AtomicWriteThenReadRoundTrip) {

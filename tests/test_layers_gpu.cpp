@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "conv.h"
+#include "conv_graph.h"
 #include "errors.h"
 #include "gpu_test_util.h"
 #include "kernels.h"
@@ -60,7 +61,7 @@ std::string dims_name(const ref::Dims& d) {
 }
 
 // ================================================================================================
-// Convolution (cuDNN through Conv2d)
+// Convolution (cuDNN through Conv2d, the legacy API, and ConvGraph, the graph API)
 // ================================================================================================
 
 enum class Precision { F32, TF32, F16 };
@@ -81,13 +82,14 @@ const ConvCase kConvCases[] = {
     {"stem", {4, 3, 16, 16, 64, 3, 1, 1}},      // 3 -> 64 stem
 };
 
-using ConvParam = std::tuple<ConvCase, Precision, Layout, AlgoPolicy>;
+using ConvParam = std::tuple<ConvCase, Precision, Layout, AlgoPolicy, ConvApi>;
 
 class GpuConv : public testing::TestWithParam<ConvParam> {};
 
 std::string conv_param_name(const testing::TestParamInfo<ConvParam>& info) {
-  const auto& [c, p, l, policy] = info.param;
-  return std::string(c.name) + "_" + precision_name(p) + "_" + layout_name(l) + "_" + algo_policy_name(policy);
+  const auto& [c, p, l, policy, api] = info.param;
+  return std::string(c.name) + "_" + precision_name(p) + "_" + layout_name(l) + "_" + algo_policy_name(policy) + "_" +
+         conv_api_name(api);
 }
 
 ref::ConvDims ref_dims(const ConvGeometry& g) { return {g.n, g.c, g.h, g.w, g.k, g.r, g.r, g.stride, g.pad}; }
@@ -95,7 +97,7 @@ ref::ConvDims ref_dims(const ConvGeometry& g) { return {g.n, g.c, g.h, g.w, g.k,
 // Forward, backward-data (overwriting and accumulating) and backward-filter of one shape.
 TEST_P(GpuConv, MatchesReference) {
   SKIP_WITHOUT_GPU("the cuDNN convolution");
-  const auto& [cs, prec, layout, policy] = GetParam();
+  const auto& [cs, prec, layout, policy, api] = GetParam();
   const DType t = prec == Precision::F16 ? DType::F16 : DType::F32;
   const double bound = prec == Precision::F32 ? kTolF32 : prec == Precision::TF32 ? kTolTf32 : kTolF16;
   const ConvGeometry& g = cs.g;
@@ -104,9 +106,10 @@ TEST_P(GpuConv, MatchesReference) {
   const ref::Dims wd{g.k, g.c, g.r, g.r};  // KCRS is NCHW with N=K, H=R, W=S; KRSC is its NHWC
 
   GpuContext& c = ctx();
-  Conv2d conv(g, t, layout, prec == Precision::TF32);
+  const std::unique_ptr<ConvLayer> layer = make_conv(api, g, t, layout, prec == Precision::TF32);
+  ConvLayer& conv = *layer;
   AlgoChooser chooser(c.cudnn, ConvPolicy{policy, false, size_t(256) << 20}, nullptr);
-  conv.set_algorithms(chooser.choose(conv, t));
+  chooser.configure(conv);
   DeviceBuffer ws(conv.workspace_bytes(), "conv test workspace");
 
   std::mt19937_64 rng = test_rng();
@@ -144,26 +147,56 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GpuConv,
                          testing::Combine(testing::ValuesIn(kConvCases),
                                           testing::Values(Precision::F32, Precision::TF32, Precision::F16),
                                           testing::Values(Layout::NCHW, Layout::NHWC),
-                                          testing::Values(AlgoPolicy::Heuristic, AlgoPolicy::Autotune)),
+                                          testing::Values(AlgoPolicy::Heuristic, AlgoPolicy::Autotune),
+                                          testing::Values(ConvApi::Legacy, ConvApi::Graph)),
                          conv_param_name);
 
-// --no-tf32 must keep fp32 convs off tensor cores in all three directions. The math type a chosen
-// algorithm reports is written back into the descriptor (Conv2d::set_algorithms), and on Ampere
-// and later CUDNN_DEFAULT_MATH permits TF32: only CUDNN_FMA_MATH guarantees full fp32 products.
+// --no-tf32 must keep fp32 convs off tensor cores in all directions. Legacy API: the math type a
+// chosen algorithm reports is written back into the descriptor (Conv2d::use), and on Ampere and
+// later CUDNN_DEFAULT_MATH permits TF32: only CUDNN_FMA_MATH guarantees full fp32 products. Graph
+// API: engines with cuDNN's TENSOR_CORE or DOWN_CONVERT_INPUTS notes are refused, and the choice
+// records CUDNN_FMA_MATH for the others.
 TEST(GpuConvAlgos, NoTf32ChoosesFmaMathInEveryDirection) {
   SKIP_WITHOUT_GPU("cuDNN's algorithm choice");
   GpuContext& c = ctx();
-  for (const AlgoPolicy policy : {AlgoPolicy::Heuristic, AlgoPolicy::Autotune})
-    for (const Layout l : {Layout::NCHW, Layout::NHWC})
-      for (const ConvCase& cs : kConvCases) {
-        SCOPED_TRACE(std::string(cs.name) + " " + layout_name(l) + " " + algo_policy_name(policy));
-        Conv2d conv(cs.g, DType::F32, l, false);
-        AlgoChooser chooser(c.cudnn, ConvPolicy{policy, false, size_t(256) << 20}, nullptr);
-        const ConvAlgos a = chooser.choose(conv, DType::F32);
-        EXPECT_EQ(a.fwd.math, int(CUDNN_FMA_MATH)) << "forward algo " << a.fwd.algo;
-        EXPECT_EQ(a.bwd_data.math, int(CUDNN_FMA_MATH)) << "backward-data algo " << a.bwd_data.algo;
-        EXPECT_EQ(a.bwd_filter.math, int(CUDNN_FMA_MATH)) << "backward-filter algo " << a.bwd_filter.algo;
-      }
+  for (const ConvApi api : {ConvApi::Legacy, ConvApi::Graph})
+    for (const AlgoPolicy policy : {AlgoPolicy::Heuristic, AlgoPolicy::Autotune})
+      for (const Layout l : {Layout::NCHW, Layout::NHWC})
+        for (const ConvCase& cs : kConvCases) {
+          SCOPED_TRACE(std::string(cs.name) + " " + layout_name(l) + " " + algo_policy_name(policy) + " " +
+                       conv_api_name(api));
+          const std::unique_ptr<ConvLayer> conv = make_conv(api, cs.g, DType::F32, l, false);
+          AlgoChooser chooser(c.cudnn, ConvPolicy{policy, false, size_t(256) << 20}, nullptr);
+          chooser.configure(*conv);
+          const ConvAlgos& a = conv->algorithms();
+          EXPECT_EQ(a.fwd.math, int(CUDNN_FMA_MATH)) << "forward algo " << a.fwd.algo;
+          EXPECT_EQ(a.bwd_data.math, int(CUDNN_FMA_MATH)) << "backward-data algo " << a.bwd_data.algo;
+          EXPECT_EQ(a.bwd_filter.math, int(CUDNN_FMA_MATH)) << "backward-filter algo " << a.bwd_filter.algo;
+          if (api == ConvApi::Graph) {
+            EXPECT_EQ(a.bwd_data_acc.math, int(CUDNN_FMA_MATH)) << "accumulating algo " << a.bwd_data_acc.algo;
+          }
+        }
+}
+
+// A choice taken from the autotune cache builds the same plans as the search that produced it, and
+// an entry naming an engine configuration that cuDNN does not list is refused (so it is searched).
+TEST(GpuConvAlgos, GraphPlansFromTheCacheMatchTheSearch) {
+  SKIP_WITHOUT_GPU("cuDNN's graph API");
+  GpuContext& c = ctx();
+  const ConvGeometry& g = kConvCases[1].g;
+  AutotuneCache cache("", "test");
+  ConvGraph first(g, DType::F16, Layout::NHWC, false), second(g, DType::F16, Layout::NHWC, false);
+  AlgoChooser chooser(c.cudnn, ConvPolicy{AlgoPolicy::Autotune, false, size_t(256) << 20}, &cache);
+  chooser.configure(first);
+  EXPECT_EQ(chooser.searched(), 1);
+  chooser.configure(second);
+  EXPECT_EQ(chooser.searched(), 1) << "the second layer of the same shape searched again";
+  EXPECT_EQ(first.algorithms().fwd.algo, second.algorithms().fwd.algo);
+  EXPECT_EQ(first.algorithms().bwd_filter.algo, second.algorithms().bwd_filter.algo);
+  ConvAlgos stale = first.algorithms();
+  stale.fwd.algo = 64;
+  ConvGraph third(g, DType::F16, Layout::NHWC, false);
+  EXPECT_FALSE(third.use(c.cudnn, stale));
 }
 
 // ================================================================================================

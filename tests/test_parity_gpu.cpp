@@ -1,9 +1,14 @@
 // One whole training step of the real network against PyTorch (tests/make_parity_fixture.py):
-// same weights and batch (both generated from one hash), fp32 with TF32 off, BN in training mode.
-// Loss, logits and every parameter gradient agree to 1e-3 relative, and 20 SGD steps to 1%.
+// same weights and batch (both generated from one hash), fp32 with TF32 off against PyTorch's
+// float64, BN in training mode. Loss and logits agree to 1e-3 relative; the gradients as closely as
+// PyTorch's own float32 agrees with its float64 (1e-3 for the median tensor where PyTorch does
+// better), every one within the bound that ReLU mask flips explain (see below and
+// tests/make_parity_fixture.py); 20 SGD steps to 1%.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -18,6 +23,7 @@ namespace {
 struct GradRecord {
   size_t count = 0;
   double norm = 0;
+  double torch_fp32_error = 0;  // how far PyTorch's own float32 lands from the float64 reference
   std::vector<std::pair<size_t, double>> samples;
 };
 
@@ -33,7 +39,7 @@ struct Fixture {
 
 std::string fixture_path() {
   const std::string here = __FILE__;  // tests/test_parity_gpu.cpp, relative to the repository root
-  return here.substr(0, here.find_last_of('/') + 1) + "fixtures/parity/resnet50_fp32.txt";
+  return here.substr(0, here.find_last_of('/') + 1) + "fixtures/parity/resnet50.txt";
 }
 
 Fixture load_fixture(const std::string& path) {
@@ -59,7 +65,7 @@ Fixture load_fixture(const std::string& path) {
       std::string name;
       GradRecord g;
       size_t k = 0;
-      s >> name >> g.count >> g.norm >> k;
+      s >> name >> g.count >> g.norm >> g.torch_fp32_error >> k;
       for (size_t i = 0; i < k; ++i) {
         size_t idx;
         double v;
@@ -70,6 +76,19 @@ Fixture load_fixture(const std::string& path) {
     }
   }
   return f;
+}
+
+// The largest gradient error that ReLU mask flips alone can explain; PyTorch's own float32 reaches
+// 7e-3 on this fixture.
+constexpr double kMaskFlipBound = 2e-2;
+
+struct Spread {
+  double median, worst;
+  int within_1e3;
+};
+Spread spread(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.back(), static_cast<int>(std::upper_bound(v.begin(), v.end(), 1e-3) - v.begin())};
 }
 
 double rel_error(const std::vector<double>& a, const std::vector<double>& b) {
@@ -86,7 +105,8 @@ struct Counters {
   ScalerState scaler;
 };
 
-class ParityGpu : public testing::Test {
+// Parameter: the cuDNN API that runs the convs (both must match PyTorch).
+class ParityGpu : public testing::TestWithParam<ConvApi> {
  protected:
   void SetUp() override {
     if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device: the PyTorch parity test needs a GPU";
@@ -100,6 +120,7 @@ class ParityGpu : public testing::Test {
     cfg.layout = Layout::NCHW;
     cfg.tf32 = false;
     cfg.conv = {AlgoPolicy::Heuristic, false, size_t(512) << 20};
+    cfg.conv_api = GetParam();
     net_ = std::make_unique<ResNet50>(cfg, *ctx_, *cache_);
     net_->init_params_for_parity(f_.seed);
 
@@ -149,7 +170,7 @@ class ParityGpu : public testing::Test {
   DeviceBuffer images_, labels_, counters_;
 };
 
-TEST_F(ParityGpu, LossLogitsAndEveryGradientMatchPyTorch) {
+TEST_P(ParityGpu, LossLogitsAndEveryGradientMatchPyTorch) {
   const float loss = step_gradients();
   EXPECT_NEAR(loss, f_.loss, 1e-3 * std::fabs(f_.loss)) << "loss";
 
@@ -158,8 +179,15 @@ TEST_F(ParityGpu, LossLogitsAndEveryGradientMatchPyTorch) {
   ASSERT_EQ(logits.size(), f_.logits.size());
   EXPECT_LE(rel_error(std::vector<double>(logits.begin(), logits.end()), f_.logits), 1e-3) << "logits";
 
+  // Per tensor, the larger of the norm's and the sampled values' relative errors. A ReLU input
+  // within rounding of 0 flips its mask between any two float32 implementations, which moves the
+  // gradients below it by up to ~1e-2 (PyTorch's own float32 against its float64, in the fixture):
+  // every tensor must stay within that bound, and the median tensor within 1e-3 or within twice
+  // the median error of PyTorch's own float32 on the GPU that made the fixture, whichever is larger.
   const ParamStore& p = net_->params();
   ASSERT_EQ(p.tensors().size(), f_.grads.size()) << "the fixture and the network have different parameter lists";
+  std::vector<double> ours_err, torch_err;
+  std::string worst;
   for (size_t id = 0; id < p.tensors().size(); ++id) {
     const ParamTensor& t = p.tensors()[id];
     const auto it = f_.grads.find(t.name);
@@ -172,17 +200,27 @@ TEST_F(ParityGpu, LossLogitsAndEveryGradientMatchPyTorch) {
     double norm = 0;
     for (float v : g) norm += double(v) * v;
     norm = std::sqrt(norm);
-    EXPECT_NEAR(norm, ref.norm, 1e-3 * ref.norm + 1e-30) << t.name << " gradient norm";
     std::vector<double> ours, theirs;
     for (const auto& [idx, v] : ref.samples) {
       ours.push_back(g[idx]);
       theirs.push_back(v);
     }
-    EXPECT_LE(rel_error(ours, theirs), 1e-3) << t.name << " gradient values";
+    const double e = std::max(std::fabs(norm - ref.norm) / ref.norm, rel_error(ours, theirs));
+    EXPECT_LE(e, kMaskFlipBound) << t.name << " gradient (PyTorch's own float32 error: " << ref.torch_fp32_error << ")";
+    if (ours_err.empty() || e > *std::max_element(ours_err.begin(), ours_err.end())) worst = t.name;
+    ours_err.push_back(e);
+    torch_err.push_back(ref.torch_fp32_error);
   }
+  const Spread o = spread(ours_err), r = spread(torch_err);
+  std::printf("[ parity   ] %s API, gradients against PyTorch float64 (%zu tensors): median %.2e, worst %.2e (%s), "
+              "%d within 1e-3; PyTorch's own float32: median %.2e, worst %.2e, %d within 1e-3\n",
+              conv_api_name(GetParam()), ours_err.size(), o.median, o.worst, worst.c_str(), o.within_1e3, r.median,
+              r.worst, r.within_1e3);
+  EXPECT_LE(o.median, std::max(1e-3, 2 * r.median))
+      << "the typical gradient is further from PyTorch's float64 than 1e-3 and than twice PyTorch's own float32";
 }
 
-TEST_F(ParityGpu, TwentyStepsFollowPyTorchsLosses) {
+TEST_P(ParityGpu, TwentyStepsFollowPyTorchsLosses) {
   ASSERT_EQ(f_.losses.size(), 20u);
   for (size_t s = 0; s < f_.losses.size(); ++s) {
     const float loss = step_gradients();
@@ -190,5 +228,8 @@ TEST_F(ParityGpu, TwentyStepsFollowPyTorchsLosses) {
     sgd();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Apis, ParityGpu, testing::Values(ConvApi::Legacy, ConvApi::Graph),
+                         [](const testing::TestParamInfo<ConvApi>& i) { return std::string(conv_api_name(i.param)); });
 
 }  // namespace

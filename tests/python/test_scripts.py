@@ -12,7 +12,8 @@ from pathlib import Path
 
 from tests.python.fakes import FakeMachine
 
-LADDER = ["train-baseline", "train-devloss", "train-pinned", "train-autotune", "train-fp16", "train-nhwc"]
+LADDER = ["train-baseline", "train-devloss", "train-pinned", "train-autotune", "train-fp16", "train-nhwc",
+          "train-graph"]
 
 
 class ScriptTest(unittest.TestCase):
@@ -110,7 +111,7 @@ class BenchEndToEnd(ScriptTest):
 
         # Printed table: one row per binary, the failed one says why.
         table_lines = [line for line in result.stdout.splitlines() if line.startswith("| 128 |")]
-        self.assertEqual(len(table_lines), 6)
+        self.assertEqual(len(table_lines), len(LADDER))
         fp16 = next(line for line in table_lines if "train-fp16" in line)
         self.assertIn("failed: error: cuDNN CUDNN_STATUS_EXECUTION_FAILED", fp16)
 
@@ -125,11 +126,11 @@ class BenchEndToEnd(ScriptTest):
 
         # Three timed runs and one --trace run per binary, each with the same fixed window.
         calls = machine.calls()
-        self.assertEqual(len(calls), 6 * 4)
+        self.assertEqual(len(calls), len(LADDER) * 4)
         expected = ("--data synthetic --batch 128 --steps 130 --warmup-steps 30 --profile-steps 100 "
                     "--no-eval --json")
         self.assertTrue(all(expected in c for c in calls), calls[0])
-        self.assertEqual(sum("--trace" in c for c in calls), 6)
+        self.assertEqual(sum("--trace" in c for c in calls), len(LADDER))
 
     def test_batch_list_and_variant_subset(self):
         machine = FakeMachine(self.tmp)

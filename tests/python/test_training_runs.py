@@ -1,0 +1,182 @@
+"""bin/train's training runs end to end on the GPU (issue 5): SIGINT and SIGTERM stop a run after the
+current step with a checkpoint and exit 0, and --deterministic runs give the same per-step losses to
+the bit, whether run twice or stopped and resumed half way.
+
+Every test needs a CUDA device and skips without one, saying "no CUDA device: ...". The runs are
+tiny (synthetic data, batch 32, 10 steps an epoch, at most a few dozen steps; a few seconds each on
+an H100) and run in a scratch directory. --deterministic throughout: it is what (b) and (c) test,
+and it takes cuDNN's heuristics instead of an autotune search, which keeps every run short.
+
+The same tests run for bin/train and, where `make variants` built it, bin/train-baseline (fp32,
+synchronous loss reads: the other end of the optimization ladder).
+"""
+
+import functools
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+from tests.python import REPO
+from tests.python.test_cli import CRASH_SIGNS
+
+# 320 synthetic images at batch 32: 10 steps an epoch. --epochs fixes the learning-rate schedule, so
+# every run of one test passes the same value (a resume warns when it differs).
+SMALL = ["--data", "synthetic", "--synthetic-size", "320", "--batch", "32", "--seed", "7", "--no-eval",
+         "--deterministic"]
+STEPS_PER_EPOCH = 10
+RUN_TIMEOUT_S = 300  # per process: generous, a run takes seconds
+
+
+@functools.lru_cache(maxsize=None)
+def no_gpu_reason():
+    """Why no CUDA device can be used here (a skip reason), or None when nvidia-smi lists a GPU."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        return "no CUDA device: CUDA_VISIBLE_DEVICES is empty (these tests train on the GPU)"
+    try:
+        p = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        return "no CUDA device: nvidia-smi is not installed (these tests train on the GPU)"
+    except subprocess.TimeoutExpired:
+        return "no CUDA device: nvidia-smi -L did not answer in 60 s (these tests train on the GPU)"
+    if p.returncode != 0:
+        said = (p.stderr.strip() or p.stdout.strip()).splitlines()
+        return (f"no CUDA device: nvidia-smi -L failed (exit {p.returncode}"
+                f"{': ' + said[0] if said else ''}); these tests train on the GPU")
+    if not any(line.startswith("GPU ") for line in p.stdout.splitlines()):
+        return "no CUDA device: nvidia-smi -L lists no GPU (these tests train on the GPU)"
+    return None
+
+
+class TrainingRuns:
+    """The tests, for the binary named by BINARY (a mixin: the classes below pick the binary)."""
+
+    BINARY = None
+
+    def setUp(self):
+        reason = no_gpu_reason()
+        if reason:
+            self.skipTest(reason)
+        self.train = REPO / "bin" / self.BINARY
+        if not self.train.exists():
+            self.skipTest(f"bin/{self.BINARY} is not built ({'make' if self.BINARY == 'train' else 'make variants'})")
+        self.tmp = tempfile.TemporaryDirectory(prefix="test-training-runs-")
+        self.addCleanup(self.tmp.cleanup)
+        self.dir = Path(self.tmp.name)
+
+    # ---- helpers -------------------------------------------------------------------------------
+
+    def check_output(self, args, code, stdout, stderr):
+        """The run ended with exit `code`, and nothing in its output looks like a crash."""
+        context = f"bin/{self.BINARY} {' '.join(args)}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        for sign in CRASH_SIGNS:
+            self.assertNotIn(sign, stdout + stderr, f"crash-like output\n{context}")
+        self.assertEqual(code, 0, f"exit {code}\n{context}")
+        self.assertNotIn("error:", stderr, context)
+        self.assertNotIn("warning:", stderr, context)  # e.g. a resume with other --seed/--epochs
+
+    def run_train(self, *args):
+        args = [*SMALL, *map(str, args)]
+        p = subprocess.run([str(self.train), *args], cwd=self.dir, capture_output=True, text=True,
+                           timeout=RUN_TIMEOUT_S)
+        self.check_output(args, p.returncode, p.stdout, p.stderr)
+        return p
+
+    def loss_log(self, path, first, count):
+        """The text of a --loss-log file, after checking it holds steps first..first+count-1, one
+        finite loss each. The text itself is what runs are compared by: %.9g is exact for a float."""
+        text = Path(path).read_text()
+        lines = text.splitlines()
+        self.assertEqual([int(line.split()[0]) for line in lines], list(range(first, first + count)), text)
+        for line in lines:
+            loss = float(line.split()[1])
+            self.assertTrue(0 < loss < 100, f"{path}: implausible loss in {line!r}")
+        return text
+
+    # ---- (a) a signal stops the run with a checkpoint ------------------------------------------
+
+    def check_signal_stops_and_saves(self, sig):
+        ck = self.dir / "run.ckpt"
+        # 15 epochs (150 steps) is far more than the test lets it run; --save-every 2 makes the
+        # checkpoint appear once training is under way (the signal handlers are installed by then).
+        args = [*SMALL, "--epochs", "15", "--save", str(ck), "--save-every", "2"]
+        proc = subprocess.Popen([str(self.train), *args], cwd=self.dir, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + RUN_TIMEOUT_S
+            while not ck.exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if proc.poll() is not None or not ck.exists():
+                proc.kill()
+                out, err = proc.communicate()
+                self.fail(f"no checkpoint appeared while bin/{self.BINARY} ran (exit {proc.returncode})\n"
+                          f"stdout:\n{out}\nstderr:\n{err}")
+            proc.send_signal(sig)
+            out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        self.check_output(args, proc.returncode, out, err)
+        m = re.search(r"^stopped by a signal after step (\d+): checkpoint saved to (.+) \(continue with --resume (.+)\)$",
+                      out, re.M)
+        self.assertIsNotNone(m, f"no 'stopped by a signal' line in:\n{out}")
+        step = int(m.group(1))
+        self.assertEqual(m.group(2), str(ck))
+        self.assertEqual(m.group(3), str(ck))
+        self.assertGreaterEqual(step, 2, out)
+        self.assertLess(step, 15 * STEPS_PER_EPOCH, f"the run was not stopped early:\n{out}")
+        self.assertFalse(Path(str(ck) + ".tmp").exists(), "a temporary checkpoint file was left behind")
+        # The checkpoint holds the state after the last step done, and a resume takes it up there.
+        p = self.run_train("--epochs", "15", "--resume", ck, "--steps", step + 2)
+        self.assertRegex(p.stdout, rf"(?m)^resumed from {re.escape(str(ck))} at step {step} ")
+        self.assertRegex(p.stdout, r"(?m)^summary: 2 steps")
+
+    def test_sigint_finishes_the_step_saves_and_exits_0(self):
+        self.check_signal_stops_and_saves(signal.SIGINT)
+
+    def test_sigterm_finishes_the_step_saves_and_exits_0(self):
+        self.check_signal_stops_and_saves(signal.SIGTERM)
+
+    # ---- (b), (c) deterministic runs -------------------------------------------------------------
+
+    def test_deterministic_resume_continues_the_exact_loss_trajectory(self):
+        # 16 steps across the epoch boundary at step 10, against 8 steps, a save, and a resume for 8
+        # more that starts inside the first epoch and crosses into the second.
+        n, half = 16, 8
+        full = self.dir / "full.log"
+        self.run_train("--epochs", "2", "--steps", n, "--loss-log", full)
+        ck, first, second = self.dir / "half.ckpt", self.dir / "first.log", self.dir / "second.log"
+        self.run_train("--epochs", "2", "--steps", half, "--save", ck, "--loss-log", first)
+        p = self.run_train("--epochs", "2", "--steps", n, "--resume", ck, "--loss-log", second)
+        self.assertRegex(p.stdout, rf"(?m)^resumed from {re.escape(str(ck))} at step {half} ")
+        uninterrupted = self.loss_log(full, 0, n)
+        resumed = self.loss_log(first, 0, half) + self.loss_log(second, half, n - half)
+        self.assertEqual(resumed, uninterrupted,
+                         "stopping at a checkpoint and resuming changed the losses (first: resumed, second: "
+                         "uninterrupted)")
+
+    def test_two_deterministic_runs_give_identical_losses(self):
+        a, b = self.dir / "a.log", self.dir / "b.log"
+        self.run_train("--epochs", "2", "--steps", 12, "--loss-log", a)
+        self.run_train("--epochs", "2", "--steps", 12, "--loss-log", b)
+        first, second = self.loss_log(a, 0, 12), self.loss_log(b, 0, 12)
+        self.assertEqual(first, second, "two --deterministic runs gave different losses")
+        self.assertGreater(len({line.split()[1] for line in first.splitlines()}), 1,
+                           f"every step logged the same loss: the log does not follow training\n{first}")
+
+
+class Train(TrainingRuns, unittest.TestCase):
+    BINARY = "train"
+
+
+class TrainBaseline(TrainingRuns, unittest.TestCase):
+    BINARY = "train-baseline"
+
+
+if __name__ == "__main__":
+    unittest.main()
