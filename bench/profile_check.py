@@ -1,12 +1,27 @@
 #!/usr/bin/env python3
-"""The profile-driven check: capture, parse, find the bottleneck, fix it, measure.
+"""The profile-driven check: capture, parse, find the bottleneck, apply the fix for it, measure.
 
-On the GPU machine: profile bin/train-baseline and bin/train-devloss (nsys, else the built-in
---trace), find the baseline's dominant NVTX phase (the enclosing "step N" ranges left out), and
-check that in the next rung that phase's time per step shrank and its images/s (from a plain --json
-run) is at least 1.1x the baseline's. Prints the numbers and PASS or FAIL; exits 0 or 1.
+On the GPU machine: profile the base rung (bin/train-baseline; nsys, else the built-in --trace),
+find its dominant NVTX phase (the enclosing "step N" ranges left out), pick the rung of the ladder
+that fixes that phase (--next auto, the default; the table below), profile that rung, and check
+that the phase's host time per step shrank and that its images/s (from a plain --json run) is at
+least 1.1x the base's. Prints which rung it picked and why (one line), the numbers, and PASS or
+FAIL; exits 0 or 1 (2 when there is no GPU or a binary is not built).
 
-    python3 bench/profile_check.py [--base baseline --next devloss --min-speedup 1.1]
+    python3 bench/profile_check.py                        # baseline, then the rung for its bottleneck
+    python3 bench/profile_check.py --next devloss         # an explicit rung instead of auto
+    python3 bench/profile_check.py --base nhwc --next graph
+
+The fix for each phase (auto):
+    loss stats                -> devloss   the per-step sync that reads the loss back to the host
+    get batch, copy batch     -> pinned    pageable copies and the loader on the training thread
+    forward, backward         -> graph     host time of the legacy cudnnConvolution* calls (~170 us
+                                           each); -> fp16 instead when the base's GPU busy % is at
+                                           least 80 (the GPU, not the host, is the limit)
+    optimizer step            -> fp16      the weight gradients the update reads are half the bytes
+The rungs are cumulative (each has every fix below it): baseline -> graph measures all of them at
+once, and it is the shrunken phase that ties the gain to the fix. When the table's rung is not above
+--base (its fix is already in), the next rung above --base is tried instead, and the line says so.
 """
 
 from __future__ import annotations
@@ -22,6 +37,75 @@ import table
 from timeline import ProfileSummary, dominant_phase
 
 TOOL = "profile_check"
+AUTO = "auto"
+
+# At or above this GPU busy % (of the profiled window) the GPU is taken to be the limit, below it
+# the host: with the host issuing work too slowly the GPU idles between kernels.
+GPU_BOUND_BUSY_PCT = 80.0
+
+# Dominant phase -> (the rung that fixes it, what that rung removes). Forward and backward are not
+# here: they have two fixes, CONV_HOST_BOUND and CONV_GPU_BOUND below, and fix_for picks by GPU busy %.
+# "optimizer step" is the weakest entry (a few kernel launches; it seldom dominates): the update's
+# reads of the weight gradients, which the fp16 rung keeps in half precision.
+FIXES: dict[str, tuple[str, str]] = {
+    "loss stats": ("devloss", "a blocking device-to-host copy of the loss every step; devloss keeps it on the GPU"),
+    "get batch": ("pinned", "the batch is assembled on the training thread; pinned fills it in worker threads"),
+    "copy batch": ("pinned", "a pageable host-to-device copy; pinned copies from pinned, triple-buffered memory"),
+    "optimizer step": ("fp16", "the update reads fp32 weight gradients; fp16 halves their bytes"),
+}
+# Forward and backward in the baseline are host-bound: each legacy cudnnConvolution* call costs
+# ~170 us of host time, and the graph rung runs prebuilt execution plans instead. If the GPU rather
+# than the host were the limit, fp16 (tensor-core convolutions, half the bytes) would be the fix.
+CONV_HOST_BOUND = ("graph", "host time of the legacy cuDNN calls; graph runs prebuilt execution plans")
+CONV_GPU_BOUND = ("fp16", "GPU time of fp32 convolutions; fp16 runs them on tensor cores with half the bytes")
+CONV_PHASES = ("forward", "backward")
+
+
+def busy_pct(summary: ProfileSummary) -> float | None:
+    """GPU busy % of the profiled window: nsys's GPU trace or the built-in trace's, when recorded."""
+    return summary.gpu_busy_pct if summary.gpu_busy_pct is not None else summary.trace_busy_pct
+
+
+def fix_for(phase: str, busy: float | None) -> tuple[str, str] | None:
+    """(rung, why) from the table, or None for a phase it does not know."""
+    if phase in CONV_PHASES:
+        if busy is not None and busy >= GPU_BOUND_BUSY_PCT:
+            return CONV_GPU_BOUND[0], f"GPU busy {busy:.0f}% (GPU-bound): " + CONV_GPU_BOUND[1]
+        shown = f"GPU busy {busy:.0f}%" if busy is not None else "GPU busy % not recorded"
+        return CONV_HOST_BOUND[0], f"{shown} (host-bound): " + CONV_HOST_BOUND[1]
+    return FIXES.get(phase)
+
+
+@dataclass
+class Choice:
+    variant: str | None     # the binary's name ("train-graph"); None when there is nothing to try
+    line: str               # one line: which rung and why
+
+
+def choose_rung(base: ProfileSummary, ladder: list[str] | None = None) -> Choice:
+    """The rung that addresses the base profile's dominant phase (--next auto)."""
+    ladder = runner.LADDER if ladder is None else ladder
+    top = dominant_phase(base)
+    if top is None:
+        return Choice(None, f"auto: {base.variant}'s profile has no NVTX phases, so there is no bottleneck "
+                            "to pick a rung for" + "".join(f" ({n})" for n in base.notes))
+    share = f" ({100.0 * top.total_ns / base.step_ns:.0f}% of step time)" if base.step_ns else ""
+    found = fix_for(top.name, busy_pct(base))
+    above = ladder[ladder.index(base.variant) + 1:] if base.variant in ladder else None
+    if found is None:
+        if not above:
+            return Choice(None, f"auto: {base.variant}'s dominant phase '{top.name}'{share} has no fix in the "
+                                "table; pass --next NAME")
+        return Choice(above[0], f"auto: {base.variant}'s dominant phase '{top.name}'{share} has no fix in the "
+                                f"table; trying the next rung, {above[0]}")
+    rung, why = runner.variant_name(found[0]), found[1]
+    if above is not None and rung not in above:
+        if not above:
+            return Choice(None, f"auto: {base.variant}'s dominant phase '{top.name}'{share} would be fixed by "
+                                f"{rung}, which {base.variant} already includes, and no rung is above it")
+        return Choice(above[0], f"auto: {base.variant}'s dominant phase '{top.name}'{share} would be fixed by "
+                                f"{rung}, which {base.variant} already includes; trying the next rung, {above[0]}")
+    return Choice(rung, f"auto: {base.variant}'s dominant phase is '{top.name}'{share} -> {rung} ({why})")
 
 
 @dataclass
@@ -83,9 +167,11 @@ def images_per_s(binary: Path, args: argparse.Namespace, guard: runner.GuardedRu
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--base", default="baseline", help="the rung whose bottleneck is found (baseline)")
-    p.add_argument("--next", default="devloss", help="the rung that should fix it (devloss)")
-    p.add_argument("--min-speedup", type=float, default=1.1)
+    p.add_argument("--base", default="baseline",
+                   help="the rung whose bottleneck is found: baseline, nhwc, train-nhwc, ... (baseline)")
+    p.add_argument("--next", default=AUTO,
+                   help="the rung that should fix it; 'auto' picks it from the base's dominant phase (auto)")
+    p.add_argument("--min-speedup", type=float, default=1.1, help="images/s of next over base (1.1)")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--data", default="synthetic")
     p.add_argument("--warmup-steps", type=int, default=30, help="for the images/s runs (30)")
@@ -101,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not runner.gpu_names():
         runner.die(TOOL, runner.NO_GPU_LINE)
-    base, nxt = runner.variant_name(args.base), runner.variant_name(args.next)
-    binaries, missing = runner.find_binaries([base, nxt], args.bin_dir)
+    base = runner.variant_name(args.base)
+    nxt = None if args.next == AUTO else runner.variant_name(args.next)
+    binaries, missing = runner.find_binaries([base] + ([nxt] if nxt else []), args.bin_dir)
     if missing:
         runner.die(TOOL, runner.missing_binaries_line(missing, args.bin_dir))
     nsys = None if args.no_nsys else runner.find_nsys()
@@ -110,7 +197,21 @@ def main(argv: list[str] | None = None) -> int:
 
     guard = runner.GuardedRunner(TOOL)
     settings = capture.Settings(out_dir=args.out, batch=args.batch, data=args.data, timeout_s=args.timeout)
-    profiles = {v: capture.capture(binaries[v], v, settings, guard, nsys) for v in (base, nxt)}
+    profiles = {base: capture.capture(binaries[base], base, settings, guard, nsys)}
+    if nxt is None:  # --next auto: the rung is chosen from what the base's profile shows
+        choice = choose_rung(profiles[base])
+        print(choice.line, flush=True)
+        if choice.variant is None:
+            print("FAIL")
+            return 1
+        nxt = choice.variant
+        found, missing = runner.find_binaries([nxt], args.bin_dir)
+        if missing:
+            runner.die(TOOL, runner.missing_binaries_line(missing, args.bin_dir))
+        binaries.update(found)
+    else:
+        print(f"next: {nxt} (given with --next)", flush=True)
+    profiles[nxt] = capture.capture(binaries[nxt], nxt, settings, guard, nsys)
     speeds = {v: images_per_s(binaries[v], args, guard) for v in (base, nxt)}
     for v, (ips, why) in speeds.items():
         if ips is None:
@@ -118,7 +219,6 @@ def main(argv: list[str] | None = None) -> int:
     verdict = check(profiles[base], speeds[base][0], profiles[nxt], speeds[nxt][0], args.min_speedup)
     print("\n".join(verdict.lines))
     return 0 if verdict.passed else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

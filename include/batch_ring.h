@@ -35,9 +35,10 @@ class BatchRing {
   BatchRing(const BatchRing&) = delete;
   BatchRing& operator=(const BatchRing&) = delete;
 
-  // Starts a pass of `batches` batches, requested in order 0, 1, ... Batches of an unfinished pass
-  // are dropped (after their workers finish).
-  void begin_pass(int batches);
+  // Starts a pass over batches first, first + 1, ..., end - 1, requested in that order (first > 0:
+  // a run resumed inside an epoch). Batches of an unfinished pass are dropped (after their workers
+  // finish).
+  void begin_pass(int first, int end);
   // Waits until batch k is filled; returns its slot.
   int acquire(int k);
   // Starts the copy of batch k (acquired before); its slot may be refilled once the copy has ended.
@@ -60,7 +61,7 @@ class BatchRing {
   FillFn fill_;
   CopyEngine& engine_;
   std::vector<Slot> slot_;
-  int batches_ = 0;
+  int first_ = 0, batches_ = 0;  // the pass: batches first_ .. batches_ - 1
   long next_task_ = 0;       // task t = (batch t / parts, part t % parts)
   int in_flight_ = 0;        // parts claimed but not finished
   bool stop_ = false;

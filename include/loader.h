@@ -25,8 +25,9 @@ struct DeviceBatch {
 class BatchLoader {
  public:
   virtual ~BatchLoader() = default;
-  // Starts a pass over `data` following `plan`; both must outlive the pass.
-  virtual void begin_pass(const Dataset& data, const EpochPlan& plan) = 0;
+  // Starts a pass over `data` following `plan` from its batch `first` (0, or where a resumed run
+  // stopped inside the epoch); both must outlive the pass.
+  virtual void begin_pass(const Dataset& data, const EpochPlan& plan, int first) = 0;
   virtual void get(int k) = 0;
   // The returned buffers hold batch k for all work enqueued on the compute stream from now until the
   // next copy() call.

@@ -80,11 +80,12 @@ void BatchRing::worker_loop(int index) {
   }
 }
 
-void BatchRing::begin_pass(int batches) {
+void BatchRing::begin_pass(int first, int end) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return in_flight_ == 0; });
-  batches_ = batches;
-  next_task_ = 0;
+  first_ = first;
+  batches_ = end;
+  next_task_ = long(first) * parts_;
   for (Slot& s : slot_) {  // unconsumed batches are dropped; pending copies still block refills
     s.owner = -1;
     s.parts_done = 0;
@@ -95,7 +96,7 @@ void BatchRing::begin_pass(int batches) {
 
 int BatchRing::acquire(int k) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (k >= batches_) throw Fatal("BatchRing: batch " + std::to_string(k) + " beyond the pass");
+  if (k < first_ || k >= batches_) throw Fatal("BatchRing: batch " + std::to_string(k) + " is not in the pass");
   Slot& s = slot_[k % slots_];
   const auto t0 = std::chrono::steady_clock::now();
   cv_.wait(lock, [&] { return s.owner == k && s.parts_done == parts_; });

@@ -26,7 +26,7 @@ class SynchronousLoader : public BatchLoader {
         images_(image_elems(c.batch) * dtype_size(c.dtype), "input batch"),
         labels_(c.batch * sizeof(int32_t), "input labels") {}
 
-  void begin_pass(const Dataset& data, const EpochPlan& plan) override {
+  void begin_pass(const Dataset& data, const EpochPlan& plan, int) override {
     data_ = &data;
     plan_ = &plan;
   }
@@ -128,11 +128,11 @@ class PinnedRingLoader : public BatchLoader {
 
   ~PinnedRingLoader() override { ring_.reset(); }  // workers stop before the engine goes
 
-  void begin_pass(const Dataset& data, const EpochPlan& plan) override {
-    ring_->begin_pass(0);  // waits for workers still filling batches of an unfinished pass
+  void begin_pass(const Dataset& data, const EpochPlan& plan, int first) override {
+    ring_->begin_pass(0, 0);  // waits for workers still filling batches of an unfinished pass
     data_ = &data;
     plan_ = &plan;
-    ring_->begin_pass(plan.steps);
+    ring_->begin_pass(first, plan.steps);
   }
 
   void get(int k) override { slot_ = ring_->acquire(k); }

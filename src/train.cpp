@@ -345,7 +345,7 @@ bool Trainer::train_epoch(int epoch) {
   epoch_now_ = epoch;
   const EpochPlan plan = train_plan(data_.train, opt_.batch, opt_.seed, epoch);
   const int first = epoch == start_epoch_ ? start_k_ : 0;
-  loader_->begin_pass(data_.train, plan);
+  loader_->begin_pass(data_.train, plan, first);
   LossTotals fresh{};
   fresh.first_bad_step = -1;
   CUDA_CHECK(cudaMemcpy(&counters()->train, &fresh, sizeof(fresh), cudaMemcpyHostToDevice));
@@ -494,7 +494,7 @@ void Trainer::check_divergence(const DeviceCounters& c) const {
 void Trainer::evaluate() {
   NvtxRange range("evaluation", phase_color::kGrey);
   const EpochPlan plan = eval_plan(data_.test, opt_.batch);
-  loader_->begin_pass(data_.test, plan);
+  loader_->begin_pass(data_.test, plan, 0);
   CUDA_CHECK(cudaMemsetAsync(&counters()->eval, 0, sizeof(LossTotals), ctx_->stream));
   for (int k = 0; k < plan.steps; ++k) {
     loader_->get(k);

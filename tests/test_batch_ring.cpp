@@ -223,7 +223,7 @@ TEST(BatchRing, OrderAndContentOverSeveralPasses) {
             BatchRing ring(slots, workers, batch, h.fill_fn(), h.engine);
             for (size_t p = 0; p < pass_lengths.size(); ++p) {
               h.pass = static_cast<int>(p);
-              ring.begin_pass(pass_lengths[p]);
+              ring.begin_pass(0, pass_lengths[p]);
               for (int k = 0; k < pass_lengths[p]; ++k) {
                 h.consume(ring, k);
                 if (testing::Test::HasFatalFailure()) return;
@@ -242,6 +242,38 @@ TEST(BatchRing, OrderAndContentOverSeveralPasses) {
       }
 }
 
+// A run resumed inside an epoch starts its first pass at a later batch: the ring must fill that
+// batch first (filling from 0 would leave every slot holding a batch nobody asks for: a deadlock),
+// then later passes start at 0 again.
+TEST(BatchRing, PassStartingInsideTheEpoch) {
+  for (int workers : {1, 3})
+    for (int first : {1, 2, 3, 7}) {
+      const std::string config = "workers " + std::to_string(workers) + ", first " + std::to_string(first);
+      SCOPED_TRACE(config);
+      run_with_watchdog([&] {
+        SCOPED_TRACE(config);
+        Harness h(3, 4);
+        {
+          BatchRing ring(3, workers, 4, h.fill_fn(), h.engine);
+          ring.begin_pass(first, 10);
+          for (int k = first; k < 10; ++k) h.consume(ring, k);
+          EXPECT_THROW(ring.acquire(first - 1), Fatal) << "a batch before the pass was handed out";
+          h.pass = 1;
+          ring.begin_pass(0, 4);
+          for (int k = 0; k < 4; ++k) h.consume(ring, k);
+        }
+        bool ok = true;
+        const std::vector<Delivery> d = h.engine.drain();
+        std::vector<int> expected;
+        for (int k = first; k < 10; ++k) expected.push_back(k);
+        EXPECT_EQ(batches_of_pass(d, 0, &ok), expected);
+        EXPECT_EQ(batches_of_pass(d, 1, &ok), iota(4));
+        EXPECT_TRUE(ok);
+        h.expect_clean();
+      });
+    }
+}
+
 TEST(BatchRing, SlowConsumerNeverSeesASlotOverwritten) {
   // Workers are fast and the consumer slow, so workers always wait on copies: the case where a
   // refill racing a copy would show.
@@ -249,7 +281,7 @@ TEST(BatchRing, SlowConsumerNeverSeesASlotOverwritten) {
     Harness h(3, 8, 0);
     {
       BatchRing ring(3, 4, 8, h.fill_fn(), h.engine);
-      ring.begin_pass(40);
+      ring.begin_pass(0, 40);
       for (int k = 0; k < 40; ++k) {
         h.consume(ring, k);
         std::this_thread::sleep_for(std::chrono::microseconds(300));
@@ -272,7 +304,7 @@ TEST(BatchRing, ShutdownInTheMiddleOfAPass) {
         Harness h(3, 16, 1000);  // slow fills: workers are busy when the ring goes
         {
           BatchRing ring(3, workers, 16, h.fill_fn(), h.engine);
-          ring.begin_pass(1000);
+          ring.begin_pass(0, 1000);
           for (int k = 0; k < consumed; ++k) h.consume(ring, k);
           // Copies of the released batches are still in flight here.
         }
@@ -291,7 +323,7 @@ TEST(BatchRing, ShutdownBeforeAnyPassAndAfterAFullOne) {
     EXPECT_EQ(h.fills.load(), 0);
     {
       BatchRing ring(2, 4, 4, h.fill_fn(), h.engine);
-      ring.begin_pass(5);
+      ring.begin_pass(0, 5);
       for (int k = 0; k < 5; ++k) h.consume(ring, k);
     }
     h.engine.drain();
@@ -309,19 +341,19 @@ TEST(BatchRing, BeginPassMidwayDropsTheRestAndRestartsAtBatchZero) {
       {
         BatchRing ring(3, workers, 6, h.fill_fn(), h.engine);
         h.pass = 0;
-        ring.begin_pass(20);
+        ring.begin_pass(0, 20);
         for (int k = 0; k < 5; ++k) h.consume(ring, k);
         h.pass = 1;  // the new pass fills different bytes, so a stale batch would be caught
-        ring.begin_pass(20);
+        ring.begin_pass(0, 20);
         for (int k = 0; k < 20; ++k) {
           h.consume(ring, k);
           if (testing::Test::HasFatalFailure()) return;
         }
         // Abandon again without consuming anything, then a short pass.
         h.pass = 2;
-        ring.begin_pass(50);
+        ring.begin_pass(0, 50);
         h.pass = 3;
-        ring.begin_pass(4);
+        ring.begin_pass(0, 4);
         for (int k = 0; k < 4; ++k) h.consume(ring, k);
       }
       const std::vector<Delivery> d = h.engine.drain();
@@ -343,7 +375,7 @@ TEST(BatchRing, WaitSecondsMeasureTheConsumersWaits) {
       BatchRing ring(2, 1, 2, h.fill_fn(), h.engine);
       EXPECT_EQ(ring.take_wait_seconds(), 0.0);
       const auto t0 = std::chrono::steady_clock::now();
-      ring.begin_pass(3);
+      ring.begin_pass(0, 3);
       for (int k = 0; k < 3; ++k) h.consume(ring, k);
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const double waited = ring.take_wait_seconds();
@@ -362,7 +394,7 @@ TEST(BatchRing, MisuseIsFatal) {
     EXPECT_THROW(BatchRing(2, 0, 4, h.fill_fn(), h.engine), Fatal);
     EXPECT_THROW(BatchRing(2, 2, 0, h.fill_fn(), h.engine), Fatal);
     BatchRing ring(2, 2, 4, h.fill_fn(), h.engine);
-    ring.begin_pass(2);
+    ring.begin_pass(0, 2);
     EXPECT_THROW(ring.acquire(2), Fatal);
   });
 }

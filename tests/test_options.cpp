@@ -61,7 +61,7 @@ TEST(Options, DefaultsWithoutFlags) {
   EXPECT_EQ(o.epochs, 15);
   EXPECT_EQ(o.batch, 128);
   EXPECT_EQ(o.steps, 0);
-  EXPECT_DOUBLE_EQ(o.lr, 0.1);
+  EXPECT_DOUBLE_EQ(o.lr, 0.02);
   EXPECT_DOUBLE_EQ(o.min_lr, 0.0);
   EXPECT_DOUBLE_EQ(o.warmup_epochs, 1.0);
   EXPECT_DOUBLE_EQ(o.momentum, 0.9);
@@ -196,7 +196,7 @@ TEST(Options, SaveEveryNeedsSave) {
 
 TEST(Options, MinLrAboveLrIsNamed) {
   EXPECT_HAS(usage_error({"--lr", "0.01", "--min-lr", "0.02"}), "--min-lr");
-  EXPECT_HAS(usage_error({"--min-lr", "0.2"}), "--min-lr");  // above the default peak 0.1
+  EXPECT_HAS(usage_error({"--min-lr", "0.05"}), "--min-lr");  // above the default peak 0.02
   EXPECT_DOUBLE_EQ(parse({"--lr", "0.02", "--min-lr", "0.02"}).min_lr, 0.02);
 }
 
