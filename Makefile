@@ -70,20 +70,18 @@ APT_PACKAGES = $(if $(wildcard $(STB_INCLUDE)/stb_image.h),,libstb-dev) \
 # Wanted but not required: without clang the fuzz targets are skipped (and say so).
 APT_OPTIONAL = $(if $(shell command -v clang++ 2>/dev/null),,clang)
 build/.deps-ok:
-	@pkgs="$(strip $(APT_PACKAGES))"; \
+	@pkgs="$(strip $(APT_PACKAGES))"; opt="$(strip $(APT_OPTIONAL))"; \
+	if [ "$$(id -u)" = 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; else sudo=none; fi; \
 	if [ -n "$$pkgs" ]; then \
 	  echo "set-up: installing $$pkgs with apt-get (stb headers for PNG output, GoogleTest sources, Fashion-MNIST data, zlib headers)"; \
-	  if [ "$$(id -u)" = 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; \
-	  else echo "error: missing $$pkgs and no root rights: run 'sudo apt-get install $$pkgs', then make again"; exit 1; fi; \
+	  if [ "$$sudo" = none ]; then echo "error: missing $$pkgs and no root rights: run 'sudo apt-get install $$pkgs', then make again"; exit 1; fi; \
 	  $$sudo apt-get install -y -q $$pkgs >/dev/null 2>&1 || { $$sudo apt-get update -q >/dev/null 2>&1; \
 	    $$sudo apt-get install -y -q $$pkgs >/dev/null; } || \
 	    { echo "error: apt-get could not install $$pkgs; install them by hand, then make again"; exit 1; }; \
-	fi
-	@opt="$(strip $(APT_OPTIONAL))"; \
+	fi; \
 	if [ -n "$$opt" ]; then \
-	  if [ "$$(id -u)" = 0 ]; then sudo=""; else sudo="sudo -n"; fi; \
 	  echo "set-up: installing $$opt with apt-get (clang builds the fuzz targets)"; \
-	  $$sudo apt-get install -y -q $$opt >/dev/null 2>&1 || \
+	  { [ "$$sudo" != none ] && $$sudo apt-get install -y -q $$opt >/dev/null 2>&1; } || \
 	    echo "note: could not install $$opt; the fuzz targets will be skipped"; \
 	fi
 	@test -x $(NVCC) || { echo "error: nvcc not found under CUDA_HOME=$(CUDA_HOME): install the CUDA toolkit or set CUDA_HOME"; exit 1; }
@@ -207,16 +205,16 @@ else
 fuzz-build: $(FUZZ_TARGETS) build/fuzz/corpus
 endif
 # A target that crashes, leaks or trips a sanitizer fails `make fuzz`; its input is kept in
-# build/fuzz/artifacts/ and its log in build/fuzz/<target>.log.
+# build/fuzz/artifacts/ and its log in build/fuzz/logs/<target>.log (not beside the targets: make test runs every build/fuzz/fuzz_* file).
 fuzz: fuzz-build
-	@mkdir -p build/fuzz/artifacts; for t in $(FUZZ_TARGETS); do n=$$(basename $$t); mkdir -p build/fuzz/work/$$n; \
+	@mkdir -p build/fuzz/artifacts build/fuzz/logs; for t in $(FUZZ_TARGETS); do n=$$(basename $$t); mkdir -p build/fuzz/work/$$n; \
 	  echo "== $$n: $(FUZZ_RUNS) runs"; \
 	  if ! $$t -runs=$(FUZZ_RUNS) -max_len=65536 -rss_limit_mb=4096 -print_final_stats=1 \
 	       -artifact_prefix=build/fuzz/artifacts/$$n- build/fuzz/work/$$n build/fuzz/corpus/$${n#fuzz_} \
-	       > build/fuzz/$$n.log 2>&1; then \
-	    grep -E "ERROR|SUMMARY" build/fuzz/$$n.log | head -5; \
-	    echo "fuzz: $$n FAILED (log build/fuzz/$$n.log, input in build/fuzz/artifacts/)"; exit 1; fi; \
-	  grep -E "stat::number_of_executed_units|Done" build/fuzz/$$n.log; done
+	       > build/fuzz/logs/$$n.log 2>&1; then \
+	    grep -E "ERROR|SUMMARY" build/fuzz/logs/$$n.log | head -5; \
+	    echo "fuzz: $$n FAILED (log build/fuzz/logs/$$n.log, input in build/fuzz/artifacts/)"; exit 1; fi; \
+	  grep -E "stat::number_of_executed_units|Done" build/fuzz/logs/$$n.log; done
 
 # ---- running ------------------------------------------------------------------------------------
 run: bin/train

@@ -41,7 +41,6 @@ class ConvLayer {
  public:
   virtual ~ConvLayer() = default;
   const ConvGeometry& geometry() const { return g_; }
-  DType dtype() const { return t_; }
   // fp32 without TF32: only full-precision (FMA) kernels may be chosen.
   bool fma_only() const { return t_ == DType::F32 && !tf32_; }
 
@@ -91,7 +90,6 @@ class Conv2d : public ConvLayer {
   cudnnTensorDescriptor_t x_ = nullptr, y_ = nullptr;
   cudnnFilterDescriptor_t w_ = nullptr;
   cudnnConvolutionDescriptor_t conv_[3] = {};  // fwd, bwd data, bwd filter: each its own math type
-  cudnnMathType_t math_;
 };
 
 // Configures layers, one distinct shape at a time: from the cache when it has the shape, else by

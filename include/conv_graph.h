@@ -35,6 +35,7 @@ class ConvGraph : public ConvLayer {
   struct Direction;  // one operation graph, its candidate plans and the chosen one
 
  private:
+  Direction& direction(Op op, cudnnHandle_t h);  // its graph and heuristics, built on first use
   void run(Op op, cudnnHandle_t h, const void* x, const void* w, const void* y, void* ws, size_t ws_bytes) const;
 
   Layout layout_;

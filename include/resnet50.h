@@ -32,7 +32,6 @@ struct NetConfig {
 struct AlgoReport {
   int shapes = 0;          // distinct conv shapes
   int searched = 0;        // measured now
-  int from_cache = 0;      // taken from the cache
   double search_s = 0;
   size_t workspace = 0;    // bytes of the shared cuDNN workspace
 };

@@ -39,13 +39,13 @@ Conv2d::Conv2d(const ConvGeometry& g, DType t, Layout l, bool tf32) : ConvLayer(
   CUDNN_CHECK(cudnnSetTensor4dDescriptor(y_, fmt, dt, g.n, g.k, g.out_h(), g.out_w()));
   CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_, dt, fmt, g.k, g.c, g.r, g.r));
   // fp16 runs on tensor cores; fp32 may use TF32 tensor cores unless --no-tf32 (FMA only).
-  math_ = t == DType::F16 ? CUDNN_TENSOR_OP_MATH : (tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
+  const cudnnMathType_t math = t == DType::F16 ? CUDNN_TENSOR_OP_MATH : (tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
   for (auto& cd : conv_) {
     CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&cd));
     // fp32 accumulation for both precisions
     CUDNN_CHECK(cudnnSetConvolution2dDescriptor(cd, g.pad, g.pad, g.stride, g.stride, 1, 1,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    CUDNN_CHECK(cudnnSetConvolutionMathType(cd, math_));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(cd, math));
   }
 }
 

@@ -286,6 +286,14 @@ AlgoChoice& choice_for(ConvAlgos& a, ConvGraph::Op op) {
 
 }  // namespace
 
+ConvGraph::Direction& ConvGraph::direction(Op op, cudnnHandle_t h) {
+  if (!dirs_[op]) {  // built on first use: the heuristics need the handle
+    dirs_[op] = std::make_unique<Direction>();
+    dirs_[op]->build(op, h, g_, t_, layout_);
+  }
+  return *dirs_[op];
+}
+
 ConvAlgos ConvGraph::search(cudnnHandle_t h, const ConvPolicy& p) {
   const bool measure = p.policy == AlgoPolicy::Autotune;
   const size_t es = dtype_size(t_);
@@ -303,11 +311,7 @@ ConvAlgos ConvGraph::search(cudnnHandle_t h, const ConvPolicy& p) {
   Event start, stop;
   ConvAlgos a;
   for (int op = 0; op < kOps; ++op) {
-    if (!dirs_[op]) {
-      dirs_[op] = std::make_unique<Direction>();
-      dirs_[op]->build(static_cast<Op>(op), h, g_, t_, layout_);
-    }
-    Direction& d = *dirs_[op];
+    Direction& d = direction(static_cast<Op>(op), h);
     d.built.clear();
     AlgoChoice best;
     for (int rank = 0; rank < static_cast<int>(d.configs.size()); ++rank) {
@@ -345,11 +349,7 @@ ConvAlgos ConvGraph::search(cudnnHandle_t h, const ConvPolicy& p) {
 bool ConvGraph::use(cudnnHandle_t h, const ConvAlgos& a) {
   ConvAlgos chosen = a;
   for (int op = 0; op < kOps; ++op) {
-    if (!dirs_[op]) {
-      dirs_[op] = std::make_unique<Direction>();
-      dirs_[op]->build(static_cast<Op>(op), h, g_, t_, layout_);
-    }
-    Direction& d = *dirs_[op];
+    Direction& d = direction(static_cast<Op>(op), h);
     AlgoChoice& c = choice_for(chosen, static_cast<Op>(op));
     if (c.algo < 0 || c.algo >= static_cast<int>(d.configs.size())) return false;
     const EngineNotes notes = notes_of(d.configs[c.algo]);

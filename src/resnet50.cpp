@@ -186,8 +186,7 @@ void ResNet50::choose_algorithms(AutotuneCache& cache) {
     if (b->down) choose(*b->down);
   }
   workspace_ = DeviceBuffer(ws, "cuDNN workspace (--workspace-mb)");
-  algo_report_ = {static_cast<int>(shapes.size()), chooser.searched(),
-                  static_cast<int>(shapes.size()) - chooser.searched(), chooser.search_seconds(), ws};
+  algo_report_ = {static_cast<int>(shapes.size()), chooser.searched(), chooser.search_seconds(), ws};
 }
 
 // ---- initialisation -----------------------------------------------------------------------------
