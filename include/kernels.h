@@ -63,12 +63,18 @@ struct ApplyArgs {
 };
 void bn_apply(const ApplyArgs& a, Shape4 s, DType t, Layout l, cudaStream_t stream);
 
-// Backward. dz = dy * (y > 0) when relu; gamma/beta gradients of bn (and of bn2, the projection
-// shortcut's BN fed by the same dz) are written to dgamma/dbeta (fp32, overwritten), and the
-// coefficients for apply are stored in bn.bwd_coef.
+// Backward. dz = dy * (ReLU passed) when the BN was followed by a ReLU; gamma/beta gradients of bn
+// (and of bn2, the projection shortcut's BN fed by the same dz) are written to dgamma/dbeta (fp32,
+// overwritten), and the coefficients for apply are stored in bn.bwd_coef.
+// The ReLU mask comes from the stored forward output y when a residual was added before the ReLU;
+// without a residual it is recomputed from x with bn's scale/shift exactly as the forward rounded it
+// (bit for bit the mask of y, one tensor read less in each backward pass). scale/shift must then
+// still be the ones of this BN's training forward (an evaluation pass overwrites them).
+enum class ReluMask { None, FromOutput, FromInput };
 struct BnBackwardArgs {
   const void* dy;
-  const void* y = nullptr;        // the forward output, for the ReLU mask; nullptr: no ReLU
+  ReluMask relu = ReluMask::None;
+  const void* y = nullptr;        // the forward output, for ReluMask::FromOutput
   const void* x;                  // the BN input
   const BnChannelState* bn;
   float* dgamma;

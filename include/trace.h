@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <iosfwd>
 #include <map>
@@ -126,3 +127,20 @@ uint32_t this_thread_id();
 void add_range(HostRange range);
 void set_thread_name(uint32_t thread, const std::string& name);
 }  // namespace trace_host
+
+// ---- CUPTI's activity buffers, from CUPTI's thread to stop()'s (trace.cpp; public for the CPU tests)
+// CUPTI hands back each full buffer on its own thread while the main thread is training; reading
+// one (tens of thousands of records) there, under the lock that every phase range takes, would
+// stall the training loop. So a buffer is only queued when it completes, and read in stop().
+namespace trace_buffers {
+// From now on keep the buffers handed over (CuptiTrace::start()); frees any kept before.
+void keep();
+// CUPTI's buffer-completed callback: takes ownership of buffer (from std::aligned_alloc) and, while
+// keeping, queues it with its valid size and the records CUPTI dropped; otherwise (after stop(),
+// or from CUPTI's exit handler) frees it. Never throws: a failure is reported by take().
+void hand_over(uint8_t* buffer, size_t valid_size, size_t dropped_records) noexcept;
+// Stops keeping, reads every kept buffer in order into the gpu and api_calls records of the result
+// (and its dropped_records), and frees them. Throws Fatal for a record CUPTI cannot read or an
+// error of hand_over().
+TraceData take();
+}  // namespace trace_buffers

@@ -5,91 +5,147 @@
 // Partial sums go to scratch in a fixed grid and are added in a fixed order, so results are
 // bit-identical from run to run (no float atomics). Sums are taken of x - x[first element of the
 // channel], which keeps E[x^2] - E[x]^2 accurate when the mean is large against the spread.
+//
+// These passes move most of a training step's bytes (the conv outputs are read and written about
+// ten times per step), so they are written for memory bandwidth: 16-byte accesses, several loads in
+// flight per thread, per-channel constants loaded once per thread in NHWC, 32-bit index arithmetic
+// (no 64-bit division per element), and block reductions through warp shuffles.
+#include <algorithm>
+
 #include "common.cuh"
 #include "kernels.h"
 
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kTargetBlocks = 1024;  // a few waves of 256-thread blocks on any current GPU
+constexpr int kWarps = kThreads / 32;
 constexpr int kMaxSums = 3;
+// NHWC reductions: about 4 blocks per SM of a 132-SM H100/H200; with 2-4 loads in flight per thread
+// that keeps enough bytes in flight to reach memory bandwidth, and keeps finalize's work small.
+constexpr int kNhwcTargetBlocks = 528;
+constexpr int kRowsPerThread = 4;       // at least this many rows per thread before adding chunks
+constexpr int kNchwTargetBlocks = 1024;
 
 // ---- reduction geometry ------------------------------------------------------------------------
-// NHWC: the tensor is M = N*H*W rows of C channels. A block covers a tile of L vectors (kVec
-// channels each) across and R = 256 / L rows at a time, over one chunk of rows.
+// NHWC: the tensor is M = N*H*W rows of C channels, CV = C / kVec vectors per row. A block covers a
+// tile of L vectors across (L a power of two, at most 32, so that the rows of one warp can be added
+// with shuffles) and R = 256 / L rows at a time, over one chunk of rows.
 // NCHW: a block covers one channel over one chunk of images.
+struct NhwcTile {
+  int lanes;  // L
+  int rows;   // R
+  int tiles;  // tiles across the channels
+};
+
+template <class T>
+HOST_DEVICE NhwcTile nhwc_tile(int channels) {
+  const int CV = channels / kVec<T>;
+  int L = 1;
+  while (L < 32 && 2 * L <= CV) L *= 2;
+  return {L, kThreads / L, (CV + L - 1) / L};
+}
+
 struct ReduceGrid {
   int tiles_or_channels;  // grid.x
   int chunks;             // grid.y
+  int rows_per_chunk;     // NHWC rows (a multiple of R) or NCHW images
 };
 
 template <class T>
 ReduceGrid reduce_grid(Shape4 s, Layout l) {
-  const int V = kVec<T>;
   if (l == Layout::NHWC) {
-    const int CV = s.c / V, L = CV < 32 ? CV : 32, R = kThreads / L;
-    const int tiles = (CV + L - 1) / L;
+    const NhwcTile t = nhwc_tile<T>(s.c);
     const size_t rows = s.per_channel();
-    size_t chunks = kTargetBlocks / tiles;
-    const size_t max_chunks = rows / (size_t(R) * 4) > 0 ? rows / (size_t(R) * 4) : 1;
-    if (chunks > max_chunks) chunks = max_chunks;
-    if (chunks < 1) chunks = 1;
-    return {tiles, static_cast<int>(chunks)};
+    size_t chunks = std::max(1, kNhwcTargetBlocks / t.tiles);
+    chunks = std::min(chunks, std::max<size_t>(1, rows / (size_t(t.rows) * kRowsPerThread)));
+    // Whole multiples of R per chunk, so every thread of a chunk gets the same number of rows.
+    const size_t per_chunk = (rows + chunks - 1) / chunks;
+    const size_t aligned = (per_chunk + t.rows - 1) / t.rows * t.rows;
+    return {t.tiles, static_cast<int>((rows + aligned - 1) / aligned), static_cast<int>(aligned)};
   }
-  int chunks = kTargetBlocks / s.c;
-  if (chunks > s.n) chunks = s.n;
-  if (chunks < 1) chunks = 1;
-  return {s.c, chunks};
+  const int chunks = std::clamp(kNchwTargetBlocks / s.c, 1, s.n);
+  return {s.c, chunks, (s.n + chunks - 1) / chunks};
 }
 
-void check_reducible(Shape4 s, DType t, Layout l) {
+void check_supported(Shape4 s, DType t, Layout l) {
   const int V = static_cast<int>(16 / dtype_size(t));
   if (l == Layout::NHWC && s.c % V != 0)
     throw Fatal("batch norm: NHWC needs channels divisible by " + std::to_string(V) + ", got " + std::to_string(s.c));
   if (l == Layout::NCHW && (s.h * s.w) % V != 0)
     throw Fatal("batch norm: NCHW needs H*W divisible by " + std::to_string(V) + ", got " + std::to_string(s.h * s.w));
+  // The elementwise kernels index vectors with 32 bits (a grid-stride step added on top must fit).
+  if (s.count() / V >= (size_t(1) << 31))
+    throw Fatal("batch norm: a tensor of " + std::to_string(s.count()) + " elements is too large (at most 2^31 " +
+                "16-byte vectors); use a smaller --batch");
 }
 
-// Per-channel constants for the kVec elements of one vector: in NHWC they are consecutive channels,
-// in NCHW all the same channel.
+// Per-channel constants for the kVec elements starting at channel c0: in NHWC they are consecutive
+// channels, in NCHW all the same channel.
 template <class T, Layout L>
 __device__ __forceinline__ void load_channel_consts(const float* src, int c0, float (&out)[kVec<T>]) {
 #pragma unroll
   for (int j = 0; j < kVec<T>; ++j) out[j] = src[L == Layout::NHWC ? c0 + j : c0];
 }
 
+// The first channel of vector i (of kVec elements).
+template <class T, Layout L>
+__device__ __forceinline__ int channel_of(unsigned i, Shape4 s) {
+  if (L == Layout::NHWC) return static_cast<int>(i % unsigned(s.c / kVec<T>)) * kVec<T>;
+  return static_cast<int>((i / unsigned(s.h * s.w / kVec<T>)) % unsigned(s.c));
+}
+
+// The forward's pre-activation of a BN without residual, as apply_forward computes and rounds it.
+// Backward recomputes the ReLU mask from x with it instead of reading the stored output: the same
+// fmaf and the same rounding to T, so the mask is the stored output's, bit for bit.
+__device__ __forceinline__ float affine(float x, float scale, float shift) { return fmaf(x, scale, shift); }
+template <class T>
+__device__ __forceinline__ bool relu_passes(float x, float scale, float shift) {
+  return to_float(from_float<T>(affine(x, scale, shift))) > 0.f;
+}
+
 // ---- the reduction ops ---------------------------------------------------------------------------
+// Each op loads U vectors (all loads first, so they are in flight together), then adds them into
+// acc[sum][element].
 template <class T, Layout L>
 struct StatsOp {  // sums of (x - shift) and (x - shift)^2
   static constexpr int kSums = 2;
+  static constexpr int kUnroll = 4;
+  static constexpr int V = kVec<T>;
   const T* x;
   Shape4 s;
-  float shift[kVec<T>];
+  float shift[V];
   __device__ void begin(int c0) {
 #pragma unroll
-    for (int j = 0; j < kVec<T>; ++j) {
+    for (int j = 0; j < V; ++j) {
       const int c = L == Layout::NHWC ? c0 + j : c0;
       shift[j] = to_float(x[L == Layout::NHWC ? size_t(c) : size_t(c) * s.h * s.w]);
     }
   }
-  __device__ void accumulate(size_t off, float (&acc)[kMaxSums][kVec<T>]) {
-    float v[kVec<T>];
-    load_vec(x + off, v);
+  template <int U>
+  __device__ void accumulate(const size_t (&off)[U], float (&acc)[kSums][V]) {
+    float v[U][V];
 #pragma unroll
-    for (int j = 0; j < kVec<T>; ++j) {
-      const float d = v[j] - shift[j];
-      acc[0][j] += d;
-      acc[1][j] += d * d;
-    }
+    for (int u = 0; u < U; ++u) load_vec(x + off[u], v[u]);
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float d = v[u][j] - shift[j];
+        acc[0][j] += d;
+        acc[1][j] += d * d;
+      }
   }
 };
 
-template <class T, Layout L, bool kRelu, bool kDual>
+template <class T, Layout L, ReluMask kMask, bool kDual>
 struct BackwardOp {  // sums of dz, dz * xhat, and dz * xhat2 for the second BN
   static constexpr int kSums = kDual ? 3 : 2;
+  static constexpr int kLoads = 2 + (kMask == ReluMask::FromOutput) + kDual;
+  static constexpr int kUnroll = kLoads <= 2 ? 4 : 2;
+  static constexpr int V = kVec<T>;
   const T *dy, *y, *x, *x2;
-  const float *mean, *invstd, *mean2, *invstd2;
-  float m[kVec<T>], is[kVec<T>], m2[kVec<T>], is2[kVec<T>];
+  const float *mean, *invstd, *mean2, *invstd2, *scale, *shift;
+  float m[V], is[V], m2[V], is2[V], sc[V], sh[V];
   __device__ void begin(int c0) {
     load_channel_consts<T, L>(mean, c0, m);
     load_channel_consts<T, L>(invstd, c0, is);
@@ -97,75 +153,108 @@ struct BackwardOp {  // sums of dz, dz * xhat, and dz * xhat2 for the second BN
       load_channel_consts<T, L>(mean2, c0, m2);
       load_channel_consts<T, L>(invstd2, c0, is2);
     }
-  }
-  __device__ void accumulate(size_t off, float (&acc)[kMaxSums][kVec<T>]) {
-    float g[kVec<T>], xv[kVec<T>], yv[kVec<T>], x2v[kVec<T>];
-    load_vec(dy + off, g);
-    load_vec(x + off, xv);
-    if (kRelu) load_vec(y + off, yv);
-    if (kDual) load_vec(x2 + off, x2v);
-#pragma unroll
-    for (int j = 0; j < kVec<T>; ++j) {
-      const float dz = (!kRelu || yv[j] > 0.f) ? g[j] : 0.f;
-      acc[0][j] += dz;
-      acc[1][j] += dz * (xv[j] - m[j]) * is[j];
-      if (kDual) acc[2][j] += dz * (x2v[j] - m2[j]) * is2[j];
+    if (kMask == ReluMask::FromInput) {
+      load_channel_consts<T, L>(scale, c0, sc);
+      load_channel_consts<T, L>(shift, c0, sh);
     }
+  }
+  template <int U>
+  __device__ void accumulate(const size_t (&off)[U], float (&acc)[kSums][V]) {
+    float g[U][V], xv[U][V], yv[U][V], x2v[U][V];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      load_vec(dy + off[u], g[u]);
+      load_vec(x + off[u], xv[u]);
+      if (kMask == ReluMask::FromOutput) load_vec(y + off[u], yv[u]);
+      if (kDual) load_vec(x2 + off[u], x2v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        bool pass = true;
+        if (kMask == ReluMask::FromOutput) pass = yv[u][j] > 0.f;
+        if (kMask == ReluMask::FromInput) pass = relu_passes<T>(xv[u][j], sc[j], sh[j]);
+        const float dz = pass ? g[u][j] : 0.f;
+        acc[0][j] += dz;
+        acc[1][j] += dz * (xv[u][j] - m[j]) * is[j];
+        if (kDual) acc[2][j] += dz * (x2v[u][j] - m2[j]) * is2[j];
+      }
   }
 };
 
 // partials layout: [sum][chunk][channel]
 template <class T, class Op>
-__global__ void __launch_bounds__(kThreads) reduce_nhwc(Op op, Shape4 s, int chunks, float* partials) {
-  constexpr int V = kVec<T>;
-  __shared__ float red[Op::kSums][V][kThreads];
-  const int CV = s.c / V, L = CV < 32 ? CV : 32, R = kThreads / L;
+__global__ void __launch_bounds__(kThreads) reduce_nhwc(Op op, Shape4 s, int rows_per_chunk, float* partials) {
+  constexpr int V = kVec<T>, S = Op::kSums, U = Op::kUnroll;
+  __shared__ float red[kWarps][S * V * 32];
+  const NhwcTile tile = nhwc_tile<T>(s.c);
+  const int L = tile.lanes, R = tile.rows, CV = s.c / V;
   const int lane = threadIdx.x % L, r0 = threadIdx.x / L;
   const int cv = blockIdx.x * L + lane;
-  const bool active = r0 < R && cv < CV;
   const size_t M = s.per_channel();
-  const size_t per_chunk = (M + chunks - 1) / chunks;
-  const size_t rb = blockIdx.y * per_chunk, re = rb + per_chunk < M ? rb + per_chunk : M;
-  float acc[kMaxSums][V] = {};
-  if (active) {
+  const size_t rb = size_t(blockIdx.y) * rows_per_chunk;
+  const size_t re = rb + rows_per_chunk < M ? rb + rows_per_chunk : M;
+  float acc[S][V] = {};
+  if (cv < CV) {
     op.begin(cv * V);
-    for (size_t r = rb + r0; r < re; r += R) op.accumulate(r * s.c + size_t(cv) * V, acc);
+    const size_t col = size_t(cv) * V;
+    size_t r = rb + r0;
+    for (; r + size_t(U - 1) * R < re; r += size_t(U) * R) {
+      size_t off[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) off[u] = (r + size_t(u) * R) * s.c + col;
+      op.accumulate(off, acc);
+    }
+    for (; r < re; r += R) {
+      const size_t off[1] = {r * s.c + col};
+      op.accumulate(off, acc);
+    }
   }
+  // The rows of one warp that share a lane hold the same channels: add them with shuffles (every
+  // thread takes part, those past the last channel with zeros), then the warps through shared memory.
 #pragma unroll
-  for (int k = 0; k < Op::kSums; ++k)
+  for (int k = 0; k < S; ++k)
 #pragma unroll
-    for (int j = 0; j < V; ++j) red[k][j][threadIdx.x] = acc[k][j];
+    for (int j = 0; j < V; ++j)
+      for (int o = L; o < 32; o <<= 1) acc[k][j] += __shfl_xor_sync(0xffffffffu, acc[k][j], o);
+  const int warp = threadIdx.x / 32, wl = threadIdx.x % 32;
+  if (wl < L) {
+#pragma unroll
+    for (int k = 0; k < S; ++k)
+#pragma unroll
+      for (int j = 0; j < V; ++j) red[warp][(k * V + j) * L + wl] = acc[k][j];
+  }
   __syncthreads();
-  if (active && r0 == 0) {
+  for (int idx = threadIdx.x; idx < S * V * L; idx += kThreads) {
+    float t = 0.f;
 #pragma unroll
-    for (int k = 0; k < Op::kSums; ++k)
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        float t = 0.f;
-        for (int rr = 0; rr < R; ++rr) t += red[k][j][rr * L + lane];
-        partials[(size_t(k) * chunks + blockIdx.y) * s.c + cv * V + j] = t;
-      }
+    for (int w = 0; w < kWarps; ++w) t += red[w][idx];
+    const int l = idx % L, j = (idx / L) % V, k = idx / (L * V);
+    const int c_vec = blockIdx.x * L + l;
+    if (c_vec < CV) partials[(size_t(k) * gridDim.y + blockIdx.y) * s.c + c_vec * V + j] = t;
   }
 }
 
 template <class T, class Op>
-__global__ void __launch_bounds__(kThreads) reduce_nchw(Op op, Shape4 s, int chunks, float* partials) {
-  constexpr int V = kVec<T>;
-  __shared__ float red[Op::kSums][kThreads / 32];
+__global__ void __launch_bounds__(kThreads) reduce_nchw(Op op, Shape4 s, int images_per_chunk, float* partials) {
+  constexpr int V = kVec<T>, S = Op::kSums;
+  __shared__ float red[S][kWarps];
   const int c = blockIdx.x;
-  const int HW = s.h * s.w, HWV = HW / V;
-  const int per_chunk = (s.n + chunks - 1) / chunks;
-  const int nb = blockIdx.y * per_chunk, ne = nb + per_chunk < s.n ? nb + per_chunk : s.n;
-  float acc[kMaxSums][V] = {};
+  const unsigned HWV = unsigned(s.h * s.w / V);
+  const int nb = blockIdx.y * images_per_chunk;
+  const int ne = nb + images_per_chunk < s.n ? nb + images_per_chunk : s.n;
+  float acc[S][V] = {};
   op.begin(c);
-  const size_t total = ne > nb ? size_t(ne - nb) * HWV : 0;
-  for (size_t v = threadIdx.x; v < total; v += kThreads) {
-    const size_t n = nb + v / HWV, p = v % HWV;
-    op.accumulate((n * s.c + c) * HW + p * V, acc);
+  const unsigned total = ne > nb ? unsigned(ne - nb) * HWV : 0;
+  for (unsigned v = threadIdx.x; v < total; v += kThreads) {
+    const unsigned n = nb + v / HWV, p = v % HWV;
+    const size_t off[1] = {(size_t(n) * s.c + c) * (size_t(HWV) * V) + size_t(p) * V};
+    op.accumulate(off, acc);
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
-  for (int k = 0; k < Op::kSums; ++k) {
+  for (int k = 0; k < S; ++k) {
     float t = 0.f;
 #pragma unroll
     for (int j = 0; j < V; ++j) t += acc[k][j];
@@ -173,10 +262,10 @@ __global__ void __launch_bounds__(kThreads) reduce_nchw(Op op, Shape4 s, int chu
     if (lane == 0) red[k][warp] = t;
   }
   __syncthreads();
-  if (threadIdx.x < Op::kSums) {
+  if (threadIdx.x < S) {
     float t = 0.f;
-    for (int w = 0; w < kThreads / 32; ++w) t += red[threadIdx.x][w];
-    partials[(size_t(threadIdx.x) * chunks + blockIdx.y) * s.c + c] = t;
+    for (int w = 0; w < kWarps; ++w) t += red[threadIdx.x][w];
+    partials[(size_t(threadIdx.x) * gridDim.y + blockIdx.y) * s.c + c] = t;
   }
 }
 
@@ -184,12 +273,11 @@ template <class T, Layout L, class Op>
 void launch_reduce(const Op& op, Shape4 s, ReduceGrid g, float* partials, cudaStream_t stream) {
   const dim3 grid(g.tiles_or_channels, g.chunks);
   if (L == Layout::NHWC)
-    reduce_nhwc<T, Op><<<grid, kThreads, 0, stream>>>(op, s, g.chunks, partials);
+    reduce_nhwc<T, Op><<<grid, kThreads, 0, stream>>>(op, s, g.rows_per_chunk, partials);
   else
-    reduce_nchw<T, Op><<<grid, kThreads, 0, stream>>>(op, s, g.chunks, partials);
+    reduce_nchw<T, Op><<<grid, kThreads, 0, stream>>>(op, s, g.rows_per_chunk, partials);
   CUDA_CHECK_LAUNCH();
 }
-
 // ---- per-channel finalize ----------------------------------------------------------------------
 // One warp per channel: lane l adds chunks l, l+32, ... in order, then a fixed shuffle tree adds the
 // lanes, so the result is the same bit for bit on every run.
@@ -272,78 +360,127 @@ __global__ void finalize_backward(const float* partials, int chunks, int C, size
 }
 
 // ---- elementwise apply ---------------------------------------------------------------------------
+// Grid-stride loops over 16-byte vectors. In NHWC the grid-stride step (a multiple of 256 vectors)
+// is a multiple of the vectors per row whenever that is a power of two up to 256, so a thread's
+// channels never change and its per-channel constants are loaded once; it then handles two vectors
+// per iteration so that both sets of loads are in flight together. In NCHW the channel changes
+// along the loop, and the constants are reloaded when it does.
 template <Layout L>
-__device__ __forceinline__ int channel_of(size_t off, Shape4 s) {
-  return L == Layout::NHWC ? static_cast<int>(off % s.c) : static_cast<int>((off / (size_t(s.h) * s.w)) % s.c);
-}
+constexpr int kApplyUnroll = L == Layout::NHWC ? 2 : 1;
 
 template <class T, Layout L, bool kRelu, Residual kRes>
-__global__ void apply_forward(ApplyArgs a, Shape4 s) {
-  constexpr int V = kVec<T>;
-  const size_t vecs = s.count() / V;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < vecs; i += size_t(gridDim.x) * blockDim.x) {
-    const size_t off = i * V;
-    const int c0 = channel_of<L>(off, s);
-    float x[V], sc[V], sh[V], r[V];
-    load_vec(static_cast<const T*>(a.x) + off, x);
-    load_channel_consts<T, L>(a.scale, c0, sc);
-    load_channel_consts<T, L>(a.shift, c0, sh);
-    if (kRes != Residual::None) load_vec(static_cast<const T*>(a.res) + off, r);
-    if (kRes == Residual::BatchNorm) {
-      float rs[V], rh[V];
-      load_channel_consts<T, L>(a.res_scale, c0, rs);
-      load_channel_consts<T, L>(a.res_shift, c0, rh);
+__global__ void __launch_bounds__(kThreads) apply_forward(ApplyArgs a, Shape4 s, unsigned vecs) {
+  constexpr int V = kVec<T>, U = kApplyUnroll<L>;
+  const T* x_in = static_cast<const T*>(a.x);
+  const T* res_in = static_cast<const T*>(a.res);
+  T* y_out = static_cast<T*>(a.y);
+  const unsigned stride = gridDim.x * kThreads;
+  float sc[V], sh[V], rs[V], rh[V];
+  int loaded = -1;
+  for (unsigned i0 = blockIdx.x * kThreads + threadIdx.x; i0 < vecs; i0 += U * stride) {
+    float x[U][V], r[U][V];
 #pragma unroll
-      for (int j = 0; j < V; ++j) r[j] = r[j] * rs[j] + rh[j];
+    for (int u = 0; u < U; ++u) {
+      const unsigned i = i0 + u * stride;
+      if (u > 0 && i >= vecs) break;
+      load_vec(x_in + size_t(i) * V, x[u]);
+      if (kRes != Residual::None) load_vec(res_in + size_t(i) * V, r[u]);
     }
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      float v = x[j] * sc[j] + sh[j];
-      if (kRes != Residual::None) v += r[j];
-      x[j] = kRelu ? fmaxf(v, 0.f) : v;
+    for (int u = 0; u < U; ++u) {
+      const unsigned i = i0 + u * stride;
+      if (u > 0 && i >= vecs) break;
+      const int c0 = channel_of<T, L>(i, s);
+      if (c0 != loaded) {
+        load_channel_consts<T, L>(a.scale, c0, sc);
+        load_channel_consts<T, L>(a.shift, c0, sh);
+        if (kRes == Residual::BatchNorm) {
+          load_channel_consts<T, L>(a.res_scale, c0, rs);
+          load_channel_consts<T, L>(a.res_shift, c0, rh);
+        }
+        loaded = c0;
+      }
+      float y[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        float v = affine(x[u][j], sc[j], sh[j]);
+        if (kRes == Residual::Tensor) v += r[u][j];
+        if (kRes == Residual::BatchNorm) v += r[u][j] * rs[j] + rh[j];
+        y[j] = kRelu ? fmaxf(v, 0.f) : v;
+      }
+      store_vec(y_out + size_t(i) * V, y);
     }
-    store_vec(static_cast<T*>(a.y) + off, x);
   }
 }
 
 // Device-side arguments of the backward apply (the host struct holds host pointers to BN state).
 struct BackwardApply {
   const void *dy, *y, *x, *x2;
-  const float *coef, *coef2;  // 3*C each: k_dz, k_x, k_c
+  const float *coef, *coef2;    // 3*C each: k_dz, k_x, k_c
+  const float *scale, *shift;   // the forward's, for a ReLU mask recomputed from x
   void *dx, *dx2, *dres;
 };
 
-template <class T, Layout L, bool kRelu, bool kDual, bool kDres>
-__global__ void apply_backward(BackwardApply a, Shape4 s) {
-  constexpr int V = kVec<T>;
-  const size_t vecs = s.count() / V;
+template <class T, Layout L, ReluMask kMask, bool kDual, bool kDres>
+__global__ void __launch_bounds__(kThreads) apply_backward(BackwardApply a, Shape4 s, unsigned vecs) {
+  constexpr int V = kVec<T>, U = kApplyUnroll<L>;
   const int C = s.c;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < vecs; i += size_t(gridDim.x) * blockDim.x) {
-    const size_t off = i * V;
-    const int c0 = channel_of<L>(off, s);
-    float g[V], x[V], y[V], x2[V], ka[V], kx[V], kc[V];
-    load_vec(static_cast<const T*>(a.dy) + off, g);
-    load_vec(static_cast<const T*>(a.x) + off, x);
-    if (kRelu) load_vec(static_cast<const T*>(a.y) + off, y);
-    if (kDual) load_vec(static_cast<const T*>(a.x2) + off, x2);
-    load_channel_consts<T, L>(a.coef, c0, ka);
-    load_channel_consts<T, L>(a.coef + C, c0, kx);
-    load_channel_consts<T, L>(a.coef + 2 * C, c0, kc);
+  const T* dy_in = static_cast<const T*>(a.dy);
+  const T* y_in = static_cast<const T*>(a.y);
+  const T* x_in = static_cast<const T*>(a.x);
+  const T* x2_in = static_cast<const T*>(a.x2);
+  const unsigned stride = gridDim.x * kThreads;
+  float ka[V], kx[V], kc[V], ka2[V], kx2[V], kc2[V], sc[V], sh[V];
+  int loaded = -1;
+  for (unsigned i0 = blockIdx.x * kThreads + threadIdx.x; i0 < vecs; i0 += U * stride) {
+    float g[U][V], x[U][V], y[U][V], x2[U][V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) g[j] = (!kRelu || y[j] > 0.f) ? g[j] : 0.f;  // g is now dz
-    float dx[V];
-#pragma unroll
-    for (int j = 0; j < V; ++j) dx[j] = ka[j] * g[j] + kx[j] * x[j] + kc[j];
-    if (kDual) {
-      load_channel_consts<T, L>(a.coef2, c0, ka);
-      load_channel_consts<T, L>(a.coef2 + C, c0, kx);
-      load_channel_consts<T, L>(a.coef2 + 2 * C, c0, kc);
-#pragma unroll
-      for (int j = 0; j < V; ++j) x2[j] = ka[j] * g[j] + kx[j] * x2[j] + kc[j];
-      store_vec(static_cast<T*>(a.dx2) + off, x2);
+    for (int u = 0; u < U; ++u) {
+      const unsigned i = i0 + u * stride;
+      if (u > 0 && i >= vecs) break;
+      load_vec(dy_in + size_t(i) * V, g[u]);
+      load_vec(x_in + size_t(i) * V, x[u]);
+      if (kMask == ReluMask::FromOutput) load_vec(y_in + size_t(i) * V, y[u]);
+      if (kDual) load_vec(x2_in + size_t(i) * V, x2[u]);
     }
-    if (kDres) store_vec(static_cast<T*>(a.dres) + off, g);
-    store_vec(static_cast<T*>(a.dx) + off, dx);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const unsigned i = i0 + u * stride;
+      if (u > 0 && i >= vecs) break;
+      const int c0 = channel_of<T, L>(i, s);
+      if (c0 != loaded) {
+        load_channel_consts<T, L>(a.coef, c0, ka);
+        load_channel_consts<T, L>(a.coef + C, c0, kx);
+        load_channel_consts<T, L>(a.coef + 2 * C, c0, kc);
+        if (kDual) {
+          load_channel_consts<T, L>(a.coef2, c0, ka2);
+          load_channel_consts<T, L>(a.coef2 + C, c0, kx2);
+          load_channel_consts<T, L>(a.coef2 + 2 * C, c0, kc2);
+        }
+        if (kMask == ReluMask::FromInput) {
+          load_channel_consts<T, L>(a.scale, c0, sc);
+          load_channel_consts<T, L>(a.shift, c0, sh);
+        }
+        loaded = c0;
+      }
+      float dz[V], dx[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        bool pass = true;
+        if (kMask == ReluMask::FromOutput) pass = y[u][j] > 0.f;
+        if (kMask == ReluMask::FromInput) pass = relu_passes<T>(x[u][j], sc[j], sh[j]);
+        dz[j] = pass ? g[u][j] : 0.f;
+        dx[j] = ka[j] * dz[j] + kx[j] * x[u][j] + kc[j];
+      }
+      if (kDual) {
+        float dx2[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) dx2[j] = ka2[j] * dz[j] + kx2[j] * x2[u][j] + kc2[j];
+        store_vec(static_cast<T*>(a.dx2) + size_t(i) * V, dx2);
+      }
+      if (kDres) store_vec(static_cast<T*>(a.dres) + size_t(i) * V, dz);
+      store_vec(static_cast<T*>(a.dx) + size_t(i) * V, dx);
+    }
   }
 }
 
@@ -372,7 +509,7 @@ size_t bn_scratch_floats(Shape4 s, DType t, Layout l) {
 
 void bn_forward_train_stats(const void* x, Shape4 s, DType t, Layout l, const BnChannelState& bn,
                             float* scratch, cudaStream_t stream) {
-  check_reducible(s, t, l);
+  check_supported(s, t, l);
   dispatch(t, l, [&]<class T, Layout L>() {
     const ReduceGrid g = reduce_grid<T>(s, L);
     StatsOp<T, L> op{static_cast<const T*>(x), s, {}};
@@ -388,11 +525,12 @@ void bn_forward_eval_coefs(const BnChannelState& bn, int channels, cudaStream_t 
 }
 
 void bn_apply(const ApplyArgs& a, Shape4 s, DType t, Layout l, cudaStream_t stream) {
-  check_reducible(s, t, l);
+  check_supported(s, t, l);
   dispatch(t, l, [&]<class T, Layout L>() {
-    const unsigned grid = grid_for(s.count() / kVec<T>, kThreads);
+    const unsigned vecs = static_cast<unsigned>(s.count() / kVec<T>);
+    const unsigned grid = grid_for((vecs + kApplyUnroll<L> - 1) / kApplyUnroll<L>, kThreads);
     auto go = [&]<bool kRelu, Residual kRes>() {
-      apply_forward<T, L, kRelu, kRes><<<grid, kThreads, 0, stream>>>(a, s);
+      apply_forward<T, L, kRelu, kRes><<<grid, kThreads, 0, stream>>>(a, s, vecs);
     };
     switch (a.residual) {
       case Residual::None:
@@ -410,28 +548,41 @@ void bn_apply(const ApplyArgs& a, Shape4 s, DType t, Layout l, cudaStream_t stre
 }
 
 void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* scratch, cudaStream_t stream) {
-  check_reducible(s, t, l);
-  const bool relu = a.y != nullptr, dual = a.x2 != nullptr, dres = a.dres != nullptr;
-  if (!relu && (dual || dres)) throw Fatal("bn_backward: a residual gradient needs the ReLU output y");
+  check_supported(s, t, l);
+  const bool dual = a.x2 != nullptr, dres = a.dres != nullptr;
+  if (a.relu == ReluMask::FromOutput && !a.y) throw Fatal("bn_backward: a ReLU mask from the output needs y");
+  if ((dual || dres) && a.relu != ReluMask::FromOutput)
+    throw Fatal("bn_backward: with a residual the ReLU mask must come from the stored output y");
   if (dual && dres) throw Fatal("bn_backward: a block has either a projection or an identity shortcut");
   dispatch(t, l, [&]<class T, Layout L>() {
     const ReduceGrid g = reduce_grid<T>(s, L);
-    auto reduce = [&]<bool kRelu, bool kDual>() {
-      BackwardOp<T, L, kRelu, kDual> op{};
+    auto reduce = [&]<ReluMask kMask, bool kDual>() {
+      BackwardOp<T, L, kMask, kDual> op{};
       op.dy = static_cast<const T*>(a.dy);
       op.y = static_cast<const T*>(a.y);
       op.x = static_cast<const T*>(a.x);
       op.x2 = static_cast<const T*>(a.x2);
       op.mean = a.bn->save_mean;
       op.invstd = a.bn->save_invstd;
+      op.scale = a.bn->scale;
+      op.shift = a.bn->shift;
       if (kDual) {
         op.mean2 = a.bn2->save_mean;
         op.invstd2 = a.bn2->save_invstd;
       }
       launch_reduce<T, L>(op, s, g, scratch, stream);
     };
-    if (relu) dual ? reduce.template operator()<true, true>() : reduce.template operator()<true, false>();
-    else dual ? reduce.template operator()<false, true>() : reduce.template operator()<false, false>();
+    // The combinations the network uses (and the tests): no ReLU; a ReLU without residual (mask
+    // from x in the network, from y in the tests); a ReLU after a residual, with the identity
+    // shortcut's gradient (dres) or the projection's second BN (dual).
+    switch (a.relu) {
+      case ReluMask::None: reduce.template operator()<ReluMask::None, false>(); break;
+      case ReluMask::FromInput: reduce.template operator()<ReluMask::FromInput, false>(); break;
+      case ReluMask::FromOutput:
+        dual ? reduce.template operator()<ReluMask::FromOutput, true>()
+             : reduce.template operator()<ReluMask::FromOutput, false>();
+        break;
+    }
 
     const BnChannelState none{};
     finalize_backward<<<finalize_blocks(s.c), 32 * kFinalizeWarps, 0, stream>>>(
@@ -439,18 +590,22 @@ void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* sc
         dual ? *a.bn2 : none, a.dgamma2, a.dbeta2);
     CUDA_CHECK_LAUNCH();
 
-    const unsigned grid = grid_for(s.count() / kVec<T>, kThreads);
+    const unsigned vecs = static_cast<unsigned>(s.count() / kVec<T>);
+    const unsigned grid = grid_for((vecs + kApplyUnroll<L> - 1) / kApplyUnroll<L>, kThreads);
     const BackwardApply args{a.dy, a.y, a.x, a.x2, a.bn->bwd_coef, dual ? a.bn2->bwd_coef : nullptr,
-                             a.dx, a.dx2, a.dres};
-    auto apply = [&]<bool kRelu, bool kDual, bool kDres>() {
-      apply_backward<T, L, kRelu, kDual, kDres><<<grid, kThreads, 0, stream>>>(args, s);
+                             a.bn->scale, a.bn->shift, a.dx, a.dx2, a.dres};
+    auto apply = [&]<ReluMask kMask, bool kDual, bool kDres>() {
+      apply_backward<T, L, kMask, kDual, kDres><<<grid, kThreads, 0, stream>>>(args, s, vecs);
     };
-    // The combinations the network uses: every BN has its ReLU except the projection's, which is
-    // always the second BN of a dual backward.
-    if (relu && dual) apply.template operator()<true, true, false>();
-    else if (relu && dres) apply.template operator()<true, false, true>();
-    else if (relu) apply.template operator()<true, false, false>();
-    else apply.template operator()<false, false, false>();
+    switch (a.relu) {
+      case ReluMask::None: apply.template operator()<ReluMask::None, false, false>(); break;
+      case ReluMask::FromInput: apply.template operator()<ReluMask::FromInput, false, false>(); break;
+      case ReluMask::FromOutput:
+        if (dual) apply.template operator()<ReluMask::FromOutput, true, false>();
+        else if (dres) apply.template operator()<ReluMask::FromOutput, false, true>();
+        else apply.template operator()<ReluMask::FromOutput, false, false>();
+        break;
+    }
     CUDA_CHECK_LAUNCH();
   });
 }

@@ -28,7 +28,8 @@ struct ResNet50::Block {
   Bn b1, b2, b3;
   std::optional<Bn> bdown;
   Shape4 in, mid1, mid2, out;
-  // What backward needs: conv outputs (BN inputs) and BN+ReLU outputs (next conv's input, ReLU mask).
+  // What backward needs: conv outputs (BN inputs) and BN+ReLU outputs (the next conv's input; out_buf is
+  // also the ReLU mask of the residual BN, whose ReLU came after the add).
   DeviceBuffer a1, y1, a2, y2, a3, ad, out_buf;
 };
 
@@ -347,6 +348,7 @@ void ResNet50::block_backward(Block& b, const void* in) {
 
   BnBackwardArgs last{};
   last.dy = gA;
+  last.relu = ReluMask::FromOutput;  // the ReLU came after the residual add
   last.y = b.out_buf.get();
   last.x = b.a3.get();
   last.bn = &b.b3.st;
@@ -373,7 +375,7 @@ void ResNet50::block_backward(Block& b, const void* in) {
 
   BnBackwardArgs mid{};
   mid.dy = gD;
-  mid.y = b.y2.get();
+  mid.relu = ReluMask::FromInput;
   mid.x = b.a2.get();
   mid.bn = &b.b2.st;
   mid.dgamma = params_.vector_grad(b.b2.gamma);
@@ -385,7 +387,7 @@ void ResNet50::block_backward(Block& b, const void* in) {
 
   BnBackwardArgs first{};
   first.dy = gB;
-  first.y = b.y1.get();
+  first.relu = ReluMask::FromInput;
   first.x = b.a1.get();
   first.bn = &b.b1.st;
   first.dgamma = params_.vector_grad(b.b1.gamma);
@@ -408,7 +410,7 @@ void ResNet50::backward() {
   }
   BnBackwardArgs stem{};
   stem.dy = grad_[0].get();
-  stem.y = stem_y_.get();
+  stem.relu = ReluMask::FromInput;
   stem.x = stem_a_.get();
   stem.bn = &stem_bn_->st;
   stem.dgamma = params_.vector_grad(stem_bn_->gamma);

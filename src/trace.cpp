@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "check.h"
 #include "errors.h"
@@ -39,13 +41,27 @@ const CUpti_ActivityKind kRecordedKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERN
 // Per buffer; CUPTI asks for another when one fills, and hands full ones back on its own thread.
 constexpr size_t kBufferBytes = 8u << 20;
 
-// Everything the CUPTI callbacks and the phase ranges write, from any thread.
+struct FreeBuffer {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+// A full activity buffer as CUPTI handed it back, not yet read.
+struct RawBuffer {
+  std::unique_ptr<uint8_t, FreeBuffer> data;
+  size_t valid_size = 0;
+};
+
+// Everything the CUPTI callbacks and the phase ranges write, from any thread. The main training
+// thread takes `mu` at the end of every phase range, so nothing slow may happen under it: a wait
+// there starves the GPU and makes the traced run slower than an untraced one. Hence CUPTI's thread
+// only queues its full buffers here, and stop() reads them, on its own thread, once the window is
+// over.
 struct Collector {
   std::mutex mu;
-  TraceData data;
-  std::unordered_map<const char*, std::string> kernel_names;  // CUPTI shares one name pointer per kernel
-  std::unordered_map<uint32_t, std::string> api_names;       // by runtime callback id
-  std::string error;  // from a callback, which must not throw; stop() reports it
+  TraceData data;                // phases and thread names as they come; GPU and API records from stop()
+  bool keep_buffers = false;     // from start() to stop(); a buffer that completes otherwise is freed
+  std::vector<RawBuffer> full;   // kept buffers, in the order CUPTI completed them
+  uint64_t dropped_records = 0;  // reported with the kept buffers
+  std::string error;             // from a callback, which must not throw; stop() reports it
 };
 
 // Never destroyed: CUPTI may still hand back buffers from its exit handler.
@@ -56,8 +72,15 @@ Collector& collector() {
 
 std::atomic<bool> g_instance_exists{false};
 
+// Turns activity records into TraceData. Runs only in trace_buffers::take(), so it needs no lock.
+struct RecordParser {
+  TraceData out;
+  std::unordered_map<const char*, std::string> kernel_names;  // CUPTI shares one name pointer per kernel
+  std::unordered_map<uint32_t, std::string> api_names;       // by runtime callback id
+};
+
 // "cudaLaunchKernel_v7000" -> "cudaLaunchKernel"
-std::string api_name(Collector& c, uint32_t cbid) {
+std::string api_name(RecordParser& c, uint32_t cbid) {
   auto it = c.api_names.find(cbid);
   if (it != c.api_names.end()) return it->second;
   const char* raw = nullptr;
@@ -108,7 +131,7 @@ const char* memcpy_name(CopyKind k) {
 }
 
 // The struct versions are the newest in CUDA 13's cupti_activity.h, which is what CUPTI 13 writes.
-void add_record(Collector& c, const CUpti_Activity* rec) {
+void add_record(RecordParser& c, const CUpti_Activity* rec) {
   switch (rec->kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
@@ -125,7 +148,7 @@ void add_record(Collector& c, const CUpti_Activity* rec) {
       a.correlation = k->correlationId;
       a.grid[0] = k->gridX, a.grid[1] = k->gridY, a.grid[2] = k->gridZ;
       a.block[0] = k->blockX, a.block[1] = k->blockY, a.block[2] = k->blockZ;
-      c.data.gpu.push_back(std::move(a));
+      c.out.gpu.push_back(std::move(a));
       break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
@@ -142,7 +165,7 @@ void add_record(Collector& c, const CUpti_Activity* rec) {
       a.stream = m->streamId;
       a.correlation = m->correlationId;
       a.bytes = m->bytes;
-      c.data.gpu.push_back(std::move(a));
+      c.out.gpu.push_back(std::move(a));
       break;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
@@ -156,12 +179,12 @@ void add_record(Collector& c, const CUpti_Activity* rec) {
       a.stream = m->streamId;
       a.correlation = m->correlationId;
       a.bytes = m->bytes;
-      c.data.gpu.push_back(std::move(a));
+      c.out.gpu.push_back(std::move(a));
       break;
     }
     case CUPTI_ACTIVITY_KIND_RUNTIME: {
       const auto* api = reinterpret_cast<const CUpti_ActivityAPI*>(rec);
-      c.data.api_calls.push_back({api_name(c, api->cbid), api->threadId, api->start, api->end, api->correlationId});
+      c.out.api_calls.push_back({api_name(c, api->cbid), api->threadId, api->start, api->end, api->correlationId});
       break;
     }
     default: break;  // kinds we did not enable
@@ -175,31 +198,26 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
   *max_records = 0;  // as many as fit
 }
 
+// On CUPTI's thread, while the main thread trains: hand the buffer over and nothing more (Collector).
 void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer, size_t, size_t valid_size) {
-  Collector& c = collector();
-  try {
-    std::lock_guard<std::mutex> lock(c.mu);
-    CUpti_Activity* rec = nullptr;
-    for (;;) {
-      const CUptiResult r = cuptiActivityGetNextRecord(buffer, valid_size, &rec);
-      if (r == CUPTI_ERROR_MAX_LIMIT_REACHED) break;  // end of this buffer
-      if (r != CUPTI_SUCCESS) {
-        const char* text = nullptr;
-        cuptiGetResultString(r, &text);
-        c.error = "CUPTI error " + std::string(text ? text : "?") + " while reading an activity buffer";
-        break;
-      }
-      add_record(c, rec);
-    }
-    size_t dropped = 0;  // if even this query fails, the count is just not known
-    if (cuptiActivityGetNumDroppedRecords(context, stream, &dropped) == CUPTI_SUCCESS)
-      c.data.dropped_records += dropped;
-  } catch (const std::exception& e) {  // nothing may unwind into CUPTI
-    std::lock_guard<std::mutex> lock(c.mu);
-    c.error = std::string("reading CUPTI activity records failed: ") + e.what();
-  }
-  std::free(buffer);
+  size_t dropped = 0;  // if even this query fails, the count is just not known
+  if (cuptiActivityGetNumDroppedRecords(context, stream, &dropped) != CUPTI_SUCCESS) dropped = 0;
+  trace_buffers::hand_over(buffer, valid_size, dropped);
 }
+
+// Frees the buffers kept so far (a window nobody will read) and from now on keeps (or frees) the
+// ones handed over.
+void reset_buffers(bool keep) {
+  Collector& c = collector();
+  std::vector<RawBuffer> old;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    old.swap(c.full);
+    c.dropped_records = 0;
+    c.error.clear();
+    c.keep_buffers = keep;
+  }
+}  // freed here, outside the lock
 
 // Leaves CUPTI quiet without throwing, for the destructor.
 void disable_all_quietly() {
@@ -241,6 +259,63 @@ void set_thread_name(uint32_t thread, const std::string& name) {
 
 }  // namespace trace_host
 
+// ---- CUPTI's buffers, from its thread to stop()'s ---------------------------------------------------
+namespace trace_buffers {
+
+void keep() { reset_buffers(true); }
+
+void hand_over(uint8_t* buffer, size_t valid_size, size_t dropped_records) noexcept {
+  RawBuffer b{std::unique_ptr<uint8_t, FreeBuffer>(buffer), valid_size};
+  Collector& c = collector();
+  try {
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (!c.keep_buffers) return;  // after stop(), e.g. from CUPTI's exit handler: b frees it
+    c.dropped_records += dropped_records;
+    if (b.data && valid_size > 0) c.full.push_back(std::move(b));
+  } catch (const std::exception& e) {  // nothing may unwind into CUPTI; b still owns the buffer
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.error = std::string("keeping a CUPTI activity buffer failed: ") + e.what();
+  }
+}
+
+TraceData take() {
+  Collector& c = collector();
+  std::vector<RawBuffer> full;  // freed on the way out, also when a record cannot be read
+  RecordParser p;
+  std::string error;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.keep_buffers = false;
+    full.swap(c.full);
+    p.out.dropped_records = c.dropped_records;
+    c.dropped_records = 0;
+    error.swap(c.error);
+  }
+  if (!error.empty()) throw Fatal(error);
+  try {
+    for (const RawBuffer& b : full) {
+      CUpti_Activity* rec = nullptr;
+      for (;;) {
+        const CUptiResult r = cuptiActivityGetNextRecord(b.data.get(), b.valid_size, &rec);
+        if (r == CUPTI_ERROR_MAX_LIMIT_REACHED) break;  // end of this buffer
+        if (r != CUPTI_SUCCESS) {
+          const char* text = nullptr;
+          cuptiGetResultString(r, &text);
+          throw Fatal("CUPTI error " + std::string(text ? text : "?") + " while reading an activity buffer");
+        }
+        add_record(p, rec);
+      }
+    }
+  } catch (const Fatal&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Fatal(std::string("reading CUPTI activity records failed: ") + e.what());
+  }
+  return std::move(p.out);
+}
+
+}  // namespace trace_buffers
+
 // ---- CuptiTrace -----------------------------------------------------------------------------------
 
 CuptiTrace::CuptiTrace() {
@@ -256,9 +331,10 @@ CuptiTrace::CuptiTrace() {
 }
 
 CuptiTrace::~CuptiTrace() {
-  if (recording_) {
+  if (recording_) {  // stop() did not finish: nobody will read these records
     trace_host::recording = false;
     disable_all_quietly();
+    reset_buffers(false);
   }
   g_instance_exists = false;
 }
@@ -271,8 +347,8 @@ void CuptiTrace::start() {
     fresh.thread_names = std::move(c.data.thread_names);
     fresh.main_thread = trace_host::this_thread_id();
     c.data = std::move(fresh);
-    c.error.clear();
   }
+  trace_buffers::keep();
   for (CUpti_ActivityKind k : kRecordedKinds) CUPTI_CHECK(cuptiActivityEnable(k));
   recording_ = true;
   trace_host::recording = true;
@@ -285,9 +361,14 @@ void CuptiTrace::stop() {
   for (CUpti_ActivityKind k : kRecordedKinds) CUPTI_CHECK(cuptiActivityDisable(k));
   CUPTI_CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));  // returns after the callbacks ran
   recording_ = false;
+  // Every buffer of the window is kept by now. Reading them here, after the window's end, and
+  // outside the lock, is what keeps the trace from slowing the steps it records.
+  TraceData parsed = trace_buffers::take();
   Collector& c = collector();
   std::lock_guard<std::mutex> lock(c.mu);
-  if (!c.error.empty()) throw Fatal(c.error);
+  c.data.gpu = std::move(parsed.gpu);
+  c.data.api_calls = std::move(parsed.api_calls);
+  c.data.dropped_records = parsed.dropped_records;
 }
 
 TraceSummary CuptiTrace::summary() const {

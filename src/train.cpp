@@ -246,6 +246,7 @@ void Trainer::setup_gpu() {
 void Trainer::start_from_checkpoint_or_init() {
   DeviceCounters init{};
   init.train.first_bad_step = init.eval.first_bad_step = -1;
+  init.train.last_good_loss = NAN;  // none yet: a run whose first step diverges must not report 0
   init.scaler.scale = kBuild.precision == DType::F16 ? static_cast<float>(opt_.loss_scale) : 1.f;
   ParamStore& p = net_->params();
   if (resume_) {
@@ -346,8 +347,11 @@ bool Trainer::train_epoch(int epoch) {
   const EpochPlan plan = train_plan(data_.train, opt_.batch, opt_.seed, epoch);
   const int first = epoch == start_epoch_ ? start_k_ : 0;
   loader_->begin_pass(data_.train, plan, first);
+  // The sums are per epoch; the latest finite loss is not (last_ is current: the previous epoch
+  // ended with read_counters_now()).
   LossTotals fresh{};
   fresh.first_bad_step = -1;
+  fresh.last_good_loss = last_.train.last_good_loss;
   CUDA_CHECK(cudaMemcpy(&counters()->train, &fresh, sizeof(fresh), cudaMemcpyHostToDevice));
   if (!opt_.sample_png.empty() && epoch == start_epoch_) {
     std::vector<uint8_t> u8(data_.train.image_bytes() * opt_.batch);
@@ -480,14 +484,16 @@ void Trainer::check_divergence(const DeviceCounters& c) const {
   if (c.train.first_bad_step < 0 && !c.scaler.diverged) return;
   if (fp16 && !c.scaler.diverged) return;  // an fp16 overflow: the scaler skipped that step
   const std::string kept = opt_.save.empty() ? "" : "; " + opt_.save + " keeps its last good state";
+  char last[64] = "no finite loss in this run";
+  if (!std::isnan(c.train.last_good_loss))
+    std::snprintf(last, sizeof(last), "last finite loss %.6g", c.train.last_good_loss);
   char msg[512];
   if (c.train.first_bad_step >= 0)
-    std::snprintf(msg, sizeof(msg), "training diverged: the loss became NaN/Inf at step %lld (last finite loss %.6g); "
-                  "stopping without saving%s", c.train.first_bad_step, c.train.last_good_loss, kept.c_str());
+    std::snprintf(msg, sizeof(msg), "training diverged: the loss became NaN/Inf at step %lld (%s); "
+                  "stopping without saving%s", c.train.first_bad_step, last, kept.c_str());
   else
-    std::snprintf(msg, sizeof(msg), "training diverged by step %ld: non-finite gradients%s (last finite loss %.6g); "
-                  "stopping without saving%s", step_, fp16 ? " even at a tiny loss scale" : "",
-                  c.train.last_good_loss, kept.c_str());
+    std::snprintf(msg, sizeof(msg), "training diverged by step %ld: non-finite gradients%s (%s); "
+                  "stopping without saving%s", step_, fp16 ? " even at a tiny loss scale" : "", last, kept.c_str());
   throw Diverged(msg);
 }
 

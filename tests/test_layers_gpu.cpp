@@ -212,8 +212,11 @@ bool bn_supported(const ref::Dims& d, DType t, Layout l) {
 }
 
 // Shapes of several reduction geometries: one chunk, many chunks (NHWC rows / NCHW images), a
-// channel tile narrower than 32 vectors, several tiles, N not dividing the chunk count.
-const ref::Dims kBnShapes[] = {{4, 16, 8, 8}, {8, 32, 16, 16}, {3, 24, 4, 4}, {2, 512, 2, 2}, {5, 2048, 2, 2}};
+// channel tile narrower than 32 vectors, several tiles, N not dividing the chunk count, rows that
+// fill the unrolled loop exactly ({16, 64, 16, 16}), a last chunk shorter than the others and a
+// partial last tile whose vectors per row are not a power of two ({6, 96, 10, 10}).
+const ref::Dims kBnShapes[] = {{4, 16, 8, 8}, {8, 32, 16, 16}, {3, 24, 4, 4}, {2, 512, 2, 2}, {5, 2048, 2, 2},
+                               {16, 64, 16, 16}, {6, 96, 10, 10}};
 
 struct HostBn {  // per-channel parameters and running statistics, as the GPU stores them (fp32)
   Vec gamma, beta, running_mean, running_var;
@@ -384,15 +387,17 @@ TEST_P(GpuBatchNorm, EvalForwardMatchesReference) {
   }
 }
 
-// The backward configurations the network runs (resnet50.cpp): no ReLU; ReLU with dx in place of
-// dy (the inner BNs); ReLU with the identity shortcut's dz written to dres in place of dy (the last
-// BN of an identity block); ReLU with the projection shortcut's BN fed the same dz (dual).
-enum class BwdMode { Plain, Relu, ReluInPlace, Identity, IdentityInPlace, Projection };
+// The backward configurations: no ReLU; ReLU with its mask from the stored output y, with dx apart
+// from or in place of dy; ReLU with its mask recomputed from x, dx in place of dy (the inner BNs of
+// the network, resnet50.cpp); ReLU with the identity shortcut's dz written to dres in place of dy
+// (the last BN of an identity block); ReLU with the projection shortcut's BN fed the same dz (dual).
+enum class BwdMode { Plain, Relu, ReluInPlace, ReluFromInput, Identity, IdentityInPlace, Projection };
 const char* bwd_mode_name(BwdMode m) {
   switch (m) {
     case BwdMode::Plain: return "plain";
     case BwdMode::Relu: return "relu";
     case BwdMode::ReluInPlace: return "relu, dx aliases dy";
+    case BwdMode::ReluFromInput: return "relu mask from x, dx aliases dy";
     case BwdMode::Identity: return "relu + identity dres";
     case BwdMode::IdentityInPlace: return "relu + identity dres aliasing dy";
     case BwdMode::Projection: return "relu + projection (dual BN)";
@@ -414,6 +419,7 @@ struct BwdCase {
   Vec x, x2, y, dy;
   HostBn h, h2;
   ref::BnStats st, st2;
+  Vec scale, shift;  // bn's forward scale/shift (fp32), from which ReluFromInput recomputes the mask
   // reference results
   ref::BnGrads g, g2;
   Vec dz;
@@ -429,7 +435,21 @@ BwdCase make_bwd_case(std::mt19937_64& rng, const ref::Dims& d, DType t, BwdMode
   b.st = saved_stats(d, b.x);
   b.st2 = saved_stats(d, b.x2);
   const bool relu = m != BwdMode::Plain;
-  if (relu) {
+  b.scale.resize(d.c);
+  b.shift.resize(d.c);
+  for (int c = 0; c < d.c; ++c) {
+    b.scale[c] = quantize(DType::F32, b.h.gamma[c] * b.st.invstd[c]);
+    b.shift[c] = quantize(DType::F32, b.h.beta[c] - b.st.mean[c] * b.scale[c]);
+  }
+  if (m == BwdMode::ReluFromInput) {
+    // y exactly as the forward kernel rounds it: one fp32 fma, then to T.
+    b.y.resize(d.count());
+    for (size_t i = 0; i < b.y.size(); ++i) {
+      const int c = static_cast<int>((i / (size_t(d.h) * d.w)) % d.c);
+      const float v = std::fma(float(b.x[i]), float(b.scale[c]), float(b.shift[c]));
+      b.y[i] = quantize(t, std::max(0.0, double(v)));
+    }
+  } else if (relu) {
     // y = relu(bn(x) + residual) as the forward wrote it: only its sign matters here.
     Vec pre = ref::bn_affine(d, b.x, ref::bn_train_coefs(b.st, b.h.gamma, b.h.beta));
     if (m == BwdMode::Identity || m == BwdMode::IdentityInPlace) pre = ref::add(pre, b.x2);
@@ -455,6 +475,8 @@ void check_bn_backward(const ref::Dims& d, DType t, Layout l, BwdMode m, const B
   DeviceBn bn(b.h), bn2(b.h2);
   bn.save_mean.upload(b.st.mean);
   bn.save_invstd.upload(b.st.invstd);
+  bn.scale.upload(b.scale);
+  bn.shift.upload(b.shift);
   bn2.save_mean.upload(b.st2.mean);
   bn2.save_invstd.upload(b.st2.invstd);
   DeviceTensor dgamma(d.c, DType::F32), dbeta(d.c, DType::F32), dgamma2(d.c, DType::F32), dbeta2(d.c, DType::F32);
@@ -465,12 +487,14 @@ void check_bn_backward(const ref::Dims& d, DType t, Layout l, BwdMode m, const B
   const BnChannelState s1 = bn.state(), s2 = bn2.state();
   BnBackwardArgs a{};
   a.dy = dy_d.get();
-  a.y = relu ? y_d.get() : nullptr;
+  a.relu = !relu ? ReluMask::None : m == BwdMode::ReluFromInput ? ReluMask::FromInput : ReluMask::FromOutput;
+  a.y = a.relu == ReluMask::FromOutput ? y_d.get() : nullptr;
   a.x = x_d.get();
   a.bn = &s1;
   a.dgamma = dgamma.f32();
   a.dbeta = dbeta.f32();
-  a.dx = m == BwdMode::ReluInPlace ? dy_d.get() : dx.get();
+  const bool in_place = m == BwdMode::ReluInPlace || m == BwdMode::ReluFromInput;
+  a.dx = in_place ? dy_d.get() : dx.get();
   if (dual) {
     a.x2 = x2_d.get();
     a.bn2 = &s2;
@@ -483,7 +507,7 @@ void check_bn_backward(const ref::Dims& d, DType t, Layout l, BwdMode m, const B
 
   EXPECT_CLOSE(dgamma.download(), b.g.dgamma, kTolF32) << "dgamma";
   EXPECT_CLOSE(dbeta.download(), b.g.dbeta, kTolF32) << "dbeta";
-  const DeviceTensor& dx_out = m == BwdMode::ReluInPlace ? dy_d : dx;
+  const DeviceTensor& dx_out = in_place ? dy_d : dx;
   EXPECT_CLOSE(download_activation(dx_out, d, l), b.g.dx, tol(t)) << "dx";
   if (dual) {
     EXPECT_CLOSE(dgamma2.download(), b.g2.dgamma, kTolF32) << "dgamma2";
@@ -502,12 +526,72 @@ TEST_P(GpuBatchNorm, BackwardMatchesReference) {
   std::mt19937_64 rng = test_rng();
   for (const ref::Dims& d : kBnShapes) {
     if (!bn_supported(d, t, l)) continue;
-    for (const BwdMode m : {BwdMode::Plain, BwdMode::Relu, BwdMode::ReluInPlace, BwdMode::Identity,
+    for (const BwdMode m : {BwdMode::Plain, BwdMode::Relu, BwdMode::ReluInPlace, BwdMode::ReluFromInput, BwdMode::Identity,
                             BwdMode::IdentityInPlace, BwdMode::Projection}) {
       SCOPED_TRACE(dims_name(d) + ", " + bwd_mode_name(m));
       check_bn_backward(d, t, l, m, make_bwd_case(rng, d, t, m, -2.0, 2.0));
     }
   }
+}
+
+// The inner BNs' backward recomputes the ReLU mask from x instead of reading y: it must be the mask
+// of the y the forward kernel stored, bit for bit, also for pre-activations within rounding of 0.
+// A third of the elements are set to the value of T nearest to where the channel's affine map
+// crosses 0, so that many of them round to +-0 or to the smallest subnormals.
+TEST_P(GpuBatchNorm, MaskFromInputMatchesTheStoredOutput) {
+  SKIP_WITHOUT_GPU("the batch-norm kernels");
+  const auto [t, l] = GetParam();
+  cudaStream_t stream = ctx().stream;
+  std::mt19937_64 rng = test_rng();
+  const ref::Dims d{8, 64, 8, 8};
+  ASSERT_TRUE(bn_supported(d, t, l));
+  const HostBn h = random_bn(rng, d.c);
+  DeviceBn bn(h);
+  DeviceTensor scratch = bn_scratch(d, t, l);
+  Vec x = quantize(t, channel_data(rng, d, -2.0, 2.0));
+  {  // the forward's scale/shift for this data
+    const DeviceTensor x_d = upload_activation(x, d, t, l);
+    bn_forward_train_stats(x_d.get(), shape4(d), t, l, bn.state(), scratch.f32(), stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  const Vec scale = bn.scale.download(), shift = bn.shift.download();
+  std::uniform_int_distribution<int> pick(0, 2);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int c = static_cast<int>((i / (size_t(d.h) * d.w)) % d.c);
+    if (pick(rng) == 0 && scale[c] != 0) x[i] = quantize(t, -shift[c] / scale[c]);
+  }
+  const DeviceTensor x_d = upload_activation(x, d, t, l);
+  DeviceTensor y(d.count(), t);
+  y.poison();
+  bn_apply(apply_args(x_d.get(), bn, y.get()), shape4(d), t, l, stream);  // scale/shift as above
+  size_t near_zero = 0;  // pre-activations within 1e-3 of 0, as the kernel computes them (one fp32 fma)
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int c = static_cast<int>((i / (size_t(d.h) * d.w)) % d.c);
+    near_zero += std::fabs(std::fma(float(x[i]), float(scale[c]), float(shift[c]))) < 1e-3f;
+  }
+  EXPECT_GT(near_zero, x.size() / 5) << "the data should put many pre-activations within rounding of 0";
+
+  const DeviceTensor dy_d = upload_activation(quantize(t, random_normal(rng, d.count())), d, t, l);
+  auto backward = [&](ReluMask mask) {
+    DeviceTensor dx(d.count(), t), dg(d.c, DType::F32), db(d.c, DType::F32);
+    for (DeviceTensor* p : {&dx, &dg, &db}) p->poison();
+    const BnChannelState st = bn.state();
+    BnBackwardArgs a{};
+    a.dy = dy_d.get();
+    a.relu = mask;
+    a.y = mask == ReluMask::FromOutput ? y.get() : nullptr;
+    a.x = x_d.get();
+    a.bn = &st;
+    a.dgamma = dg.f32();
+    a.dbeta = db.f32();
+    a.dx = dx.get();
+    bn_backward(a, shape4(d), t, l, scratch.f32(), stream);
+    return std::vector<std::vector<uint8_t>>{dx.bytes(), dg.bytes(), db.bytes()};
+  };
+  const auto from_y = backward(ReluMask::FromOutput), from_x = backward(ReluMask::FromInput);
+  EXPECT_TRUE(from_y[0] == from_x[0]) << "dx differs";
+  EXPECT_TRUE(from_y[1] == from_x[1]) << "dgamma differs";
+  EXPECT_TRUE(from_y[2] == from_x[2]) << "dbeta differs";
 }
 
 // Channel means far from zero against their spread (x = 1000 + N(0,1)): the variance must not be
@@ -576,6 +660,7 @@ TEST_P(GpuBatchNorm, BitIdenticalAcrossRuns) {
     const BnChannelState s1 = bn.state(), s2 = bn2.state();
     BnBackwardArgs b{};
     b.dy = dy_d.get();
+    b.relu = ReluMask::FromOutput;
     b.y = y.get();
     b.x = x_d.get();
     b.bn = &s1;
@@ -1184,11 +1269,21 @@ TEST(KernelArgs, BatchNormBackwardRejectsResidualPathsWithoutRelu) {
   EXPECT_THROW(bn_backward(b, {2, 8, 4, 4}, DType::F32, Layout::NCHW, nullptr, nullptr), Fatal);
   BnBackwardArgs c{};
   c.bn = &st;
+  c.relu = ReluMask::FromOutput;
   c.y = &dummy;
   c.x2 = &dummy;
   c.bn2 = &st;
   c.dres = &dummy;  // projection and identity at once
   EXPECT_THROW(bn_backward(c, {2, 8, 4, 4}, DType::F32, Layout::NCHW, nullptr, nullptr), Fatal);
+  BnBackwardArgs e{};
+  e.bn = &st;
+  e.relu = ReluMask::FromOutput;  // the mask's source missing
+  EXPECT_THROW(bn_backward(e, {2, 8, 4, 4}, DType::F32, Layout::NCHW, nullptr, nullptr), Fatal);
+  BnBackwardArgs f{};
+  f.bn = &st;
+  f.relu = ReluMask::FromInput;  // recomputing the mask from x ignores the residual that came before the ReLU
+  f.dres = &dummy;
+  EXPECT_THROW(bn_backward(f, {2, 8, 4, 4}, DType::F32, Layout::NCHW, nullptr, nullptr), Fatal);
 }
 
 TEST(KernelArgs, SoftmaxXentRejectsMoreThan16Classes) {

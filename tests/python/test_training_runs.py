@@ -1,6 +1,7 @@
 """bin/train's training runs end to end on the GPU (issue 5): SIGINT and SIGTERM stop a run after the
-current step with a checkpoint and exit 0, and --deterministic runs give the same per-step losses to
-the bit, whether run twice or stopped and resumed half way.
+current step with a checkpoint and exit 0, --deterministic runs give the same per-step losses to
+the bit, whether run twice or stopped and resumed half way, and a run that diverges stops with one
+error line and exit 1, its --save file holding the last state saved before the divergence.
 
 Every test needs a CUDA device and skips without one, saying "no CUDA device: ...". The runs are
 tiny (synthetic data, batch 32, 10 steps an epoch, at most a few dozen steps; a few seconds each on
@@ -12,9 +13,11 @@ synchronous loss reads: the other end of the optimization ladder).
 """
 
 import functools
+import math
 import os
 import re
 import signal
+import struct
 import subprocess
 import tempfile
 import time
@@ -80,11 +83,15 @@ class TrainingRuns:
         self.assertNotIn("warning:", stderr, context)  # e.g. a resume with other --seed/--epochs
 
     def run_train(self, *args):
-        args = [*SMALL, *map(str, args)]
-        p = subprocess.run([str(self.train), *args], cwd=self.dir, capture_output=True, text=True,
-                           timeout=RUN_TIMEOUT_S)
-        self.check_output(args, p.returncode, p.stdout, p.stderr)
+        p = self.run_unchecked(*args)
+        self.check_output(p.args[1:], p.returncode, p.stdout, p.stderr)
         return p
+
+    def run_unchecked(self, *args):
+        """Runs the binary with SMALL + args and returns the CompletedProcess, whatever its exit."""
+        args = [*SMALL, *map(str, args)]
+        return subprocess.run([str(self.train), *args], cwd=self.dir, capture_output=True, text=True,
+                              timeout=RUN_TIMEOUT_S)
 
     def loss_log(self, path, first, count):
         """The text of a --loss-log file, after checking it holds steps first..first+count-1, one
@@ -168,6 +175,86 @@ class TrainingRuns:
         self.assertEqual(first, second, "two --deterministic runs gave different losses")
         self.assertGreater(len({line.split()[1] for line in first.splitlines()}), 1,
                            f"every step logged the same loss: the log does not follow training\n{first}")
+
+    # ---- (d) divergence stops the run and keeps the last good checkpoint ---------------------------
+
+    def checkpoint_header(self, path):
+        """The key=value header of a checkpoint (include/checkpoint.h: magic "RN50CKPT", u32 version,
+        u32 header length, header text)."""
+        data = Path(path).read_bytes()
+        self.assertEqual(data[:8], b"RN50CKPT", f"{path} is not a checkpoint")
+        (length,) = struct.unpack_from("<I", data, 12)
+        lines = data[16:16 + length].decode().splitlines()
+        return dict(line.split("=", 1) for line in lines)
+
+    def test_divergence_stops_with_one_error_and_keeps_the_last_good_checkpoint(self):
+        # No flag injects a NaN, so the recipe is made absurd: the largest --lr allowed, from the first
+        # step (no warm-up), and --wd 1, which multiplies the weights by about -99 per step. Measured on
+        # an H100: fp32 has a NaN loss at step 5; fp16 keeps a finite loss, but its gradients overflow
+        # from step 1 on, and from --loss-scale 1 eleven halvings take the scale below 1/1024 by step
+        # 12. 10 epochs (100 steps) leave that far from the end. --save-every 1 and --progress-every 1
+        # make the detection exact: save() reads the counters every step and refuses a diverged state.
+        ck = self.dir / "run.ckpt"
+        epochs = 10
+        args = ["--epochs", epochs, "--warmup-epochs", "0", "--lr", "100", "--wd", "1", "--loss-scale", "1",
+                "--save", ck, "--save-every", "1", "--progress-every", "1"]
+        p = self.run_unchecked(*args)
+        context = f"bin/{self.BINARY} {' '.join(map(str, p.args[1:]))}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+        for sign in CRASH_SIGNS:
+            self.assertNotIn(sign, p.stdout + p.stderr, f"crash-like output\n{context}")
+        self.assertEqual(p.returncode, 1, context)
+        lines = p.stderr.splitlines()
+        self.assertEqual(len(lines), 1, f"expected one line on stderr\n{context}")
+        self.assertTrue(lines[0].startswith("error: training diverged"), context)
+        self.assertNotIn("checkpoint saved to", p.stdout, f"a diverged run saved at its end\n{context}")
+        self.assertNotRegex(p.stdout, r"(?m)^summary:", f"a diverged run printed its summary\n{context}")
+        build = re.search(r"(?m)^\S+: optimizations \[.*\] -> (fp16|fp32), ", p.stdout)
+        self.assertIsNotNone(build, f"no build line\n{context}")
+        fp16 = build.group(1) == "fp16"
+
+        # Either message: a NaN/Inf loss names the first such step S; non-finite gradients (with a
+        # finite loss) name the steps done N, the bad one included.
+        kept = rf"; stopping without saving; {re.escape(str(ck))} keeps its last good state$"
+        loss_form = re.fullmatch(r"error: training diverged: the loss became NaN/Inf at step (\d+) "
+                                 r"\(last finite loss (\S+)\)" + kept, lines[0])
+        grad_form = re.fullmatch(r"error: training diverged by step (\d+): non-finite gradients"
+                                 + (" even at a tiny loss scale" if fp16 else "")
+                                 + r" \(last finite loss (\S+)\)" + kept, lines[0])
+        m = loss_form or grad_form
+        self.assertIsNotNone(m, f"unexpected divergence message\n{context}")
+        step, last_loss = int(m.group(1)), float(m.group(2))
+        self.assertGreater(step, 0, context)
+        self.assertLess(step, epochs * STEPS_PER_EPOCH, context)
+        self.assertTrue(math.isfinite(last_loss), context)
+
+        # The checkpoint: the state of the last save before the divergence was seen, complete and
+        # atomic, and never one with a diverged scaler.
+        self.assertTrue(ck.exists(), f"no checkpoint was kept\n{context}")
+        self.assertFalse(Path(str(ck) + ".tmp").exists(), "a temporary checkpoint file was left behind")
+        header = self.checkpoint_header(ck)
+        saved = int(header["step"])
+        scale = float.fromhex(header["loss_scale"])
+        if fp16:
+            self.assertGreaterEqual(scale, 2.0 ** -10, f"the checkpoint holds a collapsed loss scale\n{header}")
+        else:
+            self.assertEqual(scale, 1.0, header)
+            self.assertEqual(int(header["skipped_steps"]), 0, f"fp32 skipped a step without stopping\n{header}")
+        if grad_form:
+            # The scaler gave up in step N-1 (0-based); the save after step N-2 was the last.
+            self.assertEqual(saved, step - 1, context)
+        elif not fp16:
+            # fp32 checks every step: the save right before the first bad step was the last.
+            self.assertEqual(saved, step, context)
+        else:
+            # fp16 treats a non-finite loss as an overflow (skip the step, halve the scale) until the
+            # scale collapses, and saves on meanwhile: the last save comes at or after the bad step.
+            self.assertGreaterEqual(saved, step, context)
+
+        # It loads: the trainer takes it up at the step its header says (and runs no further step:
+        # the weights saved are those the divergence started from).
+        r = self.run_train("--epochs", epochs, "--lr", "0.01", "--resume", ck, "--steps", saved)
+        self.assertRegex(r.stdout, rf"(?m)^resumed from {re.escape(str(ck))} at step {saved} ")
+        self.assertRegex(r.stdout, r"(?m)^summary: 0 steps")
 
 
 class Train(TrainingRuns, unittest.TestCase):
