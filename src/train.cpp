@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <memory>
@@ -25,6 +27,7 @@
 #include "json_line.h"
 #include "kernels.h"
 #include "loader.h"
+#include "pending_save.h"
 #include "profiling.h"
 #include "resnet50.h"
 #include "sample_grid.h"
@@ -99,11 +102,15 @@ class Trainer {
   void train_step(int k);
   void optimizer_step(double lr);
   void loss_stats();
-  void check_divergence(const DeviceCounters& c) const;
+  void take_counters(const DeviceCounters& c, long steps);
+  void check_divergence(const DeviceCounters& c, long steps) const;
+  std::string what_save_keeps();
   void evaluate();
   void open_window();
   void close_window();
-  void save(const std::string& path);
+  void save(const std::string& path, bool periodic);
+  void commit_pending();
+  std::string pending_path() const { return opt_.save + ".pending"; }
   void write_loss_log(long first_step, long count);
   void read_counters_now();
   void progress_line(bool final);
@@ -133,6 +140,12 @@ class Trainer {
   std::unique_ptr<Event> counters_read_;
   bool read_in_flight_ = false;
   DeviceCounters last_{};  // the latest counters the host has seen
+  long read_covers_ = 0;   // step_ when the in-flight read was enqueued: the steps it covers
+  long clean_steps_ = 0;   // the most steps a read has covered without finding a divergence
+  // --save-every (pending_save.h): the periodic save not yet shown good, and what --save FILE holds
+  PendingSave pending_;
+  long kept_step_ = -1;        // the step of the state this run made FILE; -1: none yet
+  bool save_existed_ = false;  // FILE was there before this run
   // position
   LrSchedule schedule_;
   long step_ = 0;          // steps done in all
@@ -284,7 +297,8 @@ void Trainer::start_from_checkpoint_or_init() {
   }
   CUDA_CHECK(cudaMemcpy(counters(), &init, sizeof(init), cudaMemcpyHostToDevice));
   last_ = init;
-  first_step_ = step_;
+  first_step_ = clean_steps_ = step_;
+  save_existed_ = !opt_.save.empty() && access(opt_.save.c_str(), F_OK) == 0;
 }
 
 // ---- the loop -----------------------------------------------------------------------------------
@@ -316,26 +330,29 @@ int Trainer::run() {
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
   try {
+    // The starting state is a periodic save point too (step 0 of a fresh run): without it, a run
+    // that diverges within its first N steps would have no state to keep.
+    if (opt_.save_every > 0 && step_ % opt_.save_every == 0) save(opt_.save, true);
     for (int epoch = start_epoch_; epoch < opt_.epochs && !out_of_steps(); ++epoch)
       if (!train_epoch(epoch)) break;
+    if (window_open_) close_window();  // the run ended inside the window
+    if (g_stop_requested) {
+      const std::string path = opt_.save.empty() ? "interrupted.ckpt" : opt_.save;
+      save(path, false);
+      std::printf("stopped by a signal after step %ld: checkpoint saved to %s (continue with --resume %s)\n", step_,
+                  path.c_str(), path.c_str());
+      summary();
+      return 0;
+    }
+    if (opt_.eval && evaluated_at_ != step_) evaluate();  // stopped by --steps inside an epoch
+    if (!opt_.save.empty()) {
+      save(opt_.save, false);
+      std::printf("checkpoint saved to %s\n", opt_.save.c_str());
+    }
   } catch (const Diverged& d) {
     std::fflush(stdout);
-    std::fprintf(stderr, "error: %s\n", d.what());
+    std::fprintf(stderr, "error: %s%s\n", d.what(), what_save_keeps().c_str());
     return 1;
-  }
-  if (window_open_) close_window();  // the run ended inside the window
-  if (g_stop_requested) {
-    const std::string path = opt_.save.empty() ? "interrupted.ckpt" : opt_.save;
-    save(path);
-    std::printf("stopped by a signal after step %ld: checkpoint saved to %s (continue with --resume %s)\n", step_,
-                path.c_str(), path.c_str());
-    summary();
-    return 0;
-  }
-  if (opt_.eval && evaluated_at_ != step_) evaluate();  // stopped by --steps inside an epoch
-  if (!opt_.save.empty()) {
-    save(opt_.save);
-    std::printf("checkpoint saved to %s\n", opt_.save.c_str());
   }
   summary();
   return 0;
@@ -371,7 +388,7 @@ bool Trainer::train_epoch(int epoch) {
   for (; k < plan.steps && !out_of_steps() && !g_stop_requested; ++k) {
     k_now_ = k;
     train_step(k);
-    if (opt_.save_every > 0 && step_ % opt_.save_every == 0) save(opt_.save);
+    if (opt_.save_every > 0 && step_ % opt_.save_every == 0) save(opt_.save, true);
   }
   end.record(ctx_->stream);
   read_counters_now();
@@ -447,7 +464,7 @@ void Trainer::optimizer_step(double lr) {
 void Trainer::loss_stats() {
   if (!kBuild.device_loss) {
     CUDA_CHECK(cudaMemcpy(&last_, counters(), sizeof(DeviceCounters), cudaMemcpyDeviceToHost));
-    check_divergence(last_);
+    take_counters(last_, step_);
     if (tty_ && step_ % opt_.progress_every == 0) progress_line(false);
     return;
   }
@@ -458,13 +475,14 @@ void Trainer::loss_stats() {
     CUDA_CHECK(q);
     last_ = *counters_host_.as<DeviceCounters>();
     read_in_flight_ = false;
-    check_divergence(last_);
+    take_counters(last_, read_covers_);
     if (tty_) progress_line(false);
   }
   CUDA_CHECK(cudaMemcpyAsync(counters_host_.get(), counters(), sizeof(DeviceCounters), cudaMemcpyDeviceToHost,
                              ctx_->stream));
   counters_read_->record(ctx_->stream);
   read_in_flight_ = true;
+  read_covers_ = step_;
 }
 
 void Trainer::read_counters_now() {
@@ -476,25 +494,53 @@ void Trainer::read_counters_now() {
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   peak_mem_mb_ = std::max(peak_mem_mb_, double(free_before_ - std::min(free_before_, free_b)) / (1 << 20));
-  check_divergence(last_);
+  take_counters(last_, step_);
 }
 
-void Trainer::check_divergence(const DeviceCounters& c) const {
+// Every read of the counters goes through here, with the number of steps it covers: it stops a
+// diverged run, and it is what proves a pending periodic save good.
+void Trainer::take_counters(const DeviceCounters& c, long steps) {
+  check_divergence(c, steps);
+  clean_steps_ = std::max(clean_steps_, steps);
+  if (pending_save_proven(pending_, steps, c.scaler.skipped_steps, c.scaler.diverged != 0)) commit_pending();
+}
+
+// Steps are named 0-based, as --loss-log numbers them. The GPU records the first step whose loss
+// was not finite; a gradient divergence is only known to lie after the last read that found none.
+void Trainer::check_divergence(const DeviceCounters& c, long steps) const {
   const bool fp16 = kBuild.precision == DType::F16;
   if (c.train.first_bad_step < 0 && !c.scaler.diverged) return;
   if (fp16 && !c.scaler.diverged) return;  // an fp16 overflow: the scaler skipped that step
-  const std::string kept = opt_.save.empty() ? "" : "; " + opt_.save + " keeps its last good state";
   char last[64] = "no finite loss in this run";
   if (!std::isnan(c.train.last_good_loss))
     std::snprintf(last, sizeof(last), "last finite loss %.6g", c.train.last_good_loss);
+  char at[64];
+  if (c.train.first_bad_step >= 0) std::snprintf(at, sizeof(at), "step %lld", c.train.first_bad_step);
+  else if (steps - 1 == clean_steps_) std::snprintf(at, sizeof(at), "step %ld", steps - 1);
+  else std::snprintf(at, sizeof(at), "one of steps %ld to %ld", clean_steps_, steps - 1);
   char msg[512];
   if (c.train.first_bad_step >= 0)
-    std::snprintf(msg, sizeof(msg), "training diverged: the loss became NaN/Inf at step %lld (%s); "
-                  "stopping without saving%s", c.train.first_bad_step, last, kept.c_str());
+    std::snprintf(msg, sizeof(msg), "training diverged: the loss became NaN/Inf at %s (%s); stopping without saving",
+                  at, last);
   else
-    std::snprintf(msg, sizeof(msg), "training diverged by step %ld: non-finite gradients%s (%s); "
-                  "stopping without saving%s", step_, fp16 ? " even at a tiny loss scale" : "", last, kept.c_str());
+    std::snprintf(msg, sizeof(msg), "training diverged at %s: non-finite gradients%s (%s); stopping without saving",
+                  at, fp16 ? " even at a tiny loss scale" : "", last);
   throw Diverged(msg);
+}
+
+// After a divergence: the pending save is unproven, so it goes; FILE holds the last proven state.
+std::string Trainer::what_save_keeps() {
+  if (opt_.save.empty()) return "";
+  if (opt_.save_every > 0) std::remove(pending_path().c_str());
+  pending_ = {};
+  if (kept_step_ >= 0)
+    return "; " + opt_.save + " keeps its last good state (step " + std::to_string(kept_step_) + ")";
+  if (!save_existed_)
+    return std::string("; no checkpoint was kept") +
+           (opt_.save_every > 0 ? " (no periodic save was shown good before the divergence)" : "");
+  if (opt_.resume == opt_.save)
+    return "; " + opt_.save + " keeps the state this run resumed from (step " + std::to_string(first_step_) + ")";
+  return "; " + opt_.save + " keeps what it held before this run";
 }
 
 void Trainer::evaluate() {
@@ -516,6 +562,11 @@ void Trainer::evaluate() {
 
 // ---- measurement window -------------------------------------------------------------------------
 void Trainer::open_window() {
+  // Open it on an idle GPU. The host runs a step or more ahead, and work launched before the window
+  // would otherwise run inside it: timed by the window's events, but not recorded by --trace (CUPTI
+  // records only what is launched while it records), so the trace would count that time as idle
+  // and read a lower GPU busy % than nsys on the same binary.
+  CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_CHECK(cudaProfilerStart());
   if (trace_) trace_->start();
   window_start_->record(ctx_->stream);
@@ -541,7 +592,9 @@ void Trainer::close_window() {
 }
 
 // ---- checkpoints --------------------------------------------------------------------------------
-void Trainer::save(const std::string& path) {
+// A periodic save goes to FILE.pending and becomes FILE once proven (take_counters); the end-of-run
+// and signal saves are the result asked for and go to `path` directly.
+void Trainer::save(const std::string& path, bool periodic) {
   NvtxRange range("save checkpoint", phase_color::kGrey);
   CUDA_CHECK(cudaStreamSynchronize(ctx_->stream));
   const ParamStore& p = net_->params();
@@ -550,7 +603,13 @@ void Trainer::save(const std::string& path) {
   for (const auto& t : p.tensors()) sig.emplace_back(t.name, t.shape);
   DeviceCounters now{};
   CUDA_CHECK(cudaMemcpy(&now, counters(), sizeof(now), cudaMemcpyDeviceToHost));
-  check_divergence(now);  // never overwrite a good checkpoint with a diverged state
+  take_counters(now, step_);  // a diverged state is never saved; an older pending save may be proven
+  // A pending save that this read does not prove has had every step since skipped (or none run):
+  // it holds the weights saved now, so dropping it loses nothing, and FILE keeps a proven state.
+  if (pending_.step >= 0) {
+    if (!periodic) std::remove(pending_path().c_str());  // a periodic save overwrites it below
+    pending_ = {};
+  }
   CheckpointMeta& m = c.meta;
   m.precision = dtype_name(kBuild.precision);
   m.layout = layout_name(kBuild.layout);
@@ -573,7 +632,20 @@ void Trainer::save(const std::string& path) {
   CUDA_CHECK(cudaMemcpy(c.master.data(), p.master_all(), c.master.size() * 4, cudaMemcpyDeviceToHost));
   CUDA_CHECK(cudaMemcpy(c.momentum.data(), p.momentum_all(), c.momentum.size() * 4, cudaMemcpyDeviceToHost));
   CUDA_CHECK(cudaMemcpy(c.running.data(), net_->running_stats(), c.running.size() * 4, cudaMemcpyDeviceToHost));
-  save_checkpoint(path, c);
+  if (!periodic) {
+    save_checkpoint(path, c);
+    return;
+  }
+  save_checkpoint(pending_path(), c);  // atomic: FILE.pending is whole or absent (a leftover is overwritten)
+  pending_ = {step_, now.scaler.skipped_steps};
+}
+
+void Trainer::commit_pending() {
+  // rename() is atomic: FILE is the old proven state or the new one, whatever happens meanwhile.
+  if (std::rename(pending_path().c_str(), opt_.save.c_str()) != 0)
+    throw Fatal(pending_path() + ": cannot rename to " + opt_.save + ": " + std::strerror(errno));
+  kept_step_ = pending_.step;
+  pending_ = {};
 }
 
 void Trainer::write_loss_log(long first_step, long count) {

@@ -1,7 +1,8 @@
 """bin/train's training runs end to end on the GPU (issue 5): SIGINT and SIGTERM stop a run after the
 current step with a checkpoint and exit 0, --deterministic runs give the same per-step losses to
 the bit, whether run twice or stopped and resumed half way, and a run that diverges stops with one
-error line and exit 1, its --save file holding the last state saved before the divergence.
+error line and exit 1, its --save file holding the last saved state that a step ran from without
+diverging, the one that step recomputes.
 
 Every test needs a CUDA device and skips without one, saying "no CUDA device: ...". The runs are
 tiny (synthetic data, batch 32, 10 steps an epoch, at most a few dozen steps; a few seconds each on
@@ -13,6 +14,7 @@ synchronous loss reads: the other end of the optimization ladder).
 """
 
 import functools
+import json
 import math
 import os
 import re
@@ -138,6 +140,7 @@ class TrainingRuns:
         self.assertGreaterEqual(step, 2, out)
         self.assertLess(step, 15 * STEPS_PER_EPOCH, f"the run was not stopped early:\n{out}")
         self.assertFalse(Path(str(ck) + ".tmp").exists(), "a temporary checkpoint file was left behind")
+        self.assertFalse(Path(str(ck) + ".pending").exists(), "a pending periodic save was left behind")
         # The checkpoint holds the state after the last step done, and a resume takes it up there.
         p = self.run_train("--epochs", "15", "--resume", ck, "--steps", step + 2)
         self.assertRegex(p.stdout, rf"(?m)^resumed from {re.escape(str(ck))} at step {step} ")
@@ -191,9 +194,11 @@ class TrainingRuns:
         # No flag injects a NaN, so the recipe is made absurd: the largest --lr allowed, from the first
         # step (no warm-up), and --wd 1, which multiplies the weights by about -99 per step. Measured on
         # an H100: fp32 has a NaN loss at step 5; fp16 keeps a finite loss, but its gradients overflow
-        # from step 1 on, and from --loss-scale 1 eleven halvings take the scale below 1/1024 by step
-        # 12. 10 epochs (100 steps) leave that far from the end. --save-every 1 and --progress-every 1
+        # from step 1 on, and from --loss-scale 1 eleven halvings take the scale below 1/1024 in step
+        # 11. 10 epochs (100 steps) leave that far from the end. --save-every 1 and --progress-every 1
         # make the detection exact: save() reads the counters every step and refuses a diverged state.
+        # A periodic save goes to FILE.pending and becomes FILE once a step run from it was applied
+        # (not skipped) without a divergence, so FILE keeps the last state that passed that test.
         ck = self.dir / "run.ckpt"
         epochs = 10
         args = ["--epochs", epochs, "--warmup-epochs", "0", "--lr", "100", "--wd", "1", "--loss-scale", "1",
@@ -212,50 +217,66 @@ class TrainingRuns:
         self.assertIsNotNone(build, f"no build line\n{context}")
         fp16 = build.group(1) == "fp16"
 
-        # Either message: a NaN/Inf loss names the first such step S; non-finite gradients (with a
-        # finite loss) name the steps done N, the bad one included.
-        kept = rf"; stopping without saving; {re.escape(str(ck))} keeps its last good state$"
-        loss_form = re.fullmatch(r"error: training diverged: the loss became NaN/Inf at step (\d+) "
-                                 r"\(last finite loss (\S+)\)" + kept, lines[0])
-        grad_form = re.fullmatch(r"error: training diverged by step (\d+): non-finite gradients"
+        # Either message names a 0-based step S, as --loss-log numbers them: a NaN/Inf loss the first
+        # such step, non-finite gradients (with a finite loss) the step that gave them (exact here:
+        # the counters are read after every step). Both end with the step of the state FILE keeps.
+        kept = rf"; stopping without saving; {re.escape(str(ck))} keeps its last good state \(step (?P<kept>\d+)\)$"
+        loss_form = re.fullmatch(r"error: training diverged: the loss became NaN/Inf at step (?P<step>\d+) "
+                                 r"\(last finite loss (?P<last>\S+)\)" + kept, lines[0])
+        grad_form = re.fullmatch(r"error: training diverged at step (?P<step>\d+): non-finite gradients"
                                  + (" even at a tiny loss scale" if fp16 else "")
-                                 + r" \(last finite loss (\S+)\)" + kept, lines[0])
+                                 + r" \(last finite loss (?P<last>\S+)\)" + kept, lines[0])
         m = loss_form or grad_form
         self.assertIsNotNone(m, f"unexpected divergence message\n{context}")
-        step, last_loss = int(m.group(1)), float(m.group(2))
+        step, last_loss = int(m.group("step")), float(m.group("last"))
         self.assertGreater(step, 0, context)
         self.assertLess(step, epochs * STEPS_PER_EPOCH, context)
         self.assertTrue(math.isfinite(last_loss), context)
 
-        # The checkpoint: the state of the last save before the divergence was seen, complete and
-        # atomic, and never one with a diverged scaler.
+        # The checkpoint: the last proven state, complete and atomic, never one with a diverged
+        # scaler, and no unproven pending save left beside it.
         self.assertTrue(ck.exists(), f"no checkpoint was kept\n{context}")
         self.assertFalse(Path(str(ck) + ".tmp").exists(), "a temporary checkpoint file was left behind")
+        self.assertFalse(Path(str(ck) + ".pending").exists(), f"an unproven pending save was left behind\n{context}")
+        self.assertFalse(Path(str(ck) + ".pending.tmp").exists(), "a temporary pending file was left behind")
         header = self.checkpoint_header(ck)
         saved = int(header["step"])
+        self.assertEqual(saved, int(m.group("kept")), f"the message names another step than the file holds\n{context}")
         scale = float.fromhex(header["loss_scale"])
         if fp16:
             self.assertGreaterEqual(scale, 2.0 ** -10, f"the checkpoint holds a collapsed loss scale\n{header}")
         else:
             self.assertEqual(scale, 1.0, header)
             self.assertEqual(int(header["skipped_steps"]), 0, f"fp32 skipped a step without stopping\n{header}")
-        if grad_form:
-            # The scaler gave up in step N-1 (0-based); the save after step N-2 was the last.
+        if not fp16:
+            # fp32 diverges in step S itself: the state step S-1 ran from (saved after S-1 steps) is the
+            # last one proven; the one saved after S steps, which step S ran from, is not.
             self.assertEqual(saved, step - 1, context)
-        elif not fp16:
-            # fp32 checks every step: the save right before the first bad step was the last.
-            self.assertEqual(saved, step, context)
+        elif grad_form:
+            # fp16 skips every step from the one after the kept state to S, where the scale collapses:
+            # step `saved` was applied (scale unchanged) and steps saved+1..S each halved the scale,
+            # the last halving, and only it, taking it below 1/1024.
+            halvings = step - saved
+            self.assertLess(math.ldexp(scale, -halvings), 2.0 ** -10, f"{header}\n{context}")
+            self.assertGreaterEqual(math.ldexp(scale, -(halvings - 1)), 2.0 ** -10, f"{header}\n{context}")
         else:
-            # fp16 treats a non-finite loss as an overflow (skip the step, halve the scale) until the
-            # scale collapses, and saves on meanwhile: the last save comes at or after the bad step.
-            self.assertGreaterEqual(saved, step, context)
+            # fp16 with a NaN loss in step S: that step was skipped, so it is not the kept state's step.
+            self.assertNotEqual(saved, step, context)
 
-        # It loads: the trainer takes it up at the step its header says (and runs no further step:
-        # the weights saved are those the divergence started from).
-        r = self.run_train("--epochs", epochs, "--lr", "0.01", "--resume", ck, "--steps", saved)
+        # It is good: the trainer takes it up at the step its header says, and the one step it runs
+        # from it (the one that ran fine in the diverged run: --deterministic recomputes it exactly;
+        # --lr only acts on the update after it) has a finite loss and is not skipped.
+        r = self.run_train("--epochs", epochs, "--lr", "0.01", "--resume", ck, "--steps", saved + 1, "--json")
         self.assertRegex(r.stdout, rf"(?m)^resumed from {re.escape(str(ck))} at step {saved} ")
-        self.assertRegex(r.stdout, r"(?m)^summary: 0 steps")
-
+        events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+        summaries = [e for e in events if e.get("event") == "summary"]
+        self.assertEqual(len(summaries), 1, r.stdout)
+        summary = summaries[0]
+        self.assertEqual(summary["steps"], 1, r.stdout)
+        self.assertIsNotNone(summary["final_loss"], f"the step from the kept state had a NaN/Inf loss\n{r.stdout}")
+        self.assertTrue(math.isfinite(summary["final_loss"]), r.stdout)
+        self.assertEqual(summary["skipped_steps"], int(header["skipped_steps"]),
+                         f"the step from the kept state was skipped\n{r.stdout}")
 
 class Train(TrainingRuns, unittest.TestCase):
     BINARY = "train"
