@@ -4,7 +4,7 @@
 #   make test       set up, build and run every test; ends with "N passed, N failed, N skipped"
 #   make variants   the optimization ladder: bin/train-{baseline,devloss,pinned,autotune,fp16,nhwc,graph}
 #   make custom NAME=x DEVICE_LOSS=1 PINNED=0 AUTOTUNE=1 FP16=1 NHWC=0 CONV_GRAPH=1   any other combination
-#   make bench / make profile / make fuzz / make sanitize / make data / make deps
+#   make bench / make profile / make fuzz / make sanitize / make sanitize-gpu / make data / make deps
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
 
@@ -57,7 +57,7 @@ opt_defines = $(shell set -- $(1); echo -DOPT_DEVICE_LOSS=$$1 -DOPT_PINNED=$$2 -
                 -DOPT_NHWC=$$5 -DOPT_CONV_GRAPH=$${6:-1})
 variant_name = $(if $(filter train,$(1)),train,train-$(1))
 
-.PHONY: FORCE all variants custom run test unit-tests bench profile fuzz fuzz-build sanitize data deps clean
+.PHONY: FORCE all variants custom run test unit-tests bench profile fuzz fuzz-build sanitize sanitize-gpu data deps clean
 all: bin/train
 
 # ---- set-up: what a fresh Debian/Ubuntu machine with CUDA and cuDNN may lack -----------------------
@@ -181,6 +181,16 @@ sanitize: bin/unit_tests-sanitize
 	  echo "sanitize: FAILED (exit status $$rc, $$reports sanitizer report lines)"; exit 1; \
 	fi; \
 	grep -E '^\[  (PASSED|SKIPPED) +\]' $$log; echo "sanitize: passed, no sanitizer reports"
+
+# make sanitize-gpu: compute-sanitizer's memcheck, synccheck and racecheck over short training runs
+# of bin/train and bin/train-baseline and over the GPU unit tests (tests/sanitize_gpu.sh says how
+# racecheck is limited to our kernels, and bin/racecheck_probe proves that limit selects them).
+bin/racecheck_probe: tests/racecheck_probe.cu | build/.deps-ok
+	@mkdir -p bin
+	$(NVCC) $(NVFLAGS) $< -o $@
+
+sanitize-gpu: bin/train bin/train-baseline bin/unit_tests bin/racecheck_probe
+	@bash tests/sanitize_gpu.sh
 
 # ---- fuzzing (clang + libFuzzer, CPU only): one target per reader -------------------------------------
 # make fuzz runs each target for FUZZ_RUNS executions; make test runs a short smoke of each.

@@ -48,17 +48,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def busy_comparison(s: ProfileSummary) -> str | None:
+    """With --compare-trace: both GPU busy figures and how far apart they are (None without both).
+    They come from two runs of the same command: CUPTI (CUDA 13.0, drivers before r610) serves one
+    client per process, and nsys is one, so the trace cannot record inside nsys's run."""
+    if s.gpu_busy_pct is None or s.trace_busy_pct is None or s.source != "nsys":
+        return None
+    return (f"GPU busy {s.gpu_busy_pct:.1f}% (nsys) vs {s.trace_busy_pct:.1f}% (built-in trace, next run): "
+            f"{abs(s.gpu_busy_pct - s.trace_busy_pct):.1f} points apart")
+
+
 def combined_report(summaries: list[ProfileSummary], gpu: str, date: str, command: str, how: str) -> str:
+    compared = any(busy_comparison(s) for s in summaries)
     lines = [f"# Profiles of the training step, {gpu}, {date}", "",
              f"- command: `{command}`", f"- {how}", "",
-             "| binary | source | dominant phase | ms per step (host) | GPU busy % |",
-             "| --- | --- | --- | ---: | ---: |"]
+             "| binary | source | dominant phase | ms per step (host) | GPU busy % |" +
+             (" built-in trace busy % (next run) |" if compared else ""),
+             "| --- | --- | --- | ---: | ---: |" + (" ---: |" if compared else "")]
     for s in summaries:
         top = dominant_phase(s)
         share = f"{top.name} ({100.0 * top.total_ns / s.step_ns:.0f}%)" if top and s.step_ns else "—"
         per_step = f"{s.step_ns / s.step_count / 1e6:.2f}" if s.step_count else "—"
         busy = f"{s.gpu_busy_pct:.1f}" if s.gpu_busy_pct is not None else "—"
-        lines.append(f"| {s.variant} | {s.source} | {share} | {per_step} | {busy} |")
+        row = f"| {s.variant} | {s.source} | {share} | {per_step} | {busy} |"
+        if compared:
+            row += f" {s.trace_busy_pct:.1f} |" if s.trace_busy_pct is not None else " — |"
+        lines.append(row)
     return "\n".join(lines) + "\n\n" + "\n".join(to_markdown(s) for s in summaries)
 
 
@@ -87,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / f"{variant}.md").write_text(to_markdown(s))
         print(f"{variant}: {where_the_time_goes(s)}" + "".join(f" [{n}]" for n in s.notes), flush=True)
+        comparison = busy_comparison(s)
+        if comparison:
+            print(f"{variant}: {comparison}", flush=True)
         summaries.append(s)
 
     run = next((s.run for s in summaries if s.run), {})

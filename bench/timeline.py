@@ -36,19 +36,48 @@ def api_name(raw: str) -> str:
     return re.sub(r"_v\d+$", "", raw.strip())
 
 
+@dataclass
+class Stat:
+    """A named total: an NVTX range, a kernel, or an API call."""
+    name: str
+    total_ns: int
+    count: int
+
+
+def merged_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(start, end) intervals, sorted, with overlapping and touching ones joined; empty ones dropped."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(i for i in intervals if i[1] > i[0]):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
 def interval_union_ns(intervals: list[tuple[int, int]]) -> int:
     """Total length covered by (start, end) intervals, overlaps counted once."""
-    covered, cur_start, cur_end = 0, None, None
-    for start, end in sorted(i for i in intervals if i[1] > i[0]):
-        if cur_end is None or start > cur_end:
-            if cur_end is not None:
-                covered += cur_end - cur_start
-            cur_start, cur_end = start, end
-        else:
-            cur_end = max(cur_end, end)
-    if cur_end is not None:
-        covered += cur_end - cur_start
-    return covered
+    return sum(end - start for start, end in merged_intervals(intervals))
+
+
+# Idle time sorted by the length of the gap it is in. Gaps of a few microseconds are the launch
+# latency between back-to-back kernels (fewer kernels, fused ones or CUDA graphs remove them); long
+# ones are the GPU waiting for the host (a synchronising call, a late batch, a slow launch path).
+GAP_CLASSES = [(2_000, "< 2 µs"), (10_000, "2-10 µs"), (100_000, "10-100 µs"), (1_000_000, "0.1-1 ms"),
+               (None, "≥ 1 ms")]
+
+
+def idle_by_gap_length(intervals: list[tuple[int, int]]) -> list[Stat]:
+    """The idle stretches between GPU activities in the window, as one Stat per GAP_CLASSES entry
+    (total idle ns, number of gaps); their totals add up to window - busy."""
+    classes = [Stat(label, 0, 0) for _, label in GAP_CLASSES]
+    spans = merged_intervals(intervals)
+    for (_, prev_end), (next_start, _) in zip(spans, spans[1:]):
+        gap = next_start - prev_end
+        i = next(k for k, (limit, _) in enumerate(GAP_CLASSES) if limit is None or gap < limit)
+        classes[i].total_ns += gap
+        classes[i].count += 1
+    return classes
 
 
 def busy_and_window_ns(intervals: list[tuple[int, int]]) -> tuple[int, int]:
@@ -58,14 +87,6 @@ def busy_and_window_ns(intervals: list[tuple[int, int]]) -> tuple[int, int]:
         return 0, 0
     window = max(e for _, e in intervals) - min(s for s, _ in intervals)
     return interval_union_ns(intervals), window
-
-
-@dataclass
-class Stat:
-    """A named total: an NVTX range, a kernel, or an API call."""
-    name: str
-    total_ns: int
-    count: int
 
 
 @dataclass
@@ -80,6 +101,7 @@ class ProfileSummary:
     other_copies: Stat = field(default_factory=lambda: Stat("device to device / memset", 0, 0))
     busy_ns: int = 0
     window_ns: int = 0
+    idle_gaps: list[Stat] = field(default_factory=list)    # idle_by_gap_length() of the window
     phase_wait_ns: dict[str, int] = field(default_factory=dict)  # blocking-call time inside each phase
     trace_busy_pct: float | None = None           # the built-in trace's figure, when it ran too
     run: dict | None = None                       # the binary's --json summary of the profiled run
@@ -205,6 +227,9 @@ def to_markdown(summary: ProfileSummary, top_kernels: int = 10, top_api: int = 6
         lines.append(f"| busy (union of kernels, copies, memsets), ms | {_ms(s.busy_ns)} |")
         lines.append(f"| idle, ms | {_ms(s.window_ns - s.busy_ns)} |")
         lines.append(f"| busy % ({s.source}) | {s.gpu_busy_pct:.1f} |")
+        for gap in s.idle_gaps:
+            if gap.count:
+                lines.append(f"| idle in gaps {gap.name}: ms / count | {_ms(gap.total_ns)} / {gap.count} |")
     if s.trace_busy_pct is not None:
         label = "built-in trace, same definition" if s.source == "nsys" else "as the trainer reported it"
         lines.append(f"| busy % ({label}) | {s.trace_busy_pct:.1f} |")

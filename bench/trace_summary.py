@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 from timeline import (STEP, STEP_PHASES, SYNC_CALLS, ProfileSummary, Stat, add_phase, api_name,
-                      busy_and_window_ns, range_name)
+                      busy_and_window_ns, idle_by_gap_length, range_name)
 
 GPU_CATEGORIES = ("kernel", "memcpy", "memset", "gpu")
 API_CATEGORIES = ("api", "runtime", "driver")
@@ -96,6 +96,7 @@ def summarize(path: Path | str, variant: str, run: dict | None = None) -> Profil
     summary.kernels = sorted(kernels.values(), key=lambda s: -s.total_ns)
     summary.api = sorted(api.values(), key=lambda s: -s.total_ns)
     summary.busy_ns, summary.window_ns = busy_and_window_ns(intervals)
+    summary.idle_gaps = idle_by_gap_length(intervals)
     summary.phase_wait_ns = blocking_time_per_phase(ranges, calls)
     if run and run.get("gpu_busy_pct") is not None:
         summary.trace_busy_pct = float(run["gpu_busy_pct"])

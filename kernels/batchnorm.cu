@@ -15,6 +15,7 @@
 #include "common.cuh"
 #include "kernels.h"
 
+namespace trainer_kernels {  // why: kernels/common.cuh
 namespace {
 
 constexpr int kThreads = 256;
@@ -500,6 +501,8 @@ unsigned channel_blocks(int C) { return static_cast<unsigned>((C + 127) / 128); 
 unsigned finalize_blocks(int C) { return static_cast<unsigned>((C + kFinalizeWarps - 1) / kFinalizeWarps); }
 
 }  // namespace
+}  // namespace trainer_kernels
+using namespace trainer_kernels;
 
 size_t bn_scratch_floats(Shape4 s, DType t, Layout l) {
   ReduceGrid g{};

@@ -3,6 +3,7 @@
 #include "common.cuh"
 #include "kernels.h"
 
+namespace trainer_kernels {  // why: kernels/common.cuh
 namespace {
 
 constexpr int kThreads = 256;
@@ -18,6 +19,8 @@ __global__ void f16_to_f32(const __half* in, float* out, size_t n) {
 }
 
 }  // namespace
+}  // namespace trainer_kernels
+using namespace trainer_kernels;
 
 void cast_f32_to_f16(const float* in, void* out, size_t n, cudaStream_t stream) {
   f32_to_f16<<<grid_for(n, kThreads), kThreads, 0, stream>>>(in, static_cast<__half*>(out), n);

@@ -1,4 +1,9 @@
 // Device helpers shared by the kernel families: fp32/fp16 conversion and 16-byte vector access.
+//
+// Every kernel of this project is defined in namespace trainer_kernels (inside an anonymous one, so
+// helpers stay private to their file), which puts "trainer_kernels" in each kernel's mangled name:
+// that is how a tool tells our kernels from cuDNN's and cuBLAS's. `make sanitize-gpu` runs racecheck
+// on these alone (--kernel-name kns=trainer_kernels; tests/sanitize_gpu.sh says why).
 #pragma once
 
 #include <cuda_fp16.h>

@@ -7,6 +7,7 @@
 #include "common.cuh"
 #include "kernels.h"
 
+namespace trainer_kernels {  // why: kernels/common.cuh
 namespace {
 
 constexpr int kThreads = 256;
@@ -81,6 +82,8 @@ softmax_xent_kernel(float* logits, const float* bias, const int32_t* labels, int
 }
 
 }  // namespace
+}  // namespace trainer_kernels
+using namespace trainer_kernels;
 
 void softmax_xent(float* logits, const float* bias, const int32_t* labels, int n, int classes,
                   void* dlogits, DType dlogits_type, float* dbias, const float* loss_scale,

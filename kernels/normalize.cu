@@ -5,6 +5,7 @@
 #include "common.cuh"
 #include "kernels.h"
 
+namespace trainer_kernels {  // why: kernels/common.cuh
 namespace {
 
 constexpr int kThreads = 256;
@@ -34,6 +35,8 @@ __global__ void normalize_kernel(const uint8_t* in, int n, int in_channels, Norm
 }
 
 }  // namespace
+}  // namespace trainer_kernels
+using namespace trainer_kernels;
 
 void normalize_u8(const uint8_t* in, int n, int in_channels, Layout l, const NormalizeParams& p,
                   void* out, DType t, cudaStream_t stream) {

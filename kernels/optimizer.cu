@@ -8,6 +8,7 @@
 #include "kernels.h"
 #include "loss_scale.h"
 
+namespace trainer_kernels {  // why: kernels/common.cuh
 namespace {
 
 constexpr int kThreads = 256;
@@ -46,6 +47,8 @@ __global__ void loss_scale_kernel(ScalerState* state, bool dynamic, int window) 
 }
 
 }  // namespace
+}  // namespace trainer_kernels
+using namespace trainer_kernels;
 
 void check_grads_finite(const SgdArgs& a, ScalerState* state, cudaStream_t stream) {
   dispatch_dtype(a.act, [&]<class T>() {

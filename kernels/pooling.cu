@@ -2,6 +2,7 @@
 #include "common.cuh"
 #include "kernels.h"
 
+namespace trainer_kernels {  // why: kernels/common.cuh
 namespace {
 
 constexpr int kThreads = 256;
@@ -38,6 +39,8 @@ void by_layout(Layout l, F&& f) {
 }
 
 }  // namespace
+}  // namespace trainer_kernels
+using namespace trainer_kernels;
 
 void global_avgpool_forward(const void* x, Shape4 s, DType t, Layout l, void* y, cudaStream_t stream) {
   dispatch_dtype(t, [&]<class T>() {

@@ -48,5 +48,34 @@ class BusyAndWindow(unittest.TestCase):
         self.assertIsNone(timeline.ProfileSummary("v", "nsys").gpu_busy_pct)
 
 
+class IdleByGapLength(unittest.TestCase):
+    def test_each_gap_lands_in_its_class(self):
+        # gaps: 1,000 ns (< 2 µs), 5,000 (2-10 µs), 50,000 (10-100 µs), 500,000 (0.1-1 ms), 2,000,000 (>= 1 ms)
+        ends = [(0, 10)]
+        for gap in (1_000, 5_000, 50_000, 500_000, 2_000_000):
+            start = ends[-1][1] + gap
+            ends.append((start, start + 10))
+        classes = timeline.idle_by_gap_length(ends)
+        self.assertEqual([c.name for c in classes], [label for _, label in timeline.GAP_CLASSES])
+        self.assertEqual([(c.total_ns, c.count) for c in classes],
+                         [(1_000, 1), (5_000, 1), (50_000, 1), (500_000, 1), (2_000_000, 1)])
+
+    def test_class_limits_belong_to_the_longer_class(self):
+        # a gap of exactly 2,000 ns is "2-10 µs", one of exactly 10,000 ns is "10-100 µs"
+        classes = timeline.idle_by_gap_length([(0, 1), (2_001, 2_002), (12_002, 12_003)])
+        self.assertEqual([c.count for c in classes], [0, 1, 1, 0, 0])
+
+    def test_overlaps_are_not_gaps_and_the_classes_add_up_to_the_idle_time(self):
+        intervals = [(100, 300), (250, 400), (500, 600), (580, 590), (3_000, 3_100), (3_100, 3_200)]
+        classes = timeline.idle_by_gap_length(intervals)
+        busy, window = timeline.busy_and_window_ns(intervals)
+        self.assertEqual(sum(c.total_ns for c in classes), window - busy)
+        self.assertEqual(sum(c.count for c in classes), 2)  # 400->500 and 600->3,000; touching ones join
+
+    def test_nothing_or_one_activity_has_no_gaps(self):
+        for intervals in ([], [(5, 9)], [(5, 9), (7, 8)]):
+            self.assertEqual(sum(c.count for c in timeline.idle_by_gap_length(intervals)), 0)
+
+
 if __name__ == "__main__":
     unittest.main()

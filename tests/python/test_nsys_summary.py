@@ -138,6 +138,11 @@ class Markdown(unittest.TestCase):
         self.assertIn("## train-baseline (nsys, 30 steps)", md)
         self.assertIn("| loss stats | 527.04 | 17.57 | 42.4 | 30 |", md)
         self.assertIn("| busy % (nsys) | 68.5 |", md)
+        idle = [line for line in md.splitlines() if line.startswith("| idle in gaps ")]
+        self.assertTrue(idle, md)
+        idle_ms = sum(float(line.split("|")[2].split("/")[0]) for line in idle)
+        self.assertAlmostEqual(idle_ms, float(next(l for l in md.splitlines() if l.startswith("| idle, ms")).split("|")[2]),
+                               delta=0.01 * len(idle))
         self.assertIn("| cudaMemcpy (blocks) |", md)
         self.assertEqual(md.count("| sm90_xmma_"), 3)
 

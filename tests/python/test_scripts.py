@@ -196,6 +196,11 @@ class ProfileEndToEnd(ScriptTest):
         md = (self.tmp / "prof" / "train-baseline.md").read_text()
         self.assertIn("| busy % (nsys) | 68.5 |", md)
         self.assertIn("| busy % (built-in trace, same definition) | 61.2 |", md)
+        self.assertIn("train-baseline: GPU busy 68.5% (nsys) vs 61.2% (built-in trace, next run): 7.3 points apart",
+                      result.stdout)
+        combined = next((self.tmp / "results").glob("profiles-*.md")).read_text()
+        self.assertIn("| GPU busy % | built-in trace busy % (next run) |", combined)
+        self.assertIn("| 68.5 | 61.2 |", combined)
 
 
 class ProfileCheckEndToEnd(ScriptTest):
