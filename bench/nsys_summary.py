@@ -16,7 +16,7 @@ import io
 import re
 from pathlib import Path
 
-from timeline import ProfileSummary, Stat, add_phase, api_name, busy_and_window_ns, idle_by_gap_length
+from timeline import ProfileSummary, Stat, add_phase, api_name
 
 REPORTS = ["nvtx_sum", "cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum", "cuda_api_sum", "cuda_gpu_trace"]
 
@@ -131,7 +131,5 @@ def summarize(prefix: Path | str, variant: str) -> ProfileSummary:
     summary.kernels = parse_named_sum(rows["cuda_gpu_kern_sum"])
     summary.api = parse_named_sum(rows["cuda_api_sum"], clean=api_name)
     parse_mem_time_sum(rows["cuda_gpu_mem_time_sum"], summary)
-    intervals = gpu_intervals(rows["cuda_gpu_trace"])
-    summary.busy_ns, summary.window_ns = busy_and_window_ns(intervals)
-    summary.idle_gaps = idle_by_gap_length(intervals)
+    summary.set_gpu_activity(gpu_intervals(rows["cuda_gpu_trace"]))
     return summary

@@ -107,6 +107,11 @@ class ProfileSummary:
     run: dict | None = None                       # the binary's --json summary of the profiled run
     notes: list[str] = field(default_factory=list)
 
+    def set_gpu_activity(self, intervals: list[tuple[int, int]]) -> None:
+        """busy_ns, window_ns and idle_gaps from the (start, end) of every kernel, copy and memset."""
+        self.busy_ns, self.window_ns = busy_and_window_ns(intervals)
+        self.idle_gaps = idle_by_gap_length(intervals)
+
     @property
     def gpu_busy_pct(self) -> float | None:
         return 100.0 * self.busy_ns / self.window_ns if self.window_ns else None

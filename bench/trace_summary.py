@@ -17,8 +17,7 @@ import json
 import re
 from pathlib import Path
 
-from timeline import (STEP, STEP_PHASES, SYNC_CALLS, ProfileSummary, Stat, add_phase, api_name,
-                      busy_and_window_ns, idle_by_gap_length, range_name)
+from timeline import STEP, STEP_PHASES, SYNC_CALLS, ProfileSummary, Stat, add_phase, api_name, range_name
 
 GPU_CATEGORIES = ("kernel", "memcpy", "memset", "gpu")
 API_CATEGORIES = ("api", "runtime", "driver")
@@ -95,8 +94,7 @@ def summarize(path: Path | str, variant: str, run: dict | None = None) -> Profil
 
     summary.kernels = sorted(kernels.values(), key=lambda s: -s.total_ns)
     summary.api = sorted(api.values(), key=lambda s: -s.total_ns)
-    summary.busy_ns, summary.window_ns = busy_and_window_ns(intervals)
-    summary.idle_gaps = idle_by_gap_length(intervals)
+    summary.set_gpu_activity(intervals)
     summary.phase_wait_ns = blocking_time_per_phase(ranges, calls)
     if run and run.get("gpu_busy_pct") is not None:
         summary.trace_busy_pct = float(run["gpu_busy_pct"])
