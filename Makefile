@@ -53,6 +53,9 @@ OPTS_fp16       := 1 1 1 1 0 0
 OPTS_nhwc       := 1 1 1 1 1 0
 OPTS_graph      := 1 1 1 1 1 1
 OPTS_train      := 1 1 1 1 1 1
+# Not a rung: bin/train in fp32, for make sanitize-gpu. Run with --no-tf32, its convs and GEMMs use
+# the library's FMA kernels, which compute-sanitizer's racecheck can run (tests/sanitize_gpu.sh).
+OPTS_fp32-nhwc  := 1 1 1 0 1 1
 opt_defines = $(shell set -- $(1); echo -DOPT_DEVICE_LOSS=$$1 -DOPT_PINNED=$$2 -DOPT_AUTOTUNE=$$3 -DOPT_FP16=$$4 \
                 -DOPT_NHWC=$$5 -DOPT_CONV_GRAPH=$${6:-1})
 variant_name = $(if $(filter train,$(1)),train,train-$(1))
@@ -112,7 +115,7 @@ bin/$(call variant_name,$(1)): $(VARIANT_SRC:src/%.cpp=build/$(1)/%.o) $(COMMON_
 	@mkdir -p bin
 	$$(CXX) $$^ -o $$@ $$(LDFLAGS) $$(LDLIBS)
 endef
-$(foreach v,$(LADDER) train,$(eval $(call VARIANT_RULES,$(v))))
+$(foreach v,$(LADDER) train fp32-nhwc,$(eval $(call VARIANT_RULES,$(v))))
 
 variants: $(foreach v,$(LADDER),bin/train-$(v))
 
@@ -120,7 +123,7 @@ variants: $(foreach v,$(LADDER),bin/train-$(v))
 NAME ?= custom
 OPTS_$(NAME) ?= $(or $(DEVICE_LOSS),1) $(or $(PINNED),1) $(or $(AUTOTUNE),1) $(or $(FP16),1) $(or $(NHWC),1) \
                 $(or $(CONV_GRAPH),1)
-ifeq ($(filter $(NAME),$(LADDER) train),)
+ifeq ($(filter $(NAME),$(LADDER) train fp32-nhwc),)
 $(eval $(call VARIANT_RULES,$(NAME)))
 endif
 custom: bin/train-$(NAME)
@@ -183,13 +186,13 @@ sanitize: bin/unit_tests-sanitize
 	grep -E '^\[  (PASSED|SKIPPED) +\]' $$log; echo "sanitize: passed, no sanitizer reports"
 
 # make sanitize-gpu: compute-sanitizer's memcheck, synccheck and racecheck over short training runs
-# of bin/train and bin/train-baseline and over the GPU unit tests (tests/sanitize_gpu.sh says how
-# racecheck is limited to our kernels, and bin/racecheck_probe proves that limit selects them).
+# and over the GPU unit tests (tests/sanitize_gpu.sh says which runs, why racecheck runs the fp32
+# builds and checks only our kernels, and how bin/racecheck_probe proves that it selects them).
 bin/racecheck_probe: tests/racecheck_probe.cu | build/.deps-ok
 	@mkdir -p bin
 	$(NVCC) $(NVFLAGS) $< -o $@
 
-sanitize-gpu: bin/train bin/train-baseline bin/unit_tests bin/racecheck_probe
+sanitize-gpu: bin/train bin/train-baseline bin/train-fp32-nhwc bin/unit_tests bin/racecheck_probe
 	@bash tests/sanitize_gpu.sh
 
 # ---- fuzzing (clang + libFuzzer, CPU only): one target per reader -------------------------------------
