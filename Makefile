@@ -34,12 +34,13 @@ LDFLAGS  := -L$(CUDA_HOME)/lib64 -L$(CUDNN_LIB) -L$(CUPTI_LIB) \
 LDLIBS   := -lcudnn -lcublas -lcupti -lcudart -lz -lpthread -ldl
 
 # ---- sources ------------------------------------------------------------------------------------
-# Only the files that read the switchboard (include/settings.h) are built once per variant.
-VARIANT_SRC := src/main.cpp src/train.cpp
-COMMON_SRC  := $(filter-out $(VARIANT_SRC),$(wildcard src/*.cpp))
+# src/<concern>/*.cpp and kernels/*.cu are compiled once and shared by every program and variant.
+# Each src/programs/<name>.cpp holds one program's main; it alone reads the switchboard
+# (include/settings.h), so it is the only unit compiled once per variant.
+LIB_SRC     := $(filter-out src/programs/%,$(wildcard src/*/*.cpp))
 KERNEL_SRC  := $(wildcard kernels/*.cu)
-COMMON_OBJ  := $(COMMON_SRC:src/%.cpp=build/obj/%.o) $(KERNEL_SRC:kernels/%.cu=build/obj/kernels/%.o)
-TEST_SRC    := $(wildcard tests/*.cpp)
+COMMON_OBJ  := $(LIB_SRC:src/%.cpp=build/obj/%.o) $(KERNEL_SRC:kernels/%.cu=build/obj/kernels/%.o)
+TEST_SRC    := $(filter-out tests/fuzz/%,$(wildcard tests/*/*.cpp))
 TEST_OBJ    := $(TEST_SRC:tests/%.cpp=build/tests/%.o)
 
 # The ladder, cumulative in the seed posts' order: DEVICE_LOSS PINNED AUTOTUNE FP16 NHWC, then one
@@ -101,7 +102,7 @@ build/obj/kernels/%.o: kernels/%.cu | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
 
-# Per-variant objects: build/<variant>/{main,train}.o with that variant's defines.
+# Per-variant objects: build/<variant>/programs/train.o with that variant's defines.
 # build/<variant>/defines holds the defines, rewritten only when they change, so that a changed
 # `make custom` combination rebuilds its objects.
 define VARIANT_RULES
@@ -111,7 +112,7 @@ build/$(1)/defines: FORCE
 build/$(1)/%.o: src/%.cpp build/$(1)/defines | build/.deps-ok
 	@mkdir -p $$(dir $$@)
 	$$(CXX) $$(CXXFLAGS) $(call opt_defines,$(OPTS_$(1))) -DVARIANT_NAME='"$(call variant_name,$(1))"' -MMD -MP -c $$< -o $$@
-bin/$(call variant_name,$(1)): $(VARIANT_SRC:src/%.cpp=build/$(1)/%.o) $(COMMON_OBJ)
+bin/$(call variant_name,$(1)): build/$(1)/programs/train.o $(COMMON_OBJ)
 	@mkdir -p bin
 	$$(CXX) $$^ -o $$@ $$(LDFLAGS) $$(LDLIBS)
 endef
@@ -136,7 +137,7 @@ build/gtest/libgtest.a: | build/.deps-ok
 
 build/tests/%.o: tests/%.cpp | build/.deps-ok
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -I$(GTEST_SRC)/include -MMD -MP -c $< -o $@
+	$(CXX) $(CXXFLAGS) -Itests -I$(GTEST_SRC)/include -MMD -MP -c $< -o $@
 
 bin/unit_tests: $(TEST_OBJ) $(COMMON_OBJ) build/gtest/libgtest.a
 	@mkdir -p bin
@@ -169,7 +170,7 @@ build/sanitize/obj/kernels/%.o: kernels/%.cu | build/.deps-ok
 
 build/sanitize/tests/%.o: tests/%.cpp | build/.deps-ok
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) $(SAN_FLAGS) -I$(GTEST_SRC)/include -MMD -MP -c $< -o $@
+	$(CXX) $(CXXFLAGS) $(SAN_FLAGS) -Itests -I$(GTEST_SRC)/include -MMD -MP -c $< -o $@
 
 bin/unit_tests-sanitize: $(SAN_OBJ) build/gtest/libgtest.a
 	@mkdir -p bin
@@ -199,11 +200,11 @@ sanitize-gpu: bin/train bin/train-baseline bin/train-fp32-nhwc bin/unit_tests bi
 # make fuzz runs each target for FUZZ_RUNS executions; make test runs a short smoke of each.
 FUZZ_CXX   ?= $(shell command -v clang++ 2>/dev/null)
 FUZZ_RUNS  ?= 1000000
-FUZZ_SRC   := src/file_io.cpp src/data_cifar10.cpp src/data_fashion_mnist.cpp src/checkpoint.cpp \
-              src/autotune_cache.cpp src/options.cpp
+FUZZ_SRC   := src/core/file_io.cpp src/data/cifar10.cpp src/data/fashion_mnist.cpp src/train/checkpoint.cpp \
+              src/model/autotune_cache.cpp src/train/options.cpp
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.cpp,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.cpp))
 FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude
-build/fuzz/fuzz_%: tests/fuzz/fuzz_%.cpp $(FUZZ_SRC) include/*.h
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.cpp $(FUZZ_SRC) $(wildcard include/*.h include/*/*.h)
 	@mkdir -p build/fuzz
 	$(FUZZ_CXX) $(FUZZ_FLAGS) $< $(FUZZ_SRC) -o $@ -lz
 build/fuzz/corpus: tests/fuzz/make_corpus.py

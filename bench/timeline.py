@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-# The phases of one training step, as the trainer's NVTX ranges name them (include/profiling.h),
+# The phases of one training step, as the trainer's NVTX ranges name them (include/measure/profiling.h),
 # in the order they run. Each step is also wrapped in a "step N" range.
 STEP_PHASES = ["get batch", "copy batch", "forward", "backward", "optimizer step", "loss stats"]
 STEP = "step"
@@ -82,7 +82,7 @@ def idle_by_gap_length(intervals: list[tuple[int, int]]) -> list[Stat]:
 
 def busy_and_window_ns(intervals: list[tuple[int, int]]) -> tuple[int, int]:
     """GPU busy time (union of activity intervals) and the window from first start to last end:
-    the same definition as the trainer's built-in trace (include/trace.h), so the two compare."""
+    the same definition as the trainer's built-in trace (include/measure/trace.h), so the two compare."""
     if not intervals:
         return 0, 0
     window = max(e for _, e in intervals) - min(s for s, _ in intervals)

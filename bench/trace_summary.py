@@ -1,6 +1,6 @@
 """The trainer's built-in `--trace FILE.json` (Chrome trace format) -> ProfileSummary (timeline.py).
 
-What the trainer writes (include/trace.h, write_chrome_trace): a process "CPU" with a row per
+What the trainer writes (include/measure/trace.h, write_chrome_trace): a process "CPU" with a row per
 thread holding the NVTX phase ranges and the CUDA runtime API calls, and a process "GPU <n>" with a
 row per stream holding kernels, memcpys and memsets; times in microseconds. Processes are told
 apart by their "process_name" metadata events; where those are missing, an event's "cat" decides.

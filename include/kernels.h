@@ -9,7 +9,7 @@
 
 #include <cuda_runtime.h>
 
-#include "types.h"
+#include "core/types.h"
 
 // The N, C, H, W of an activation tensor.
 struct Shape4 {

@@ -1,8 +1,9 @@
 // The switchboard: the one place where the optimization defines are read.
 //
 // Each optimization of the ladder is a build-time define, 0 or 1 (the Makefile passes them; with
-// none given, everything is on). This header turns them into constexpr settings; the training loop
-// and the layers ask these settings (or the tensor descriptors built from them), never the defines.
+// none given, everything is on). This header turns them into one constexpr BuildSettings (train/build.h).
+// Only the programs' mains (src/programs/) include it: they hand kBuild to the code they run, so
+// that code is compiled once, and the layers see precision and layout through their descriptors.
 //
 //   OPT_DEVICE_LOSS  loss/accuracy stay on the GPU; the host reads them asynchronously, rarely
 //   OPT_PINNED       triple-buffered pinned loader with worker threads and a copy stream
@@ -13,10 +14,7 @@
 //                    seed ladder: removes the host time of the legacy cudnnConvolution* calls)
 #pragma once
 
-#include <string>
-#include <vector>
-
-#include "types.h"
+#include "train/build.h"
 
 #ifndef OPT_DEVICE_LOSS
 #define OPT_DEVICE_LOSS 1
@@ -39,28 +37,6 @@
 #ifndef VARIANT_NAME
 #define VARIANT_NAME "train"
 #endif
-
-struct BuildSettings {
-  bool device_loss;
-  LoaderKind loader;
-  AlgoPolicy algo;
-  DType precision;
-  Layout layout;
-  ConvApi conv_api;
-  const char* variant;
-
-  // The optimizations that are on, in ladder order, as short names ("devloss", "pinned", ...).
-  std::vector<std::string> optimizations() const {
-    std::vector<std::string> on;
-    if (device_loss) on.push_back("devloss");
-    if (loader == LoaderKind::PinnedRing) on.push_back("pinned");
-    if (algo == AlgoPolicy::Autotune) on.push_back("autotune");
-    if (precision == DType::F16) on.push_back("fp16");
-    if (layout == Layout::NHWC) on.push_back("nhwc");
-    if (conv_api == ConvApi::Graph) on.push_back("graph");
-    return on;
-  }
-};
 
 inline constexpr BuildSettings kBuild{
     OPT_DEVICE_LOSS != 0,

@@ -550,6 +550,8 @@ void bn_apply(const ApplyArgs& a, Shape4 s, DType t, Layout l, cudaStream_t stre
   });
 }
 
+// Over 60 lines: reduce, finalize and apply of both BNs (and the identity shortcut) in the order
+// the data flows, kept together so the three launches read as one backward pass.
 void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* scratch, cudaStream_t stream) {
   check_supported(s, t, l);
   const bool dual = a.x2 != nullptr, dres = a.dres != nullptr;

@@ -8,8 +8,8 @@
 
 #include <cuda_fp16.h>
 
-#include "check.h"
-#include "types.h"
+#include "core/check.h"
+#include "core/types.h"
 
 template <class T> __device__ __forceinline__ float to_float(T v);
 template <> __device__ __forceinline__ float to_float<float>(float v) { return v; }

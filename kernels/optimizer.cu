@@ -6,7 +6,7 @@
 // linear bias (fp32 gradients from our kernels, not decayed).
 #include "common.cuh"
 #include "kernels.h"
-#include "loss_scale.h"
+#include "train/loss_scale.h"
 
 namespace trainer_kernels {  // why: kernels/common.cuh
 namespace {

@@ -41,7 +41,7 @@ SAMPLES = 64
 STEPS = 20
 
 
-# ---- the hash shared with include/rng.h ------------------------------------------------------------
+# ---- the hash shared with include/core/rng.h ------------------------------------------------------------
 def splitmix64(x):
     with np.errstate(over="ignore"):
         x = x + np.uint64(0x9E3779B97F4A7C15)

@@ -2,8 +2,8 @@
 #include <cstdint>
 #include <string>
 
-#include "autotune_cache.h"
-#include "errors.h"
+#include "model/autotune_cache.h"
+#include "core/errors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -1,8 +1,8 @@
 // libFuzzer target: the checkpoint parser (header, arrays, checksum).
 #include <cstdint>
 
-#include "checkpoint.h"
-#include "errors.h"
+#include "train/checkpoint.h"
+#include "core/errors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

@@ -2,8 +2,8 @@
 // must hold (1-4), so mutated inputs of the right size reach the per-record checks.
 #include <cstdint>
 
-#include "data.h"
-#include "errors.h"
+#include "data/dataset.h"
+#include "core/errors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;

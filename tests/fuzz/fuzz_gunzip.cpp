@@ -1,8 +1,8 @@
 // libFuzzer target: gzip inflation of (possibly truncated or corrupt) .gz files.
 #include <cstdint>
 
-#include "errors.h"
-#include "file_io.h"
+#include "core/errors.h"
+#include "core/file_io.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

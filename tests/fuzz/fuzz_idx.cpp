@@ -2,8 +2,8 @@
 // image file and a label file.
 #include <cstdint>
 
-#include "data.h"
-#include "errors.h"
+#include "data/dataset.h"
+#include "core/errors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;

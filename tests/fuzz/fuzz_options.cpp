@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "options.h"
+#include "train/options.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::string> args{"train"};

@@ -1,6 +1,6 @@
 """GPU busy %: the union of activity intervals over the window (bench/timeline.py).
 
-The same definition as the trainer's built-in trace (include/trace.h), so overlapping kernels on
+The same definition as the trainer's built-in trace (include/measure/trace.h), so overlapping kernels on
 two streams must count once and gaps must not count at all.
 """
 

@@ -1,6 +1,6 @@
 """The built-in --trace Chrome JSON -> condensed profile (bench/trace_summary.py).
 
-tests/fixtures/bench/train-baseline.trace.json is laid out as include/trace.h describes the
+tests/fixtures/bench/train-baseline.trace.json is laid out as include/measure/trace.h describes the
 trainer's file: a "CPU" process (NVTX phases and CUDA API calls per thread) and a "GPU 0" process
 (kernels, copies per stream), times in microseconds. Two 1 ms steps; per step the GPU is busy
 [320, 340) copying, [360, 950) computing (a second stream's kernel at [500, 600) overlaps), and

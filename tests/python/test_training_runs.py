@@ -182,7 +182,7 @@ class TrainingRuns:
     # ---- (d) divergence stops the run and keeps the last good checkpoint ---------------------------
 
     def checkpoint_header(self, path):
-        """The key=value header of a checkpoint (include/checkpoint.h: magic "RN50CKPT", u32 version,
+        """The key=value header of a checkpoint (include/train/checkpoint.h: magic "RN50CKPT", u32 version,
         u32 header length, header text)."""
         data = Path(path).read_bytes()
         self.assertEqual(data[:8], b"RN50CKPT", f"{path} is not a checkpoint")

@@ -1,0 +1,8 @@
+// Numbers and dates as the programs print them.
+#pragma once
+
+#include <string>
+
+std::string with_commas(long long v);      // 15634 -> "15,634"
+std::string clock_text(double seconds);    // 3725 -> "1:02:05"
+std::string today();                       // "2026-11-23", local time

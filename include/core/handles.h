@@ -1,0 +1,92 @@
+// RAII owners for CUDA streams and events and the cuDNN / cuBLAS handles.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include "core/check.h"
+
+class Stream {
+ public:
+  // blocking = true gives a stream that synchronises with the legacy default stream, which is what
+  // the baseline's plain cudaMemcpy relies on; the loader's copy stream is non-blocking.
+  explicit Stream(bool blocking = true) {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s_, blocking ? cudaStreamDefault : cudaStreamNonBlocking));
+  }
+  ~Stream() { cudaStreamDestroy(s_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+  operator cudaStream_t() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+class Event {
+ public:
+  explicit Event(bool timing = true) {
+    CUDA_CHECK(cudaEventCreateWithFlags(&e_, timing ? cudaEventDefault : cudaEventDisableTiming));
+  }
+  ~Event() {
+    if (e_) cudaEventDestroy(e_);
+  }
+  Event(Event&& o) noexcept : e_(o.e_) { o.e_ = nullptr; }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return e_; }
+  operator cudaEvent_t() const { return e_; }
+  void record(cudaStream_t s) { CUDA_CHECK(cudaEventRecord(e_, s)); }
+  // Milliseconds from `start` to this event; both must have completed.
+  float ms_since(const Event& start) const {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start.e_, e_));
+    return ms;
+  }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+class CudnnHandle {
+ public:
+  CudnnHandle() { CUDNN_CHECK(cudnnCreate(&h_)); }
+  ~CudnnHandle() { cudnnDestroy(h_); }
+  CudnnHandle(const CudnnHandle&) = delete;
+  CudnnHandle& operator=(const CudnnHandle&) = delete;
+  cudnnHandle_t get() const { return h_; }
+  operator cudnnHandle_t() const { return h_; }
+
+ private:
+  cudnnHandle_t h_ = nullptr;
+};
+
+class CublasHandle {
+ public:
+  CublasHandle() { CUBLAS_CHECK(cublasCreate(&h_)); }
+  ~CublasHandle() { cublasDestroy(h_); }
+  CublasHandle(const CublasHandle&) = delete;
+  CublasHandle& operator=(const CublasHandle&) = delete;
+  cublasHandle_t get() const { return h_; }
+  operator cublasHandle_t() const { return h_; }
+
+ private:
+  cublasHandle_t h_ = nullptr;
+};
+
+// The GPU context a network runs in: one compute stream, with the library handles bound to it.
+struct GpuContext {
+  Stream stream;
+  CudnnHandle cudnn;
+  CublasHandle cublas;
+  GpuContext() {
+    CUDNN_CHECK(cudnnSetStream(cudnn, stream));
+    CUBLAS_CHECK(cublasSetStream(cublas, stream));
+  }
+};
+
+// Throws a one-line InputError when no usable CUDA device is present.
+void require_cuda_device();
+// True when a CUDA device can be used (for tests that skip without one).
+bool cuda_device_available();

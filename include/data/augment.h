@@ -1,0 +1,45 @@
+// What goes into each batch, and the CPU side of augmentation.
+//
+// A batch is a pure function of (data set, plan, batch index), so that any worker thread can build
+// any batch, and a resumed run rebuilds exactly the batches an uninterrupted one would have seen.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "data/dataset.h"
+#include "core/types.h"
+
+constexpr int kCropPad = 4;  // pad-4 random crop
+
+struct EpochPlan {
+  std::vector<uint32_t> order;  // sample indices; batch k is order[k*batch .. (k+1)*batch)
+  int batch = 0;
+  int steps = 0;                // batches in this pass
+  int valid_last = 0;           // real samples in the last batch (the rest are padding, label -1)
+  bool augment = false;         // random crop + flip (training) or the image as is (evaluation)
+  uint64_t aug_seed = 0;
+};
+
+// Training pass: a fresh permutation from (seed, epoch); the last partial batch is dropped.
+EpochPlan train_plan(const Dataset& d, int batch, uint64_t seed, int epoch);
+// Evaluation pass: samples in order; the last batch is padded to full size with label -1.
+EpochPlan eval_plan(const Dataset& d, int batch);
+
+struct CropFlip {
+  int dx, dy;   // crop offset in [-kCropPad, kCropPad]
+  bool flip;    // horizontal flip after the crop
+};
+CropFlip crop_flip_for(uint64_t aug_seed, uint64_t sample_slot);
+
+// Writes samples [first, end) of batch k (end = -1: to the end of the batch) as uint8 in `layout`
+// (NCHW: [B][C][32][32], NHWC: [B][32][32][C], C = the data set's stored channels) and their labels;
+// `images` and `labels` point at the start of the whole batch. Padding samples are zero images with
+// label -1. Parts written by different threads make the same batch as one call.
+void assemble_batch_u8(const Dataset& d, const EpochPlan& plan, int k, Layout layout,
+                       uint8_t* images, int32_t* labels, int first = 0, int end = -1);
+
+// The baseline loader's normalization on the CPU: uint8 batch (as assembled) to `dtype` values
+// (x/255 - mean) / std with kModelChannels channels in `layout`; grey is replicated.
+void normalize_batch_cpu(const uint8_t* images, int batch, int channels, Layout layout,
+                         const Normalization& norm, DType dtype, void* out);

@@ -1,0 +1,77 @@
+// The conv-algorithm cache: measured cuDNN choices, in memory and in a text file.
+//
+// Entries are grouped under a context line naming everything a choice depends on besides the shape
+// (GPU, cuDNN version, precision, layout, TF32, cuDNN API, workspace limit), so one file can serve
+// several binaries and GPUs. A corrupt file is ignored with a warning (and rewritten on save); a
+// file without entries for this context is used for nothing but kept for the others.
+//
+//   resnet-trainer autotune cache v1
+//   [gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;tf32=1;api=legacy;workspace_mb=1024]
+//   n128.c64.h32.w32.k64.r3.s1.p1 fwd=1/1/0/0.0412 bwd_data=1/1/0/0.0511 bwd_filter=1/1/4096/0.0612
+//
+// A choice is algo/math type/workspace bytes/measured ms; for the graph API (context "api=graph")
+// algo is the rank of the engine configuration in cuDNN's heuristics list, and an entry may end
+// with bwd_data_acc=.. (the accumulating backward-data plan).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+
+struct AlgoChoice {
+  int algo = -1;
+  int math = 0;          // cudnnMathType_t
+  size_t workspace = 0;  // bytes
+  float ms = -1;         // measured time; -1 when it came from the heuristics
+  bool operator==(const AlgoChoice&) const = default;
+};
+
+struct ConvAlgos {
+  AlgoChoice fwd, bwd_data, bwd_filter;
+  // dx += conv^T(dy): the graph API plans accumulation separately (beta = 1); the legacy API
+  // passes beta to the bwd_data algorithm, and leaves this unset (algo -1, not written).
+  AlgoChoice bwd_data_acc;
+  bool operator==(const ConvAlgos&) const = default;
+};
+
+// The whole file: context -> shape key -> choices.
+using AutotuneEntries = std::map<std::string, std::map<std::string, ConvAlgos>>;
+
+// Parses the text of a cache file; any malformed line is an InputError naming `file` and the line.
+AutotuneEntries parse_autotune_cache(const std::string& text, const std::string& file);
+std::string format_autotune_cache(const AutotuneEntries& entries);
+
+// Everything a measured choice depends on besides the shape. Its key() is the file's context line:
+// "gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;tf32=1;api=graph;workspace_mb=1024".
+struct AutotuneContext {
+  std::string gpu;
+  size_t cudnn_version = 0;
+  DType precision = DType::F32;
+  Layout layout = Layout::NCHW;
+  bool tf32 = true;
+  ConvApi api = ConvApi::Legacy;
+  long workspace_mb = 0;
+  std::string key() const;
+};
+
+class AutotuneCache {
+ public:
+  AutotuneCache(std::string path, const AutotuneContext& context) : AutotuneCache(std::move(path), context.key()) {}
+  // Any context string (tests, and callers that measure nothing).
+  AutotuneCache(std::string path, std::string context);
+  // Reads the file if it exists; returns warnings for the user (corrupt file, no entries here).
+  std::vector<std::string> load();
+  const ConvAlgos* find(const std::string& shape) const;
+  void put(const std::string& shape, const ConvAlgos& algos);
+  // Writes the file atomically, keeping other contexts' entries. No-op with an empty path.
+  void save() const;
+  size_t entries_here() const;
+  const std::string& path() const { return path_; }
+  const std::string& context() const { return context_; }
+
+ private:
+  std::string path_, context_;
+  AutotuneEntries all_;
+};

@@ -1,0 +1,110 @@
+// A 2-D convolution through cuDNN (forward, backward-data, backward-filter), no bias.
+//
+// Layout and precision come from the descriptors it is built with: NCHW filters are KCRS, NHWC
+// filters are KRSC. Two implementations share one interface (ConvLayer):
+//   Conv2d     cuDNN's cudnnConvolution* calls, algorithms from the _v7 heuristics or measured with
+//              cudnnFind*AlgorithmEx (include/model/conv.h, src/model/conv.cpp);
+//   ConvGraph  cuDNN's graph (backend) API with execution plans built once (include/conv_graph.h).
+// An AlgoChooser configures each layer once per distinct shape, from the cache when it has the
+// shape, else by the layer's own search (heuristics or measurement).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <cudnn.h>
+
+#include "model/autotune_cache.h"
+#include "kernels.h"
+#include "core/types.h"
+
+struct ConvGeometry {
+  int n, c, h, w;       // input
+  int k, r;             // output channels, square filter size
+  int stride, pad;
+  int out_h() const { return (h + 2 * pad - r) / stride + 1; }
+  int out_w() const { return (w + 2 * pad - r) / stride + 1; }
+  Shape4 input() const { return {n, c, h, w}; }
+  Shape4 output() const { return {n, k, out_h(), out_w()}; }
+  size_t filter_count() const { return size_t(k) * c * r * r; }
+  std::string key() const;  // "n128.c64.h32.w32.k64.r3.s1.p1"
+};
+
+struct ConvPolicy {
+  AlgoPolicy policy = AlgoPolicy::Heuristic;
+  bool deterministic = false;
+  size_t workspace_limit = size_t(1) << 30;
+};
+
+// What the network asks of a convolution, whichever cuDNN API runs it.
+class ConvLayer {
+ public:
+  virtual ~ConvLayer() = default;
+  const ConvGeometry& geometry() const { return g_; }
+  // fp32 without TF32: only full-precision (FMA) kernels may be chosen.
+  bool fma_only() const { return t_ == DType::F32 && !tf32_; }
+
+  // Finds algorithms for this shape: cuDNN's heuristics, or measured when p.policy is Autotune.
+  virtual ConvAlgos search(cudnnHandle_t h, const ConvPolicy& p) = 0;
+  // Makes this layer run with `a` (from search() or from the cache); false when `a` cannot be
+  // used here (a stale cache entry), so that the caller searches instead.
+  virtual bool use(cudnnHandle_t h, const ConvAlgos& a) = 0;
+  const ConvAlgos& algorithms() const { return algos_; }
+  size_t workspace_bytes() const;
+
+  virtual void forward(cudnnHandle_t h, const void* x, const void* w, void* y, void* ws, size_t ws_bytes) const = 0;
+  // dx = conv^T(dy), or dx += conv^T(dy) when accumulate (the block input's second gradient path).
+  virtual void backward_data(cudnnHandle_t h, const void* dy, const void* w, void* dx, bool accumulate,
+                             void* ws, size_t ws_bytes) const = 0;
+  virtual void backward_filter(cudnnHandle_t h, const void* x, const void* dy, void* dw, void* ws,
+                               size_t ws_bytes) const = 0;
+
+ protected:
+  ConvLayer(const ConvGeometry& g, DType t, bool tf32) : g_(g), t_(t), tf32_(tf32) {}
+  ConvGeometry g_;
+  DType t_;
+  bool tf32_;
+  ConvAlgos algos_;
+};
+
+// The layer for `api`.
+std::unique_ptr<ConvLayer> make_conv(ConvApi api, const ConvGeometry& g, DType t, Layout l, bool tf32);
+
+// cuDNN's legacy entry points: descriptors built once, an algorithm enum per direction.
+class Conv2d : public ConvLayer {
+ public:
+  Conv2d(const ConvGeometry& g, DType t, Layout l, bool tf32);
+  ~Conv2d() override;
+  Conv2d(const Conv2d&) = delete;
+  Conv2d& operator=(const Conv2d&) = delete;
+
+  ConvAlgos search(cudnnHandle_t h, const ConvPolicy& p) override;
+  bool use(cudnnHandle_t h, const ConvAlgos& a) override;
+  void forward(cudnnHandle_t h, const void* x, const void* w, void* y, void* ws, size_t ws_bytes) const override;
+  void backward_data(cudnnHandle_t h, const void* dy, const void* w, void* dx, bool accumulate, void* ws,
+                     size_t ws_bytes) const override;
+  void backward_filter(cudnnHandle_t h, const void* x, const void* dy, void* dw, void* ws,
+                       size_t ws_bytes) const override;
+
+ private:
+  cudnnTensorDescriptor_t x_ = nullptr, y_ = nullptr;
+  cudnnFilterDescriptor_t w_ = nullptr;
+  cudnnConvolutionDescriptor_t conv_[3] = {};  // fwd, bwd data, bwd filter: each its own math type
+};
+
+// Configures layers, one distinct shape at a time: from the cache when it has the shape, else by
+// the layer's search (whose result goes into the cache).
+class AlgoChooser {
+ public:
+  AlgoChooser(cudnnHandle_t h, const ConvPolicy& p, AutotuneCache* cache);
+  void configure(ConvLayer& conv);
+  double search_seconds() const { return search_s_; }
+  int searched() const { return searched_; }
+
+ private:
+  cudnnHandle_t h_;
+  ConvPolicy p_;
+  AutotuneCache* cache_;
+  double search_s_ = 0;
+  int searched_ = 0;
+};

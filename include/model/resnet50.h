@@ -1,0 +1,104 @@
+// ResNet-50 with the CIFAR stem (../shared/anchors.md): 3x3 conv 3->64 + BN + ReLU, no max-pool,
+// bottleneck stages [3, 4, 6, 3] of widths 64/128/256/512 (x4 expansion), stride 2 on the 3x3 conv
+// of the first block of stages 2-4, projection shortcut (1x1 conv + BN) where the shape changes,
+// global average pool, linear 2048 -> 10. 23,520,842 parameters.
+//
+// The network owns its activations (what backward needs), four gradient buffers it rotates through,
+// the cuDNN workspace and the parameters. Precision and layout come from NetConfig and reach the
+// layers as descriptors; nothing here reads the build settings.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "model/conv.h"
+#include "core/handles.h"
+#include "kernels.h"
+#include "core/memory.h"
+#include "model/params.h"
+
+struct NetConfig {
+  int batch = 128;
+  DType dtype = DType::F32;
+  Layout layout = Layout::NCHW;
+  bool tf32 = true;
+  ConvPolicy conv;
+  ConvApi conv_api = ConvApi::Legacy;
+  int classes = 10;
+};
+
+// What choosing conv algorithms did, for the start-up report.
+struct AlgoReport {
+  int shapes = 0;          // distinct conv shapes
+  int searched = 0;        // measured now
+  double search_s = 0;
+  size_t workspace = 0;    // bytes of the shared cuDNN workspace
+};
+
+class ResNet50 {
+ public:
+  // Builds the layers and allocates everything; chooses conv algorithms through `cache` (which may
+  // be an empty in-memory cache: repeated shapes are then chosen once).
+  ResNet50(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache);
+  ~ResNet50();
+
+  const NetConfig& config() const { return cfg_; }
+  ParamStore& params() { return params_; }
+  const ParamStore& params() const { return params_; }
+  const AlgoReport& algo_report() const { return algo_report_; }
+
+  // Kaiming-normal (fan_out) convs, BN gamma 1 / beta 0, linear as PyTorch's default.
+  void init_params(uint64_t seed);
+  // A deterministic pseudo-random init that a PyTorch script can reproduce (tests/parity).
+  void init_params_for_parity(uint64_t seed);
+
+  // BN running statistics: [mean, var] of every BN in order, fp32 (for checkpoints).
+  float* running_stats() const { return running_.as<float>(); }
+  size_t running_stats_count() const { return running_count_; }
+  std::vector<std::string> running_stats_names() const;
+
+  // images: batch x 3 x 32 x 32 in the configured type and layout. train=false uses running stats.
+  void forward(const void* images, bool train);
+  // Softmax cross-entropy on the logits; with loss_scale != nullptr also the gradients of the logits
+  // and the bias (training). Accumulates into totals.
+  void loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, long long step);
+  void backward();
+
+  float* logits() const { return logits_.as<float>(); }
+  size_t activation_bytes() const { return activation_bytes_; }
+
+ private:
+  struct Bn;
+  struct ConvUnit;
+  struct Block;
+  void build();
+  std::vector<Bn*> all_bns() const;
+  void allocate();
+  void choose_algorithms(AutotuneCache& cache);
+  void block_forward(Block& b, const void* in, bool train);
+  void block_backward(Block& b, const void* in);
+  void conv_forward(ConvUnit& c, const void* x, void* y);
+  void bn_forward(Bn& bn, const void* x, Shape4 s, bool train);
+
+  NetConfig cfg_;
+  GpuContext& ctx_;
+  ParamStore params_;
+  AlgoReport algo_report_;
+
+  std::unique_ptr<ConvUnit> stem_conv_;
+  std::unique_ptr<Bn> stem_bn_;
+  std::vector<std::unique_ptr<Block>> blocks_;
+  int fc_weight_ = -1, fc_bias_ = -1;
+  int features_ = 0;
+
+  // buffers
+  DeviceBuffer stem_a_, stem_y_;          // stem conv output, stem BN+ReLU output
+  DeviceBuffer feat_, logits_, dlogits_, dfeat_;
+  DeviceBuffer grad_[4];                  // activation gradients, each of the largest activation's size
+  DeviceBuffer workspace_;
+  DeviceBuffer running_, bn_state_, bn_scratch_;
+  size_t running_count_ = 0, bn_state_floats_ = 0, bn_scratch_floats_ = 0;
+  size_t activation_bytes_ = 0;
+  const void* images_ = nullptr;          // the batch of the last forward (backward's stem input)
+};

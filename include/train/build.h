@@ -1,0 +1,26 @@
+// What a binary was built with: the optimizations of the ladder as plain values.
+//
+// The defines themselves are read in include/settings.h alone, which only the programs' mains
+// (src/programs/) include; everything else receives a BuildSettings, so the trainer and its tests
+// are compiled once and can run any combination.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+
+struct BuildSettings {
+  bool device_loss;
+  LoaderKind loader;
+  AlgoPolicy algo;
+  DType precision;
+  Layout layout;
+  ConvApi conv_api;
+  const char* variant;
+
+  // The optimizations that are on, in ladder order, as short names ("devloss", "pinned", ...).
+  std::vector<std::string> optimizations() const;
+  // The line the binary prints at start and under --help: its optimizations and what they mean.
+  std::string describe() const;
+};

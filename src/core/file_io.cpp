@@ -1,0 +1,114 @@
+// Reading whole files and inflating gzip, with errors that name the file and the problem.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include <zlib.h>
+
+#include "core/errors.h"
+#include "core/file_io.h"
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  struct stat st{};
+  if (stat(path.c_str(), &st) != 0)
+    throw InputError(path + ": cannot open: " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw InputError(path + ": is a directory, expected a file");
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw InputError(path + ": cannot open: " + std::strerror(errno));
+  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
+  const size_t got = bytes.empty() ? 0 : std::fread(bytes.data(), 1, bytes.size(), f);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) throw InputError(path + ": read error: " + std::strerror(errno));
+  if (got != bytes.size()) throw InputError(path + ": file shrank while being read");
+  return bytes;
+}
+
+std::vector<uint8_t> gunzip(const uint8_t* bytes, size_t size, const std::string& file,
+                            size_t max_out) {
+  if (size < 18 || bytes[0] != 0x1f || bytes[1] != 0x8b)
+    throw InputError(file + ": not a gzip file (bad magic or too short)");
+  z_stream zs{};
+  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw InputError(file + ": zlib init failed");
+  std::vector<uint8_t> out;
+  // The gzip trailer holds the uncompressed size modulo 2^32: a good first guess.
+  size_t hint = static_cast<size_t>(bytes[size - 4]) | (static_cast<size_t>(bytes[size - 3]) << 8) |
+                (static_cast<size_t>(bytes[size - 2]) << 16) |
+                (static_cast<size_t>(bytes[size - 1]) << 24);
+  // ... but a corrupt trailer can claim anything; deflate expands at most about 1032:1.
+  out.resize(std::min({std::max<size_t>(hint, 1024), max_out, size * 1032 + 1024}));
+  zs.next_in = const_cast<Bytef*>(bytes);
+  size_t in_left = size;
+  int ret = Z_OK;
+  while (true) {
+    if (zs.total_out == out.size()) {
+      if (out.size() >= max_out) {
+        inflateEnd(&zs);
+        throw InputError(file + ": decompresses to more than " + std::to_string(max_out) +
+                         " bytes");
+      }
+      out.resize(std::min(out.size() * 2, max_out));
+    }
+    const uInt in_chunk = static_cast<uInt>(std::min<size_t>(in_left, 1u << 30));
+    zs.avail_in = in_chunk;
+    zs.next_out = out.data() + zs.total_out;
+    zs.avail_out = static_cast<uInt>(std::min<size_t>(out.size() - zs.total_out, 1u << 30));
+    ret = inflate(&zs, Z_NO_FLUSH);
+    in_left -= in_chunk - zs.avail_in;
+    if (ret == Z_STREAM_END) break;
+    if (ret == Z_BUF_ERROR && in_left == 0 && zs.avail_out != 0) break;  // input ran out
+    if (ret != Z_OK && ret != Z_BUF_ERROR) break;
+  }
+  const std::string msg = zs.msg ? zs.msg : "";
+  out.resize(zs.total_out);
+  inflateEnd(&zs);
+  if (ret == Z_STREAM_END) return out;
+  if (ret == Z_BUF_ERROR || ret == Z_OK)
+    throw InputError(file + ": truncated gzip stream (ended after " + std::to_string(out.size()) +
+                     " decompressed bytes)");
+  throw InputError(file + ": corrupt gzip stream" + (msg.empty() ? "" : ": " + msg));
+}
+
+void write_file_atomic(const std::string& path, const void* bytes, size_t size) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Fatal(tmp + ": cannot create: " + std::strerror(errno));
+  const char* p = static_cast<const char*>(bytes);
+  size_t left = size;
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw Fatal(tmp + ": write failed: " + why + " (" + path + " is untouched)");
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw Fatal(tmp + ": could not flush to disk: " + why + " (" + path + " is untouched)");
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw Fatal(path + ": rename failed: " + why);
+  }
+  // The rename itself is durable only once the directory entry is on disk.
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}

@@ -1,0 +1,26 @@
+// Numbers and dates as the programs print them.
+#include "core/format.h"
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+
+std::string with_commas(long long v) {
+  std::string s = std::to_string(v);
+  for (int i = static_cast<int>(s.size()) - 3; i > (v < 0 ? 1 : 0); i -= 3) s.insert(i, ",");
+  return s;
+}
+
+std::string clock_text(double seconds) {
+  const long s = std::lround(seconds);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+  return buf;
+}
+
+std::string today() {
+  const std::time_t t = std::time(nullptr);
+  char buf[16];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::localtime(&t));
+  return buf;
+}

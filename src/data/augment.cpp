@@ -1,0 +1,98 @@
+// Batch plans, random crop and flip, and batch assembly on the CPU (augment.h).
+#include "data/augment.h"
+
+#include <cmath>
+#include <cstring>
+
+#include <cuda_fp16.h>
+
+#include "core/rng.h"
+
+EpochPlan train_plan(const Dataset& d, int batch, uint64_t seed, int epoch) {
+  EpochPlan p;
+  p.batch = batch;
+  p.steps = d.count / batch;
+  p.valid_last = batch;
+  p.augment = true;
+  p.aug_seed = mix(seed, 0xA06u, static_cast<uint64_t>(epoch));
+  p.order.resize(d.count);
+  for (int i = 0; i < d.count; ++i) p.order[i] = static_cast<uint32_t>(i);
+  Rng rng(mix(seed, 0x5EEDu, static_cast<uint64_t>(epoch)));
+  for (int i = d.count - 1; i > 0; --i) std::swap(p.order[i], p.order[rng.below(i + 1)]);
+  return p;
+}
+
+EpochPlan eval_plan(const Dataset& d, int batch) {
+  EpochPlan p;
+  p.batch = batch;
+  p.steps = (d.count + batch - 1) / batch;
+  p.valid_last = d.count - (p.steps - 1) * batch;
+  p.augment = false;
+  p.order.resize(d.count);
+  for (int i = 0; i < d.count; ++i) p.order[i] = static_cast<uint32_t>(i);
+  return p;
+}
+
+CropFlip crop_flip_for(uint64_t aug_seed, uint64_t sample_slot) {
+  const uint64_t h = mix(aug_seed, sample_slot);
+  const int span = 2 * kCropPad + 1;
+  return {static_cast<int>(h % span) - kCropPad, static_cast<int>((h >> 16) % span) - kCropPad,
+          ((h >> 32) & 1) != 0};
+}
+
+void assemble_batch_u8(const Dataset& d, const EpochPlan& plan, int k, Layout layout,
+                       uint8_t* images, int32_t* labels, int first, int end) {
+  const int C = d.channels, S = kImageSide;
+  const size_t img_bytes = d.image_bytes();
+  if (end < 0) end = plan.batch;
+  for (int i = first; i < end; ++i) {
+    const size_t slot = size_t(k) * plan.batch + i;
+    uint8_t* out = images + img_bytes * i;
+    if (slot >= plan.order.size()) {  // evaluation padding
+      std::memset(out, 0, img_bytes);
+      labels[i] = -1;
+      continue;
+    }
+    const uint32_t idx = plan.order[slot];
+    labels[i] = d.labels[idx];
+    const uint8_t* src = d.image(static_cast<int>(idx));
+    const CropFlip cf = plan.augment ? crop_flip_for(plan.aug_seed, slot) : CropFlip{0, 0, false};
+    for (int c = 0; c < C; ++c) {
+      const uint8_t* plane = src + size_t(c) * S * S;
+      for (int y = 0; y < S; ++y) {
+        const int sy = y + cf.dy;
+        for (int x = 0; x < S; ++x) {
+          const int sx = (cf.flip ? S - 1 - x : x) + cf.dx;
+          const uint8_t v = (sy >= 0 && sy < S && sx >= 0 && sx < S) ? plane[sy * S + sx] : 0;
+          const size_t o = layout == Layout::NCHW ? (size_t(c) * S + y) * S + x
+                                                  : (size_t(y) * S + x) * C + c;
+          out[o] = v;
+        }
+      }
+    }
+  }
+}
+
+void normalize_batch_cpu(const uint8_t* images, int batch, int channels, Layout layout,
+                         const Normalization& norm, DType dtype, void* out) {
+  const int S = kImageSide, M = kModelChannels;
+  const size_t in_img = size_t(channels) * S * S, out_img = size_t(M) * S * S;
+  float scale[M], shift[M];
+  for (int c = 0; c < M; ++c) {
+    scale[c] = 1.0f / (255.0f * norm.stdev[c]);
+    shift[c] = -norm.mean[c] / norm.stdev[c];
+  }
+  for (int n = 0; n < batch; ++n)
+    for (int c = 0; c < M; ++c) {
+      const int sc = channels == 1 ? 0 : c;
+      for (int p = 0; p < S * S; ++p) {
+        const size_t src = layout == Layout::NCHW ? size_t(sc) * S * S + p : size_t(p) * channels + sc;
+        const size_t dst = layout == Layout::NCHW ? size_t(c) * S * S + p : size_t(p) * M + c;
+        const float v = images[in_img * n + src] * scale[c] + shift[c];
+        if (dtype == DType::F32)
+          static_cast<float*>(out)[out_img * n + dst] = v;
+        else
+          static_cast<__half*>(out)[out_img * n + dst] = __float2half(v);
+      }
+    }
+}

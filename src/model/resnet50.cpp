@@ -1,0 +1,424 @@
+// ResNet-50 (CIFAR stem): its layers, buffers, initialisation, forward, loss and backward.
+#include "model/resnet50.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+
+#include "core/check.h"
+#include "model/linear.h"
+#include "core/rng.h"
+
+struct ResNet50::Bn {
+  std::string name;
+  int channels = 0;
+  int gamma = -1, beta = -1;
+  size_t running_off = 0, state_off = 0;
+  BnChannelState st{};
+};
+
+struct ResNet50::ConvUnit {
+  std::unique_ptr<ConvLayer> conv;
+  int weight = -1;
+};
+
+struct ResNet50::Block {
+  ConvUnit c1, c2, c3;
+  std::optional<ConvUnit> down;
+  Bn b1, b2, b3;
+  std::optional<Bn> bdown;
+  Shape4 in, mid1, mid2, out;
+  // What backward needs: conv outputs (BN inputs) and BN+ReLU outputs (the next conv's input; out_buf is
+  // also the ReLU mask of the residual BN, whose ReLU came after the add).
+  DeviceBuffer a1, y1, a2, y2, a3, ad, out_buf;
+};
+
+namespace {
+constexpr int kStageWidths[4] = {64, 128, 256, 512};
+constexpr int kStageBlocks[4] = {3, 4, 6, 3};
+constexpr int kExpansion = 4;
+constexpr int kStateVectors = 7;  // save_mean, save_invstd, scale, shift, 3 backward coefficients
+}  // namespace
+
+ResNet50::ResNet50(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache) : cfg_(cfg), ctx_(ctx) {
+  build();
+  allocate();
+  choose_algorithms(cache);
+}
+
+ResNet50::~ResNet50() = default;
+
+// ---- construction -------------------------------------------------------------------------------
+void ResNet50::build() {
+  const int N = cfg_.batch;
+  auto conv_unit = [&](const std::string& name, ConvGeometry g) {
+    ConvUnit u;
+    u.conv = make_conv(cfg_.conv_api, g, cfg_.dtype, cfg_.layout, cfg_.tf32);
+    u.weight = params_.add(name + ".weight", ParamKind::ConvWeight, {g.k, g.c, g.r, g.r});
+    return u;
+  };
+  auto make_bn = [&](const std::string& name, int channels) {
+    Bn b;
+    b.name = name;
+    b.channels = channels;
+    b.gamma = params_.add(name + ".weight", ParamKind::BnGamma, {channels});
+    b.beta = params_.add(name + ".bias", ParamKind::BnBeta, {channels});
+    b.running_off = running_count_;
+    running_count_ += 2 * size_t(channels);
+    b.state_off = bn_state_floats_;
+    bn_state_floats_ += kStateVectors * size_t(channels);
+    return b;
+  };
+
+  stem_conv_ = std::make_unique<ConvUnit>(conv_unit("conv1", {N, 3, 32, 32, 64, 3, 1, 1}));
+  stem_bn_ = std::make_unique<Bn>(make_bn("bn1", 64));
+  int in_c = 64, side = 32;
+  for (int s = 0; s < 4; ++s) {
+    for (int i = 0; i < kStageBlocks[s]; ++i) {
+      const int stride = (s > 0 && i == 0) ? 2 : 1, w = kStageWidths[s], out_c = w * kExpansion;
+      const int out_side = side / stride;
+      const std::string p = "layer" + std::to_string(s + 1) + "." + std::to_string(i) + ".";
+      auto b = std::make_unique<Block>();
+      b->in = {N, in_c, side, side};
+      b->mid1 = {N, w, side, side};
+      b->mid2 = {N, w, out_side, out_side};
+      b->out = {N, out_c, out_side, out_side};
+      b->c1 = conv_unit(p + "conv1", {N, in_c, side, side, w, 1, 1, 0});
+      b->b1 = make_bn(p + "bn1", w);
+      b->c2 = conv_unit(p + "conv2", {N, w, side, side, w, 3, stride, 1});
+      b->b2 = make_bn(p + "bn2", w);
+      b->c3 = conv_unit(p + "conv3", {N, w, out_side, out_side, out_c, 1, 1, 0});
+      b->b3 = make_bn(p + "bn3", out_c);
+      if (stride != 1 || in_c != out_c) {
+        b->down = conv_unit(p + "downsample.0", {N, in_c, side, side, out_c, 1, stride, 0});
+        b->bdown = make_bn(p + "downsample.1", out_c);
+      }
+      blocks_.push_back(std::move(b));
+      in_c = out_c;
+      side = out_side;
+    }
+  }
+  features_ = in_c;
+  fc_weight_ = params_.add("fc.weight", ParamKind::LinearWeight, {cfg_.classes, features_});
+  fc_bias_ = params_.add("fc.bias", ParamKind::LinearBias, {cfg_.classes});
+}
+
+void ResNet50::allocate() {
+  const DType t = cfg_.dtype;
+  const size_t es = dtype_size(t);
+  const Shape4 stem{cfg_.batch, 64, 32, 32};
+
+  // Sizes first, so that a batch too large for the GPU is one clear message, not a failed cudaMalloc.
+  size_t act = 2 * stem.count(), largest = stem.count(), scratch = bn_scratch_floats(stem, t, cfg_.layout);
+  for (const auto& b : blocks_) {
+    act += 2 * b->mid1.count() + 2 * b->mid2.count() + (b->down ? 3 : 2) * b->out.count();
+    for (const Shape4& s : {b->in, b->mid1, b->mid2, b->out}) {
+      largest = std::max(largest, s.count());
+      scratch = std::max(scratch, bn_scratch_floats(s, t, cfg_.layout));
+    }
+  }
+  activation_bytes_ = act * es;
+  const size_t need = activation_bytes_ + 4 * largest * es;
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  if (need > free_b)
+    throw Fatal("batch " + std::to_string(cfg_.batch) + " needs " + format_bytes(need) +
+                " of GPU memory for activations and gradients, but only " + format_bytes(free_b) + " of " +
+                format_bytes(total_b) + " are free; try --batch " +
+                std::to_string(std::max(2, int(cfg_.batch * (double(free_b) / need) * 0.8))));
+
+  params_.allocate(t);
+  const std::string batch = " (batch " + std::to_string(cfg_.batch) + ")";
+  stem_a_ = DeviceBuffer(stem.count() * es, "stem conv output" + batch);
+  stem_y_ = DeviceBuffer(stem.count() * es, "stem output" + batch);
+  for (auto& b : blocks_) {
+    b->a1 = DeviceBuffer(b->mid1.count() * es, "activations" + batch);
+    b->y1 = DeviceBuffer(b->mid1.count() * es, "activations" + batch);
+    b->a2 = DeviceBuffer(b->mid2.count() * es, "activations" + batch);
+    b->y2 = DeviceBuffer(b->mid2.count() * es, "activations" + batch);
+    b->a3 = DeviceBuffer(b->out.count() * es, "activations" + batch);
+    if (b->down) b->ad = DeviceBuffer(b->out.count() * es, "activations" + batch);
+    b->out_buf = DeviceBuffer(b->out.count() * es, "activations" + batch);
+  }
+  for (auto& g : grad_) g = DeviceBuffer(largest * es, "activation gradients" + batch);
+  feat_ = DeviceBuffer(size_t(cfg_.batch) * features_ * es, "pooled features");
+  dfeat_ = DeviceBuffer(size_t(cfg_.batch) * features_ * es, "pooled feature gradients");
+  logits_ = DeviceBuffer(size_t(cfg_.batch) * cfg_.classes * sizeof(float), "logits");
+  dlogits_ = DeviceBuffer(size_t(cfg_.batch) * cfg_.classes * es, "logit gradients");
+  running_ = DeviceBuffer(running_count_ * sizeof(float), "BN running statistics");
+  bn_state_ = DeviceBuffer(bn_state_floats_ * sizeof(float), "BN per-channel state");
+  bn_scratch_floats_ = scratch;
+  bn_scratch_ = DeviceBuffer(scratch * sizeof(float), "BN partial sums");
+
+  for (Bn* b : all_bns()) {
+    const int C = b->channels;
+    float* run = running_.as<float>() + b->running_off;
+    float* st = bn_state_.as<float>() + b->state_off;
+    b->st = {params_.master(b->gamma), params_.master(b->beta), run, run + C,
+             st, st + C, st + 2 * C, st + 3 * C, st + 4 * C};
+  }
+}
+
+std::vector<ResNet50::Bn*> ResNet50::all_bns() const {
+  std::vector<Bn*> v{stem_bn_.get()};
+  for (const auto& b : blocks_) {
+    v.push_back(&b->b1);
+    v.push_back(&b->b2);
+    v.push_back(&b->b3);
+    if (b->bdown) v.push_back(&*b->bdown);
+  }
+  return v;
+}
+
+void ResNet50::choose_algorithms(AutotuneCache& cache) {
+  AlgoChooser chooser(ctx_.cudnn, cfg_.conv, &cache);
+  size_t ws = 0;
+  std::set<std::string> shapes;
+  auto choose = [&](ConvUnit& u) {
+    chooser.configure(*u.conv);
+    ws = std::max(ws, u.conv->workspace_bytes());
+    shapes.insert(u.conv->geometry().key());
+  };
+  choose(*stem_conv_);
+  for (auto& b : blocks_) {
+    choose(b->c1);
+    choose(b->c2);
+    choose(b->c3);
+    if (b->down) choose(*b->down);
+  }
+  workspace_ = DeviceBuffer(ws, "cuDNN workspace (--workspace-mb)");
+  algo_report_ = {static_cast<int>(shapes.size()), chooser.searched(), chooser.search_seconds(), ws};
+}
+
+// ---- initialisation -----------------------------------------------------------------------------
+namespace {
+
+// Index of PyTorch-order (K, C, R, S) element e in the stored filter (KCRS, or KRSC for NHWC).
+size_t filter_storage_index(const ParamTensor& t, size_t e, Layout l) {
+  if (t.kind != ParamKind::ConvWeight || l == Layout::NCHW) return e;
+  const size_t C = t.shape[1], R = t.shape[2], S = t.shape[3];
+  const size_t s = e % S, r = (e / S) % R, c = (e / (S * R)) % C, k = e / (S * R * C);
+  return ((k * R + r) * S + s) * C + c;
+}
+
+}  // namespace
+
+void ResNet50::init_params(uint64_t seed) {
+  std::vector<float> host(params_.total());
+  const auto& ts = params_.tensors();
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const ParamTensor& t = ts[i];
+    Rng rng(mix(seed, 0x1417u, i));
+    float* p = host.data() + t.offset;
+    switch (t.kind) {
+      case ParamKind::ConvWeight: {  // Kaiming normal, fan_out, ReLU gain
+        const double stdev = std::sqrt(2.0 / (double(t.shape[0]) * t.shape[2] * t.shape[3]));
+        for (size_t e = 0; e < t.count; ++e) p[e] = static_cast<float>(rng.normal() * stdev);
+        break;
+      }
+      case ParamKind::LinearWeight:  // PyTorch's default: U(-1/sqrt(in), 1/sqrt(in)) for both
+      case ParamKind::LinearBias: {
+        const double bound = 1.0 / std::sqrt(double(features_));
+        for (size_t e = 0; e < t.count; ++e) p[e] = static_cast<float>((2 * rng.uniform() - 1) * bound);
+        break;
+      }
+      case ParamKind::BnGamma: std::fill(p, p + t.count, 1.f); break;
+      case ParamKind::BnBeta: std::fill(p, p + t.count, 0.f); break;
+    }
+  }
+  CUDA_CHECK(cudaMemcpy(params_.master_all(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemset(params_.momentum_all(), 0, params_.total() * sizeof(float)));
+  std::vector<float> run(running_count_);
+  for (const Bn* bn : all_bns()) {  // running mean 0, running var 1
+    float* r = run.data() + bn->running_off;
+    std::fill(r, r + bn->channels, 0.f);
+    std::fill(r + bn->channels, r + 2 * bn->channels, 1.f);
+  }
+  CUDA_CHECK(cudaMemcpy(running_.get(), run.data(), run.size() * sizeof(float), cudaMemcpyHostToDevice));
+  params_.refresh_working_copy(ctx_.stream);
+  CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+}
+
+void ResNet50::init_params_for_parity(uint64_t seed) {
+  init_params(seed);  // running statistics and momentum as usual
+  // Every value is a hash of (seed, tensor index, element index in PyTorch order), uniform with the
+  // variance of the usual init; tests/make_parity_fixture.py computes the same numbers.
+  std::vector<float> host(params_.total());
+  const auto& ts = params_.tensors();
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const ParamTensor& t = ts[i];
+    for (size_t e = 0; e < t.count; ++e) {
+      const double u = 2 * to_unit(mix(seed, i, e)) - 1;  // [-1, 1)
+      double v = 0;
+      switch (t.kind) {
+        case ParamKind::ConvWeight: v = u * std::sqrt(3.0 * 2.0 / (double(t.shape[0]) * t.shape[2] * t.shape[3])); break;
+        case ParamKind::LinearWeight:
+        case ParamKind::LinearBias: v = u / std::sqrt(double(features_)); break;
+        case ParamKind::BnGamma: v = 1 + 0.1 * u; break;
+        // shifted from 0 so that few ReLU inputs lie within rounding of 0 (tests/make_parity_fixture.py)
+        case ParamKind::BnBeta: v = 0.5 + 0.1 * u; break;
+      }
+      host[t.offset + filter_storage_index(t, e, cfg_.layout)] = static_cast<float>(v);
+    }
+  }
+  CUDA_CHECK(cudaMemcpy(params_.master_all(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  params_.refresh_working_copy(ctx_.stream);
+  CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+}
+
+std::vector<std::string> ResNet50::running_stats_names() const {
+  std::vector<std::string> names;
+  for (const Bn* b : all_bns()) {
+    names.push_back(b->name + ".running_mean");
+    names.push_back(b->name + ".running_var");
+  }
+  return names;
+}
+
+// ---- forward ------------------------------------------------------------------------------------
+void ResNet50::conv_forward(ConvUnit& c, const void* x, void* y) {
+  c.conv->forward(ctx_.cudnn, x, params_.working(c.weight), y, workspace_.get(), workspace_.bytes());
+}
+
+void ResNet50::bn_forward(Bn& bn, const void* x, Shape4 s, bool train) {
+  if (train) bn_forward_train_stats(x, s, cfg_.dtype, cfg_.layout, bn.st, bn_scratch_.as<float>(), ctx_.stream);
+  else bn_forward_eval_coefs(bn.st, bn.channels, ctx_.stream);
+}
+
+void ResNet50::block_forward(Block& b, const void* in, bool train) {
+  const DType t = cfg_.dtype;
+  const Layout l = cfg_.layout;
+  conv_forward(b.c1, in, b.a1.get());
+  bn_forward(b.b1, b.a1.get(), b.mid1, train);
+  bn_apply({b.a1.get(), b.b1.st.scale, b.b1.st.shift, Residual::None, nullptr, nullptr, nullptr, true, b.y1.get()},
+           b.mid1, t, l, ctx_.stream);
+  conv_forward(b.c2, b.y1.get(), b.a2.get());
+  bn_forward(b.b2, b.a2.get(), b.mid2, train);
+  bn_apply({b.a2.get(), b.b2.st.scale, b.b2.st.shift, Residual::None, nullptr, nullptr, nullptr, true, b.y2.get()},
+           b.mid2, t, l, ctx_.stream);
+  conv_forward(b.c3, b.y2.get(), b.a3.get());
+  bn_forward(b.b3, b.a3.get(), b.out, train);
+  if (b.down) {  // out = relu(bn3(a3) + bn_down(conv_down(in))), the shortcut's BN output never stored
+    conv_forward(*b.down, in, b.ad.get());
+    bn_forward(*b.bdown, b.ad.get(), b.out, train);
+    bn_apply({b.a3.get(), b.b3.st.scale, b.b3.st.shift, Residual::BatchNorm, b.ad.get(), b.bdown->st.scale,
+              b.bdown->st.shift, true, b.out_buf.get()},
+             b.out, t, l, ctx_.stream);
+  } else {
+    bn_apply({b.a3.get(), b.b3.st.scale, b.b3.st.shift, Residual::Tensor, in, nullptr, nullptr, true, b.out_buf.get()},
+             b.out, t, l, ctx_.stream);
+  }
+}
+
+void ResNet50::forward(const void* images, bool train) {
+  images_ = images;
+  const Shape4 stem{cfg_.batch, 64, 32, 32};
+  conv_forward(*stem_conv_, images, stem_a_.get());
+  bn_forward(*stem_bn_, stem_a_.get(), stem, train);
+  bn_apply({stem_a_.get(), stem_bn_->st.scale, stem_bn_->st.shift, Residual::None, nullptr, nullptr, nullptr, true,
+            stem_y_.get()},
+           stem, cfg_.dtype, cfg_.layout, ctx_.stream);
+  const void* cur = stem_y_.get();
+  for (auto& b : blocks_) {
+    block_forward(*b, cur, train);
+    cur = b->out_buf.get();
+  }
+  global_avgpool_forward(cur, blocks_.back()->out, cfg_.dtype, cfg_.layout, feat_.get(), ctx_.stream);
+  linear_forward(ctx_.cublas, {cfg_.batch, features_, cfg_.classes}, cfg_.dtype, cfg_.tf32, feat_.get(),
+                 params_.working(fc_weight_), logits_.as<float>());
+}
+
+void ResNet50::loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, long long step) {
+  const bool train = loss_scale != nullptr;
+  softmax_xent(logits_.as<float>(), params_.master(fc_bias_), labels, cfg_.batch, cfg_.classes,
+               train ? dlogits_.get() : nullptr, cfg_.dtype, train ? params_.vector_grad(fc_bias_) : nullptr,
+               loss_scale, totals, step, ctx_.stream);
+}
+
+// ---- backward -----------------------------------------------------------------------------------
+// Gradient buffers: g[0] holds the gradient flowing between blocks (a block's output gradient on
+// entry, its input gradient on exit); g[1..3] hold the gradients inside a block.
+void ResNet50::block_backward(Block& b, const void* in) {
+  const DType t = cfg_.dtype;
+  const Layout l = cfg_.layout;
+  void *gA = grad_[0].get(), *gB = grad_[1].get(), *gC = grad_[2].get(), *gD = grad_[3].get();
+  void* ws = workspace_.get();
+  const size_t wsb = workspace_.bytes();
+  float* scratch = bn_scratch_.as<float>();
+
+  BnBackwardArgs last{};
+  last.dy = gA;
+  last.relu = ReluMask::FromOutput;  // the ReLU came after the residual add
+  last.y = b.out_buf.get();
+  last.x = b.a3.get();
+  last.bn = &b.b3.st;
+  last.dgamma = params_.vector_grad(b.b3.gamma);
+  last.dbeta = params_.vector_grad(b.b3.beta);
+  last.dx = gB;
+  if (b.down) {
+    last.x2 = b.ad.get();
+    last.bn2 = &b.bdown->st;
+    last.dgamma2 = params_.vector_grad(b.bdown->gamma);
+    last.dbeta2 = params_.vector_grad(b.bdown->beta);
+    last.dx2 = gC;
+  } else {
+    last.dres = gA;  // identity shortcut: the input's gradient starts as dz
+  }
+  bn_backward(last, b.out, t, l, scratch, ctx_.stream);
+
+  b.c3.conv->backward_filter(ctx_.cudnn, b.y2.get(), gB, params_.weight_grad(b.c3.weight), ws, wsb);
+  b.c3.conv->backward_data(ctx_.cudnn, gB, params_.working(b.c3.weight), gD, false, ws, wsb);
+  if (b.down) {
+    b.down->conv->backward_filter(ctx_.cudnn, in, gC, params_.weight_grad(b.down->weight), ws, wsb);
+    b.down->conv->backward_data(ctx_.cudnn, gC, params_.working(b.down->weight), gA, false, ws, wsb);
+  }
+
+  BnBackwardArgs mid{};
+  mid.dy = gD;
+  mid.relu = ReluMask::FromInput;
+  mid.x = b.a2.get();
+  mid.bn = &b.b2.st;
+  mid.dgamma = params_.vector_grad(b.b2.gamma);
+  mid.dbeta = params_.vector_grad(b.b2.beta);
+  mid.dx = gD;
+  bn_backward(mid, b.mid2, t, l, scratch, ctx_.stream);
+  b.c2.conv->backward_filter(ctx_.cudnn, b.y1.get(), gD, params_.weight_grad(b.c2.weight), ws, wsb);
+  b.c2.conv->backward_data(ctx_.cudnn, gD, params_.working(b.c2.weight), gB, false, ws, wsb);
+
+  BnBackwardArgs first{};
+  first.dy = gB;
+  first.relu = ReluMask::FromInput;
+  first.x = b.a1.get();
+  first.bn = &b.b1.st;
+  first.dgamma = params_.vector_grad(b.b1.gamma);
+  first.dbeta = params_.vector_grad(b.b1.beta);
+  first.dx = gB;
+  bn_backward(first, b.mid1, t, l, scratch, ctx_.stream);
+  b.c1.conv->backward_filter(ctx_.cudnn, in, gB, params_.weight_grad(b.c1.weight), ws, wsb);
+  b.c1.conv->backward_data(ctx_.cudnn, gB, params_.working(b.c1.weight), gA, true, ws, wsb);
+}
+
+void ResNet50::backward() {
+  const DType t = cfg_.dtype;
+  const Layout l = cfg_.layout;
+  linear_backward(ctx_.cublas, {cfg_.batch, features_, cfg_.classes}, t, cfg_.tf32, feat_.get(),
+                  params_.working(fc_weight_), dlogits_.get(), params_.weight_grad(fc_weight_), dfeat_.get());
+  global_avgpool_backward(dfeat_.get(), blocks_.back()->out, t, l, grad_[0].get(), ctx_.stream);
+  for (size_t i = blocks_.size(); i-- > 0;) {
+    const void* in = i == 0 ? stem_y_.get() : blocks_[i - 1]->out_buf.get();
+    block_backward(*blocks_[i], in);
+  }
+  BnBackwardArgs stem{};
+  stem.dy = grad_[0].get();
+  stem.relu = ReluMask::FromInput;
+  stem.x = stem_a_.get();
+  stem.bn = &stem_bn_->st;
+  stem.dgamma = params_.vector_grad(stem_bn_->gamma);
+  stem.dbeta = params_.vector_grad(stem_bn_->beta);
+  stem.dx = grad_[0].get();
+  bn_backward(stem, {cfg_.batch, 64, 32, 32}, t, l, bn_scratch_.as<float>(), ctx_.stream);
+  // The images need no gradient: only the stem's filter gradient.
+  stem_conv_->conv->backward_filter(ctx_.cudnn, images_, grad_[0].get(), params_.weight_grad(stem_conv_->weight),
+                                    workspace_.get(), workspace_.bytes());
+}

@@ -1,0 +1,197 @@
+// The checkpoint file format: serialize, parse and check, atomic save, resume compatibility.
+#include "train/checkpoint.h"
+
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include <zlib.h>
+
+#include "core/errors.h"
+#include "core/file_io.h"
+#include "core/rng.h"
+
+namespace {
+
+constexpr char kMagic[8] = {'R', 'N', '5', '0', 'C', 'K', 'P', 'T'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kMaxHeader = 1 << 16;
+
+template <class T>
+void put(std::vector<uint8_t>& out, T v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&v);
+  out.insert(out.end(), p, p + sizeof(T));
+}
+
+void put_floats(std::vector<uint8_t>& out, const std::vector<float>& v) {
+  put<uint64_t>(out, v.size());
+  const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+  out.insert(out.end(), p, p + v.size() * sizeof(float));
+}
+
+std::string header_text(const CheckpointMeta& m) {
+  std::ostringstream h;
+  char scale[32];
+  std::snprintf(scale, sizeof(scale), "%a", m.loss_scale);  // hex float: exact
+  h << "precision=" << m.precision << "\nlayout=" << m.layout << "\nmodel=" << m.model
+    << "\nmodel_signature=" << m.model_signature << "\nparams=" << m.params << "\nrunning=" << m.running
+    << "\ndata=" << m.data << "\nbatch=" << m.batch << "\nepochs=" << m.epochs << "\nseed=" << m.seed
+    << "\nstep=" << m.step << "\nepoch=" << m.epoch << "\nstep_in_epoch=" << m.step_in_epoch
+    << "\nloss_scale=" << scale << "\ngood_steps=" << m.good_steps << "\nskipped_steps=" << m.skipped_steps << "\n";
+  return h.str();
+}
+
+// Reads sequentially from a byte range; running past its end is a truncation error.
+class Reader {
+ public:
+  Reader(const uint8_t* p, size_t n, const std::string& file) : p_(p), n_(n), file_(file) {}
+  template <class T>
+  T get(const char* what) {
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, p_ + off_, sizeof(T));
+    off_ += sizeof(T);
+    return v;
+  }
+  std::vector<float> floats(const char* what) {
+    const uint64_t count = get<uint64_t>(what);
+    if (count > (n_ - off_) / sizeof(float))
+      throw InputError(file_ + ": truncated: " + what + " claims " + std::to_string(count) + " values but the file is too short");
+    std::vector<float> v(count);
+    if (count) std::memcpy(v.data(), p_ + off_, count * sizeof(float));
+    off_ += count * sizeof(float);
+    return v;
+  }
+  std::string text(size_t len, const char* what) {
+    need(len, what);
+    std::string s(reinterpret_cast<const char*>(p_ + off_), len);
+    off_ += len;
+    return s;
+  }
+  size_t offset() const { return off_; }
+
+ private:
+  void need(size_t k, const char* what) {
+    if (n_ - off_ < k) throw InputError(file_ + ": truncated (ends inside the " + std::string(what) + ")");
+  }
+  const uint8_t* p_;
+  size_t n_, off_ = 0;
+  const std::string& file_;
+};
+
+template <class T>
+T parse_number(const std::map<std::string, std::string>& kv, const std::string& key, const std::string& file) {
+  const auto it = kv.find(key);
+  if (it == kv.end()) throw InputError(file + ": header lacks '" + key + "'");
+  std::istringstream in(it->second);
+  T v{};
+  if (!(in >> v) || !in.eof()) throw InputError(file + ": bad value '" + it->second + "' for '" + key + "'");
+  return v;
+}
+
+std::string parse_string(const std::map<std::string, std::string>& kv, const std::string& key, const std::string& file) {
+  const auto it = kv.find(key);
+  if (it == kv.end()) throw InputError(file + ": header lacks '" + key + "'");
+  return it->second;
+}
+
+}  // namespace
+
+std::vector<uint8_t> serialize_checkpoint(const Checkpoint& c) {
+  std::vector<uint8_t> out(kMagic, kMagic + sizeof(kMagic));
+  const std::string h = header_text(c.meta);
+  put<uint32_t>(out, kVersion);
+  put<uint32_t>(out, static_cast<uint32_t>(h.size()));
+  out.insert(out.end(), h.begin(), h.end());
+  put_floats(out, c.master);
+  put_floats(out, c.momentum);
+  put_floats(out, c.running);
+  put<uint32_t>(out, static_cast<uint32_t>(crc32(0L, out.data(), static_cast<uInt>(out.size()))));
+  return out;
+}
+
+Checkpoint parse_checkpoint(const uint8_t* bytes, size_t size, const std::string& file) {
+  if (size == 0) throw InputError(file + ": empty file, not a checkpoint");
+  if (size < sizeof(kMagic) || std::memcmp(bytes, kMagic, sizeof(kMagic)) != 0)
+    throw InputError(file + ": not a checkpoint of this trainer (wrong magic)");
+  Reader r(bytes, size, file);
+  r.text(sizeof(kMagic), "magic");
+  const uint32_t version = r.get<uint32_t>("version");
+  if (version != kVersion)
+    throw InputError(file + ": checkpoint format version " + std::to_string(version) + ", this build reads version " + std::to_string(kVersion));
+  const uint32_t hlen = r.get<uint32_t>("header length");
+  if (hlen > kMaxHeader) throw InputError(file + ": implausible header length " + std::to_string(hlen));
+  const std::string header = r.text(hlen, "header");
+  std::map<std::string, std::string> kv;
+  std::istringstream in(header);
+  for (std::string line; std::getline(in, line);) {
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) throw InputError(file + ": malformed header line '" + line + "'");
+    kv[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  Checkpoint c;
+  CheckpointMeta& m = c.meta;
+  m.precision = parse_string(kv, "precision", file);
+  m.layout = parse_string(kv, "layout", file);
+  m.model = parse_string(kv, "model", file);
+  m.model_signature = parse_number<uint64_t>(kv, "model_signature", file);
+  m.params = parse_number<uint64_t>(kv, "params", file);
+  m.running = parse_number<uint64_t>(kv, "running", file);
+  m.data = parse_string(kv, "data", file);
+  m.batch = parse_number<int>(kv, "batch", file);
+  m.epochs = parse_number<int>(kv, "epochs", file);
+  m.seed = parse_number<uint64_t>(kv, "seed", file);
+  m.step = parse_number<int64_t>(kv, "step", file);
+  m.epoch = parse_number<int>(kv, "epoch", file);
+  m.step_in_epoch = parse_number<int>(kv, "step_in_epoch", file);
+  m.loss_scale = std::strtof(parse_string(kv, "loss_scale", file).c_str(), nullptr);
+  m.good_steps = parse_number<int>(kv, "good_steps", file);
+  m.skipped_steps = parse_number<int>(kv, "skipped_steps", file);
+  if (m.step < 0 || m.epoch < 0 || m.step_in_epoch < 0 || m.batch <= 0 || !(m.loss_scale > 0))
+    throw InputError(file + ": header holds out-of-range values");
+  c.master = r.floats("master weights");
+  c.momentum = r.floats("momentum");
+  c.running = r.floats("BN running statistics");
+  const size_t body = r.offset();
+  const uint32_t stored = r.get<uint32_t>("checksum");
+  if (r.offset() != size) throw InputError(file + ": " + std::to_string(size - r.offset()) + " unexpected bytes after the checksum");
+  const uint32_t actual = static_cast<uint32_t>(crc32(0L, bytes, static_cast<uInt>(body)));
+  if (stored != actual) throw InputError(file + ": checksum mismatch: the file is corrupt");
+  if (c.master.size() != m.params || c.momentum.size() != m.params || c.running.size() != m.running)
+    throw InputError(file + ": array sizes disagree with the header");
+  return c;
+}
+
+void save_checkpoint(const std::string& path, const Checkpoint& c) {
+  const std::vector<uint8_t> bytes = serialize_checkpoint(c);
+  write_file_atomic(path, bytes.data(), bytes.size());
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  const std::vector<uint8_t> bytes = read_file(path);
+  return parse_checkpoint(bytes.data(), bytes.size(), path);
+}
+
+void check_checkpoint_fits(const CheckpointMeta& f, const CheckpointMeta& here, const std::string& file) {
+  if (f.model != here.model || f.model_signature != here.model_signature || f.params != here.params ||
+      f.running != here.running)
+    throw InputError(file + ": checkpoint of another model (" + f.model + ", " + std::to_string(f.params) +
+                     " parameters); this trainer builds " + here.model + " with " + std::to_string(here.params));
+  if (f.precision != here.precision || f.layout != here.layout)
+    throw InputError(file + ": written by a " + f.precision + "/" + f.layout + " build, but this binary is " +
+                     here.precision + "/" + here.layout + " (filters are stored in the build's layout and the loss "
+                     "scale belongs to its precision): resume with a binary built the same way");
+  if (f.batch != here.batch)
+    throw InputError(file + ": trained with --batch " + std::to_string(f.batch) + "; resume with the same batch size");
+  if (f.data != here.data)
+    throw InputError(file + ": trained on " + f.data + "; resume with --data " + f.data);
+}
+
+uint64_t model_signature(const std::vector<std::pair<std::string, std::vector<int>>>& tensors) {
+  uint64_t h = 0x5EED;
+  for (const auto& [name, shape] : tensors) {
+    for (char ch : name) h = mix(h, static_cast<uint8_t>(ch));
+    for (int d : shape) h = mix(h, static_cast<uint64_t>(d) + 0x100);
+  }
+  return h;
+}

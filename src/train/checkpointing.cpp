@@ -1,0 +1,90 @@
+// Checkpoints of a run: their metadata, the state they carry, and the pending-save rule.
+#include "train/checkpointing.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "core/check.h"
+
+CheckpointMeta run_meta(const BuildSettings& build, const ResNet50& net, const std::string& data, const Options& o) {
+  const ParamStore& p = net.params();
+  std::vector<std::pair<std::string, std::vector<int>>> sig;
+  for (const auto& t : p.tensors()) sig.emplace_back(t.name, t.shape);
+  CheckpointMeta m;
+  m.precision = dtype_name(build.precision);
+  m.layout = layout_name(build.layout);
+  m.model_signature = model_signature(sig);
+  m.params = p.total();
+  m.running = net.running_stats_count();
+  m.data = data;
+  m.batch = o.batch;
+  m.epochs = o.epochs;
+  m.seed = o.seed;
+  return m;
+}
+
+Checkpoint capture_checkpoint(const ResNet50& net, const CheckpointMeta& meta) {
+  const ParamStore& p = net.params();
+  Checkpoint c;
+  c.meta = meta;
+  c.master.resize(p.total());
+  c.momentum.resize(p.total());
+  c.running.resize(net.running_stats_count());
+  CUDA_CHECK(cudaMemcpy(c.master.data(), p.master_all(), c.master.size() * 4, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(c.momentum.data(), p.momentum_all(), c.momentum.size() * 4, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(c.running.data(), net.running_stats(), c.running.size() * 4, cudaMemcpyDeviceToHost));
+  return c;
+}
+
+void restore_checkpoint(ResNet50& net, const Checkpoint& c, cudaStream_t stream) {
+  ParamStore& p = net.params();
+  CUDA_CHECK(cudaMemcpy(p.master_all(), c.master.data(), c.master.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(p.momentum_all(), c.momentum.data(), c.momentum.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(net.running_stats(), c.running.data(), c.running.size() * 4, cudaMemcpyHostToDevice));
+  p.refresh_working_copy(stream);
+}
+
+SaveKeeper::SaveKeeper(const Options& o)
+    : path_(o.save), resume_(o.resume), every_(o.save_every),
+      existed_(!o.save.empty() && access(o.save.c_str(), F_OK) == 0) {}
+
+void SaveKeeper::save(const Checkpoint& c, const std::string& to, bool periodic) {
+  if (pending_.step >= 0) {
+    if (!periodic) std::remove(pending_path().c_str());  // a periodic save overwrites it below
+    pending_ = {};
+  }
+  if (!periodic) {
+    save_checkpoint(to, c);
+    return;
+  }
+  save_checkpoint(pending_path(), c);  // atomic: FILE.pending is whole or absent (a leftover is overwritten)
+  pending_ = {static_cast<long>(c.meta.step), c.meta.skipped_steps};
+}
+
+void SaveKeeper::on_read(long steps, long skipped, bool diverged) {
+  if (pending_save_proven(pending_, steps, skipped, diverged)) commit_pending();
+}
+
+void SaveKeeper::commit_pending() {
+  // rename() is atomic: FILE is the old proven state or the new one, whatever happens meanwhile.
+  if (std::rename(pending_path().c_str(), path_.c_str()) != 0)
+    throw Fatal(pending_path() + ": cannot rename to " + path_ + ": " + std::strerror(errno));
+  kept_step_ = pending_.step;
+  pending_ = {};
+}
+
+std::string SaveKeeper::after_divergence(long first_step) {
+  if (path_.empty()) return "";
+  if (every_ > 0) std::remove(pending_path().c_str());
+  pending_ = {};
+  if (kept_step_ >= 0) return "; " + path_ + " keeps its last good state (step " + std::to_string(kept_step_) + ")";
+  if (!existed_)
+    return std::string("; no checkpoint was kept") +
+           (every_ > 0 ? " (no periodic save was shown good before the divergence)" : "");
+  if (resume_ == path_)
+    return "; " + path_ + " keeps the state this run resumed from (step " + std::to_string(first_step) + ")";
+  return "; " + path_ + " keeps what it held before this run";
+}

@@ -1,0 +1,179 @@
+// Command-line parsing of bin/train, and its --help text.
+#include "train/options.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <thread>
+
+namespace {
+
+// One row of the flag table: the flag, its value's name ("" for a switch), help, default text, and
+// what to do with the value.
+struct Flag {
+  const char* name;
+  const char* value;
+  const char* help;
+  std::function<std::string(const Options&)> show_default;
+  std::function<void(Options&, const std::string&)> apply;
+};
+
+long parse_long(const std::string& flag, const std::string& v, long lo, long hi) {
+  errno = 0;
+  char* end = nullptr;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno == ERANGE)
+    throw UsageError(flag + ": '" + v + "' is not an integer");
+  if (x < lo || x > hi)
+    throw UsageError(flag + ": " + v + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return x;
+}
+
+double parse_double(const std::string& flag, const std::string& v, double lo, double hi) {
+  errno = 0;
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(x))
+    throw UsageError(flag + ": '" + v + "' is not a number");
+  if (x < lo || x > hi) {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "%s: %s is out of range [%g, %g]", flag.c_str(), v.c_str(), lo, hi);
+    throw UsageError(buf);
+  }
+  return x;
+}
+
+std::string show(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+// One row per flag, in --help order: a table, longer than a function should be, read row by row.
+const std::vector<Flag>& flags() {
+  static const std::vector<Flag> table = {
+      {"--data", "NAME", "data set: auto, cifar10, fashion-mnist or synthetic (auto: CIFAR-10 if `make data` fetched it, else Fashion-MNIST)",
+       [](const Options& o) { return o.data; },
+       [](Options& o, const std::string& v) {
+         if (v != "auto" && v != "cifar10" && v != "fashion-mnist" && v != "synthetic")
+           throw UsageError("--data: '" + v + "' is not one of auto, cifar10, fashion-mnist, synthetic");
+         o.data = v;
+       }},
+      {"--data-dir", "DIR", "where the data set's files are", [](const Options&) { return std::string("data/cifar-10-batches-bin, or $FASHION_MNIST_DIR, data/fashion-mnist, /usr/share/datasets/fashion-mnist"); },
+       [](Options& o, const std::string& v) { o.data_dir = v; }},
+      {"--synthetic-size", "N", "training images of --data synthetic (the test set is a fifth)", [](const Options& o) { return std::to_string(o.synthetic_size); },
+       [](Options& o, const std::string& v) { o.synthetic_size = (int)parse_long("--synthetic-size", v, 1, 10000000); }},
+      {"--epochs", "N", "passes over the training set", [](const Options& o) { return std::to_string(o.epochs); },
+       [](Options& o, const std::string& v) { o.epochs = (int)parse_long("--epochs", v, 1, 100000); }},
+      {"--steps", "N", "stop after N steps in all (0: run every epoch)", [](const Options& o) { return std::to_string(o.steps); },
+       [](Options& o, const std::string& v) { o.steps = parse_long("--steps", v, 0, 1000000000L); }},
+      {"--batch", "N", "images per step", [](const Options& o) { return std::to_string(o.batch); },
+       [](Options& o, const std::string& v) { o.batch = (int)parse_long("--batch", v, 2, 8192); }},
+      {"--lr", "F", "peak learning rate", [](const Options& o) { return show(o.lr); },
+       [](Options& o, const std::string& v) { o.lr = parse_double("--lr", v, 0.0, 100.0); }},
+      {"--min-lr", "F", "learning rate at the end of the cosine decay", [](const Options& o) { return show(o.min_lr); },
+       [](Options& o, const std::string& v) { o.min_lr = parse_double("--min-lr", v, 0.0, 100.0); }},
+      {"--warmup-epochs", "F", "epochs of linear learning-rate warm-up before the cosine decay", [](const Options& o) { return show(o.warmup_epochs); },
+       [](Options& o, const std::string& v) { o.warmup_epochs = parse_double("--warmup-epochs", v, 0.0, 100000.0); }},
+      {"--momentum", "F", "SGD momentum", [](const Options& o) { return show(o.momentum); },
+       [](Options& o, const std::string& v) { o.momentum = parse_double("--momentum", v, 0.0, 0.999999); }},
+      {"--wd", "F", "weight decay (conv and linear weights only; BN parameters and biases are not decayed)", [](const Options& o) { return show(o.weight_decay); },
+       [](Options& o, const std::string& v) { o.weight_decay = parse_double("--wd", v, 0.0, 1.0); }},
+      {"--no-nesterov", "", "plain momentum instead of Nesterov", [](const Options&) { return std::string("Nesterov on"); },
+       [](Options& o, const std::string&) { o.nesterov = false; }},
+      {"--seed", "N", "seed of weights, data order, augmentation and synthetic data", [](const Options& o) { return std::to_string(o.seed); },
+       [](Options& o, const std::string& v) { o.seed = (uint64_t)parse_long("--seed", v, 0, 0x7fffffffffffffffL); }},
+      {"--no-eval", "", "skip the test-set evaluation after each epoch", [](const Options&) { return std::string("evaluate"); },
+       [](Options& o, const std::string&) { o.eval = false; }},
+      {"--workers", "N", "loader threads of the pinned loader", [](const Options&) { return std::to_string(default_workers()) + " (min(cores - 1, 8))"; },
+       [](Options& o, const std::string& v) { o.workers = (int)parse_long("--workers", v, 1, 256); }},
+      {"--workspace-mb", "N", "cuDNN workspace limit in MiB", [](const Options& o) { return std::to_string(o.workspace_mb); },
+       [](Options& o, const std::string& v) { o.workspace_mb = parse_long("--workspace-mb", v, 0, 1 << 20); }},
+      {"--autotune-cache", "FILE", "file of measured cuDNN algorithms (autotune builds)", [](const Options& o) { return o.autotune_cache; },
+       [](Options& o, const std::string& v) { o.autotune_cache = v; }},
+      {"--no-tf32", "", "fp32 convs and GEMMs without TF32 tensor cores", [](const Options&) { return std::string("TF32 allowed"); },
+       [](Options& o, const std::string&) { o.tf32 = false; }},
+      {"--deterministic", "", "deterministic cuDNN algorithms: two runs give bit-identical losses", [](const Options&) { return std::string("off"); },
+       [](Options& o, const std::string&) { o.deterministic = true; }},
+      {"--loss-scale", "F", "initial dynamic loss scale (fp16 builds)", [](const Options& o) { return show(o.loss_scale); },
+       [](Options& o, const std::string& v) { o.loss_scale = parse_double("--loss-scale", v, 1.0, 16777216.0); }},
+      {"--loss-scale-window", "N", "good steps before the loss scale doubles", [](const Options& o) { return std::to_string(o.loss_scale_window); },
+       [](Options& o, const std::string& v) { o.loss_scale_window = (int)parse_long("--loss-scale-window", v, 1, 1000000); }},
+      {"--warmup-steps", "N", "steps before the steady-state window", [](const Options& o) { return std::to_string(o.warmup_steps); },
+       [](Options& o, const std::string& v) { o.warmup_steps = (int)parse_long("--warmup-steps", v, 0, 1000000); }},
+      {"--profile-steps", "N", "steps in the steady-state window (cudaProfilerStart/Stop, --trace)", [](const Options& o) { return std::to_string(o.profile_steps); },
+       [](Options& o, const std::string& v) { o.profile_steps = (int)parse_long("--profile-steps", v, 1, 1000000); }},
+      {"--trace", "FILE", "write a Chrome trace (Perfetto) of the window through CUPTI", [](const Options&) { return std::string("off"); },
+       [](Options& o, const std::string& v) { o.trace = v; }},
+      {"--progress-every", "N", "steps between progress updates (read asynchronously)", [](const Options& o) { return std::to_string(o.progress_every); },
+       [](Options& o, const std::string& v) { o.progress_every = (int)parse_long("--progress-every", v, 1, 1000000); }},
+      {"--json", "", "one JSON line per epoch and one at the end", [](const Options&) { return std::string("off"); },
+       [](Options& o, const std::string&) { o.json = true; }},
+      {"--loss-log", "FILE", "write every step's training loss to FILE (\"step loss\" lines, written at epoch ends)", [](const Options&) { return std::string("off"); },
+       [](Options& o, const std::string& v) { o.loss_log = v; }},
+      {"--sample-png", "FILE", "save the first augmented training batch as a PNG grid (see what the model sees)", [](const Options&) { return std::string("off"); },
+       [](Options& o, const std::string& v) { o.sample_png = v; }},
+      {"--save", "FILE", "write a checkpoint here at the end and on SIGINT/SIGTERM", [](const Options&) { return std::string("none"); },
+       [](Options& o, const std::string& v) { o.save = v; }},
+      {"--save-every", "N", "also save every N steps (needs --save)", [](const Options& o) { return std::to_string(o.save_every); },
+       [](Options& o, const std::string& v) { o.save_every = parse_long("--save-every", v, 0, 1000000000L); }},
+      {"--resume", "FILE", "continue from a checkpoint", [](const Options&) { return std::string("none"); },
+       [](Options& o, const std::string& v) { o.resume = v; }},
+      {"--help", "", "print this help and the build's optimizations", [](const Options&) { return std::string(""); },
+       [](Options& o, const std::string&) { o.help = true; }},
+  };
+  return table;
+}
+
+}  // namespace
+
+int default_workers() {
+  const unsigned cores = std::thread::hardware_concurrency();
+  const int w = cores > 1 ? static_cast<int>(cores) - 1 : 1;
+  return w < 8 ? w : 8;
+}
+
+Options parse_options(int argc, const char* const* argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], value;
+    bool has_inline = false;
+    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_inline = true;
+    }
+    const Flag* flag = nullptr;
+    for (const Flag& f : flags())
+      if (arg == f.name) flag = &f;
+    if (!flag) throw UsageError("unknown flag '" + arg + "' (see --help)");
+    if (flag->value[0] == '\0') {
+      if (has_inline) throw UsageError(arg + " takes no value");
+    } else if (!has_inline) {
+      if (i + 1 >= argc) throw UsageError(arg + " needs a value (" + flag->value + ")");
+      value = argv[++i];
+    }
+    flag->apply(o, value);
+  }
+  if (o.save_every > 0 && o.save.empty()) throw UsageError("--save-every needs --save FILE");
+  if (o.min_lr > o.lr) throw UsageError("--min-lr must not exceed --lr");
+  return o;
+}
+
+std::string usage_text() {
+  const Options defaults;
+  std::string s =
+      "usage: train [flags]\n"
+      "Trains ResNet-50 (CIFAR stem) on CIFAR-10, Fashion-MNIST or synthetic data.\n\nflags:\n";
+  for (const Flag& f : flags()) {
+    std::string left = std::string("  ") + f.name + (f.value[0] ? std::string(" ") + f.value : "");
+    if (left.size() < 24) left.resize(24, ' ');
+    else left += "\n" + std::string(24, ' ');
+    s += left + f.help;
+    const std::string d = f.show_default(defaults);
+    if (!d.empty()) s += " [default: " + d + "]";
+    s += "\n";
+  }
+  return s;
+}

@@ -1,0 +1,460 @@
+// The training program. One step is:
+//   get batch -> copy batch -> forward (+ loss) -> backward -> optimizer step -> loss stats
+// each inside its NVTX range, all inside "step N". What each optimization of the ladder changes is
+// asked of the BuildSettings here and nowhere else but the loader and network configs. The pieces
+// with a life of their own are units of their own: the counters and divergence (counters.h), saves
+// (checkpointing.h), the steady-state window (window.h) and the printed reports (reports.h).
+#include "train/trainer.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "core/check.h"
+#include "core/format.h"
+#include "core/handles.h"
+#include "data/augment.h"
+#include "data/data_choice.h"
+#include "data/sample_grid.h"
+#include "measure/profiling.h"
+#include "measure/step_timing.h"
+#include "model/autotune_cache.h"
+#include "model/resnet50.h"
+#include "pipeline/loader.h"
+#include "train/checkpointing.h"
+#include "train/counters.h"
+#include "train/reports.h"
+#include "train/schedule.h"
+#include "train/window.h"
+
+namespace {
+
+std::atomic<bool> g_stop_requested{false};
+extern "C" void on_stop_signal(int) { g_stop_requested = true; }
+
+double mean_loss(const LossTotals& t) { return t.count ? t.loss_sum / double(t.count) : NAN; }
+double accuracy(const LossTotals& t) { return t.count ? double(t.correct) / double(t.count) : NAN; }
+
+class Trainer {
+ public:
+  Trainer(const BuildSettings& b, const Options& o)
+      : build_(b), opt_(o), workers_(o.workers > 0 ? o.workers : default_workers()),
+        report_(b, opt_, workers_, isatty(STDOUT_FILENO) && !o.json), saves_(opt_),
+        divergence_(b.precision == DType::F16) {}
+  int run();
+
+ private:
+  void load_data();
+  void setup_gpu();
+  void build_network();
+  void start_from_checkpoint_or_init();
+  bool train_epoch(int epoch);
+  void write_sample_png(const EpochPlan& plan, int first) const;
+  void train_step(int k);
+  void optimizer_step(double lr);
+  void loss_stats();
+  void take(const CounterRead& r);
+  void read_counters_now();
+  void evaluate();
+  void save(const std::string& path, bool periodic);
+  void write_loss_log(long first_step, long count) const;
+  RunSummary summary() const;
+  bool out_of_steps() const { return opt_.steps > 0 && step_ >= opt_.steps; }
+
+  const BuildSettings& build_;
+  Options opt_;
+  int workers_;
+  Reporter report_;
+  SaveKeeper saves_;
+  DivergenceWatch divergence_;
+  // data
+  ChosenData data_;
+  Normalization norm_{};
+  int steps_per_epoch_ = 0;
+  std::unique_ptr<Checkpoint> resume_;
+  // GPU
+  std::unique_ptr<GpuContext> ctx_;
+  cudaDeviceProp prop_{};
+  size_t free_before_ = 0;
+  double peak_mem_mb_ = 0;
+  std::unique_ptr<AutotuneCache> cache_;
+  std::unique_ptr<ResNet50> net_;
+  CheckpointMeta meta_;  // what this run's checkpoints record
+  std::unique_ptr<BatchLoader> loader_;
+  std::unique_ptr<StepTiming> timing_;
+  std::unique_ptr<CounterReader> counters_;
+  DeviceCounters last_{};  // the latest counters the host has seen
+  std::unique_ptr<SteadyStateWindow> window_;
+  DeviceBuffer loss_history_;
+  // position
+  LrSchedule schedule_;
+  long step_ = 0;          // steps done in all
+  long first_step_ = 0;    // step_ when this process started
+  int start_epoch_ = 0, start_k_ = 0;
+  int epoch_now_ = 0, k_now_ = 0;
+  // results
+  double final_test_loss_ = NAN, final_test_acc_ = NAN, final_train_loss_ = NAN, final_train_acc_ = NAN;
+  long evaluated_at_ = -1;  // step_ at the last evaluation
+};
+
+// ---- set-up -------------------------------------------------------------------------------------
+void Trainer::load_data() {
+  data_ = load_data_set(opt_.data, opt_.data_dir, opt_.synthetic_size, opt_.batch, opt_.seed);
+  const Dataset& train = data_.split.train;
+  norm_ = compute_normalization(train);
+  steps_per_epoch_ = train.count / opt_.batch;
+  std::printf("data: %s from %s: %d train, %d test images, %s, mean %.4f std %.4f\n", train.name.c_str(),
+              data_.dir.c_str(), train.count, data_.split.test.count,
+              train.channels == 1 ? "grey (replicated to 3 channels)" : "3 channels", norm_.mean[0], norm_.stdev[0]);
+}
+
+void Trainer::setup_gpu() {
+  require_cuda_device();
+  CUDA_CHECK(cudaGetDeviceProperties(&prop_, 0));
+  ctx_ = std::make_unique<GpuContext>();
+  size_t total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_before_, &total));
+  std::printf("gpu: %s (sm_%d%d, %d SMs, %s), cuDNN %zu\n", prop_.name, prop_.major, prop_.minor,
+              prop_.multiProcessorCount, format_bytes(total).c_str(), cudnnGetVersion());
+  build_network();
+  LoaderConfig lc{build_.loader, opt_.batch, workers_, build_.precision, build_.layout, norm_,
+                  data_.split.train.channels, ctx_->stream};
+  loader_ = make_loader(lc);
+  timing_ = std::make_unique<StepTiming>(ctx_->stream);
+  counters_ = std::make_unique<CounterReader>(ctx_->stream);
+}
+
+// The network, with its conv algorithms chosen. --deterministic takes them from the heuristics
+// (filtered to deterministic ones): measured choices could differ between runs, and so would the
+// rounding.
+void Trainer::build_network() {
+  NetConfig cfg;
+  cfg.batch = opt_.batch;
+  cfg.dtype = build_.precision;
+  cfg.layout = build_.layout;
+  cfg.tf32 = opt_.tf32;
+  cfg.conv.policy = opt_.deterministic ? AlgoPolicy::Heuristic : build_.algo;
+  cfg.conv.deterministic = opt_.deterministic;
+  cfg.conv.workspace_limit = size_t(opt_.workspace_mb) << 20;
+  cfg.conv_api = build_.conv_api;
+  const bool measure = cfg.conv.policy == AlgoPolicy::Autotune;
+  const AutotuneContext context{prop_.name, cudnnGetVersion(), cfg.dtype, cfg.layout, cfg.tf32, cfg.conv_api,
+                                opt_.workspace_mb};
+  cache_ = std::make_unique<AutotuneCache>(measure ? opt_.autotune_cache : "", context);
+  for (const std::string& w : cache_->load()) std::fprintf(stderr, "warning: %s\n", w.c_str());
+
+  net_ = std::make_unique<ResNet50>(cfg, *ctx_, *cache_);
+  meta_ = run_meta(build_, *net_, data_.split.train.name, opt_);
+  const AlgoReport& ar = net_->algo_report();
+  const char* api = conv_api_name(cfg.conv_api);
+  const std::string ws = format_bytes(ar.workspace);
+  if (!measure)
+    std::printf("convs: %d shapes, algorithms from cuDNN's heuristics%s, %s API, workspace %s\n", ar.shapes,
+                opt_.deterministic ? " (deterministic only)" : "", api, ws.c_str());
+  else if (ar.searched == 0)
+    std::printf("convs: all %d shapes from the autotune cache %s (no search), %s API, workspace %s\n", ar.shapes,
+                opt_.autotune_cache.c_str(), api, ws.c_str());
+  else {
+    std::printf("convs: autotuned %d of %d shapes in %.2f s (saved to %s), %s API, workspace %s\n", ar.searched,
+                ar.shapes, ar.search_s, opt_.autotune_cache.c_str(), api, ws.c_str());
+    cache_->save();
+  }
+}
+
+void Trainer::start_from_checkpoint_or_init() {
+  DeviceCounters init = initial_counters(build_.precision == DType::F16 ? static_cast<float>(opt_.loss_scale) : 1.f);
+  if (resume_) {
+    const Checkpoint& c = *resume_;
+    check_checkpoint_fits(c.meta, meta_, opt_.resume);
+    restore_checkpoint(*net_, c, ctx_->stream);
+    step_ = c.meta.step;
+    start_epoch_ = c.meta.epoch;
+    start_k_ = c.meta.step_in_epoch;
+    init.scaler.scale = c.meta.loss_scale;
+    init.scaler.good_steps = c.meta.good_steps;
+    init.scaler.skipped_steps = c.meta.skipped_steps;
+    if (c.meta.seed != opt_.seed || c.meta.epochs != opt_.epochs)
+      std::fprintf(stderr, "warning: the checkpoint was made with --seed %llu --epochs %d; continuing with --seed %llu "
+                   "--epochs %d changes the data order or learning rate\n", (unsigned long long)c.meta.seed,
+                   c.meta.epochs, (unsigned long long)opt_.seed, opt_.epochs);
+    std::printf("resumed from %s at step %ld (epoch %d, step %d of it)\n", opt_.resume.c_str(), step_,
+                start_epoch_ + 1, start_k_);
+    resume_.reset();
+  } else {
+    net_->init_params(opt_.seed);
+  }
+  counters_->set(init);
+  last_ = init;
+  first_step_ = step_;
+  divergence_.start_at(step_);
+}
+
+// ---- the loop -----------------------------------------------------------------------------------
+int Trainer::run() {
+  name_this_thread("main");
+  report_.start();
+  // Everything the user gave is validated before the GPU is touched.
+  load_data();
+  if (!opt_.resume.empty()) resume_ = std::make_unique<Checkpoint>(load_checkpoint(opt_.resume));
+  setup_gpu();
+  start_from_checkpoint_or_init();
+  std::printf("model: ResNet-50 (CIFAR stem), %s parameters; batch %d, %d steps per epoch\n",
+              with_commas(static_cast<long long>(net_->params().total())).c_str(), opt_.batch, steps_per_epoch_);
+
+  const long total_steps = long(opt_.epochs) * steps_per_epoch_;
+  schedule_ = {opt_.lr, opt_.min_lr, std::lround(opt_.warmup_epochs * steps_per_epoch_), total_steps};
+  window_ = std::make_unique<SteadyStateWindow>(ctx_->stream, first_step_ + opt_.warmup_steps, opt_.profile_steps,
+                                                opt_.trace);
+  loss_history_ = DeviceBuffer(size_t(steps_per_epoch_) * sizeof(float), "loss history");
+
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  try {
+    // The starting state is a periodic save point too (step 0 of a fresh run): without it, a run
+    // that diverges within its first N steps would have no state to keep.
+    if (saves_.due(step_)) save(opt_.save, true);
+    for (int epoch = start_epoch_; epoch < opt_.epochs && !out_of_steps(); ++epoch)
+      if (!train_epoch(epoch)) break;
+    if (window_->is_open()) window_->close(step_, *timing_);  // the run ended inside the window
+    if (g_stop_requested) {
+      const std::string path = opt_.save.empty() ? "interrupted.ckpt" : opt_.save;
+      save(path, false);
+      std::printf("stopped by a signal after step %ld: checkpoint saved to %s (continue with --resume %s)\n", step_,
+                  path.c_str(), path.c_str());
+      report_.summary(summary());
+      return 0;
+    }
+    if (opt_.eval && evaluated_at_ != step_) evaluate();  // stopped by --steps inside an epoch
+    if (!opt_.save.empty()) {
+      save(opt_.save, false);
+      std::printf("checkpoint saved to %s\n", opt_.save.c_str());
+    }
+  } catch (const Diverged& d) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s%s\n", d.what(), saves_.after_divergence(first_step_).c_str());
+    return 1;
+  }
+  report_.summary(summary());
+  return 0;
+}
+
+// Returns false when the run should stop (signal).
+bool Trainer::train_epoch(int epoch) {
+  epoch_now_ = epoch;
+  const Dataset& train = data_.split.train;
+  const EpochPlan plan = train_plan(train, opt_.batch, opt_.seed, epoch);
+  const int first = epoch == start_epoch_ ? start_k_ : 0;
+  loader_->begin_pass(train, plan, first);
+  // last_ is current: the previous epoch ended with read_counters_now().
+  counters_->set_train(fresh_totals(last_.train.last_good_loss));
+  if (!opt_.sample_png.empty() && epoch == start_epoch_) write_sample_png(plan, first);
+
+  Event start, end;
+  const auto wall0 = std::chrono::steady_clock::now();
+  start.record(ctx_->stream);
+  report_.begin_progress(step_);
+  const long epoch_first_step = step_;
+  int k = first;
+  for (; k < plan.steps && !out_of_steps() && !g_stop_requested; ++k) {
+    k_now_ = k;
+    train_step(k);
+    if (saves_.due(step_)) save(opt_.save, true);
+  }
+  end.record(ctx_->stream);
+  read_counters_now();
+  EpochResult r;
+  r.train_ms = end.ms_since(start);
+  r.stall_ms = timing_->stall_ms(epoch_first_step, step_ - 1, true);
+  timing_->drop_before(window_->done() ? step_ : std::min(step_, window_->first()));
+  if (!opt_.loss_log.empty()) write_loss_log(epoch_first_step, step_ - epoch_first_step);
+  report_.progress(epoch_now_, k_now_, steps_per_epoch_, step_, mean_loss(last_.train), true);
+  final_train_loss_ = mean_loss(last_.train);
+  final_train_acc_ = accuracy(last_.train);
+  if (g_stop_requested) return false;
+  if (k < plan.steps) return true;  // --steps ended the run inside this epoch
+  if (opt_.eval) evaluate();
+  r.epoch = epoch;
+  r.step = step_;
+  r.images = static_cast<long>(last_.train.count / opt_.batch) * opt_.batch;
+  r.train_loss = final_train_loss_;
+  r.train_acc = final_train_acc_;
+  r.test_loss = final_test_loss_;
+  r.test_acc = final_test_acc_;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  r.lr = schedule_.at(step_ - 1);
+  r.loss_scale = last_.scaler.scale;
+  r.skipped_steps = last_.scaler.skipped_steps;
+  report_.epoch(r);
+  return true;
+}
+
+void Trainer::write_sample_png(const EpochPlan& plan, int first) const {
+  const Dataset& train = data_.split.train;
+  std::vector<uint8_t> u8(train.image_bytes() * opt_.batch);
+  std::vector<int32_t> labels(opt_.batch);
+  assemble_batch_u8(train, plan, first, build_.layout, u8.data(), labels.data());
+  write_sample_grid(opt_.sample_png, u8.data(), std::min(opt_.batch, 64), train.channels, build_.layout);
+  std::printf("wrote the first augmented batch to %s\n", opt_.sample_png.c_str());
+}
+
+void Trainer::train_step(int k) {
+  const long s = step_;
+  if (window_->opens_at(s)) window_->open();
+  {
+    NvtxRange step_range("step " + std::to_string(s), phase_color::kGrey);
+    timing_->begin_step(s);
+    {
+      NvtxRange r("get batch", phase_color::kRed);
+      loader_->get(k);
+    }
+    DeviceBatch batch;
+    {
+      NvtxRange r("copy batch", phase_color::kYellow);
+      batch = loader_->copy(k);
+    }
+    timing_->data_ready();
+    {
+      NvtxRange r("forward", phase_color::kGreen);
+      net_->forward(batch.images, true);
+      net_->loss(batch.labels, &counters_->device()->train, &counters_->device()->scaler.scale, s);
+      // keep this step's loss for --loss-log, without a sync
+      CUDA_CHECK(cudaMemcpyAsync(loss_history_.as<float>() + k, &counters_->device()->train.last_loss, sizeof(float),
+                                 cudaMemcpyDeviceToDevice, ctx_->stream));
+    }
+    {
+      NvtxRange r("backward", phase_color::kPurple);
+      net_->backward();
+    }
+    {
+      NvtxRange r("optimizer step", phase_color::kBlue);
+      optimizer_step(schedule_.at(s));
+    }
+    ++step_;
+    {
+      NvtxRange r("loss stats", phase_color::kCyan);
+      loss_stats();
+    }
+  }
+  if (window_->closes_at(s)) window_->close(step_, *timing_);
+}
+
+void Trainer::optimizer_step(double lr) {
+  ParamStore& p = net_->params();
+  const SgdArgs a{p.master_all(), p.momentum_all(), p.weight_grads_all(), p.vector_grads_all(), p.working_copy(),
+                  p.total(), p.weight_count(), p.act(), static_cast<float>(lr), static_cast<float>(opt_.momentum),
+                  static_cast<float>(opt_.weight_decay), opt_.nesterov};
+  ScalerState* scaler = &counters_->device()->scaler;
+  check_grads_finite(a, scaler, ctx_->stream);
+  sgd_update(a, scaler, ctx_->stream);
+  loss_scale_update(scaler, build_.precision == DType::F16, opt_.loss_scale_window, ctx_->stream);
+}
+
+// Baseline: a synchronising copy every step (the seed's `loss.item()`). On-device accumulation: the
+// counters stay on the GPU and are read asynchronously every --progress-every steps.
+void Trainer::loss_stats() {
+  const bool progress_due = step_ % opt_.progress_every == 0;
+  if (!build_.device_loss) {
+    take(counters_->read_blocking(step_));
+  } else {
+    if (!progress_due) return;
+    const std::optional<CounterRead> landed = counters_->poll(step_);
+    if (!landed) return;
+    take(*landed);
+  }
+  if (progress_due) report_.progress(epoch_now_, k_now_, steps_per_epoch_, step_, mean_loss(last_.train), false);
+}
+
+// Every read of the counters goes through here: it stops a diverged run, and it is what proves a
+// pending periodic save good.
+void Trainer::take(const CounterRead& r) {
+  last_ = r.counters;
+  divergence_.check(r);
+  saves_.on_read(r.steps, r.counters.scaler.skipped_steps, r.counters.scaler.diverged != 0);
+}
+
+void Trainer::read_counters_now() {
+  const CounterRead r = counters_->read_now(step_);
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  peak_mem_mb_ = std::max(peak_mem_mb_, double(free_before_ - std::min(free_before_, free_b)) / (1 << 20));
+  take(r);
+}
+
+void Trainer::evaluate() {
+  NvtxRange range("evaluation", phase_color::kGrey);
+  const Dataset& test = data_.split.test;
+  const EpochPlan plan = eval_plan(test, opt_.batch);
+  loader_->begin_pass(test, plan, 0);
+  CUDA_CHECK(cudaMemsetAsync(&counters_->device()->eval, 0, sizeof(LossTotals), ctx_->stream));
+  for (int k = 0; k < plan.steps; ++k) {
+    loader_->get(k);
+    const DeviceBatch b = loader_->copy(k);
+    net_->forward(b.images, false);
+    net_->loss(b.labels, &counters_->device()->eval, nullptr, -1);
+  }
+  read_counters_now();
+  final_test_loss_ = mean_loss(last_.eval);
+  final_test_acc_ = accuracy(last_.eval);
+  evaluated_at_ = step_;
+}
+
+// ---- checkpoints and the loss log ---------------------------------------------------------------
+void Trainer::save(const std::string& path, bool periodic) {
+  NvtxRange range("save checkpoint", phase_color::kGrey);
+  const CounterRead now = counters_->read_now(step_);
+  take(now);  // a diverged state is never saved; an older pending save may be proven
+  CheckpointMeta m = meta_;
+  m.step = step_;
+  m.epoch = static_cast<int>(step_ / steps_per_epoch_);
+  m.step_in_epoch = static_cast<int>(step_ % steps_per_epoch_);
+  m.loss_scale = now.counters.scaler.scale;
+  m.good_steps = now.counters.scaler.good_steps;
+  m.skipped_steps = now.counters.scaler.skipped_steps;
+  saves_.save(capture_checkpoint(*net_, m), path, periodic);
+}
+
+void Trainer::write_loss_log(long first_step, long count) const {
+  std::vector<float> losses(count);
+  const int k0 = static_cast<int>(first_step % steps_per_epoch_);
+  CUDA_CHECK(cudaMemcpy(losses.data(), loss_history_.as<float>() + k0, count * sizeof(float), cudaMemcpyDeviceToHost));
+  std::ofstream out(opt_.loss_log, first_step == first_step_ ? std::ios::trunc : std::ios::app);
+  if (!out) throw InputError(opt_.loss_log + ": cannot write the loss log");
+  char line[64];
+  for (long i = 0; i < count; ++i) {
+    std::snprintf(line, sizeof(line), "%ld %.9g\n", first_step + i, losses[i]);  // %.9g: exact for floats
+    out << line;
+  }
+}
+
+RunSummary Trainer::summary() const {
+  RunSummary s;
+  s.gpu = prop_.name;
+  s.data = data_.split.train.name;
+  s.steps = step_ - first_step_;
+  s.timed_steps = window_->timed_steps();
+  s.window_ms = window_->ms();
+  s.window_stall_ms = window_->stall_ms();
+  s.gpu_busy_pct = window_->gpu_busy_pct();
+  s.peak_gpu_mem_mb = peak_mem_mb_;
+  s.final_train_loss = final_train_loss_;
+  s.final_train_acc = final_train_acc_;
+  s.final_test_loss = final_test_loss_;
+  s.final_test_acc = final_test_acc_;
+  s.params = static_cast<unsigned long>(net_->params().total());
+  s.autotune_s = net_->algo_report().search_s;
+  s.skipped_steps = last_.scaler.skipped_steps;
+  return s;
+}
+
+}  // namespace
+
+int train_main(const BuildSettings& build, const Options& opt) {
+  Trainer t(build, opt);
+  return t.run();
+}

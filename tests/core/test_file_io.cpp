@@ -1,0 +1,163 @@
+// Whole-file reads, atomic writes and gzip inflation, with errors that name the file.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/errors.h"
+#include "core/file_io.h"
+#include "support/test_files.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace test_files;  // TempDir, input_error_of, gzip
+
+std::vector<uint8_t> some_bytes(size_t n, uint32_t seed) {
+  std::vector<uint8_t> b(n);
+  for (auto& x : b) {
+    seed = seed * 1664525u + 1013904223u;
+    x = static_cast<uint8_t>(seed >> 24);
+  }
+  return b;
+}
+
+// Compressible data (a text-like repetition with some noise), so the stream has real deflate blocks.
+std::vector<uint8_t> compressible(size_t n) {
+  std::vector<uint8_t> b(n);
+  for (size_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>("the quick brown fox "[i % 20] + (i % 997 == 0));
+  return b;
+}
+
+TEST(FileIo, AtomicWriteThenReadRoundTrip) {
+  TempDir dir;
+  const std::string path = dir / "blob.bin";
+  const std::vector<uint8_t> bytes = some_bytes(1 << 20, 1);
+  write_file_atomic(path, bytes.data(), bytes.size());
+  EXPECT_EQ(read_file(path), bytes);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  // Overwriting replaces the content completely (a shorter file leaves no tail of the old one).
+  const std::vector<uint8_t> shorter = some_bytes(1000, 2);
+  write_file_atomic(path, shorter.data(), shorter.size());
+  EXPECT_EQ(read_file(path), shorter);
+  write_file_atomic(path, nullptr, 0);
+  EXPECT_TRUE(read_file(path).empty());
+}
+
+TEST(FileIo, RelativePathInTheCurrentDirectory) {
+  TempDir dir;
+  const fs::path before = fs::current_path();
+  fs::current_path(dir.path);
+  const std::vector<uint8_t> bytes = some_bytes(100, 3);
+  write_file_atomic("plain-name.bin", bytes.data(), bytes.size());
+  const std::vector<uint8_t> back = read_file("plain-name.bin");
+  fs::current_path(before);
+  EXPECT_EQ(back, bytes);
+}
+
+TEST(FileIo, ReadMissingOrDirectoryNamesThePath) {
+  TempDir dir;
+  std::string m = input_error_of([&] { read_file(dir / "absent.bin"); });
+  EXPECT_HAS(m, dir / "absent.bin");
+  EXPECT_HAS(m, "No such file");
+  m = input_error_of([&] { read_file(dir.path); });
+  EXPECT_HAS(m, dir.path);
+  EXPECT_HAS(m, "directory");
+}
+
+TEST(FileIo, ReadUnreadableFileNamesIt) {
+  TempDir dir;
+  const std::vector<uint8_t> bytes = some_bytes(10, 4);
+  const std::string path = dir / "secret.bin";
+  write_file_atomic(path, bytes.data(), bytes.size());
+  chmod(path.c_str(), 0);
+  // Root reads anything, so the read runs in a child that first drops to user "nobody".
+  EXPECT_EXIT(
+      {
+        if (geteuid() == 0 && setuid(65534) != 0) _exit(3);
+        try {
+          read_file(path);
+        } catch (const InputError& e) {
+          std::fprintf(stderr, "%s\n", e.what());
+          _exit(0);
+        }
+        _exit(1);
+      },
+      ::testing::ExitedWithCode(0), "secret.bin.*cannot open");
+}
+
+TEST(FileIo, AtomicWriteIntoMissingDirectoryNamesIt) {
+  TempDir dir;
+  const std::string path = dir / "nowhere/file.bin";
+  try {
+    write_file_atomic(path, "x", 1);
+    ADD_FAILURE() << "writing into a missing directory succeeded";
+  } catch (const Fatal& e) {
+    EXPECT_HAS(e.what(), path);
+  }
+}
+
+TEST(Gunzip, InflatesGoodStreams) {
+  for (size_t n : {size_t(0), size_t(1), size_t(1000), size_t(5'000'000)}) {
+    const std::vector<uint8_t> data = compressible(n);
+    const std::vector<uint8_t> gz = gzip(data);
+    EXPECT_EQ(gunzip(gz.data(), gz.size(), "x.gz"), data) << n << " bytes";
+  }
+  const std::vector<uint8_t> noise = some_bytes(300000, 5);
+  const std::vector<uint8_t> gz = gzip(noise);
+  EXPECT_EQ(gunzip(gz.data(), gz.size(), "x.gz"), noise);
+}
+
+TEST(Gunzip, ExactlyMaxOutFits) {
+  const std::vector<uint8_t> data = compressible(100000);
+  const std::vector<uint8_t> gz = gzip(data);
+  EXPECT_EQ(gunzip(gz.data(), gz.size(), "x.gz", data.size()), data);
+}
+
+TEST(Gunzip, LargerThanMaxOutIsRefused) {
+  const std::vector<uint8_t> data = compressible(100000);
+  const std::vector<uint8_t> gz = gzip(data);
+  const std::string m = input_error_of([&] { gunzip(gz.data(), gz.size(), "big.gz", 99999); });
+  EXPECT_HAS(m, "big.gz");
+  EXPECT_HAS(m, "more than 99999");
+}
+
+TEST(Gunzip, EveryTruncationIsNamed) {
+  const std::vector<uint8_t> gz = gzip(compressible(20000));
+  for (size_t n = 0; n < gz.size(); ++n) {
+    // A small max_out: a truncated stream's last bytes are not its size, and must not matter.
+    const std::string m = input_error_of([&] { gunzip(gz.data(), n, "cut.gz", 1 << 20); });
+    ASSERT_NE(m.find("cut.gz"), std::string::npos) << n << " bytes: " << m;
+    if (n >= 18) {
+      ASSERT_NE(m.find("truncated"), std::string::npos) << n << " bytes: " << m;
+    }
+  }
+}
+
+TEST(Gunzip, CorruptStreamIsNamed) {
+  const std::vector<uint8_t> good = gzip(compressible(50000));
+  // Damage in the deflate data, and in the trailer's CRC.
+  for (size_t at : {good.size() / 3, good.size() / 2, good.size() - 8}) {
+    std::vector<uint8_t> gz = good;
+    for (size_t i = at; i < at + 4; ++i) gz[i] ^= 0x5A;
+    const std::string m = input_error_of([&] { gunzip(gz.data(), gz.size(), "bad.gz", 1 << 20); });
+    EXPECT_HAS(m, "bad.gz");
+    EXPECT_HAS(m, "corrupt");
+  }
+}
+
+TEST(Gunzip, NotGzipIsNamed) {
+  const std::vector<uint8_t> plain = compressible(100);
+  std::string m = input_error_of([&] { gunzip(plain.data(), plain.size(), "plain.gz"); });
+  EXPECT_HAS(m, "plain.gz");
+  EXPECT_HAS(m, "not a gzip");
+  m = input_error_of([&] { gunzip(plain.data(), 0, "empty.gz"); });
+  EXPECT_HAS(m, "empty.gz");
+}
+
+}  // namespace

@@ -1,0 +1,305 @@
+// Batch assembly and CPU augmentation. The images here encode their own coordinates (channel 0 holds
+// x + 1, channel 1 holds y + 1, 0 is padding), so the crop offset and flip that were applied can be
+// read back from the output alone and checked against the rule, independently of how the code drew
+// them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "data/augment.h"
+#include "data/dataset.h"
+
+namespace {
+
+constexpr int S = kImageSide;
+
+uint8_t identity_of(int idx) { return static_cast<uint8_t>(1 + idx % 251); }
+
+// Colour images: channel 0 = x + 1, channel 1 = y + 1, channel 2 = a value naming the sample.
+Dataset coordinate_images(int count) {
+  Dataset d;
+  d.name = "coords";
+  d.count = count;
+  d.channels = 3;
+  d.images.resize(d.image_bytes() * count);
+  d.labels.resize(count);
+  for (int i = 0; i < count; ++i) {
+    uint8_t* img = d.images.data() + d.image_bytes() * i;
+    for (int y = 0; y < S; ++y)
+      for (int x = 0; x < S; ++x) {
+        img[0 * S * S + y * S + x] = static_cast<uint8_t>(x + 1);
+        img[1 * S * S + y * S + x] = static_cast<uint8_t>(y + 1);
+        img[2 * S * S + y * S + x] = identity_of(i);
+      }
+    d.labels[i] = static_cast<uint8_t>((i * 7 + 3) % kClasses);
+  }
+  return d;
+}
+
+// Pseudo-random pixels, `channels` 1 or 3.
+Dataset noise_images(int count, int channels) {
+  Dataset d;
+  d.count = count;
+  d.channels = channels;
+  d.images.resize(d.image_bytes() * count);
+  d.labels.resize(count);
+  uint32_t x = 12345;
+  for (auto& p : d.images) {
+    x = x * 1664525u + 1013904223u;
+    p = static_cast<uint8_t>(x >> 24);
+  }
+  for (int i = 0; i < count; ++i) d.labels[i] = static_cast<uint8_t>(i % kClasses);
+  return d;
+}
+
+struct Batch {
+  std::vector<uint8_t> images;
+  std::vector<int32_t> labels;
+};
+
+Batch assemble(const Dataset& d, const EpochPlan& plan, int k, Layout layout) {
+  Batch b{std::vector<uint8_t>(d.image_bytes() * plan.batch, 0xAB), std::vector<int32_t>(plan.batch, 12345)};
+  assemble_batch_u8(d, plan, k, layout, b.images.data(), b.labels.data());
+  return b;
+}
+
+// What sample i of an NCHW coordinate batch shows: the crop offset and flip that map it back onto
+// its source. Pixel (x, y) of the output must come from (sx, sy) = ((flip ? 31 - x : x) + dx, y + dy).
+struct Decoded {
+  int dx, dy;
+  bool flip;
+};
+Decoded decode(const uint8_t* img) {
+  // The centre pixels are never padding for offsets within 4.
+  const int a = img[16 * S + 15] - 1, b = img[16 * S + 16] - 1;  // source x of output x = 15, 16
+  const int sy = img[S * S + 16 * S + 16] - 1;
+  const bool flip = b < a;
+  return {flip ? b - (S - 1 - 16) : b - 16, sy - 16, flip};
+}
+
+// The whole image must be the source shifted by (dx, dy) after the flip, zeros outside.
+void expect_matches_rule(const uint8_t* img, const Decoded& t, uint8_t identity, const char* where) {
+  for (int y = 0; y < S; ++y)
+    for (int x = 0; x < S; ++x) {
+      const int sx = (t.flip ? S - 1 - x : x) + t.dx, sy = y + t.dy;
+      const bool inside = sx >= 0 && sx < S && sy >= 0 && sy < S;
+      ASSERT_EQ(img[y * S + x], inside ? sx + 1 : 0) << where << " x " << x << " y " << y;
+      ASSERT_EQ(img[S * S + y * S + x], inside ? sy + 1 : 0) << where << " x " << x << " y " << y;
+      ASSERT_EQ(img[2 * S * S + y * S + x], inside ? identity : 0) << where << " x " << x << " y " << y;
+    }
+}
+
+TEST(Augment, EveryCropOffsetAndBothFlipsOccurAndFollowTheRule) {
+  const Dataset d = coordinate_images(2000);
+  const EpochPlan plan = train_plan(d, 100, 42, 0);
+  std::set<std::pair<int, int>> offsets;
+  std::set<bool> flips;
+  for (int k = 0; k < plan.steps; ++k) {
+    const Batch b = assemble(d, plan, k, Layout::NCHW);
+    for (int i = 0; i < plan.batch; ++i) {
+      const uint8_t* img = b.images.data() + d.image_bytes() * i;
+      const Decoded t = decode(img);
+      ASSERT_GE(t.dx, -kCropPad);
+      ASSERT_LE(t.dx, kCropPad);
+      ASSERT_GE(t.dy, -kCropPad);
+      ASSERT_LE(t.dy, kCropPad);
+      expect_matches_rule(img, t, identity_of(plan.order[size_t(k) * plan.batch + i]), "sample");
+      if (testing::Test::HasFatalFailure()) return;
+      // And it is the transform the plan names for that slot.
+      const CropFlip cf = crop_flip_for(plan.aug_seed, size_t(k) * plan.batch + i);
+      ASSERT_EQ(cf.dx, t.dx);
+      ASSERT_EQ(cf.dy, t.dy);
+      ASSERT_EQ(cf.flip, t.flip);
+      offsets.insert({t.dx, t.dy});
+      flips.insert(t.flip);
+    }
+  }
+  EXPECT_EQ(offsets.size(), 81u) << "every (dx, dy) in [-4, 4]^2 should occur over 2000 samples";
+  EXPECT_EQ(flips.size(), 2u);
+}
+
+TEST(Augment, OneSampleMatchesADirectComputation) {
+  // Pixel-exact against the definition, for a sample with a real shift: find one with dx, dy != 0.
+  const Dataset d = noise_images(64, 3);
+  const EpochPlan plan = train_plan(d, 64, 9, 3);
+  int i = 0;
+  CropFlip cf{};
+  for (; i < 64; ++i) {
+    cf = crop_flip_for(plan.aug_seed, i);
+    if (cf.dx != 0 && cf.dy != 0) break;
+  }
+  ASSERT_LT(i, 64);
+  const Batch b = assemble(d, plan, 0, Layout::NCHW);
+  const uint8_t* src = d.image(static_cast<int>(plan.order[i]));
+  const uint8_t* out = b.images.data() + d.image_bytes() * i;
+  int zeros_outside = 0;
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < S; ++y)
+      for (int x = 0; x < S; ++x) {
+        const int sx = (cf.flip ? S - 1 - x : x) + cf.dx, sy = y + cf.dy;
+        const bool inside = sx >= 0 && sx < S && sy >= 0 && sy < S;
+        const uint8_t want = inside ? src[(c * S + sy) * S + sx] : 0;
+        ASSERT_EQ(out[(c * S + y) * S + x], want) << "c " << c << " x " << x << " y " << y;
+        zeros_outside += !inside;
+      }
+  // |dx| columns and |dy| rows fall outside the source.
+  const int outside = S * S - (S - std::abs(cf.dx)) * (S - std::abs(cf.dy));
+  EXPECT_EQ(zeros_outside, 3 * outside);
+}
+
+TEST(Augment, LabelsFollowThePlanOrderUntouched) {
+  const Dataset d = coordinate_images(500);
+  const EpochPlan plan = train_plan(d, 64, 5, 2);
+  for (int k = 0; k < plan.steps; ++k) {
+    const Batch b = assemble(d, plan, k, Layout::NHWC);
+    for (int i = 0; i < plan.batch; ++i)
+      ASSERT_EQ(b.labels[i], d.labels[plan.order[size_t(k) * plan.batch + i]]) << "batch " << k << " sample " << i;
+  }
+}
+
+TEST(Augment, WithoutAugmentationImagesAreCopiedExactly) {
+  for (int channels : {1, 3}) {
+    const Dataset d = noise_images(40, channels);
+    const EpochPlan plan = eval_plan(d, 8);
+    for (int k = 0; k < plan.steps; ++k) {
+      const Batch b = assemble(d, plan, k, Layout::NCHW);
+      for (int i = 0; i < plan.batch; ++i)
+        ASSERT_EQ(std::memcmp(b.images.data() + d.image_bytes() * i, d.image(k * 8 + i), d.image_bytes()), 0)
+            << channels << " channels, batch " << k << " sample " << i;
+    }
+  }
+}
+
+TEST(Augment, NhwcIsTheTransposeOfNchw) {
+  for (int channels : {1, 3}) {
+    const Dataset d = noise_images(100, channels);
+    const EpochPlan plan = train_plan(d, 32, 1, 0);
+    const Batch nchw = assemble(d, plan, 1, Layout::NCHW), nhwc = assemble(d, plan, 1, Layout::NHWC);
+    EXPECT_EQ(nchw.labels, nhwc.labels);
+    const int C = channels;
+    for (int i = 0; i < plan.batch; ++i)
+      for (int c = 0; c < C; ++c)
+        for (int p = 0; p < S * S; ++p)
+          ASSERT_EQ(nhwc.images[d.image_bytes() * i + size_t(p) * C + c], nchw.images[d.image_bytes() * i + size_t(c) * S * S + p])
+              << C << " channels, sample " << i << " c " << c << " pixel " << p;
+  }
+}
+
+TEST(Augment, BatchAssembledInPartsEqualsOneCall) {
+  const Dataset d = noise_images(300, 3);
+  for (const EpochPlan& plan : {train_plan(d, 50, 3, 1), eval_plan(d, 64)}) {
+    const int k = plan.steps - 1;  // the evaluation plan's last batch holds padding too
+    for (Layout layout : {Layout::NCHW, Layout::NHWC}) {
+      const Batch whole = assemble(d, plan, k, layout);
+      Batch parts{std::vector<uint8_t>(whole.images.size(), 0xCD), std::vector<int32_t>(plan.batch, -777)};
+      const int a = 7, b = plan.batch - 13;
+      assemble_batch_u8(d, plan, k, layout, parts.images.data(), parts.labels.data(), b, plan.batch);
+      assemble_batch_u8(d, plan, k, layout, parts.images.data(), parts.labels.data(), 0, a);
+      assemble_batch_u8(d, plan, k, layout, parts.images.data(), parts.labels.data(), a, b);
+      EXPECT_EQ(parts.images, whole.images);
+      EXPECT_EQ(parts.labels, whole.labels);
+    }
+  }
+}
+
+TEST(TrainPlan, IsAPermutationThatDependsOnSeedAndEpoch) {
+  const Dataset d = noise_images(1003, 1);
+  const EpochPlan p = train_plan(d, 100, 11, 4);
+  std::vector<uint32_t> sorted = p.order;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<uint32_t> iota(d.count);
+  std::iota(iota.begin(), iota.end(), 0u);
+  EXPECT_EQ(sorted, iota);
+  EXPECT_NE(p.order, iota) << "the order must be shuffled";
+  EXPECT_TRUE(p.augment);
+
+  EXPECT_EQ(train_plan(d, 100, 11, 4).order, p.order) << "same seed and epoch: same order";
+  EXPECT_EQ(train_plan(d, 100, 11, 4).aug_seed, p.aug_seed);
+  EXPECT_NE(train_plan(d, 100, 12, 4).order, p.order) << "another seed";
+  EXPECT_NE(train_plan(d, 100, 11, 5).order, p.order) << "another epoch";
+  EXPECT_NE(train_plan(d, 100, 11, 5).aug_seed, p.aug_seed) << "another epoch's crops";
+  EXPECT_NE(train_plan(d, 100, 12, 4).aug_seed, p.aug_seed) << "another seed's crops";
+}
+
+TEST(TrainPlan, DropsTheLastPartialBatch) {
+  const Dataset d = noise_images(1003, 1);
+  const EpochPlan p = train_plan(d, 100, 0, 0);
+  EXPECT_EQ(p.steps, 10);
+  EXPECT_EQ(p.batch, 100);
+  EXPECT_EQ(p.valid_last, 100);
+  const EpochPlan exact = train_plan(noise_images(1000, 1), 100, 0, 0);
+  EXPECT_EQ(exact.steps, 10);
+  // No padding ever appears in a training batch.
+  const Batch last = assemble(d, p, p.steps - 1, Layout::NCHW);
+  for (int32_t l : last.labels) EXPECT_GE(l, 0);
+}
+
+TEST(EvalPlan, PadsTheLastBatchWithLabelMinusOneAndZeroImages) {
+  const Dataset d = noise_images(1003, 3);
+  const EpochPlan p = eval_plan(d, 100);
+  EXPECT_EQ(p.steps, 11);
+  EXPECT_EQ(p.valid_last, 3);
+  EXPECT_FALSE(p.augment);
+  for (int i = 0; i < d.count; ++i) ASSERT_EQ(p.order[i], static_cast<uint32_t>(i));
+  const Batch last = assemble(d, p, 10, Layout::NHWC);
+  for (int i = 0; i < 100; ++i) {
+    if (i < 3) {
+      EXPECT_EQ(last.labels[i], d.labels[1000 + i]);
+      continue;
+    }
+    EXPECT_EQ(last.labels[i], -1) << i;
+    const uint8_t* img = last.images.data() + d.image_bytes() * i;
+    EXPECT_TRUE(std::all_of(img, img + d.image_bytes(), [](uint8_t v) { return v == 0; })) << "padding sample " << i;
+  }
+  const EpochPlan full = eval_plan(noise_images(1000, 3), 100);
+  EXPECT_EQ(full.steps, 10);
+  EXPECT_EQ(full.valid_last, 100);
+}
+
+// ---- normalize_batch_cpu --------------------------------------------------------------------------
+
+// IEEE binary16 bits to float, written out here so the check does not share code with the cast.
+float half_bits_to_float(uint16_t h) {
+  const int sign = h >> 15, exp = (h >> 10) & 31, mant = h & 1023;
+  float v;
+  if (exp == 0) v = std::ldexp(static_cast<float>(mant), -24);
+  else if (exp == 31) v = mant ? NAN : INFINITY;
+  else v = std::ldexp(static_cast<float>(mant + 1024), exp - 25);
+  return sign ? -v : v;
+}
+
+TEST(NormalizeBatchCpu, GreyIsReplicatedAndValuesAreStandardized) {
+  const Normalization norm{{0.25f, 0.5f, 0.75f}, {0.5f, 0.25f, 0.125f}};  // per-channel on purpose
+  for (int channels : {1, 3})
+    for (Layout layout : {Layout::NCHW, Layout::NHWC}) {
+      const Dataset d = noise_images(4, channels);
+      const EpochPlan plan = eval_plan(d, 4);
+      const Batch b = assemble(d, plan, 0, layout);
+      std::vector<float> f32(4 * 3 * S * S);
+      std::vector<uint16_t> f16(4 * 3 * S * S);
+      normalize_batch_cpu(b.images.data(), 4, channels, layout, norm, DType::F32, f32.data());
+      normalize_batch_cpu(b.images.data(), 4, channels, layout, norm, DType::F16, f16.data());
+      for (int n = 0; n < 4; ++n)
+        for (int c = 0; c < 3; ++c)
+          for (int y = 0; y < S; ++y)
+            for (int x = 0; x < S; ++x) {
+              const int sc = channels == 1 ? 0 : c;
+              const uint8_t u = d.image(n)[(sc * S + y) * S + x];  // eval: the image as stored (CHW)
+              const double want = (u / 255.0 - norm.mean[c]) / norm.stdev[c];
+              const size_t o = layout == Layout::NCHW ? ((size_t(n) * 3 + c) * S + y) * S + x
+                                                      : ((size_t(n) * S + y) * S + x) * 3 + c;
+              ASSERT_NEAR(f32[o], want, 1e-5 * (1 + std::abs(want)))
+                  << channels << " channels, " << layout_name(layout) << " n " << n << " c " << c;
+              ASSERT_NEAR(half_bits_to_float(f16[o]), want, 1e-3 * (1 + std::abs(want)))
+                  << "fp16, " << channels << " channels, " << layout_name(layout) << " n " << n << " c " << c;
+            }
+    }
+}
+
+}  // namespace

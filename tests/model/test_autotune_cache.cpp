@@ -1,0 +1,223 @@
+// The conv-algorithm cache file: exact round trips, a corrupt file ignored with a warning (and
+// rewritten on save), and entries of other GPUs/builds kept but never used.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "model/autotune_cache.h"
+#include "core/errors.h"
+#include "support/test_files.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using test_files::TempDir;
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+const std::string kHere = "gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;deterministic=0;workspace_mb=1024";
+const std::string kOther = "gpu=NVIDIA A100-SXM4-40GB;cudnn=90100;precision=fp32;layout=NCHW;deterministic=1;workspace_mb=256";
+const char* kHeaderLine = "resnet-trainer autotune cache v1\n";
+
+ConvAlgos algos(int seed) {
+  // Times with at most 6 significant digits, as the file stores them. Odd seeds carry the graph
+  // API's accumulating backward-data choice, even ones leave it unset as the legacy API does.
+  const AlgoChoice acc = seed % 2 ? AlgoChoice{(seed + 3) % 8, 3, 256, 0.5f} : AlgoChoice{};
+  return {{seed % 8, 1, size_t(seed) * 4096, 0.0412f},
+          {(seed + 1) % 8, 0, 0, -1.f},
+          {(seed + 2) % 8, 2, (size_t(5) << 32) + seed, 12.5f},  // a workspace above 4 GiB
+          acc};
+}
+
+AutotuneEntries sample_entries() {
+  AutotuneEntries e;
+  e[kHere]["n128.c64.h32.w32.k64.r3.s1.p1"] = algos(1);
+  e[kHere]["n128.c256.h8.w8.k512.r1.s2.p0"] = algos(2);
+  e[kOther]["n128.c64.h32.w32.k64.r3.s1.p1"] = algos(3);
+  return e;
+}
+
+TEST(AutotuneCacheFile, FormatParseRoundTrip) {
+  const AutotuneEntries e = sample_entries();
+  const std::string text = format_autotune_cache(e);
+  EXPECT_EQ(text.rfind(kHeaderLine, 0), 0u) << text;
+  EXPECT_EQ(parse_autotune_cache(text, "c.txt"), e);
+  EXPECT_EQ(format_autotune_cache(parse_autotune_cache(text, "c.txt")), text);
+}
+
+TEST(AutotuneCacheFile, MeasuredTimesKeepSixSignificantDigits) {
+  AutotuneEntries e;
+  e[kHere]["s"] = {{3, 1, 0, 0.123456789f}, {1, 0, 0, 1234.5678f}, {2, 0, 0, 3.3333333e-5f}, {}};
+  const ConvAlgos back = parse_autotune_cache(format_autotune_cache(e), "c.txt").at(kHere).at("s");
+  EXPECT_NEAR(back.fwd.ms, 0.123456789f, 1e-6f);
+  EXPECT_NEAR(back.bwd_data.ms, 1234.5678f, 1e-2f);
+  EXPECT_NEAR(back.bwd_filter.ms, 3.3333333e-5f, 1e-10f);
+  EXPECT_EQ(back.fwd.algo, 3);
+  EXPECT_EQ(back.fwd.math, 1);
+}
+
+TEST(AutotuneCacheFile, ReadsTheDocumentedExample) {
+  const std::string text = std::string(kHeaderLine) + "[" + kHere + "]\n" +
+                           "n128.c64.h32.w32.k64.r3.s1.p1 fwd=1/1/0/0.0412 bwd_data=1/1/0/0.0511 bwd_filter=1/1/4096/0.0612\n";
+  const AutotuneEntries e = parse_autotune_cache(text, "c.txt");
+  const ConvAlgos& a = e.at(kHere).at("n128.c64.h32.w32.k64.r3.s1.p1");
+  EXPECT_EQ(a.bwd_filter.algo, 1);
+  EXPECT_EQ(a.bwd_filter.workspace, 4096u);
+  EXPECT_FLOAT_EQ(a.bwd_data.ms, 0.0511f);
+}
+
+TEST(AutotuneCacheFile, MalformedLinesNameFileAndLine) {
+  const std::string ctx = "[" + kHere + "]\n";
+  struct Case {
+    std::string text, what;
+  } cases[] = {
+      {"resnet-trainer autotune cache v0\n", "not an autotune cache"},
+      {std::string(kHeaderLine) + "s fwd=1/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1\n", "before any [context]"},
+      {std::string(kHeaderLine) + ctx + "s fwd=x/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1\n", "bad fwd field"},
+      {std::string(kHeaderLine) + ctx + "s fwd=1/1/0/1 bwd_data=1/1/0 bwd_filter=1/1/0/1\n", "bad bwd_data field"},
+      {std::string(kHeaderLine) + ctx + "s fwd=1/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1x\n", "bad bwd_filter field"},
+      {std::string(kHeaderLine) + ctx + "s fwd=1/1/0/1 bwd_data=1/1/0/1\n", "expected: shape"},
+      {std::string(kHeaderLine) + ctx + "s fwd=1/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1 extra\n", "expected: shape"},
+      {std::string(kHeaderLine) + ctx + "s fwd=1/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1 bwd_data_acc=1/x\n",
+       "bad bwd_data_acc field"},
+      {std::string(kHeaderLine) + ctx + "s fwd=1/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1 bwd_data_acc=1/1/0/1 x\n",
+       "expected: shape"},
+      {std::string(kHeaderLine) + ctx + "s fwd=99/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1\n", "bad fwd field"},
+      {std::string(kHeaderLine) + "[unclosed\n", "malformed context"},
+      {"", "empty"},
+  };
+  for (const Case& c : cases) {
+    try {
+      parse_autotune_cache(c.text, "cache.txt");
+      ADD_FAILURE() << "accepted: " << c.text;
+    } catch (const InputError& e) {
+      EXPECT_HAS(e.what(), "cache.txt:");
+      EXPECT_HAS(e.what(), c.what);
+    }
+  }
+  // The line number points at the bad line (3: header, context, entry).
+  try {
+    parse_autotune_cache(cases[2].text, "cache.txt");
+  } catch (const InputError& e) {
+    EXPECT_HAS(e.what(), "cache.txt:3:");
+  }
+}
+
+TEST(AutotuneCache, SaveLoadRoundTripAndFind) {
+  TempDir dir;
+  const std::string path = dir / "cache.txt";
+  {
+    AutotuneCache c(path, kHere);
+    EXPECT_TRUE(c.load().empty()) << "a missing file is not worth a warning";
+    EXPECT_EQ(c.find("a"), nullptr);
+    c.put("a", algos(1));
+    c.put("b", algos(2));
+    ASSERT_NE(c.find("a"), nullptr);
+    EXPECT_EQ(*c.find("a"), algos(1));
+    c.save();
+  }
+  AutotuneCache c(path, kHere);
+  EXPECT_TRUE(c.load().empty());
+  EXPECT_EQ(c.entries_here(), 2u);
+  ASSERT_NE(c.find("a"), nullptr);
+  EXPECT_EQ(*c.find("a"), algos(1));
+  ASSERT_NE(c.find("b"), nullptr);
+  EXPECT_EQ(*c.find("b"), algos(2));
+  EXPECT_EQ(c.find("c"), nullptr);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
+TEST(AutotuneCache, CorruptFileIsIgnoredWithAWarningAndRewritten) {
+  const std::string ctx = "[" + kHere + "]\n";
+  const char binary[] = "\x1f\x8b\x08\x00\xff\xfe garbage \x01\x02";
+  for (const std::string& bad : {std::string("not a cache at all\n"),
+                                 std::string(kHeaderLine) + ctx + "a fwd=1/1/0/zz bwd_data=1/1/0/1 bwd_filter=1/1/0/1\n",
+                                 std::string(binary, sizeof(binary) - 1), std::string()}) {
+    TempDir dir;
+    const std::string path = dir / "cache.txt";
+    write_text(path, bad);
+    AutotuneCache c(path, kHere);
+    const std::vector<std::string> warnings = c.load();
+    ASSERT_EQ(warnings.size(), 1u) << "for file text '" << bad << "'";
+    EXPECT_HAS(warnings[0], "ignoring");
+    EXPECT_HAS(warnings[0], path);
+    EXPECT_EQ(c.find("a"), nullptr);
+    EXPECT_EQ(c.entries_here(), 0u);
+    c.put("a", algos(4));
+    c.save();
+    const AutotuneEntries e = parse_autotune_cache(read_text(path), path);  // valid again
+    EXPECT_EQ(e.at(kHere).at("a"), algos(4));
+    EXPECT_EQ(e.size(), 1u);
+  }
+}
+
+TEST(AutotuneCache, OtherContextGivesNoEntriesButIsKept) {
+  TempDir dir;
+  const std::string path = dir / "cache.txt";
+  AutotuneEntries theirs;
+  theirs[kOther]["a"] = algos(5);
+  theirs[kOther]["b"] = algos(6);
+  write_text(path, format_autotune_cache(theirs));
+
+  AutotuneCache c(path, kHere);
+  const std::vector<std::string> warnings = c.load();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_HAS(warnings[0], "no entries");
+  EXPECT_HAS(warnings[0], path);
+  EXPECT_EQ(c.find("a"), nullptr) << "another GPU's choice must not be used";
+  EXPECT_EQ(c.entries_here(), 0u);
+  c.put("a", algos(7));
+  c.save();
+
+  const AutotuneEntries e = parse_autotune_cache(read_text(path), path);
+  EXPECT_EQ(e.at(kOther), theirs.at(kOther)) << "the other context's entries are kept";
+  EXPECT_EQ(e.at(kHere).at("a"), algos(7));
+  // And the other binary still finds its own.
+  AutotuneCache other(path, kOther);
+  EXPECT_TRUE(other.load().empty());
+  ASSERT_NE(other.find("b"), nullptr);
+  EXPECT_EQ(*other.find("b"), algos(6));
+}
+
+TEST(AutotuneCache, HeaderOnlyFileHasNoEntriesHere) {
+  TempDir dir;
+  write_text(dir / "cache.txt", kHeaderLine);
+  AutotuneCache c(dir / "cache.txt", kHere);
+  const std::vector<std::string> warnings = c.load();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_HAS(warnings[0], "no entries");
+}
+
+TEST(AutotuneCache, EmptyPathNeverTouchesDisk) {
+  AutotuneCache c("", kHere);
+  EXPECT_TRUE(c.load().empty());
+  c.put("a", algos(1));
+  EXPECT_NO_THROW(c.save());
+  EXPECT_EQ(*c.find("a"), algos(1));
+}
+
+}  // namespace
+
+namespace {
+
+TEST(AutotuneCache, ComposesItsContextLineFromWhatAChoiceDependsOn) {
+  const AutotuneContext c{"NVIDIA H100 80GB HBM3", 91400, DType::F16, Layout::NHWC, true, ConvApi::Graph, 1024};
+  EXPECT_EQ(c.key(), "gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;tf32=1;api=graph;workspace_mb=1024");
+  AutotuneCache cache("", c);
+  EXPECT_EQ(cache.context(), c.key());
+}
+
+}  // namespace

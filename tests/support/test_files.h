@@ -1,0 +1,76 @@
+// Helpers shared by the unit tests that write files or check error messages: a scratch directory,
+// the InputError a call must raise, a substring check on messages, and gzip compression. Each test
+// file once had its own copy; this is the one copy. Header-only (inline), so any tests/*.cpp may
+// include it and nothing changes in the Makefile.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <stdlib.h>  // mkdtemp
+#include <zlib.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/errors.h"
+
+namespace test_files {
+
+// A fresh directory under $TMPDIR, removed with everything in it when the test ends. `dir / "x"`
+// is the path of x in it.
+struct TempDir {
+  std::string path;
+  explicit TempDir(const std::string& prefix = "unit-test") {
+    std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+    const char* made = mkdtemp(tmpl.data());
+    if (!made) ADD_FAILURE() << "mkdtemp " << tmpl << " failed";
+    path = made ? made : tmpl;
+  }
+  ~TempDir() {
+    std::error_code ignored;  // never throw from a destructor
+    std::filesystem::remove_all(path, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string operator/(const std::string& name) const { return path + "/" + name; }
+};
+
+// Runs `fn`, which must throw an InputError; returns its message ("" and a failure otherwise). The
+// readers' contract is that every bad input is an InputError whose message the user sees.
+inline std::string input_error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected an InputError, got another exception: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "expected an InputError, nothing was thrown";
+  return "";
+}
+
+// A gzip stream (zlib's gzip wrapper, maximum compression), as in the distributed .gz files.
+inline std::vector<uint8_t> gzip(const std::vector<uint8_t>& in) {
+  z_stream zs{};
+  EXPECT_EQ(deflateInit2(&zs, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::vector<uint8_t> out(deflateBound(&zs, in.size()) + 64);
+  zs.next_in = const_cast<Bytef*>(in.data());
+  zs.avail_in = static_cast<uInt>(in.size());
+  zs.next_out = out.data();
+  zs.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return out;
+}
+
+}  // namespace test_files
+
+// Expects `part` inside `message` (both anything std::string takes), printing both when it is not.
+// A macro, not a function, so the failure points at the test's line.
+#define EXPECT_HAS(message, part) EXPECT_NE(std::string(message).find(part), std::string::npos) \
+    << "message '" << (message) << "' lacks '" << (part) << "'"

@@ -1,0 +1,258 @@
+// Command-line parsing: defaults, every flag, the --flag=value form, every kind of usage error (each
+// message must name the flag at fault), and that --help lists exactly what the parser accepts.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "train/options.h"
+#include "support/test_files.h"  // EXPECT_HAS
+
+namespace {
+
+Options parse(std::initializer_list<const char*> args) {
+  std::vector<const char*> argv = {"train"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return parse_options(static_cast<int>(argv.size()), argv.data());
+}
+
+Options parse(const std::vector<std::string>& args) {
+  std::vector<const char*> argv = {"train"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return parse_options(static_cast<int>(argv.size()), argv.data());
+}
+
+// The message of the UsageError that parsing `args` must raise ("" and a failure naming the
+// arguments otherwise).
+std::string usage_error(const std::vector<std::string>& args) {
+  try {
+    parse(args);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  std::string given;
+  for (const auto& a : args) given += " '" + a + "'";
+  ADD_FAILURE() << "expected a UsageError, but" << given << " was accepted";
+  return "";
+}
+
+std::string usage_error(std::initializer_list<const char*> args) {
+  return usage_error(std::vector<std::string>(args.begin(), args.end()));
+}
+
+// Every flag bin/train documents (the header's Options, one flag each).
+const std::vector<std::string> kFlags = {
+    "--data", "--data-dir", "--synthetic-size", "--epochs", "--steps", "--batch", "--lr", "--min-lr",
+    "--warmup-epochs", "--momentum", "--wd", "--no-nesterov", "--seed", "--no-eval", "--workers",
+    "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic", "--loss-scale",
+    "--loss-scale-window", "--warmup-steps", "--profile-steps", "--trace", "--progress-every", "--json",
+    "--loss-log", "--sample-png", "--save", "--save-every", "--resume", "--help"};
+
+TEST(Options, DefaultsWithoutFlags) {
+  const Options o = parse({}), d;
+  EXPECT_EQ(o.data, "auto");
+  EXPECT_EQ(o.data_dir, "");
+  EXPECT_EQ(o.epochs, 15);
+  EXPECT_EQ(o.batch, 128);
+  EXPECT_EQ(o.steps, 0);
+  EXPECT_DOUBLE_EQ(o.lr, 0.02);
+  EXPECT_DOUBLE_EQ(o.min_lr, 0.0);
+  EXPECT_DOUBLE_EQ(o.warmup_epochs, 1.0);
+  EXPECT_DOUBLE_EQ(o.momentum, 0.9);
+  EXPECT_DOUBLE_EQ(o.weight_decay, 5e-4);
+  EXPECT_TRUE(o.nesterov);
+  EXPECT_TRUE(o.eval);
+  EXPECT_TRUE(o.tf32);
+  EXPECT_FALSE(o.deterministic);
+  EXPECT_FALSE(o.json);
+  EXPECT_FALSE(o.help);
+  EXPECT_EQ(o.workers, -1);
+  EXPECT_EQ(o.seed, 0u);
+  EXPECT_EQ(o.save, "");
+  EXPECT_EQ(o.resume, "");
+  EXPECT_EQ(o.save_every, 0);
+  EXPECT_EQ(o.synthetic_size, d.synthetic_size);
+  EXPECT_DOUBLE_EQ(o.loss_scale, 65536.0);
+  EXPECT_EQ(o.loss_scale_window, 1000);
+  EXPECT_EQ(o.autotune_cache, d.autotune_cache);
+}
+
+TEST(Options, EveryFlagSetsItsField) {
+  const Options o = parse({"--data", "synthetic", "--data-dir", "/d", "--synthetic-size", "640", "--epochs", "3",
+                           "--steps", "77", "--batch", "256", "--lr", "0.05", "--min-lr", "0.001",
+                           "--warmup-epochs", "2.5", "--momentum", "0.8", "--wd", "1e-4", "--no-nesterov",
+                           "--seed", "123456789012", "--no-eval", "--workers", "5", "--workspace-mb", "64",
+                           "--autotune-cache", "c.txt", "--no-tf32", "--deterministic", "--loss-scale", "1024",
+                           "--loss-scale-window", "200", "--warmup-steps", "4", "--profile-steps", "9",
+                           "--trace", "t.json", "--progress-every", "7", "--json", "--loss-log", "l.txt",
+                           "--sample-png", "s.png", "--save", "ck.bin", "--save-every", "500", "--resume", "r.bin"});
+  EXPECT_EQ(o.data, "synthetic");
+  EXPECT_EQ(o.data_dir, "/d");
+  EXPECT_EQ(o.synthetic_size, 640);
+  EXPECT_EQ(o.epochs, 3);
+  EXPECT_EQ(o.steps, 77);
+  EXPECT_EQ(o.batch, 256);
+  EXPECT_DOUBLE_EQ(o.lr, 0.05);
+  EXPECT_DOUBLE_EQ(o.min_lr, 0.001);
+  EXPECT_DOUBLE_EQ(o.warmup_epochs, 2.5);
+  EXPECT_DOUBLE_EQ(o.momentum, 0.8);
+  EXPECT_DOUBLE_EQ(o.weight_decay, 1e-4);
+  EXPECT_FALSE(o.nesterov);
+  EXPECT_EQ(o.seed, 123456789012u);
+  EXPECT_FALSE(o.eval);
+  EXPECT_EQ(o.workers, 5);
+  EXPECT_EQ(o.workspace_mb, 64);
+  EXPECT_EQ(o.autotune_cache, "c.txt");
+  EXPECT_FALSE(o.tf32);
+  EXPECT_TRUE(o.deterministic);
+  EXPECT_DOUBLE_EQ(o.loss_scale, 1024.0);
+  EXPECT_EQ(o.loss_scale_window, 200);
+  EXPECT_EQ(o.warmup_steps, 4);
+  EXPECT_EQ(o.profile_steps, 9);
+  EXPECT_EQ(o.trace, "t.json");
+  EXPECT_EQ(o.progress_every, 7);
+  EXPECT_TRUE(o.json);
+  EXPECT_EQ(o.loss_log, "l.txt");
+  EXPECT_EQ(o.sample_png, "s.png");
+  EXPECT_EQ(o.save, "ck.bin");
+  EXPECT_EQ(o.save_every, 500);
+  EXPECT_EQ(o.resume, "r.bin");
+  EXPECT_FALSE(o.help);
+  EXPECT_TRUE(parse({"--help"}).help);
+}
+
+TEST(Options, EqualsFormMatchesSeparateValue) {
+  const Options a = parse({"--batch=256", "--lr=0.05", "--data=fashion-mnist", "--save=x=y.bin"});
+  EXPECT_EQ(a.batch, 256);
+  EXPECT_DOUBLE_EQ(a.lr, 0.05);
+  EXPECT_EQ(a.data, "fashion-mnist");
+  EXPECT_EQ(a.save, "x=y.bin") << "only the first '=' separates the value";
+  EXPECT_EQ(parse({"--data-dir="}).data_dir, "");
+}
+
+TEST(Options, LaterFlagWins) {
+  EXPECT_EQ(parse({"--batch", "64", "--batch", "32"}).batch, 32);
+}
+
+TEST(Options, UnknownFlagIsNamed) {
+  EXPECT_HAS(usage_error({"--bach", "64"}), "--bach");
+  EXPECT_HAS(usage_error({"-batch", "64"}), "-batch");
+  EXPECT_HAS(usage_error({"stray"}), "stray");
+  EXPECT_HAS(usage_error({"--bogus=1"}), "--bogus");
+}
+
+TEST(Options, MissingValueIsNamed) {
+  const std::string m = usage_error({"--epochs", "3", "--batch"});
+  EXPECT_HAS(m, "--batch");
+  EXPECT_HAS(m, "needs a value");
+  EXPECT_HAS(usage_error({"--save"}), "--save");
+}
+
+TEST(Options, NonNumbersAreNamed) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--batch", "12x"}, {"--batch", "1.5"}, {"--batch", ""}, {"--lr", "fast"}, {"--lr", "nan"},
+           {"--lr", "inf"}, {"--lr", "0.1.2"}, {"--steps", "99999999999999999999999"}, {"--momentum", "0,9"}}) {
+    const std::string m = usage_error(args);
+    EXPECT_HAS(m, args[0]);
+    EXPECT_HAS(m, "not a");
+  }
+}
+
+TEST(Options, OutOfRangeValuesAreNamed) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--batch", "1"}, {"--batch", "9000"}, {"--epochs", "0"}, {"--lr", "-0.1"}, {"--momentum", "1"},
+           {"--loss-scale", "0.5"}, {"--loss-scale", "1e9"}, {"--workers", "0"}, {"--seed", "-1"},
+           {"--steps", "-5"}, {"--wd", "2"}, {"--loss-scale-window", "0"}, {"--synthetic-size", "0"}}) {
+    const std::string m = usage_error(args);
+    EXPECT_HAS(m, args[0]);
+    EXPECT_HAS(m, "out of range");
+  }
+}
+
+TEST(Options, BadDataNameIsNamed) {
+  const std::string m = usage_error({"--data", "imagenet"});
+  EXPECT_HAS(m, "--data");
+  EXPECT_HAS(m, "imagenet");
+}
+
+TEST(Options, SwitchGivenAValueIsNamed) {
+  const std::string m = usage_error({"--no-eval=1"});
+  EXPECT_HAS(m, "--no-eval");
+  EXPECT_HAS(m, "no value");
+  EXPECT_HAS(usage_error({"--json=true"}), "--json");
+}
+
+TEST(Options, SaveEveryNeedsSave) {
+  EXPECT_HAS(usage_error({"--save-every", "100"}), "--save-every");
+  EXPECT_EQ(parse({"--save-every", "100", "--save", "c.bin"}).save_every, 100);
+  EXPECT_EQ(parse({"--save-every", "0"}).save_every, 0);
+}
+
+TEST(Options, MinLrAboveLrIsNamed) {
+  EXPECT_HAS(usage_error({"--lr", "0.01", "--min-lr", "0.02"}), "--min-lr");
+  EXPECT_HAS(usage_error({"--min-lr", "0.05"}), "--min-lr");  // above the default peak 0.02
+  EXPECT_DOUBLE_EQ(parse({"--lr", "0.02", "--min-lr", "0.02"}).min_lr, 0.02);
+}
+
+// The usage line of each flag: "  --flag VALUE   help ... [default: X]".
+struct UsageRow {
+  std::string value, default_text;
+};
+std::map<std::string, UsageRow> usage_rows(const std::string& usage) {
+  std::map<std::string, UsageRow> rows;
+  std::istringstream in(usage);
+  std::string line, pending;
+  const std::regex row(R"(^  (--[a-z0-9-]+)(?: ([A-Z]+))?(?:\s|$))");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, row)) {
+      pending = m[1];
+      rows[pending].value = m[2];
+    }
+    // A long flag column wraps its help onto the next line; the default is at the end of the row.
+    const size_t d = line.find("[default: ");
+    if (d != std::string::npos && !pending.empty())
+      rows[pending].default_text = line.substr(d + 10, line.find(']', d) - d - 10);
+  }
+  return rows;
+}
+
+TEST(Options, UsageListsEveryFlagAndEachListedFlagParses) {
+  const std::string usage = usage_text();
+  const std::map<std::string, UsageRow> rows = usage_rows(usage);
+  // Every documented flag has a row ...
+  for (const std::string& f : kFlags) EXPECT_EQ(rows.count(f), 1u) << f << " is not listed by --help";
+  // ... every "--xyz" the text mentions (rows and help texts alike) is a flag with a row ...
+  const std::regex token(R"(--[a-z0-9][a-z0-9-]*)");
+  std::set<std::string> mentioned;
+  for (auto it = std::sregex_iterator(usage.begin(), usage.end(), token); it != std::sregex_iterator(); ++it)
+    mentioned.insert(it->str());
+  EXPECT_GE(mentioned.size(), kFlags.size());
+  for (const std::string& f : mentioned) {
+    ASSERT_EQ(rows.count(f), 1u) << "the help mentions " << f << " but has no row for it";
+    // ... and parses with its value; the shown default (first word) must itself be a valid value.
+    const UsageRow& r = rows.at(f);
+    std::vector<std::string> args = {f};
+    if (!r.value.empty()) {
+      std::string v = r.default_text.substr(0, r.default_text.find(' '));
+      if (v.empty() || v.back() == ',') v = "x";  // descriptive defaults ("data/..., or ...") of paths
+      args.push_back(v);
+    }
+    EXPECT_NO_THROW(parse(args)) << "'" << f << (args.size() > 1 ? " " + args[1] : "") << "' from the usage text";
+  }
+  for (const std::string& f : kFlags) EXPECT_EQ(mentioned.count(f), 1u) << f;
+  EXPECT_EQ(rows.size(), kFlags.size()) << "the help lists a flag this test does not know";
+}
+
+TEST(Options, DefaultWorkersIsBetweenOneAndEight) {
+  EXPECT_GE(default_workers(), 1);
+  EXPECT_LE(default_workers(), 8);
+}
+
+}  // namespace
