@@ -6,13 +6,9 @@
 #pragma once
 
 #include <cstdint>
-#include <stdexcept>
 #include <string>
-#include <vector>
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+#include "core/flags.h"
 
 struct Options {
   // data

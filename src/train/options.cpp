@@ -1,54 +1,12 @@
 // Command-line parsing of bin/train, and its --help text.
 #include "train/options.h"
 
-#include <cerrno>
-#include <cmath>
-#include <cstdlib>
-#include <functional>
 #include <thread>
 
 namespace {
 
-// One row of the flag table: the flag, its value's name ("" for a switch), help, default text, and
-// what to do with the value.
-struct Flag {
-  const char* name;
-  const char* value;
-  const char* help;
-  std::function<std::string(const Options&)> show_default;
-  std::function<void(Options&, const std::string&)> apply;
-};
-
-long parse_long(const std::string& flag, const std::string& v, long lo, long hi) {
-  errno = 0;
-  char* end = nullptr;
-  const long x = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || errno == ERANGE)
-    throw UsageError(flag + ": '" + v + "' is not an integer");
-  if (x < lo || x > hi)
-    throw UsageError(flag + ": " + v + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  return x;
-}
-
-double parse_double(const std::string& flag, const std::string& v, double lo, double hi) {
-  errno = 0;
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(x))
-    throw UsageError(flag + ": '" + v + "' is not a number");
-  if (x < lo || x > hi) {
-    char buf[160];
-    std::snprintf(buf, sizeof(buf), "%s: %s is out of range [%g, %g]", flag.c_str(), v.c_str(), lo, hi);
-    throw UsageError(buf);
-  }
-  return x;
-}
-
-std::string show(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
+using Flag = FlagRow<Options>;
+const auto show = show_number;
 
 // One row per flag, in --help order: a table, longer than a function should be, read row by row.
 const std::vector<Flag>& flags() {
@@ -136,44 +94,14 @@ int default_workers() {
 
 Options parse_options(int argc, const char* const* argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i], value;
-    bool has_inline = false;
-    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_inline = true;
-    }
-    const Flag* flag = nullptr;
-    for (const Flag& f : flags())
-      if (arg == f.name) flag = &f;
-    if (!flag) throw UsageError("unknown flag '" + arg + "' (see --help)");
-    if (flag->value[0] == '\0') {
-      if (has_inline) throw UsageError(arg + " takes no value");
-    } else if (!has_inline) {
-      if (i + 1 >= argc) throw UsageError(arg + " needs a value (" + flag->value + ")");
-      value = argv[++i];
-    }
-    flag->apply(o, value);
-  }
+  parse_flags(flags(), argc, argv, o);
   if (o.save_every > 0 && o.save.empty()) throw UsageError("--save-every needs --save FILE");
   if (o.min_lr > o.lr) throw UsageError("--min-lr must not exceed --lr");
   return o;
 }
 
 std::string usage_text() {
-  const Options defaults;
-  std::string s =
-      "usage: train [flags]\n"
-      "Trains ResNet-50 (CIFAR stem) on CIFAR-10, Fashion-MNIST or synthetic data.\n\nflags:\n";
-  for (const Flag& f : flags()) {
-    std::string left = std::string("  ") + f.name + (f.value[0] ? std::string(" ") + f.value : "");
-    if (left.size() < 24) left.resize(24, ' ');
-    else left += "\n" + std::string(24, ' ');
-    s += left + f.help;
-    const std::string d = f.show_default(defaults);
-    if (!d.empty()) s += " [default: " + d + "]";
-    s += "\n";
-  }
-  return s;
+  return "usage: train [flags]\n"
+         "Trains ResNet-50 (CIFAR stem) on CIFAR-10, Fashion-MNIST or synthetic data.\n\nflags:\n" +
+         flags_help(flags());
 }

@@ -1,0 +1,65 @@
+// A table-driven command-line parser shared by the programs: each program lists its flags as rows
+// (name, value name, help, default text, what to do with the value) over its own options struct.
+//
+// `--flag value` and `--flag=value` are both accepted; an unknown flag, a missing value, a value
+// given to a switch or a number that does not parse or is out of range is a UsageError (the
+// program prints it on one line and exits 2).
+#pragma once
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+template <class Opts>
+struct FlagRow {
+  const char* name;   // "--batch"
+  const char* value;  // "N", or "" for a switch
+  const char* help;
+  std::function<std::string(const Opts&)> show_default;
+  std::function<void(Opts&, const std::string&)> apply;
+};
+
+// Values, checked: a UsageError naming the flag when `v` does not parse or lies outside [lo, hi].
+long parse_long(const std::string& flag, const std::string& v, long lo, long hi);
+double parse_double(const std::string& flag, const std::string& v, double lo, double hi);
+std::string show_number(double v);  // "%g"
+
+// One token of the command line: the flag name and, where one is given, its value.
+struct FlagToken {
+  std::string name, value;
+  bool has_inline = false;  // --flag=value
+};
+FlagToken split_flag(const std::string& arg);
+// The help line of one flag: its name and value padded to a column, the help, the default.
+std::string flag_help_line(const char* name, const char* value, const char* help, const std::string& default_text);
+
+template <class Opts>
+void parse_flags(const std::vector<FlagRow<Opts>>& table, int argc, const char* const* argv, Opts& o) {
+  for (int i = 1; i < argc; ++i) {
+    FlagToken t = split_flag(argv[i]);
+    const FlagRow<Opts>* flag = nullptr;
+    for (const FlagRow<Opts>& f : table)
+      if (t.name == f.name) flag = &f;
+    if (!flag) throw UsageError("unknown flag '" + t.name + "' (see --help)");
+    if (flag->value[0] == '\0') {
+      if (t.has_inline) throw UsageError(t.name + " takes no value");
+    } else if (!t.has_inline) {
+      if (i + 1 >= argc) throw UsageError(t.name + " needs a value (" + flag->value + ")");
+      t.value = argv[++i];
+    }
+    flag->apply(o, t.value);
+  }
+}
+
+template <class Opts>
+std::string flags_help(const std::vector<FlagRow<Opts>>& table) {
+  const Opts defaults;
+  std::string s;
+  for (const FlagRow<Opts>& f : table) s += flag_help_line(f.name, f.value, f.help, f.show_default(defaults));
+  return s;
+}
