@@ -2,8 +2,8 @@
 #   make            bin/train with every optimization on
 #   make run        set up, then train on the default data (CIFAR-10 if fetched, else Fashion-MNIST)
 #   make test       set up, build and run every test; ends with "N passed, N failed, N skipped"
-#   make variants   the optimization ladder: bin/train-{baseline,devloss,pinned,autotune,fp16,nhwc,graph}
-#   make custom NAME=x DEVICE_LOSS=1 PINNED=0 AUTOTUNE=1 FP16=1 NHWC=0 CONV_GRAPH=1   any other combination
+#   make variants   the optimization ladder: bin/train-{baseline,devloss,pinned,autotune,fp16,nhwc,graph,fusedbn,cudagraph}
+#   make custom NAME=x DEVICE_LOSS=1 PINNED=0 AUTOTUNE=1 FP16=1 NHWC=0 CONV_GRAPH=1 FUSED_BN=0 CUDA_GRAPH=1   any other combination
 #   make bench / make profile / make fuzz / make sanitize / make sanitize-gpu / make data / make deps
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
@@ -43,22 +43,25 @@ COMMON_OBJ  := $(LIB_SRC:src/%.cpp=build/obj/%.o) $(KERNEL_SRC:kernels/%.cu=buil
 TEST_SRC    := $(filter-out tests/fuzz/%,$(wildcard tests/*/*.cpp))
 TEST_OBJ    := $(TEST_SRC:tests/%.cpp=build/tests/%.o)
 
-# The ladder, cumulative in the seed posts' order: DEVICE_LOSS PINNED AUTOTUNE FP16 NHWC, then one
-# rung past it: CONV_GRAPH (cuDNN's graph API with execution plans built once).
-LADDER          := baseline devloss pinned autotune fp16 nhwc graph
-OPTS_baseline   := 0 0 0 0 0 0
-OPTS_devloss    := 1 0 0 0 0 0
-OPTS_pinned     := 1 1 0 0 0 0
-OPTS_autotune   := 1 1 1 0 0 0
-OPTS_fp16       := 1 1 1 1 0 0
-OPTS_nhwc       := 1 1 1 1 1 0
-OPTS_graph      := 1 1 1 1 1 1
-OPTS_train      := 1 1 1 1 1 1
-# Not a rung: bin/train in fp32, for make sanitize-gpu. Run with --no-tf32, its convs and GEMMs use
-# the library's FMA kernels, which compute-sanitizer's racecheck can run (tests/sanitize_gpu.sh).
-OPTS_fp32-nhwc  := 1 1 1 0 1 1
+# The ladder, cumulative in the seed posts' order: DEVICE_LOSS PINNED AUTOTUNE FP16 NHWC, then the
+# rungs past it: CONV_GRAPH (cuDNN's graph API with execution plans built once), FUSED_BN (batch norm
+# fused into the convolutions) and CUDA_GRAPH (the step replayed as one CUDA graph).
+LADDER          := baseline devloss pinned autotune fp16 nhwc graph fusedbn cudagraph
+OPTS_baseline   := 0 0 0 0 0 0 0 0
+OPTS_devloss    := 1 0 0 0 0 0 0 0
+OPTS_pinned     := 1 1 0 0 0 0 0 0
+OPTS_autotune   := 1 1 1 0 0 0 0 0
+OPTS_fp16       := 1 1 1 1 0 0 0 0
+OPTS_nhwc       := 1 1 1 1 1 0 0 0
+OPTS_graph      := 1 1 1 1 1 1 0 0
+OPTS_fusedbn    := 1 1 1 1 1 1 1 0
+OPTS_cudagraph  := 1 1 1 1 1 1 1 1
+OPTS_train      := 1 1 1 1 1 1 1 1
+# Not a rung: the graph rung in fp32, for make sanitize-gpu. Run with --no-tf32, its convs and GEMMs
+# use the library's FMA kernels, which compute-sanitizer's racecheck can run (tests/sanitize_gpu.sh).
+OPTS_fp32-nhwc  := 1 1 1 0 1 1 0 0
 opt_defines = $(shell set -- $(1); echo -DOPT_DEVICE_LOSS=$$1 -DOPT_PINNED=$$2 -DOPT_AUTOTUNE=$$3 -DOPT_FP16=$$4 \
-                -DOPT_NHWC=$$5 -DOPT_CONV_GRAPH=$${6:-1})
+                -DOPT_NHWC=$$5 -DOPT_CONV_GRAPH=$${6:-1} -DOPT_FUSED_BN=$${7:-1} -DOPT_CUDA_GRAPH=$${8:-1})
 variant_name = $(if $(filter train,$(1)),train,train-$(1))
 
 .PHONY: FORCE all variants custom run test unit-tests bench profile fuzz fuzz-build sanitize sanitize-gpu data deps clean
@@ -120,10 +123,11 @@ $(foreach v,$(LADDER) train fp32-nhwc,$(eval $(call VARIANT_RULES,$(v))))
 
 variants: $(foreach v,$(LADDER),bin/train-$(v))
 
-# Any other combination: make custom NAME=fp16-only DEVICE_LOSS=1 PINNED=1 AUTOTUNE=1 FP16=1 NHWC=0 CONV_GRAPH=0
+# Any other combination: make custom NAME=fp16-only DEVICE_LOSS=1 PINNED=1 AUTOTUNE=1 FP16=1 NHWC=0 CONV_GRAPH=0 \
+#   FUSED_BN=0 CUDA_GRAPH=1
 NAME ?= custom
 OPTS_$(NAME) ?= $(or $(DEVICE_LOSS),1) $(or $(PINNED),1) $(or $(AUTOTUNE),1) $(or $(FP16),1) $(or $(NHWC),1) \
-                $(or $(CONV_GRAPH),1)
+                $(or $(CONV_GRAPH),1) $(or $(FUSED_BN),1) $(or $(CUDA_GRAPH),1)
 ifeq ($(filter $(NAME),$(LADDER) train fp32-nhwc),)
 $(eval $(call VARIANT_RULES,$(NAME)))
 endif

@@ -28,7 +28,7 @@ TOOL = "profile"
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--variants", default="all",
-                   help="comma list of ladder names, 'all' for the seven rungs; add 'train' for bin/train")
+                   help="comma list of ladder names, 'all' for the nine rungs; add 'train' for bin/train")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--warmup-steps", type=int, default=20)
     p.add_argument("--profile-steps", type=int, default=30)

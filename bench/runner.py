@@ -23,7 +23,7 @@ BIN_DIR = REPO_ROOT / "bin"
 
 # The optimization ladder, cumulative, in the order `make variants` builds it.
 LADDER = ["train-baseline", "train-devloss", "train-pinned", "train-autotune", "train-fp16", "train-nhwc",
-          "train-graph"]
+          "train-graph", "train-fusedbn", "train-cudagraph"]
 
 NO_GPU_LINE = "no CUDA GPU on this machine; run it on the GPU machine"
 

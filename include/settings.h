@@ -12,6 +12,10 @@
 //   OPT_NHWC         channels-last activations and filters
 //   OPT_CONV_GRAPH   convs through cuDNN's graph API with execution plans built once (past the
 //                    seed ladder: removes the host time of the legacy cudnnConvolution* calls)
+//   OPT_FUSED_BN     batch norm fused into the convolutions: statistics from the conv that writes a
+//                    tensor, scale/bias + ReLU applied while the next conv reads it (fp16, NHWC)
+//   OPT_CUDA_GRAPH   forward, loss, backward and optimizer step captured once as a CUDA graph and
+//                    replayed every step
 #pragma once
 
 #include "train/build.h"
@@ -34,6 +38,12 @@
 #ifndef OPT_CONV_GRAPH
 #define OPT_CONV_GRAPH 1
 #endif
+#ifndef OPT_FUSED_BN
+#define OPT_FUSED_BN 1
+#endif
+#ifndef OPT_CUDA_GRAPH
+#define OPT_CUDA_GRAPH 1
+#endif
 #ifndef VARIANT_NAME
 #define VARIANT_NAME "train"
 #endif
@@ -45,5 +55,7 @@ inline constexpr BuildSettings kBuild{
     OPT_FP16 ? DType::F16 : DType::F32,
     OPT_NHWC ? Layout::NHWC : Layout::NCHW,
     OPT_CONV_GRAPH ? ConvApi::Graph : ConvApi::Legacy,
+    OPT_FUSED_BN != 0,
+    OPT_CUDA_GRAPH != 0,
     VARIANT_NAME,
 };

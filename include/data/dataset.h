@@ -20,6 +20,8 @@ struct Dataset {
   int channels = 0;                // stored channels: 3 (colour) or 1 (grey)
   std::vector<uint8_t> images;     // count x channels x 32 x 32
   std::vector<uint8_t> labels;     // count, each < kClasses
+  std::vector<std::string> class_names;  // label -> name ("airplane", "T-shirt/top", ...)
+  std::vector<std::string> paths;  // per image, where it came from (image folders); empty for array files
 
   size_t image_bytes() const { return static_cast<size_t>(channels) * kImageSide * kImageSide; }
   const uint8_t* image(int i) const { return images.data() + image_bytes() * i; }

@@ -17,6 +17,8 @@ struct BuildSettings {
   DType precision;
   Layout layout;
   ConvApi conv_api;
+  bool fused_bn;    // batch norm fused into the convolutions
+  bool cuda_graph;  // the step replayed as one CUDA graph
   const char* variant;
 
   // The optimizations that are on, in ladder order, as short names ("devloss", "pinned", ...).

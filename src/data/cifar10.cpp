@@ -31,6 +31,7 @@ namespace {
 Dataset read_batches(const std::string& dir, const std::vector<std::string>& files) {
   Dataset d;
   d.name = "cifar10";
+  d.class_names = {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"};
   for (const auto& f : files) {
     const std::string path = dir + "/" + f;
     const std::vector<uint8_t> bytes = read_file(path);

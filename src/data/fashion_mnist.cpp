@@ -82,6 +82,8 @@ Dataset parse_idx(const uint8_t* images, size_t images_size, const std::string& 
 
   Dataset d;
   d.name = "fashion-mnist";
+  d.class_names = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                   "Ankle boot"};
   d.count = static_cast<int>(n);
   d.channels = 1;
   d.labels.assign(labels + 8, labels + 8 + n);

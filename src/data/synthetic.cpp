@@ -7,6 +7,7 @@ namespace {
 Dataset random_set(int count, uint64_t seed) {
   Dataset d;
   d.name = "synthetic";
+  d.class_names = {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
   d.count = count;
   d.channels = 3;
   d.images.resize(d.image_bytes() * count);

@@ -9,6 +9,8 @@ std::vector<std::string> BuildSettings::optimizations() const {
   if (precision == DType::F16) on.push_back("fp16");
   if (layout == Layout::NHWC) on.push_back("nhwc");
   if (conv_api == ConvApi::Graph) on.push_back("graph");
+  if (fused_bn) on.push_back("fusedbn");
+  if (cuda_graph) on.push_back("cudagraph");
   return on;
 }
 
@@ -18,5 +20,7 @@ std::string BuildSettings::describe() const {
   return std::string(variant) + ": optimizations [" + (opts.empty() ? "none: the baseline" : opts) + "] -> " +
          dtype_name(precision) + ", " + layout_name(layout) + ", " + loader_name(loader) + " loader, " +
          algo_policy_name(algo) + " conv algorithms (cuDNN " + conv_api_name(conv_api) + " API), loss read " +
-         (device_loss ? "asynchronously from the GPU" : "every step (synchronising)");
+         (device_loss ? "asynchronously from the GPU" : "every step (synchronising)") +
+         (fused_bn ? ", batch norm fused into the convolutions" : "") +
+         (cuda_graph ? ", each step replayed as one CUDA graph" : "");
 }

@@ -15,6 +15,7 @@ from tests.python.fakes import FakeMachine
 
 import nsys_summary
 import profile_check
+import runner
 from timeline import ProfileSummary, Stat
 
 NSYS = FIXTURES / "nsys"
@@ -149,7 +150,7 @@ class ChooseRung(unittest.TestCase):
                       choice.line)
 
     def test_nothing_above_the_top_rung(self):
-        choice = profile_check.choose_rung(profile("train-graph", loss_stats=20))
+        choice = profile_check.choose_rung(profile(runner.LADDER[-1], loss_stats=20))
         self.assertIsNone(choice.variant)
         self.assertIn("no rung is above it", choice.line)
 

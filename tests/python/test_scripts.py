@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.python.fakes import FakeMachine
 
 LADDER = ["train-baseline", "train-devloss", "train-pinned", "train-autotune", "train-fp16", "train-nhwc",
-          "train-graph"]
+          "train-graph", "train-fusedbn", "train-cudagraph"]
 
 
 class ScriptTest(unittest.TestCase):
