@@ -143,6 +143,7 @@ void Trainer::build_network() {
   cfg.conv.deterministic = opt_.deterministic;
   cfg.conv.workspace_limit = size_t(opt_.workspace_mb) << 20;
   cfg.conv_api = build_.conv_api;
+  cfg.fused_bn = build_.fused_bn;
   const bool measure = cfg.conv.policy == AlgoPolicy::Autotune;
   const AutotuneContext context{prop_.name, cudnnGetVersion(), cfg.dtype, cfg.layout, cfg.tf32, cfg.conv_api,
                                 opt_.workspace_mb};
@@ -165,6 +166,8 @@ void Trainer::build_network() {
                 ar.shapes, ar.search_s, opt_.autotune_cache.c_str(), api, ws.c_str());
     cache_->save();
   }
+  if (cfg.fused_bn)
+    for (const std::string& line : fusion_report_lines(net_->fusion_report())) std::printf("%s\n", line.c_str());
 }
 
 void Trainer::start_from_checkpoint_or_init() {
