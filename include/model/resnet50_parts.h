@@ -22,6 +22,7 @@ struct ResNet50::Bn {
   float* sqsum = nullptr;
   void* scale_h = nullptr;
   void* shift_h = nullptr;
+  bool wants_half = false;  // a fused pattern reads scale_h/shift_h: refresh them with scale/shift
 };
 
 struct ResNet50::ConvUnit {

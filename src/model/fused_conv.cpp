@@ -130,9 +130,13 @@ FusedConv::FusedConv(cudnnHandle_t h, FusedPattern p, const ConvGeometry& g, con
   // (no rounding of BN's per-channel coefficients), then the activation type as the cudnn-frontend
   // samples of these patterns use.
   const DType io = o.io;
+  const bool has_scale = p == FusedPattern::SbrConvStats || p == FusedPattern::SbrWgrad;
   const std::pair<DType, DType> tries[] = {{DType::F32, DType::F32}, {io, DType::F32}, {DType::F32, io}, {io, io}};
-  for (const auto& [scale, inter] : tries)
+  for (const auto& [scale, inter] : tries) {
+    if (!has_scale && scale != DType::F32) continue;  // nothing to type
+    if (p == FusedPattern::ConvStats && inter != DType::F32) continue;  // no intermediate tensors either
     if (try_build(h, scale, inter)) return;
+  }
 }
 
 FusedConv::~FusedConv() = default;

@@ -88,6 +88,9 @@ size_t ResNet50::build_fusion() {
       bn->shift_h = reinterpret_cast<uint16_t*>(next + 2 * C) + C;        // the next C halves
       next += 3 * C;
     }
+    for (auto [u, bn] : {std::pair{&b->c2, &b->b1}, std::pair{&b->c3, &b->b2}})
+      for (const auto& f : {u->fused_fwd, u->fused_wgrad})
+        bn->wants_half |= usable(f) && f->scale_type() == DType::F16;
     if (needs_stored_input(b->c2.fused_fwd, b->c2.fused_wgrad))
       b->y1 = DeviceBuffer(b->mid1.count() * es, "activations for an unfused conv" + batch);
     if (needs_stored_input(b->c3.fused_fwd, b->c3.fused_wgrad))
@@ -123,9 +126,10 @@ void ResNet50::fused_conv_stats(ConvUnit& c, const void* x, void* y, Bn& bn, Sha
     conv_forward(c, in, y);
     bn_forward(bn, y, s, train);
   }
-  // The fp16 copies the next conv's prologue may read (cheap: C values).
-  cast_f32_to_f16(bn.st.scale, bn.scale_h, bn.channels, stream);
-  cast_f32_to_f16(bn.st.shift, bn.shift_h, bn.channels, stream);
+  if (bn.wants_half) {  // the next conv's prologue reads them in fp16
+    cast_f32_to_f16(bn.st.scale, bn.scale_h, bn.channels, stream);
+    cast_f32_to_f16(bn.st.shift, bn.shift_h, bn.channels, stream);
+  }
 }
 
 void ResNet50::fused_block_forward(Block& b, const void* in, bool train) {
