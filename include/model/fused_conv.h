@@ -20,6 +20,7 @@
 
 #include <cudnn.h>
 
+#include "core/memory.h"
 #include "model/conv.h"
 
 enum class FusedPattern { ConvStats, SbrConvStats, SbrWgrad, DgradDreluDbn };
@@ -30,6 +31,7 @@ struct FusedOptions {
   Layout layout = Layout::NHWC;
   bool deterministic = false; // refuse engines cuDNN marks non-deterministic
   size_t workspace_limit = size_t(1) << 30;
+  bool measure = false;       // time the heuristics' first acceptable engines and keep the fastest
 };
 
 // The pointers of one call, by role; a pattern reads the ones it has (see the table above).
@@ -55,7 +57,19 @@ struct FusedArgs {
   float* eq_b = nullptr;
 };
 
-// What trying the patterns for a whole network found, for the start-up report.
+// Whether a conv runs a pattern fused: cuDNN accepted it, and where both ways were measured
+// (autotuning), the fused kernel costs no more than the plain conv plus the passes of our BN kernels
+// that fusing saves. Times of -1 were not measured.
+struct PatternCost {
+  bool accepted;
+  float fused_ms;
+  float unfused_ms;
+};
+bool run_fused(const PatternCost& c);
+constexpr const char* kSlowerThanUnfused = "measured slower than the plain conv with our BN kernels";
+
+// What trying the patterns for a whole network found, for the start-up report: a pattern that
+// cuDNN refused or that measured slower is "not fused", with the reason.
 struct FusionRefusal {
   std::string layer;   // "layer1.0.conv2"
   FusedPattern pattern;
@@ -83,12 +97,17 @@ class FusedConv {
   size_t workspace() const { return workspace_; }
   DType scale_type() const { return scale_type_; }  // of the prologue's s and b
   bool runtime_compiled() const { return runtime_compiled_; }
+  float ms() const { return ms_; }  // measured time of one run; -1 when not measured
 
   void run(cudnnHandle_t h, const FusedArgs& a, void* ws, size_t ws_bytes) const;
 
  private:
   struct Graph;
   bool try_build(cudnnHandle_t h, DType scale_type, DType intermediate);
+  std::vector<int64_t> uids() const;
+  // Every tensor the pattern has, in scratch memory filled with non-zero bytes, for measuring.
+  FusedArgs scratch_args(DeviceBuffer& scratch) const;
+  const void* pointer_of(int64_t uid, const FusedArgs& a) const;
   FusedPattern pattern_;
   ConvGeometry g_;
   FusedOptions o_;
@@ -97,4 +116,5 @@ class FusedConv {
   std::string why_;
   size_t workspace_ = 0;
   DType scale_type_ = DType::F32;
+  float ms_ = -1;
 };

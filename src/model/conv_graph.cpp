@@ -125,7 +125,6 @@ ConvAlgos ConvGraph::search(cudnnHandle_t h, const ConvPolicy& p) {
     for (DeviceBuffer* b : {&x, &w, &y}) CUDA_CHECK(cudaMemset(b->get(), 0x3C, b->bytes()));
     CUDNN_CHECK(cudnnGetStream(h, &stream));
   }
-  Event start, stop;
   ConvAlgos a;
   for (int op = 0; op < kOps; ++op) {
     Direction& d = direction(static_cast<Op>(op), h);
@@ -139,16 +138,7 @@ ConvAlgos ConvGraph::search(cudnnHandle_t h, const ConvPolicy& p) {
       float ms = -1;
       if (measure) {
         const Backend pack = variant_pack({x.get(), w.get(), y.get()}, ws.get());
-        execute(h, plan.desc, pack);  // warm-up: loads the kernels
-        for (int i = 0; i < kTimedRuns; ++i) {
-          CUDA_CHECK(cudaEventRecord(start.get(), stream));
-          execute(h, plan.desc, pack);
-          CUDA_CHECK(cudaEventRecord(stop.get(), stream));
-          CUDA_CHECK(cudaEventSynchronize(stop.get()));
-          float t = 0;
-          CUDA_CHECK(cudaEventElapsedTime(&t, start.get(), stop.get()));
-          ms = ms < 0 ? t : std::min(ms, t);
-        }
+        ms = fastest_ms(stream, kTimedRuns, [&] { execute(h, plan.desc, pack); });
       }
       if (best.algo < 0 || (ms >= 0 && ms < best.ms)) best = choice_of(rank, plan, notes, ms);
       d.built.emplace_back(rank, std::move(plan));

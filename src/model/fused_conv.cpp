@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/errors.h"
+#include "core/handles.h"
 #include "core/memory.h"
 #include "model/cudnn_backend.h"
 
@@ -16,6 +17,8 @@ enum Uid : int64_t {
   kX = 1, kW, kY, kDy, kDw, kScale, kBias, kSum, kSqSum, kMean, kInvstd, kGamma, kBeta, kG, kDgamma, kDbeta,
   kEqDy, kEqX, kEqB, kVirtual = 100
 };
+constexpr size_t kMeasuredCandidates = 4;  // how many of the heuristics' first acceptable engines are timed
+constexpr int kTimedRuns = 3;
 constexpr size_t kPacksKept = 32;  // distinct pointer sets remembered (one object serves every conv of its shape)
 
 Backend pointwise_desc(cudnnPointwiseMode_t mode) {
@@ -71,11 +74,17 @@ const char* fused_pattern_name(FusedPattern p) {
   }
 }
 
+bool run_fused(const PatternCost& c) {
+  if (!c.accepted) return false;
+  if (c.fused_ms < 0 || c.unfused_ms < 0) return true;  // not measured: fusion saves passes over memory
+  return c.fused_ms <= c.unfused_ms;
+}
+
 std::vector<std::string> fusion_report_lines(const FusionReport& r) {
   std::vector<std::string> lines;
   lines.push_back("fused batch norm: " + std::to_string(r.fused) + " of " + std::to_string(r.tried) +
                   " conv patterns run fused through cuDNN" +
-                  (r.refused.empty() ? "" : "; the rest fall back to the plain conv and our BN kernels:"));
+                  (r.refused.empty() ? "" : "; the rest run as the plain conv and our BN kernels:"));
   std::vector<bool> done(r.refused.size(), false);
   for (size_t i = 0; i < r.refused.size(); ++i) {
     if (done[i]) continue;
@@ -88,7 +97,7 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
     std::string names;
     for (size_t k = 0; k < layers.size() && k < 3; ++k) names += (k ? ", " : "") + layers[k];
     if (layers.size() > 3) names += ", ...";
-    lines.push_back("  " + std::string(fused_pattern_name(r.refused[i].pattern)) + " refused for " +
+    lines.push_back("  " + std::string(fused_pattern_name(r.refused[i].pattern)) + " not fused for " +
                     std::to_string(layers.size()) + (layers.size() == 1 ? " conv (" : " convs (") + names +
                     "): " + r.refused[i].why);
   }
@@ -244,6 +253,7 @@ bool FusedConv::try_build(cudnnHandle_t h, DType scale_type, DType intermediate)
   }
   if (configs.empty()) return refuse("cuDNN has no engine for it on this GPU");
   std::string last = "no engine configuration could be finalized";
+  std::vector<std::pair<Plan, EngineNotes>> candidates;
   for (const Backend& c : configs) {
     const EngineNotes n = notes_of(c);
     if (n.reduced_precision) { last = "its engines reduce in fp16"; continue; }
@@ -251,16 +261,89 @@ bool FusedConv::try_build(cudnnHandle_t h, DType scale_type, DType intermediate)
     Plan plan = make_plan(h, c);
     if (!plan.desc) continue;
     if (plan.workspace > o_.workspace_limit) { last = "its engines need more workspace than --workspace-mb"; continue; }
-    gr->plan = std::move(plan);
-    runtime_compiled_ = n.runtime_compiled;
-    workspace_ = gr->plan.workspace;
-    scale_type_ = scale_type;
-    graph_ = std::move(gr);
-    ok_ = true;
-    why_.clear();
-    return true;
+    candidates.emplace_back(std::move(plan), n);
+    if (!o_.measure || candidates.size() == kMeasuredCandidates) break;
   }
-  return refuse(last);
+  if (candidates.empty()) return refuse(last);
+  graph_ = std::move(gr);
+  scale_type_ = scale_type;
+  size_t best = 0;
+  if (o_.measure) {
+    size_t ws_bytes = 0;
+    for (const auto& c : candidates) ws_bytes = std::max(ws_bytes, c.first.workspace);
+    DeviceBuffer scratch, ws(ws_bytes + kCudnnAlignment, "fused conv autotune workspace");
+    const FusedArgs a = scratch_args(scratch);
+    std::vector<const void*> ptrs;
+    for (int64_t u : uids()) ptrs.push_back(pointer_of(u, a));
+    const Backend pack = variant_pack(uids(), ptrs, ws.get());
+    cudaStream_t stream = nullptr;
+    CUDNN_CHECK(cudnnGetStream(h, &stream));
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const float t = fastest_ms(stream, kTimedRuns, [&] { execute(h, candidates[i].first.desc, pack); });
+      if (i == 0 || t < ms_) ms_ = t, best = i;
+    }
+  }
+  graph_->plan = std::move(candidates[best].first);
+  runtime_compiled_ = candidates[best].second.runtime_compiled;
+  workspace_ = graph_->plan.workspace;
+  ok_ = true;
+  why_.clear();
+  return true;
+}
+
+std::vector<int64_t> FusedConv::uids() const {
+  std::vector<int64_t> u;
+  for (Uid x : graph_->uids) u.push_back(x);
+  return u;
+}
+
+FusedArgs FusedConv::scratch_args(DeviceBuffer& scratch) const {
+  const size_t es = dtype_size(o_.io);
+  const size_t in = g_.input().count() * es, out = g_.output().count() * es, filt = g_.filter_count() * es;
+  const size_t vc = size_t(g_.c) * 4, vk = size_t(g_.k) * 4;
+  const size_t sizes[] = {in, filt, out, out, filt, vc, vc, vk, vk, vc, vc, vc, vc, in, vc, vc, vc, vc, vc};
+  auto round_up = [](size_t b) { return (b + 255) / 256 * 256; };
+  size_t total = 0;
+  for (size_t b : sizes) total += round_up(b);
+  scratch = DeviceBuffer(total, "fused conv autotune tensors " + g_.key());
+  // Non-zero data, never zeros (0x3C bytes: about 1.06 in fp16, 0.0115 in fp32).
+  CUDA_CHECK(cudaMemset(scratch.get(), 0x3C, total));
+  char* p = scratch.as<char>();
+  void* at[19];
+  for (int i = 0; i < 19; ++i) at[i] = p, p += round_up(sizes[i]);
+  FusedArgs a;
+  a.x = at[0], a.w = at[1], a.y = at[2], a.dy = at[3], a.dw = at[4], a.scale = at[5], a.bias = at[6];
+  a.sum = static_cast<float*>(at[7]), a.sqsum = static_cast<float*>(at[8]);
+  a.mean = static_cast<float*>(at[9]), a.invstd = static_cast<float*>(at[10]);
+  a.gamma = static_cast<float*>(at[11]), a.beta = static_cast<float*>(at[12]), a.g = at[13];
+  a.dgamma = static_cast<float*>(at[14]), a.dbeta = static_cast<float*>(at[15]);
+  a.eq_dy = static_cast<float*>(at[16]), a.eq_x = static_cast<float*>(at[17]), a.eq_b = static_cast<float*>(at[18]);
+  return a;
+}
+
+const void* FusedConv::pointer_of(int64_t uid, const FusedArgs& a) const {
+  switch (uid) {
+    case kX: return a.x;
+    case kW: return a.w;
+    case kY: return a.y;
+    case kDy: return a.dy;
+    case kDw: return a.dw;
+    case kScale: return a.scale;
+    case kBias: return a.bias;
+    case kSum: return a.sum;
+    case kSqSum: return a.sqsum;
+    case kMean: return a.mean;
+    case kInvstd: return a.invstd;
+    case kGamma: return a.gamma;
+    case kBeta: return a.beta;
+    case kG: return a.g;
+    case kDgamma: return a.dgamma;
+    case kDbeta: return a.dbeta;
+    case kEqDy: return a.eq_dy;
+    case kEqX: return a.eq_x;
+    case kEqB: return a.eq_b;
+    default: return nullptr;
+  }
 }
 
 void FusedConv::run(cudnnHandle_t h, const FusedArgs& a, void* ws, size_t ws_bytes) const {
@@ -270,41 +353,17 @@ void FusedConv::run(cudnnHandle_t h, const FusedArgs& a, void* ws, size_t ws_byt
     throw Fatal(std::string("fused ") + fused_pattern_name(pattern_) + " for conv " + g_.key() + " needs " +
                 format_bytes(workspace_) + " of workspace, given " + format_bytes(ws_bytes));
   std::vector<const void*> ptrs;
-  std::vector<int64_t> uids;
   for (Uid u : graph_->uids) {
-    const void* p = nullptr;
-    switch (u) {
-      case kX: p = a.x; break;
-      case kW: p = a.w; break;
-      case kY: p = a.y; break;
-      case kDy: p = a.dy; break;
-      case kDw: p = a.dw; break;
-      case kScale: p = a.scale; break;
-      case kBias: p = a.bias; break;
-      case kSum: p = a.sum; break;
-      case kSqSum: p = a.sqsum; break;
-      case kMean: p = a.mean; break;
-      case kInvstd: p = a.invstd; break;
-      case kGamma: p = a.gamma; break;
-      case kBeta: p = a.beta; break;
-      case kG: p = a.g; break;
-      case kDgamma: p = a.dgamma; break;
-      case kDbeta: p = a.dbeta; break;
-      case kEqDy: p = a.eq_dy; break;
-      case kEqX: p = a.eq_x; break;
-      case kEqB: p = a.eq_b; break;
-      default: break;
-    }
+    const void* p = pointer_of(u, a);
     if (!p) throw Fatal(std::string("fused ") + fused_pattern_name(pattern_) + ": tensor " + std::to_string(u) +
                         " has no pointer");
     ptrs.push_back(p);
-    uids.push_back(u);
   }
   auto& packs = graph_->packs;
   auto hit = std::find_if(packs.begin(), packs.end(), [&](const Graph::Pack& p) { return p.ptrs == ptrs && p.ws == ws; });
   if (hit == packs.end()) {
     if (packs.size() == kPacksKept) packs.erase(packs.begin());
-    packs.push_back({ptrs, ws, variant_pack(uids, ptrs, ws)});
+    packs.push_back({ptrs, ws, variant_pack(uids(), ptrs, ws)});
     hit = packs.end() - 1;
   }
   execute(h, graph_->plan.desc, hit->desc);

@@ -12,7 +12,9 @@
 // A pattern cuDNN refused for a conv runs as the plain conv and our BN kernels instead (unfused,
 // as src/model/resnet50.cpp runs every block), storing y1/y2 where that needs them.
 #include <algorithm>
+#include <initializer_list>
 #include <map>
+#include <tuple>
 
 #include "core/check.h"
 #include "model/resnet50.h"
@@ -38,33 +40,115 @@ bool needs_stored_input(const std::shared_ptr<FusedConv>& fwd, const std::shared
 
 }  // namespace
 
+// The time of one pass of our BN kernels at a shape, measured on scratch memory: what a fused
+// pattern saves (or, for the data gradient, what it adds). -1 when not measuring.
+namespace {
+enum class BnPass { Apply, Stats, Backward, DxApply };
+
+float total_ms(std::initializer_list<float> parts) {
+  float t = 0;
+  for (float p : parts) {
+    if (p < 0) return -1;
+    t += p;
+  }
+  return t;
+}
+}  // namespace
+
 // Tries every pattern each conv needs (one FusedConv per pattern and shape, shared by the convs of
-// that shape), then gives each BN its fused state and each block the buffers its fallbacks need.
-// Returns the largest workspace a fused plan needs.
+// that shape) and keeps it where cuDNN accepts it and, when autotuning, where it measures no slower
+// than the plain conv with the BN passes it saves; then gives each BN its fused state and each
+// block the buffers its unfused convs need. Returns the largest workspace a fused plan needs.
 size_t ResNet50::build_fusion() {
-  const FusedOptions o{cfg_.dtype, cfg_.layout, cfg_.conv.deterministic, cfg_.conv.workspace_limit};
+  const bool measure = cfg_.conv.policy == AlgoPolicy::Autotune;
+  const FusedOptions o{cfg_.dtype, cfg_.layout, cfg_.conv.deterministic, cfg_.conv.workspace_limit, measure};
+  const DType t = cfg_.dtype;
+  const Layout l = cfg_.layout;
+  const size_t es = dtype_size(t);
+
+  // Scratch for timing our BN passes: two activations of the largest shape and one BN's vectors.
+  size_t largest = 0;
+  for (const auto& b : blocks_) largest = std::max({largest, b->mid1.count(), b->mid2.count(), b->out.count()});
+  DeviceBuffer tx, ty, tv;
+  BnChannelState tbn{};
+  if (measure) {
+    tx = DeviceBuffer(largest * es, "fusion timing");
+    ty = DeviceBuffer(largest * es, "fusion timing");
+    tv = DeviceBuffer(9 * 2048 * sizeof(float), "fusion timing");
+    for (DeviceBuffer* d : {&tx, &ty, &tv}) CUDA_CHECK(cudaMemset(d->get(), 0x3C, d->bytes()));
+    float* v = tv.as<float>();
+    tbn = {v, v + 2048, v + 2 * 2048, v + 3 * 2048, v + 4 * 2048, v + 5 * 2048, v + 6 * 2048, v + 7 * 2048, v + 8 * 2048};
+  }
+  std::map<std::pair<BnPass, size_t>, float> pass_ms;
+  auto pass = [&](BnPass p, Shape4 s) -> float {
+    if (!measure) return -1;
+    float& ms = pass_ms[{p, s.count() * 65536 + s.c}];
+    if (ms > 0) return ms;
+    ms = fastest_ms(ctx_.stream, 3, [&] {
+      switch (p) {
+        case BnPass::Apply:
+          bn_apply({tx.get(), tbn.scale, tbn.shift, Residual::None, nullptr, nullptr, nullptr, true, ty.get()}, s, t, l,
+                   ctx_.stream);
+          break;
+        case BnPass::Stats: bn_forward_train_stats(tx.get(), s, t, l, tbn, bn_scratch_.as<float>(), ctx_.stream); break;
+        case BnPass::Backward: {
+          BnBackwardArgs a{};
+          a.dy = tx.get();
+          a.relu = ReluMask::FromInput;
+          a.x = tx.get();
+          a.bn = &tbn;
+          a.dgamma = tbn.save_mean;
+          a.dbeta = tbn.save_invstd;
+          a.dx = ty.get();
+          bn_backward(a, s, t, l, bn_scratch_.as<float>(), ctx_.stream);
+          break;
+        }
+        case BnPass::DxApply:
+          bn_apply({tx.get(), tbn.scale, tbn.shift, Residual::BatchNorm, tx.get(), tbn.scale, tbn.shift, false, ty.get()},
+                   s, t, l, ctx_.stream);
+          break;
+      }
+    });
+    return ms;
+  };
+
   std::map<std::string, std::shared_ptr<FusedConv>> made;
   size_t ws = 0;
-  auto fuse = [&](ConvUnit& u, FusedPattern p) {
+  auto fuse = [&](ConvUnit& u, FusedPattern p, float unfused_ms) -> std::shared_ptr<FusedConv> {
     std::shared_ptr<FusedConv>& f = made[std::to_string(int(p)) + ":" + u.conv->geometry().key()];
     if (!f) f = std::make_shared<FusedConv>(ctx_.cudnn, p, u.conv->geometry(), o);
     ++fusion_report_.tried;
-    if (f->ok()) {
-      ++fusion_report_.fused;
-      ws = std::max(ws, f->workspace());
-    } else {
+    if (!f->ok()) {
       fusion_report_.refused.push_back({u.name, p, f->why()});
+      return nullptr;
     }
+    if (!run_fused({true, f->ms(), unfused_ms})) {
+      fusion_report_.refused.push_back({u.name, p, kSlowerThanUnfused});
+      return nullptr;
+    }
+    ++fusion_report_.fused;
+    ws = std::max(ws, f->workspace());
     return f;
   };
   for (auto& b : blocks_) {
-    b->c1.fused_fwd = fuse(b->c1, FusedPattern::ConvStats);
-    for (ConvUnit* u : {&b->c2, &b->c3}) {
-      u->fused_fwd = fuse(*u, FusedPattern::SbrConvStats);
-      u->fused_wgrad = fuse(*u, FusedPattern::SbrWgrad);
-      u->fused_dgrad = fuse(*u, FusedPattern::DgradDreluDbn);
+    const ConvAlgos& a1 = b->c1.conv->algorithms();
+    b->c1.fused_fwd = fuse(b->c1, FusedPattern::ConvStats, total_ms({a1.fwd.ms, pass(BnPass::Stats, b->mid1)}));
+    for (auto [u, in, out] : {std::tuple{&b->c2, b->mid1, b->mid2}, std::tuple{&b->c3, b->mid2, b->out}}) {
+      const ConvAlgos& a = u->conv->algorithms();
+      u->fused_fwd = fuse(*u, FusedPattern::SbrConvStats,
+                          total_ms({pass(BnPass::Apply, in), a.fwd.ms, pass(BnPass::Stats, out)}));
+      // Unfused, the weight gradient reads relu(bn(x)): stored by an unfused forward, else recomputed.
+      u->fused_wgrad = fuse(*u, FusedPattern::SbrWgrad,
+                            total_ms({a.bwd_filter.ms, u->fused_fwd ? pass(BnPass::Apply, in) : 0.f}));
+      // Fused, the data gradient still needs our dx pass: it saves the BN backward's other pass.
+      const float unfused = total_ms({a.bwd_data.ms, pass(BnPass::Backward, in)});
+      const float dx = pass(BnPass::DxApply, in);
+      u->fused_dgrad = fuse(*u, FusedPattern::DgradDreluDbn, unfused < 0 || dx < 0 ? -1 : unfused - dx);
     }
-    if (b->down) b->down->fused_fwd = fuse(*b->down, FusedPattern::ConvStats);
+    if (b->down) {
+      const ConvAlgos& a = b->down->conv->algorithms();
+      b->down->fused_fwd = fuse(*b->down, FusedPattern::ConvStats, total_ms({a.fwd.ms, pass(BnPass::Stats, b->out)}));
+    }
   }
 
   // Per BN of the blocks: sum and sum of squares (fp32), and scale/shift in fp16 (C halves each).
@@ -76,7 +160,6 @@ size_t ResNet50::build_fusion() {
   zeros_ = DeviceBuffer(widest * sizeof(float), "fused BN zero vector");
   CUDA_CHECK(cudaMemset(zeros_.get(), 0, zeros_.bytes()));
   float* next = fused_state_.as<float>();
-  const size_t es = dtype_size(cfg_.dtype);
   const std::string batch = " (batch " + std::to_string(cfg_.batch) + ")";
   for (auto& b : blocks_) {
     for (Bn* bn : {&b->b1, &b->b2, &b->b3, b->bdown ? &*b->bdown : nullptr}) {

@@ -247,16 +247,26 @@ TEST(FusionReport, CountsAndGroupsRefusalsByPatternAndReason) {
                {"layer3.0.conv2", FusedPattern::SbrWgrad, busy}};
   const std::vector<std::string> lines = fusion_report_lines(r);
   ASSERT_EQ(lines.size(), 3u);
-  EXPECT_EQ(lines[0], "fused batch norm: 6 of 10 conv patterns run fused through cuDNN; the rest fall back to the "
+  EXPECT_EQ(lines[0], "fused batch norm: 6 of 10 conv patterns run fused through cuDNN; the rest run as the "
                       "plain conv and our BN kernels:");
-  EXPECT_EQ(lines[1], "  scale-bias-ReLU + weight gradient refused for 4 convs (layer1.0.conv2, layer1.1.conv2, "
+  EXPECT_EQ(lines[1], "  scale-bias-ReLU + weight gradient not fused for 4 convs (layer1.0.conv2, layer1.1.conv2, "
                       "layer1.2.conv2, ...): " + busy);
-  EXPECT_EQ(lines[2], "  data gradient + ReLU backward + BN backward weights refused for 1 conv (layer2.0.conv2): "
+  EXPECT_EQ(lines[2], "  data gradient + ReLU backward + BN backward weights not fused for 1 conv (layer2.0.conv2): "
                       "cuDNN has no engine for it on this GPU");
   r.refused.clear();
   r.fused = 10;
   EXPECT_EQ(fusion_report_lines(r), std::vector<std::string>{"fused batch norm: 10 of 10 conv patterns run fused "
                                                              "through cuDNN"});
+}
+
+TEST(FusionChoice, FusedWhenAcceptedAndNotMeasuredSlower) {
+  EXPECT_FALSE(run_fused({false, -1, -1})) << "refused by cuDNN";
+  EXPECT_FALSE(run_fused({false, 0.1f, 0.5f})) << "refused, whatever was measured";
+  EXPECT_TRUE(run_fused({true, -1, -1})) << "not measured (heuristics): fused saves memory passes";
+  EXPECT_TRUE(run_fused({true, 0.2f, -1})) << "only one side measured";
+  EXPECT_TRUE(run_fused({true, 0.2f, 0.25f}));
+  EXPECT_TRUE(run_fused({true, 0.2f, 0.2f})) << "a tie goes to fusion: less memory";
+  EXPECT_FALSE(run_fused({true, 0.3f, 0.25f})) << "measured slower";
 }
 
 }  // namespace

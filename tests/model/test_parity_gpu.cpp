@@ -39,8 +39,8 @@ struct Fixture {
 };
 
 std::string fixture_path() {
-  const std::string here = __FILE__;  // tests/test_parity_gpu.cpp, relative to the repository root
-  return here.substr(0, here.find_last_of('/') + 1) + "fixtures/parity/resnet50.txt";
+  const std::string here = __FILE__;  // tests/model/test_parity_gpu.cpp, relative to the repository root
+  return here.substr(0, here.rfind("/model/")) + "/fixtures/parity/resnet50.txt";
 }
 
 Fixture load_fixture(const std::string& path) {
@@ -247,6 +247,15 @@ class ParityNet {
   std::unique_ptr<gpu_test::DeviceTensor> images_;
   DeviceBuffer labels_, counters_;
 };
+
+// The fixture is found and read without a GPU (a moved test or fixture fails here, on every machine).
+TEST(ParityFixture, IsFoundAndHoldsTheStepAndEveryGradient) {
+  const Fixture f = load_fixture(fixture_path());
+  EXPECT_GT(f.batch, 0);
+  EXPECT_EQ(f.losses.size(), 20u);
+  EXPECT_EQ(f.logits.size(), size_t(f.batch) * 10);
+  EXPECT_EQ(f.grads.size(), 161u) << "one record per parameter tensor of ResNet-50 (CIFAR stem)";
+}
 
 // Parameter: the cuDNN API that runs the convs (both must match PyTorch in fp32).
 class ParityGpu : public testing::TestWithParam<Build> {
