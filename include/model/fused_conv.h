@@ -77,6 +77,7 @@ struct FusionRefusal {
 };
 struct FusionReport {
   int tried = 0, fused = 0;
+  int half_coefficients = 0;  // fused patterns whose engines take the BN scale/bias in fp16
   std::vector<FusionRefusal> refused;
 };
 // The report as lines for people: how many patterns run fused, then one line per distinct refusal

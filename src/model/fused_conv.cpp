@@ -84,6 +84,7 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
   std::vector<std::string> lines;
   lines.push_back("fused batch norm: " + std::to_string(r.fused) + " of " + std::to_string(r.tried) +
                   " conv patterns run fused through cuDNN" +
+                  (r.half_coefficients ? " (" + std::to_string(r.half_coefficients) + " read the BN scale/bias in fp16)" : "") +
                   (r.refused.empty() ? "" : "; the rest run as the plain conv and our BN kernels:"));
   std::vector<bool> done(r.refused.size(), false);
   for (size_t i = 0; i < r.refused.size(); ++i) {

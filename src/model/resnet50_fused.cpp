@@ -127,6 +127,8 @@ size_t ResNet50::build_fusion() {
       return nullptr;
     }
     ++fusion_report_.fused;
+    const bool has_scale = p == FusedPattern::SbrConvStats || p == FusedPattern::SbrWgrad;
+    fusion_report_.half_coefficients += has_scale && f->scale_type() == DType::F16;
     ws = std::max(ws, f->workspace());
     return f;
   };

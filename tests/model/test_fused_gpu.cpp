@@ -255,8 +255,9 @@ TEST(FusionReport, CountsAndGroupsRefusalsByPatternAndReason) {
                       "cuDNN has no engine for it on this GPU");
   r.refused.clear();
   r.fused = 10;
+  r.half_coefficients = 3;
   EXPECT_EQ(fusion_report_lines(r), std::vector<std::string>{"fused batch norm: 10 of 10 conv patterns run fused "
-                                                             "through cuDNN"});
+                                                             "through cuDNN (3 read the BN scale/bias in fp16)"});
 }
 
 TEST(FusionChoice, FusedWhenAcceptedAndNotMeasuredSlower) {
