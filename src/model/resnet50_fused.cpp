@@ -199,8 +199,12 @@ void ResNet50::fused_conv_stats(ConvUnit& c, const void* x, void* y, Bn& bn, Sha
     a.sqsum = bn.sqsum;
     if (prologue) set_prologue(a, *c.fused_fwd, *prologue);
     c.fused_fwd->run(ctx_.cudnn, a, workspace_.get(), workspace_.bytes());
-    if (train) bn_finalize_sums(bn.sum, bn.sqsum, s.per_channel(), bn.st, bn.channels, stream);
-    else bn_forward_eval_coefs(bn.st, bn.channels, stream);
+    if (train) {
+      bn_finalize_sums(bn.sum, bn.sqsum, s.per_channel(), bn.st, bn.channels, bn.wants_half ? bn.scale_h : nullptr,
+                       bn.shift_h, stream);
+      return;  // the fp16 copies are written with the rest
+    }
+    bn_forward_eval_coefs(bn.st, bn.channels, stream);
   } else {
     const void* in = x;
     if (prologue) {

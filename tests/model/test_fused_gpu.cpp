@@ -222,7 +222,8 @@ TEST(FusedBnFinalize, SumsGiveTheBatchStatisticsAndRunningUpdate) {
   for (DeviceTensor* t : {&mean, &invstd, &scale, &shift}) t->poison();
   const BnChannelState bn{dgamma.f32(), dbeta.f32(), rm.f32(), rv.f32(), mean.f32(), invstd.f32(),
                           scale.f32(), shift.f32(), coef.f32()};
-  bn_finalize_sums(dsum.f32(), dsq.f32(), d.per_channel(), bn, d.c, ctx().stream);
+  DeviceTensor scale_h(d.c, DType::F16), shift_h(d.c, DType::F16);
+  bn_finalize_sums(dsum.f32(), dsq.f32(), d.per_channel(), bn, d.c, scale_h.get(), shift_h.get(), ctx().stream);
   const ref::BnStats st = ref::bn_batch_stats(d, x, double(kBnEps));
   const ref::BnCoefs k = ref::bn_train_coefs(st, gamma, beta);
   ref::bn_update_running(st, d.per_channel(), double(kBnMomentum), run_mean, run_var);
@@ -230,6 +231,8 @@ TEST(FusedBnFinalize, SumsGiveTheBatchStatisticsAndRunningUpdate) {
   EXPECT_CLOSE(invstd.download(), st.invstd, 1e-4);
   EXPECT_CLOSE(scale.download(), k.scale, 1e-4);
   EXPECT_CLOSE(shift.download(), k.shift, 1e-4);
+  EXPECT_EQ(scale_h.download(), quantize(DType::F16, scale.download())) << "the fp16 copy of scale";
+  EXPECT_EQ(shift_h.download(), quantize(DType::F16, shift.download())) << "the fp16 copy of shift";
   EXPECT_CLOSE(rm.download(), run_mean, 1e-5);
   EXPECT_CLOSE(rv.download(), run_var, 1e-4);
 }
