@@ -139,13 +139,16 @@ class ParityGpu : public testing::TestWithParam<ConvApi> {
     c.scaler.scale = 1.f;
     counters_ = DeviceBuffer(sizeof(Counters), "parity counters");
     CUDA_CHECK(cudaMemcpy(counters_.get(), &c, sizeof(c), cudaMemcpyHostToDevice));
+    const float lr = static_cast<float>(f_.lr);  // the SGD kernel reads it from device memory
+    lr_ = DeviceBuffer(sizeof(float), "parity learning rate");
+    CUDA_CHECK(cudaMemcpy(lr_.get(), &lr, sizeof(lr), cudaMemcpyHostToDevice));
   }
 
   // forward + loss + backward; returns the batch's mean loss
   float step_gradients() {
     Counters* c = counters_.as<Counters>();
     net_->forward(images_.get(), true);
-    net_->loss(labels_.as<int32_t>(), &c->totals, &c->scaler.scale, 0);
+    net_->loss(labels_.as<int32_t>(), &c->totals, &c->scaler.scale, nullptr);
     net_->backward();
     Counters host{};
     CUDA_CHECK(cudaMemcpy(&host, c, sizeof(host), cudaMemcpyDeviceToHost));
@@ -155,7 +158,7 @@ class ParityGpu : public testing::TestWithParam<ConvApi> {
   void sgd() {
     ParamStore& p = net_->params();
     const SgdArgs a{p.master_all(), p.momentum_all(), p.weight_grads_all(), p.vector_grads_all(), nullptr,
-                    p.total(), p.weight_count(), DType::F32, static_cast<float>(f_.lr),
+                    p.total(), p.weight_count(), DType::F32, lr_.as<float>(),
                     static_cast<float>(f_.momentum), static_cast<float>(f_.weight_decay), f_.nesterov};
     ScalerState* s = &counters_.as<Counters>()->scaler;
     check_grads_finite(a, s, ctx_->stream);
@@ -167,7 +170,7 @@ class ParityGpu : public testing::TestWithParam<ConvApi> {
   std::unique_ptr<GpuContext> ctx_;
   std::unique_ptr<AutotuneCache> cache_;
   std::unique_ptr<ResNet50> net_;
-  DeviceBuffer images_, labels_, counters_;
+  DeviceBuffer images_, labels_, counters_, lr_;
 };
 
 TEST_P(ParityGpu, LossLogitsAndEveryGradientMatchPyTorch) {
