@@ -67,8 +67,9 @@ class ResNet50 {
   // images: batch x 3 x 32 x 32 in the configured type and layout. train=false uses running stats.
   void forward(const void* images, bool train);
   // Softmax cross-entropy on the logits; with loss_scale != nullptr also the gradients of the logits
-  // and the bias (training). Accumulates into totals.
-  void loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, long long step);
+  // and the bias (training). Accumulates into totals. loss_scale and step are device memory
+  // (softmax_xent in kernels.h); step nullptr: no step index (evaluation).
+  void loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, const long long* step);
   void backward();
 
   float* logits() const { return logits_.as<float>(); }

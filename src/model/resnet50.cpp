@@ -313,7 +313,7 @@ void ResNet50::forward(const void* images, bool train) {
                  params_.working(fc_weight_), logits_.as<float>());
 }
 
-void ResNet50::loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, long long step) {
+void ResNet50::loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, const long long* step) {
   const bool train = loss_scale != nullptr;
   softmax_xent(logits_.as<float>(), params_.master(fc_bias_), labels, cfg_.batch, cfg_.classes,
                train ? dlogits_.get() : nullptr, cfg_.dtype, train ? params_.vector_grad(fc_bias_) : nullptr,

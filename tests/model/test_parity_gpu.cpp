@@ -159,13 +159,16 @@ class ParityNet {
     c.scaler.scale = b.loss_scale();
     counters_ = DeviceBuffer(sizeof(Counters), "parity counters");
     CUDA_CHECK(cudaMemcpy(counters_.get(), &c, sizeof(c), cudaMemcpyHostToDevice));
+    const float lr = static_cast<float>(f_.lr);  // the SGD kernel reads it from device memory
+    lr_ = DeviceBuffer(sizeof(float), "parity learning rate");
+    CUDA_CHECK(cudaMemcpy(lr_.get(), &lr, sizeof(lr), cudaMemcpyHostToDevice));
   }
 
   // forward + loss + backward; returns the batch's mean loss
   float step_gradients() {
     Counters* c = counters_.as<Counters>();
     net_->forward(images_->get(), true);
-    net_->loss(labels_.as<int32_t>(), &c->totals, &c->scaler.scale, 0);
+    net_->loss(labels_.as<int32_t>(), &c->totals, &c->scaler.scale, nullptr);
     net_->backward();
     Counters host{};
     CUDA_CHECK(cudaMemcpy(&host, c, sizeof(host), cudaMemcpyDeviceToHost));
@@ -175,7 +178,7 @@ class ParityNet {
   void sgd() {
     ParamStore& p = net_->params();
     const SgdArgs a{p.master_all(), p.momentum_all(), p.weight_grads_all(), p.vector_grads_all(), p.working_copy(),
-                    p.total(), p.weight_count(), b_.t, static_cast<float>(f_.lr),
+                    p.total(), p.weight_count(), b_.t, lr_.as<float>(),
                     static_cast<float>(f_.momentum), static_cast<float>(f_.weight_decay), f_.nesterov};
     ScalerState* s = &counters_.as<Counters>()->scaler;
     check_grads_finite(a, s, ctx_.stream);
@@ -245,7 +248,7 @@ class ParityNet {
   std::unique_ptr<AutotuneCache> cache_;
   std::unique_ptr<ResNet50> net_;
   std::unique_ptr<gpu_test::DeviceTensor> images_;
-  DeviceBuffer labels_, counters_;
+  DeviceBuffer labels_, counters_, lr_;
 };
 
 // The fixture is found and read without a GPU (a moved test or fixture fails here, on every machine).
