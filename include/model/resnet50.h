@@ -88,7 +88,10 @@ class ResNet50 {
   void join_backward(Block& b);
   void conv_forward(ConvUnit& c, const void* x, void* y);
   void bn_forward(Bn& bn, const void* x, Shape4 s, bool train);
-  // Batch norm fused into the convolutions (src/model/resnet50_fused.cpp).
+  // Batch norm fused into the convolutions (src/model/resnet50_fused.cpp). Measured on the H100
+  // (cuDNN 9.14): two runs of the fused build differ in their first loss even with engines cuDNN
+  // does not mark non-deterministic, so --deterministic keeps every conv unfused.
+  bool fused() const { return cfg_.fused_bn && !cfg_.conv.deterministic; }
   size_t build_fusion();
   void fused_block_forward(Block& b, const void* in, bool train);
   void fused_block_backward(Block& b, const void* in);

@@ -81,6 +81,9 @@ bool run_fused(const PatternCost& c) {
 }
 
 std::vector<std::string> fusion_report_lines(const FusionReport& r) {
+  if (r.off_for_determinism)
+    return {"fused batch norm: off under --deterministic (cuDNN's fused statistics and gradients reduce in an order "
+            "that changes from run to run); every conv runs as the plain conv with our BN kernels"};
   std::vector<std::string> lines;
   lines.push_back("fused batch norm: " + std::to_string(r.fused) + " of " + std::to_string(r.tried) +
                   " conv patterns run fused through cuDNN" +

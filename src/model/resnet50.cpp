@@ -91,7 +91,7 @@ void ResNet50::allocate() {
   size_t act = 2 * stem.count(), largest = stem.count(), scratch = bn_scratch_floats(stem, t, cfg_.layout);
   for (const auto& b : blocks_) {
     // a1, y1, a2, y2 (fused builds store no y1, y2), a3, ad, out
-    const size_t ys = cfg_.fused_bn ? 0 : b->mid1.count() + b->mid2.count();
+    const size_t ys = fused() ? 0 : b->mid1.count() + b->mid2.count();
     act += b->mid1.count() + b->mid2.count() + ys + (b->down ? 3 : 2) * b->out.count();
     for (const Shape4& s : {b->in, b->mid1, b->mid2, b->out}) {
       largest = std::max(largest, s.count());
@@ -115,7 +115,7 @@ void ResNet50::allocate() {
   for (auto& b : blocks_) {
     b->a1 = DeviceBuffer(b->mid1.count() * es, "activations" + batch);
     b->a2 = DeviceBuffer(b->mid2.count() * es, "activations" + batch);
-    if (!cfg_.fused_bn) {  // fused builds allocate them only where a fallback needs them (build_fusion)
+    if (!fused()) {  // fused builds allocate them only where a fallback needs them (build_fusion)
       b->y1 = DeviceBuffer(b->mid1.count() * es, "activations" + batch);
       b->y2 = DeviceBuffer(b->mid2.count() * es, "activations" + batch);
     }
@@ -169,7 +169,8 @@ void ResNet50::choose_algorithms(AutotuneCache& cache) {
     choose(b->c3);
     if (b->down) choose(*b->down);
   }
-  if (cfg_.fused_bn) ws = std::max(ws, build_fusion());
+  if (fused()) ws = std::max(ws, build_fusion());
+  fusion_report_.off_for_determinism = cfg_.fused_bn && !fused();
   workspace_ = DeviceBuffer(ws, "cuDNN workspace (--workspace-mb)");
   algo_report_ = {static_cast<int>(shapes.size()), chooser.searched(), chooser.search_seconds(), ws};
 }
@@ -270,7 +271,7 @@ void ResNet50::bn_forward(Bn& bn, const void* x, Shape4 s, bool train) {
 }
 
 void ResNet50::block_forward(Block& b, const void* in, bool train) {
-  if (cfg_.fused_bn) return fused_block_forward(b, in, train);
+  if (fused()) return fused_block_forward(b, in, train);
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
   conv_forward(b.c1, in, b.a1.get());
@@ -348,7 +349,7 @@ void ResNet50::join_backward(Block& b) {
 }
 
 void ResNet50::block_backward(Block& b, const void* in) {
-  if (cfg_.fused_bn) return fused_block_backward(b, in);
+  if (fused()) return fused_block_backward(b, in);
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
   void *gA = grad_[0].get(), *gB = grad_[1].get(), *gC = grad_[2].get(), *gD = grad_[3].get();

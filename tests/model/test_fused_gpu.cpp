@@ -263,6 +263,14 @@ TEST(FusionReport, CountsAndGroupsRefusalsByPatternAndReason) {
                                                              "through cuDNN (3 read the BN scale/bias in fp16)"});
 }
 
+TEST(FusionReport, SaysFusionIsOffUnderDeterministic) {
+  FusionReport r;
+  r.off_for_determinism = true;
+  const std::vector<std::string> lines = fusion_report_lines(r);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("off under --deterministic"), std::string::npos) << lines[0];
+}
+
 TEST(FusionChoice, FusedWhenAcceptedAndNotMeasuredSlower) {
   EXPECT_FALSE(run_fused({false, -1, -1})) << "refused by cuDNN";
   EXPECT_FALSE(run_fused({false, 0.1f, 0.5f})) << "refused, whatever was measured";
