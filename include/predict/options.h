@@ -21,6 +21,7 @@ struct PredictOptions : DataOptions {
   bool features_dtype_given = false;  // --features-dtype without --features is an error
   std::string export_path;          // safetensors of the weights: export instead of predicting
   int workers = -1;                 // output worker threads; -1 = min(cores - 1, 8)
+  bool deterministic = false;       // cuDNN's heuristics, deterministic algorithms only (as bin/train's)
   int warmup_batches = 5;           // batches before the timed (and profiled) window
   std::string trace;                // Chrome trace of the window through CUPTI
   bool json = false;                // one JSON line at the end

@@ -41,8 +41,9 @@ std::string csv_header(const OutputFormat& f);
 // set has paths (image folders), else its index.
 BatchResult process_batch(const OutputFormat& f, const Dataset& data, const uint32_t* images, int rows, const void* host);
 
-// Probabilities of softmax(logits + bias), computed in double; the top-k of them, most probable
-// first (ties: the lower class first).
+// Probabilities of softmax(logits + bias): the sum in float (as the GPU's loss kernel forms it, so
+// the top class is the one bin/train's evaluation counts), the rest in double; the top-k of them,
+// most probable first (ties: the lower class first, as the kernel's argmax).
 std::vector<double> class_probabilities(const float* logits, const std::vector<float>& bias);
 std::vector<int> top_classes(const std::vector<double>& p, int k);
 

@@ -40,6 +40,8 @@ const std::vector<Flag>& flags() {
       {"--workers", "N", "output worker threads (builds with the workers rung; the input loader has its own)",
        [](const P&) { return std::to_string(default_workers()) + " (min(cores - 1, 8))"; },
        [](P& o, const std::string& v) { o.workers = (int)parse_long("--workers", v, 1, 256); }},
+      {"--deterministic", "", "deterministic cuDNN algorithms from the heuristics, as bin/train --deterministic: the same logits as its evaluation", [](const P&) { return std::string("off"); },
+       [](P& o, const std::string&) { o.deterministic = true; }},
       {"--warmup-batches", "N", "batches before the timed window (images/s, cudaProfilerStart/Stop, --trace)", [](const P& o) { return std::to_string(o.warmup_batches); },
        [](P& o, const std::string& v) { o.warmup_batches = (int)parse_long("--warmup-batches", v, 0, 1000000); }},
       {"--trace", "FILE", "write a Chrome trace (Perfetto) of the window through CUPTI", [](const P&) { return std::string("off"); },

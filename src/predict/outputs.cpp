@@ -24,7 +24,9 @@ std::string csv_header(const OutputFormat& f) {
 std::vector<double> class_probabilities(const float* logits, const std::vector<float>& bias) {
   std::vector<double> p(bias.size());
   double top = -INFINITY, sum = 0;
-  for (size_t c = 0; c < p.size(); ++c) top = std::max(top, p[c] = double(logits[c]) + bias[c]);
+  // The sum in float, as the loss kernel forms it, so that the top class is the one the trainer's
+  // evaluation counts (the same float, the same ties); the rest in double.
+  for (size_t c = 0; c < p.size(); ++c) top = std::max(top, p[c] = double(logits[c] + bias[c]));
   for (double& v : p) sum += v = std::exp(v - top);
   for (double& v : p) v /= sum;
   return p;
@@ -109,7 +111,7 @@ std::string confusion_report(const std::vector<long>& confusion, const std::vect
   std::string s = line;
   size_t name_w = 0;
   for (int t = 0; t < k; ++t) name_w = std::max(name_w, std::to_string(t).size() + 1 + class_names[t].size());
-  const int cell = static_cast<int>(std::max<long>(widest, std::to_string(k - 1).size())) + 1;
+  const int cell = static_cast<int>(std::max<long>({widest, long(std::to_string(k - 1).size()), 5})) + 1;
   s += "confusion matrix (rows: true class, columns: predicted class):\n" + std::string(name_w + 2, ' ');
   for (int p = 0; p < k; ++p) s += std::string(cell - std::to_string(p).size(), ' ') + std::to_string(p);
   s += "\n";

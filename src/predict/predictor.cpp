@@ -192,7 +192,8 @@ void Predictor::build_network() {
   cfg.dtype = build_.precision;
   cfg.layout = build_.layout;
   cfg.tf32 = trainer_defaults.tf32;
-  cfg.conv.policy = build_.algo;
+  cfg.conv.policy = opt_.deterministic ? AlgoPolicy::Heuristic : build_.algo;  // as bin/train chooses
+  cfg.conv.deterministic = opt_.deterministic;
   cfg.conv.workspace_limit = size_t(trainer_defaults.workspace_mb) << 20;
   cfg.conv_api = build_.conv_api;
   cfg.classes = classes();
