@@ -48,7 +48,7 @@ const std::vector<Flag>& flags() {
        [](P& o, const std::string& v) { o.trace = v; }},
       {"--json", "", "one JSON line at the end", [](const P&) { return std::string("off"); },
        [](P& o, const std::string&) { o.json = true; }},
-      {"--help", "", "print this help and the build's optimizations", [](const P&) { return std::string(""); },
+      {"--help", "", "print this help, the build's egress rungs and its network settings", [](const P&) { return std::string(""); },
        [](P& o, const std::string&) { o.help = true; }},
   };
   return table;
