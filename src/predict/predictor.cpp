@@ -131,7 +131,8 @@ void Predictor::load_inputs() {
                      ": pass --data " + m.data + " (and --data-dir where its files are)");
   norm_ = compute_normalization(train);
   class_names_ = images().class_names;
-  for (int c = static_cast<int>(class_names_.size()); c < kClasses; ++c) class_names_.push_back(std::to_string(c));
+  if (class_names_.empty())  // a data set without names: the class indices
+    for (int c = 0; c < kClasses; ++c) class_names_.push_back(std::to_string(c));
   tensors_ = ResNet50::tensor_layout(classes());
   check_checkpoint_model(m, tensors_, opt_.checkpoint);
   stored_layout_ = checkpoint_layout(m, opt_.checkpoint);
