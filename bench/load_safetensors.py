@@ -118,7 +118,11 @@ def predicted_column(path: str) -> list[int]:
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    import torch  # only here: reading and mapping work without it
+    try:
+        import torch  # only here: reading and mapping work without it
+    except ImportError:
+        raise SystemExit("error: evaluating needs PyTorch (pip install torch); reading the file and mapping its "
+                         "names do not") from None
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from pytorch_resnet import ResNet50Cifar

@@ -124,7 +124,8 @@ void Predictor::check_output_paths() const {
 void Predictor::load_inputs() {
   ckpt_ = std::make_unique<Checkpoint>(load_checkpoint(opt_.checkpoint));
   const CheckpointMeta& m = ckpt_->meta;
-  data_ = load_data_set(opt_.data, opt_.data_dir, opt_.synthetic_size, opt_.batch, 0);
+  // Synthetic images come from the checkpoint's seed: the images its run was evaluated on.
+  data_ = load_data_set(opt_.data, opt_.data_dir, opt_.synthetic_size, opt_.batch, m.seed);
   const Dataset& train = data_.split.train;
   if (train.name != m.data)
     throw InputError(opt_.checkpoint + ": trained on " + m.data + ", but --data " + opt_.data + " chose " + train.name +

@@ -15,7 +15,9 @@ import math
 import os
 import struct
 import subprocess
+import tempfile
 import unittest
+from pathlib import Path
 
 from tests.python import BENCH
 from tests.python.predict_samples import PREDICT, UNIT_TESTS, sample_running, sample_value, samples
@@ -185,6 +187,33 @@ class Export(unittest.TestCase):
                  for n, (d, s, raw) in self.tensors.items()}
         model.load_state_dict(state, strict=True)
         self.assertEqual(float(model.stem[0].weight[0, 0, 0, 1]), sample_value(0, 1))
+
+
+class LoadScriptData(unittest.TestCase):
+    """The test sets bench/load_safetensors.py evaluates on, read as bin/train reads them."""
+
+    def test_fashion_mnist_is_padded_to_32_like_the_trainers(self):
+        d = os.environ.get("FASHION_MNIST_DIR") or "/usr/share/datasets/fashion-mnist"
+        if not os.path.exists(os.path.join(d, "t10k-images-idx3-ubyte.gz")):
+            self.skipTest(f"Fashion-MNIST is not installed in {d}")
+        images, labels, channels = load_safetensors.read_test_set("fashion-mnist", d)
+        self.assertEqual((len(labels), channels, len(images)), (10000, 1, 10000 * 32 * 32))
+        self.assertTrue(all(0 <= l < 10 for l in labels))
+        first = images[:1024]
+        border = [first[y * 32 + x] for y in range(32) for x in range(32) if min(x, y) < 2 or max(x, y) > 29]
+        self.assertEqual(set(border), {0}, "the 2-pixel border is empty")
+        self.assertGreater(sum(first), 0)
+
+    def test_cifar10_test_batch(self):
+        with tempfile.TemporaryDirectory() as d:
+            record = bytes([7]) + bytes(range(256)) * 12
+            Path(d, "test_batch.bin").write_bytes(record * 3)
+            images, labels, channels = load_safetensors.read_test_set("cifar10", d)
+        self.assertEqual((labels, channels, images[:3072]), ([7, 7, 7], 3, record[1:]))
+
+    def test_synthetic_has_no_test_set_to_evaluate(self):
+        with self.assertRaises(SystemExit):
+            load_safetensors.read_test_set("synthetic", None)
 
 
 if __name__ == "__main__":
