@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tests.python import REPO
 from tests.python.predict_samples import PREDICT, UNIT_TESTS, samples
+from tests.python import test_cli  # the module, not its test class: that would run its tests here too
 from tests.python.test_cli import CRASH_SIGNS
 
 FLAGS = ["--checkpoint", "--data", "--data-dir", "--synthetic-size", "--split", "--batch", "--out", "--top-k",
@@ -47,14 +48,7 @@ class PredictCliBase(unittest.TestCase):
         self.assertGreaterEqual(p.returncode, 0, f"killed by signal {-p.returncode}: {args}")
         return p
 
-    def assert_one_error_line(self, p, code, *parts):
-        self.assertEqual(p.returncode, code, f"stderr: {p.stderr!r}")
-        lines = p.stderr.splitlines()
-        self.assertEqual(len(lines), 1, f"expected one line on stderr, got {lines!r}")
-        self.assertTrue(lines[0].startswith("error: "), lines[0])
-        for part in parts:
-            self.assertIn(part, lines[0])
-        return lines[0]
+    assert_one_error_line = test_cli.TrainCli.assert_one_error_line  # the same contract as bin/train's
 
     def assert_no_outputs(self):
         left = sorted(p.name for p in self.dir.iterdir() if p.suffix in (".csv", ".npy", ".png", ".tmp", ".json",
