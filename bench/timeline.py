@@ -12,9 +12,13 @@ import re
 from dataclasses import dataclass, field
 
 # The phases of one training step, as the trainer's NVTX ranges name them (include/measure/profiling.h),
-# in the order they run. Each step is also wrapped in a "step N" range. Builds that replay the step as
-# a CUDA graph have "step graph" (one launch) where the others have forward, backward, optimizer step.
-STEP_PHASES = ["get batch", "copy batch", "step graph", "forward", "backward", "optimizer step", "loss stats"]
+# in the order they run, then those of a bin/predict batch (get batch, compute, copy to CPU, process
+# output; with output workers, "process output" runs on their threads, so its host time, summed over
+# them, may exceed the step's). Each step or batch is also wrapped in a "step N" range. Builds that
+# replay the step as a CUDA graph have "step graph" (one launch) where the others have forward,
+# backward, optimizer step.
+STEP_PHASES = ["get batch", "copy batch", "step graph", "forward", "backward", "optimizer step", "loss stats",
+               "compute", "copy to CPU", "process output"]
 STEP = "step"
 
 # Host calls that block until the GPU has caught up: time in them is time the host waits.

@@ -3,8 +3,8 @@
 // of the first block of stages 2-4, projection shortcut (1x1 conv + BN) where the shape changes,
 // global average pool, linear 2048 -> 10. 23,520,842 parameters.
 //
-// The network owns its activations (what backward needs), four gradient buffers it rotates through,
-// the cuDNN workspace and the parameters. Precision and layout come from NetConfig and reach the
+// The network owns its activations (what backward needs), four gradient buffers it rotates through
+// (training only), the cuDNN workspace and the parameters. Precision and layout come from NetConfig and reach the
 // layers as descriptors; nothing here reads the build settings.
 #pragma once
 
@@ -30,6 +30,16 @@ struct NetConfig {
   // Batch norm fused into the convolutions where cuDNN accepts the patterns (model/fused_conv.h):
   // statistics from the conv that writes a tensor, scale/bias + ReLU applied as the next conv reads it.
   bool fused_bn = false;
+  // Forward with running statistics only (bin/predict): no gradient, momentum or backward buffers
+  // are allocated, and training calls (forward(x, true), a loss with gradients, backward) throw.
+  bool inference = false;
+};
+
+// The network's tensors as its flat buffers hold them, known without building it (no GPU): what
+// converting and exporting a checkpoint read.
+struct TensorLayout {
+  std::vector<ParamTensor> params;               // registration order, offsets as ParamStore assigns them
+  std::vector<std::pair<std::string, int>> bns;  // BN name and channels, in running_stats() order
 };
 
 // What choosing conv algorithms did, for the start-up report.
@@ -53,6 +63,9 @@ class ResNet50 {
   const AlgoReport& algo_report() const { return algo_report_; }
   // Fused builds: which patterns cuDNN accepted (empty otherwise).
   const FusionReport& fusion_report() const { return fusion_report_; }
+  // The parameters and BN layers of the network with `classes` outputs (the same names, shapes and
+  // order the constructor registers; a GPU test holds the two together).
+  static TensorLayout tensor_layout(int classes);
 
   // Kaiming-normal (fan_out) convs, BN gamma 1 / beta 0, linear as PyTorch's default.
   void init_params(uint64_t seed);
@@ -72,7 +85,11 @@ class ResNet50 {
   void loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, const long long* step);
   void backward();
 
-  float* logits() const { return logits_.as<float>(); }
+  float* logits() const { return logits_.as<float>(); }  // batch x classes, fp32, without the fc bias
+  // The global-average-pooled features the classifier reads: batch x feature_count(), in the
+  // activation type.
+  const void* features() const { return feat_.get(); }
+  int feature_count() const { return features_; }
   size_t activation_bytes() const { return activation_bytes_; }
 
  private:

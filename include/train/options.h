@@ -9,16 +9,13 @@
 #include <string>
 
 #include "core/flags.h"
+#include "data/data_flags.h"
 
-struct Options {
-  // data
-  std::string data = "auto";        // auto | cifar10 | fashion-mnist | synthetic
-  std::string data_dir;             // "" = the data set's usual place
-  int synthetic_size = 50000;       // training images of --data synthetic (test: a fifth)
+// The data flags (data, data_dir, synthetic_size, batch) come from DataOptions, shared with bin/predict.
+struct Options : DataOptions {
   // training
   int epochs = 15;
   long steps = 0;                   // stop after this many steps in all (0 = run every epoch)
-  int batch = 128;
   double lr = 0.02;                 // peak learning rate (chosen by a sweep on Fashion-MNIST: see README)
   double min_lr = 0.0;              // at the end of the cosine
   double warmup_epochs = 1.0;       // linear warm-up from lr/warm-up-steps to lr

@@ -99,7 +99,7 @@ void ResNet50::allocate() {
     }
   }
   activation_bytes_ = act * es;
-  const size_t need = activation_bytes_ + 4 * largest * es;
+  const size_t need = activation_bytes_ + (cfg_.inference ? 0 : 4 * largest * es);
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   if (need > free_b)
@@ -108,7 +108,7 @@ void ResNet50::allocate() {
                 format_bytes(total_b) + " are free; try --batch " +
                 std::to_string(std::max(2, int(cfg_.batch * (double(free_b) / need) * 0.8))));
 
-  params_.allocate(t);
+  params_.allocate(t, !cfg_.inference);
   const std::string batch = " (batch " + std::to_string(cfg_.batch) + ")";
   stem_a_ = DeviceBuffer(stem.count() * es, "stem conv output" + batch);
   stem_y_ = DeviceBuffer(stem.count() * es, "stem output" + batch);
@@ -123,15 +123,17 @@ void ResNet50::allocate() {
     if (b->down) b->ad = DeviceBuffer(b->out.count() * es, "activations" + batch);
     b->out_buf = DeviceBuffer(b->out.count() * es, "activations" + batch);
   }
-  for (auto& g : grad_) g = DeviceBuffer(largest * es, "activation gradients" + batch);
   feat_ = DeviceBuffer(size_t(cfg_.batch) * features_ * es, "pooled features");
-  dfeat_ = DeviceBuffer(size_t(cfg_.batch) * features_ * es, "pooled feature gradients");
   logits_ = DeviceBuffer(size_t(cfg_.batch) * cfg_.classes * sizeof(float), "logits");
-  dlogits_ = DeviceBuffer(size_t(cfg_.batch) * cfg_.classes * es, "logit gradients");
   running_ = DeviceBuffer(running_count_ * sizeof(float), "BN running statistics");
   bn_state_ = DeviceBuffer(bn_state_floats_ * sizeof(float), "BN per-channel state");
-  bn_scratch_floats_ = scratch;
-  bn_scratch_ = DeviceBuffer(scratch * sizeof(float), "BN partial sums");
+  if (!cfg_.inference) {  // what only training reads: gradients and the BN statistics' partial sums
+    for (auto& g : grad_) g = DeviceBuffer(largest * es, "activation gradients" + batch);
+    dfeat_ = DeviceBuffer(size_t(cfg_.batch) * features_ * es, "pooled feature gradients");
+    dlogits_ = DeviceBuffer(size_t(cfg_.batch) * cfg_.classes * es, "logit gradients");
+    bn_scratch_floats_ = scratch;
+    bn_scratch_ = DeviceBuffer(scratch * sizeof(float), "BN partial sums");
+  }
 
   for (Bn* b : all_bns()) {
     const int C = b->channels;
@@ -176,18 +178,6 @@ void ResNet50::choose_algorithms(AutotuneCache& cache) {
 }
 
 // ---- initialisation -----------------------------------------------------------------------------
-namespace {
-
-// Index of PyTorch-order (K, C, R, S) element e in the stored filter (KCRS, or KRSC for NHWC).
-size_t filter_storage_index(const ParamTensor& t, size_t e, Layout l) {
-  if (t.kind != ParamKind::ConvWeight || l == Layout::NCHW) return e;
-  const size_t C = t.shape[1], R = t.shape[2], S = t.shape[3];
-  const size_t s = e % S, r = (e / S) % R, c = (e / (S * R)) % C, k = e / (S * R * C);
-  return ((k * R + r) * S + s) * C + c;
-}
-
-}  // namespace
-
 void ResNet50::init_params(uint64_t seed) {
   std::vector<float> host(params_.total());
   const auto& ts = params_.tensors();
@@ -212,7 +202,7 @@ void ResNet50::init_params(uint64_t seed) {
     }
   }
   CUDA_CHECK(cudaMemcpy(params_.master_all(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemset(params_.momentum_all(), 0, params_.total() * sizeof(float)));
+  if (params_.momentum_all()) CUDA_CHECK(cudaMemset(params_.momentum_all(), 0, params_.total() * sizeof(float)));
   std::vector<float> run(running_count_);
   for (const Bn* bn : all_bns()) {  // running mean 0, running var 1
     float* r = run.data() + bn->running_off;
@@ -249,6 +239,45 @@ void ResNet50::init_params_for_parity(uint64_t seed) {
   CUDA_CHECK(cudaMemcpy(params_.master_all(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
   params_.refresh_working_copy(ctx_.stream);
   CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+}
+
+// The registration order of build(), without building: a stem conv + BN, the blocks' conv + BN
+// pairs (the projection shortcut's after conv3's), then the classifier.
+TensorLayout ResNet50::tensor_layout(int classes) {
+  ParamStore store;
+  TensorLayout layout;
+  auto conv = [&](const std::string& name, int k, int c, int r) {
+    store.add(name + ".weight", ParamKind::ConvWeight, {k, c, r, r});
+  };
+  auto bn = [&](const std::string& name, int channels) {
+    store.add(name + ".weight", ParamKind::BnGamma, {channels});
+    store.add(name + ".bias", ParamKind::BnBeta, {channels});
+    layout.bns.emplace_back(name, channels);
+  };
+  conv("conv1", 64, 3, 3);
+  bn("bn1", 64);
+  int in_c = 64;
+  for (int s = 0; s < 4; ++s)
+    for (int i = 0; i < kStageBlocks[s]; ++i) {
+      const int w = kStageWidths[s], out_c = w * kExpansion, stride = (s > 0 && i == 0) ? 2 : 1;
+      const std::string p = "layer" + std::to_string(s + 1) + "." + std::to_string(i) + ".";
+      conv(p + "conv1", w, in_c, 1);
+      bn(p + "bn1", w);
+      conv(p + "conv2", w, w, 3);
+      bn(p + "bn2", w);
+      conv(p + "conv3", out_c, w, 1);
+      bn(p + "bn3", out_c);
+      if (stride != 1 || in_c != out_c) {
+        conv(p + "downsample.0", out_c, in_c, 1);
+        bn(p + "downsample.1", out_c);
+      }
+      in_c = out_c;
+    }
+  store.add("fc.weight", ParamKind::LinearWeight, {classes, in_c});
+  store.add("fc.bias", ParamKind::LinearBias, {classes});
+  store.assign_offsets();
+  layout.params = store.tensors();
+  return layout;
 }
 
 std::vector<std::string> ResNet50::running_stats_names() const {
@@ -297,6 +326,7 @@ void ResNet50::block_forward(Block& b, const void* in, bool train) {
 }
 
 void ResNet50::forward(const void* images, bool train) {
+  if (train && cfg_.inference) throw Fatal("ResNet50: training forward on a network built for inference");
   images_ = images;
   const Shape4 stem{cfg_.batch, 64, 32, 32};
   conv_forward(*stem_conv_, images, stem_a_.get());
@@ -316,6 +346,7 @@ void ResNet50::forward(const void* images, bool train) {
 
 void ResNet50::loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, const long long* step) {
   const bool train = loss_scale != nullptr;
+  if (train && cfg_.inference) throw Fatal("ResNet50: training loss on a network built for inference");
   softmax_xent(logits_.as<float>(), params_.master(fc_bias_), labels, cfg_.batch, cfg_.classes,
                train ? dlogits_.get() : nullptr, cfg_.dtype, train ? params_.vector_grad(fc_bias_) : nullptr,
                loss_scale, totals, step, ctx_.stream);
@@ -392,6 +423,7 @@ void ResNet50::block_backward(Block& b, const void* in) {
 }
 
 void ResNet50::backward() {
+  if (cfg_.inference) throw Fatal("ResNet50: backward on a network built for inference");
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
   linear_backward(ctx_.cublas, {cfg_.batch, features_, cfg_.classes}, t, cfg_.tf32, feat_.get(),

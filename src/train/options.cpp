@@ -11,23 +11,14 @@ const auto show = show_number;
 // One row per flag, in --help order: a table, longer than a function should be, read row by row.
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
-      {"--data", "NAME", "data set: auto, cifar10, fashion-mnist or synthetic (auto: CIFAR-10 if `make data` fetched it, else Fashion-MNIST)",
-       [](const Options& o) { return o.data; },
-       [](Options& o, const std::string& v) {
-         if (v != "auto" && v != "cifar10" && v != "fashion-mnist" && v != "synthetic")
-           throw UsageError("--data: '" + v + "' is not one of auto, cifar10, fashion-mnist, synthetic");
-         o.data = v;
-       }},
-      {"--data-dir", "DIR", "where the data set's files are", [](const Options&) { return std::string("data/cifar-10-batches-bin, or $FASHION_MNIST_DIR, data/fashion-mnist, /usr/share/datasets/fashion-mnist"); },
-       [](Options& o, const std::string& v) { o.data_dir = v; }},
-      {"--synthetic-size", "N", "training images of --data synthetic (the test set is a fifth)", [](const Options& o) { return std::to_string(o.synthetic_size); },
-       [](Options& o, const std::string& v) { o.synthetic_size = (int)parse_long("--synthetic-size", v, 1, 10000000); }},
+      data_flag<Options>("--data"),
+      data_flag<Options>("--data-dir"),
+      data_flag<Options>("--synthetic-size"),
       {"--epochs", "N", "passes over the training set", [](const Options& o) { return std::to_string(o.epochs); },
        [](Options& o, const std::string& v) { o.epochs = (int)parse_long("--epochs", v, 1, 100000); }},
       {"--steps", "N", "stop after N steps in all (0: run every epoch)", [](const Options& o) { return std::to_string(o.steps); },
        [](Options& o, const std::string& v) { o.steps = parse_long("--steps", v, 0, 1000000000L); }},
-      {"--batch", "N", "images per step", [](const Options& o) { return std::to_string(o.batch); },
-       [](Options& o, const std::string& v) { o.batch = (int)parse_long("--batch", v, 2, 8192); }},
+      data_flag<Options>("--batch"),
       {"--lr", "F", "peak learning rate", [](const Options& o) { return show(o.lr); },
        [](Options& o, const std::string& v) { o.lr = parse_double("--lr", v, 0.0, 100.0); }},
       {"--min-lr", "F", "learning rate at the end of the cosine decay", [](const Options& o) { return show(o.min_lr); },
