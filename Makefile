@@ -5,6 +5,7 @@
 #   make variants   the optimization ladder: bin/train-{baseline,devloss,pinned,autotune,fp16,nhwc,graph,fusedbn,cudagraph}
 #   make custom NAME=x DEVICE_LOSS=1 PINNED=0 AUTOTUNE=1 FP16=1 NHWC=0 CONV_GRAPH=1 FUSED_BN=0 CUDA_GRAPH=1   any other combination
 #   make predict-variants   bin/predict's egress ladder: bin/predict-{baseline,workers,pool,async,stream}, bin/predict
+#   make kernel-lab [RUN=1 LAB_ARGS=...]   bin/kernel_lab: the BN and fused-conv kernels' versions side by side
 #   make bench / make bench-predict / make profile / make fuzz / make sanitize / make sanitize-gpu / make data / make deps
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
@@ -65,7 +66,7 @@ opt_defines = $(shell set -- $(1); echo -DOPT_DEVICE_LOSS=$$1 -DOPT_PINNED=$$2 -
                 -DOPT_NHWC=$$5 -DOPT_CONV_GRAPH=$${6:-1} -DOPT_FUSED_BN=$${7:-1} -DOPT_CUDA_GRAPH=$${8:-1})
 variant_name = $(if $(filter train,$(1)),train,train-$(1))
 
-.PHONY: FORCE all variants predict-variants bench-predict custom run test unit-tests bench profile fuzz fuzz-build sanitize sanitize-gpu data deps clean
+.PHONY: FORCE all variants predict-variants bench-predict custom run test unit-tests kernel-lab bench profile fuzz fuzz-build sanitize sanitize-gpu data deps clean
 all: bin/train
 
 # ---- set-up: what a fresh Debian/Ubuntu machine with CUDA and cuDNN may lack -----------------------
@@ -180,8 +181,21 @@ bin/unit_tests: $(TEST_OBJ) $(COMMON_OBJ) build/gtest/libgtest.a
 
 unit-tests: bin/unit_tests
 
-test: bin/unit_tests bin/train bin/predict fuzz-build
+test: bin/unit_tests bin/train bin/predict bin/kernel_lab fuzz-build
 	@python3 tests/run_tests.py
+
+# ---- the kernel lab (README "Kernel lab"): its main in src/programs/, its versions in lab/*.cu, which
+# use the CPU references and data helpers of tests/support. make test builds it so it keeps compiling.
+LAB_OBJ := $(patsubst lab/%.cu,build/lab/%.o,$(wildcard lab/*.cu)) build/tests/support/reference.o
+build/lab/%.o: lab/%.cu | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -I. -Itests -MMD -MP -c $< -o $@
+build/obj/programs/kernel_lab.o: CXXFLAGS += -I. -Itests
+bin/kernel_lab: build/obj/programs/kernel_lab.o $(LAB_OBJ) $(COMMON_OBJ)
+	@mkdir -p bin
+	$(CXX) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+kernel-lab: bin/kernel_lab
+	@if [ "$(RUN)" = 1 ]; then ./bin/kernel_lab $(LAB_ARGS); fi
 
 # make sanitize: bin/unit_tests again, built with g++'s AddressSanitizer (+ LeakSanitizer) and
 # UndefinedBehaviorSanitizer into build/sanitize/, and run; any report fails it. The .cu files are

@@ -12,6 +12,7 @@
 #include "core/handles.h"
 #include "kernels.h"
 #include "model/fused_conv.h"
+#include "support/bn_data.h"
 #include "support/gpu_test_util.h"
 
 namespace {
@@ -36,37 +37,12 @@ const Case kCases[] = {{"3x3", {8, 64, 8, 8, 64, 3, 1, 1}},
                        {"1x1_reduce", {8, 256, 8, 8, 64, 1, 1, 0}},
                        {"3x3_stride2", {8, 128, 8, 8, 128, 3, 2, 1}}};
 
-ref::ConvDims dims_of(const ConvGeometry& g) { return {g.n, g.c, g.h, g.w, g.k, g.r, g.r, g.stride, g.pad}; }
-
 // The fp16 values the GPU holds, in NCHW, and the device copy in NHWC.
 struct Act {
   Vec v;
   DeviceTensor d;
   Act(Vec nchw, const ref::Dims& dims) : v(quantize(DType::F16, std::move(nchw))), d(upload_activation(v, dims, DType::F16, kL)) {}
 };
-struct Filter {
-  Vec v;  // KCRS, fp16 values
-  DeviceTensor d;
-  Filter(std::mt19937_64& rng, const ConvGeometry& g)
-      : v(quantize(DType::F16, random_normal(rng, g.filter_count(), 0.0, 1.0 / std::sqrt(double(g.c * g.r * g.r))))),
-        d(ref::kcrs_to_krsc(g.k, g.c, g.r, g.r, v), DType::F16, "filter") {}
-};
-
-// Per-channel sums of x (NCHW) and of its squares.
-void channel_sums(const ref::Dims& d, const Vec& x, Vec& sum, Vec& sq) {
-  sum.assign(d.c, 0.0);
-  sq.assign(d.c, 0.0);
-  for (size_t i = 0; i < x.size(); ++i) {
-    const int c = static_cast<int>((i / (size_t(d.h) * d.w)) % d.c);
-    sum[c] += x[i];
-    sq[c] += x[i] * x[i];
-  }
-}
-
-// relu(x * s + b) per channel, with s and b as the pattern reads them.
-Vec sbr(const ref::Dims& d, const Vec& x, const Vec& s, const Vec& b) {
-  return ref::relu(ref::bn_affine(d, x, {s, b}));
-}
 
 std::unique_ptr<FusedConv> build_or_skip(FusedPattern p, const ConvGeometry& g, std::string& skip) {
   auto f = std::make_unique<FusedConv>(ctx().cudnn, p, g, FusedOptions{});
@@ -89,7 +65,7 @@ class FusedGpu : public testing::TestWithParam<Case> {
 void check_conv_stats(const FusedConv& f, const ConvGeometry& g, DeviceTensor& ws) {
   const bool prologue = f.pattern() == FusedPattern::SbrConvStats;
   auto rng = test_rng();
-  const ref::ConvDims cd = dims_of(g);
+  const ref::ConvDims cd = conv_dims(g);
   Act x(random_normal(rng, cd.input().count(), 0.2, 1.0), cd.input());
   Filter w(rng, g);
   const DType st = f.scale_type();
@@ -131,7 +107,7 @@ TEST_P(FusedGpu, ScaleBiasReluWgradTakesTheGradientOfTheBnOutput) {
   const ConvGeometry& g = GetParam().g;
   BUILD_OR_SKIP(f, FusedPattern::SbrWgrad, g);
   auto rng = test_rng();
-  const ref::ConvDims cd = dims_of(g);
+  const ref::ConvDims cd = conv_dims(g);
   Act x(random_normal(rng, cd.input().count(), 0.2, 1.0), cd.input());
   Act dy(random_normal(rng, cd.output().count()), cd.output());
   const DType st = f->scale_type();
@@ -155,16 +131,14 @@ TEST_P(FusedGpu, DgradDreluDbnGivesTheBnInputGradient) {
   const ConvGeometry& g = GetParam().g;
   BUILD_OR_SKIP(f, FusedPattern::DgradDreluDbn, g);
   auto rng = test_rng();
-  const ref::ConvDims cd = dims_of(g);
+  const ref::ConvDims cd = conv_dims(g);
   const ref::Dims in = cd.input();
   Act x(random_normal(rng, in.count(), 0.3, 1.2), in);
   Act dy(random_normal(rng, cd.output().count()), cd.output());
   Filter w(rng, g);
   const Vec gamma = quantize(DType::F32, random_uniform(rng, g.c, 0.5, 1.5));
   const Vec beta = quantize(DType::F32, random_normal(rng, g.c, 0.0, 0.5));
-  ref::BnStats st = ref::bn_batch_stats(in, x.v, double(kBnEps));
-  st.mean = quantize(DType::F32, st.mean);
-  st.invstd = quantize(DType::F32, st.invstd);
+  const ref::BnStats st = saved_stats(in, x.v);
   DeviceTensor mean(st.mean, DType::F32), invstd(st.invstd, DType::F32), dgamma(gamma, DType::F32),
       dbeta(beta, DType::F32), gout(in.count(), DType::F16), dg(g.c, DType::F32), db(g.c, DType::F32),
       coef(3 * size_t(g.c), DType::F32), zeros(Vec(g.c, 0.0), DType::F32), ws = workspace(*f);
