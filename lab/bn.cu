@@ -45,11 +45,12 @@ void bn_stats(Lab& lab) {
 }
 
 void bn_apply_op(Lab& lab) {
-  lab.section("bn-apply", "y = relu(x * scale + shift) with the scale and shift of a training forward", "x read, y written");
+  lab.section("bn-apply", "y = relu(x * scale + shift) with the scale and shift of a training forward",
+              "x read, y written");
   for_each_case(lab, [&](BnCase& c) {
     const Vec want = ref::relu(ref::bn_affine(c.d, c.x, c.k));
     lab.measure("bn-apply", c.shape_text(), c.format_text(), 2 * c.tensor_bytes(),
-                {{"bn_apply: 16-byte vectors, per-channel constants loaded once per thread", [&] {
+                {{"bn_apply: one elementwise pass", [&] {
                     c.load_forward_state();
                     BnCase::poison({&c.Y});
                     return Prepared{.run = [&] {
@@ -90,7 +91,8 @@ void bn_backward_op(Lab& lab) {
     };
     lab.measure("bn-backward", c.shape_text(), c.format_text(), 3 * c.tensor_bytes(),
                 {{"bn_backward, ReLU mask recomputed from x (ReluMask::FromInput)", version(ReluMask::FromInput)},
-                 {"bn_backward, ReLU mask read from the stored y (ReluMask::FromOutput)", version(ReluMask::FromOutput)}});
+                 {"bn_backward, ReLU mask read from the stored y (ReluMask::FromOutput)",
+                  version(ReluMask::FromOutput)}});
   });
 }
 

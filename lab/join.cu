@@ -46,7 +46,9 @@ void join_forward(Lab& lab, bool projection) {
       versions = {
           {"bn_apply, the shortcut's BN applied as x2 is read (Residual::BatchNorm): one pass",
            [&] {
-             return prepared([&] { bn_apply(apply(c, Residual::BatchNorm, c.X2.get(), c.Y.get()), c.s, c.t, c.l, lab.stream()); });
+             return prepared([&] {
+               bn_apply(apply(c, Residual::BatchNorm, c.X2.get(), c.Y.get()), c.s, c.t, c.l, lab.stream());
+             });
            }},
           {"bn_apply of the shortcut's BN stored, then bn_apply + tensor residual: two passes",
            [&] {
@@ -59,8 +61,9 @@ void join_forward(Lab& lab, bool projection) {
            }}};
     } else {
       versions = {{"bn_apply + tensor residual (Residual::Tensor)", [&] {
-                     return prepared(
-                         [&] { bn_apply(apply(c, Residual::Tensor, c.X2.get(), c.Y.get()), c.s, c.t, c.l, lab.stream()); });
+                     return prepared([&] {
+                       bn_apply(apply(c, Residual::Tensor, c.X2.get(), c.Y.get()), c.s, c.t, c.l, lab.stream());
+                     });
                    }}};
     }
     lab.measure(op, c.shape_text(), c.format_text(), 3 * c.tensor_bytes(), versions);
@@ -142,7 +145,8 @@ void join_backward(Lab& lab, bool projection) {
 
 void measure_join_operations(Lab& lab) {
   for (const bool projection : {true, false})
-    if (operation_selected(lab.opt, projection ? "join-projection-forward" : "join-identity-forward")) join_forward(lab, projection);
+    if (operation_selected(lab.opt, projection ? "join-projection-forward" : "join-identity-forward"))
+      join_forward(lab, projection);
   for (const bool projection : {true, false})
     if (operation_selected(lab.opt, projection ? "join-projection-backward" : "join-identity-backward"))
       join_backward(lab, projection);

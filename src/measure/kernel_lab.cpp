@@ -125,11 +125,13 @@ const std::vector<FlagRow<LabOptions>>& flag_table() {
       {"--only", "LIST", "operations to measure, or prefixes of them (bn, join, conv); see below",
        [](const O&) { return std::string("all"); },
        [](O& o, const std::string& v) { o.only = split(v, ','); }},
-      {"--formats", "LIST", "element types and layouts of the BN operations: fp16-nhwc, fp16-nchw, fp32-nhwc, fp32-nchw, all",
+      {"--formats", "LIST",
+       "element types and layouts of the BN operations: fp16-nhwc, fp16-nchw, fp32-nhwc, fp32-nchw, all",
        [](const O& o) { return formats_text(o.formats); },
        [](O& o, const std::string& v) { o.formats = parse_formats(v); }},
       {"--autotune", "", "time cuDNN's first candidate plans and keep the fastest, as autotuning builds do",
-       [](const O&) { return std::string("the heuristics' first plan"); }, [](O& o, const std::string&) { o.autotune = true; }},
+       [](const O&) { return std::string("the heuristics' first plan"); },
+       [](O& o, const std::string&) { o.autotune = true; }},
       {"--no-check", "", "skip the checks against the CPU reference", [](const O&) { return std::string("check"); },
        [](O& o, const std::string&) { o.check = false; }},
       {"--flush-mb", "N", "MiB written before every timed run to flush the L2 cache",
@@ -142,7 +144,8 @@ const std::vector<FlagRow<LabOptions>>& flag_table() {
          if (v.empty()) throw UsageError("--json needs a file name");
          o.json = v;
        }},
-      {"--help", "", "print this help", [](const O&) { return std::string(); }, [](O& o, const std::string&) { o.help = true; }},
+      {"--help", "", "print this help", [](const O&) { return std::string(); },
+       [](O& o, const std::string&) { o.help = true; }},
   };
   return table;
 }
