@@ -42,7 +42,7 @@ struct ConvCase {
   Vec stored;              // what the conv reads: relu(x * s + b) as bn_apply stores it, or x
   gpu_test::Filter w;
   Vec dy;                  // the gradient of the conv's output
-  DeviceTensor X, STORED, DY, Y, YBN, DX, TMP, DW, sum, sqsum, s_h, b_h, dgamma, dbeta;
+  DeviceTensor X, STORED, DY, Y, YBN, DX, TMP, DW, sum, sqsum, s_h, b_h, scale_h_out, shift_h_out, dgamma, dbeta;
   DeviceBn bn, bnp;
   DeviceTensor scratch_in, scratch_out;
 
@@ -77,6 +77,8 @@ struct ConvCase {
         sqsum(G.k, DType::F32),
         s_h(s, DType::F16, "fp16 scale"),
         b_h(b, DType::F16, "fp16 shift"),
+        scale_h_out(G.k, DType::F16, "fp16 scale"),
+        shift_h_out(G.k, DType::F16, "fp16 shift"),
         dgamma(G.c, DType::F32),
         dbeta(G.c, DType::F32),
         bn(h),
@@ -191,10 +193,6 @@ void conv_forward(Lab& lab, const LabConv& lc) {
           return fused_version(
               lab, *f, c.prologue,
               [&, f] {
-                if (c.prologue && f->scale_type() == DType::F16) {  // as the network refreshes its fp16 copies
-                  cast_f32_to_f16(c.bnp.scale.f32(), c.s_h.get(), c.G.c, lab.stream());
-                  cast_f32_to_f16(c.bnp.shift.f32(), c.b_h.get(), c.G.c, lab.stream());
-                }
                 const FusedArgs a{.x = c.prologue ? c.X.get() : c.STORED.get(),
                                   .w = c.w.d.get(),
                                   .y = c.Y.get(),
@@ -203,7 +201,9 @@ void conv_forward(Lab& lab, const LabConv& lc) {
                                   .sum = c.sum.f32(),
                                   .sqsum = c.sqsum.f32()};
                 f->run(lab.cudnn(), a, lab.workspace(), lab.workspace_bytes());
-                bn_finalize_sums(c.sum.f32(), c.sqsum.f32(), c.out.per_channel(), c.bn.state(), c.G.k, lab.stream());
+                // Also this BN's scale and shift in fp16, as the network does for a next pattern that reads them so.
+                bn_finalize_sums(c.sum.f32(), c.sqsum.f32(), c.out.per_channel(), c.bn.state(), c.G.k,
+                                 c.scale_h_out.get(), c.shift_h_out.get(), lab.stream());
               },
               [&] { return checks(true, false); });
         }}});
