@@ -18,7 +18,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,22 +87,6 @@ class Lab {
   std::map<std::string, std::unique_ptr<FusedConv>> fused_;
   std::vector<LabRow> rows_;
   double plan_s_ = 0;
-};
-
-// A value computed on first use: the references of a check (none is computed under --no-check).
-template <class T>
-class Lazy {
- public:
-  explicit Lazy(std::function<T()> make) : make_(std::move(make)) {}
-  const T& operator*() {
-    if (!value_) value_ = make_();
-    return *value_;
-  }
-  const T* operator->() { return &**this; }
-
- private:
-  std::function<T()> make_;
-  std::optional<T> value_;
 };
 
 // ---- data at the timed batch ---------------------------------------------------------------------

@@ -19,12 +19,16 @@ inline ref::ConvDims conv_dims(const ConvGeometry& g) { return {g.n, g.c, g.h, g
 
 // A random conv filter (std 1/sqrt(fan-in)) in fp16, as the fused patterns take it: the values in
 // KCRS order, the device copy in KRSC (the NHWC filter layout).
+inline ref::Vec random_filter(std::mt19937_64& rng, const ConvGeometry& g) {
+  return quantize(DType::F16, random_normal(rng, g.filter_count(), 0.0, 1.0 / std::sqrt(double(g.c * g.r * g.r))));
+}
+inline DeviceTensor device_filter(const ConvGeometry& g, const ref::Vec& kcrs) {
+  return DeviceTensor(ref::kcrs_to_krsc(g.k, g.c, g.r, g.r, kcrs), DType::F16, "filter");
+}
 struct Filter {
   ref::Vec v;
   DeviceTensor d;
-  Filter(std::mt19937_64& rng, const ConvGeometry& g)
-      : v(quantize(DType::F16, random_normal(rng, g.filter_count(), 0.0, 1.0 / std::sqrt(double(g.c * g.r * g.r))))),
-        d(ref::kcrs_to_krsc(g.k, g.c, g.r, g.r, v), DType::F16, "filter") {}
+  Filter(std::mt19937_64& rng, const ConvGeometry& g) : v(random_filter(rng, g)), d(device_filter(g, v)) {}
 };
 
 // Per-channel parameters and running statistics, as the GPU stores them (fp32).
