@@ -184,13 +184,15 @@ unit-tests: bin/unit_tests
 test: bin/unit_tests bin/train bin/predict bin/kernel_lab fuzz-build
 	@python3 tests/run_tests.py
 
-# ---- the kernel lab (README "Kernel lab"): its main in src/programs/, its versions in lab/*.cu, which
-# use the CPU references and data helpers of tests/support. make test builds it so it keeps compiling.
-LAB_OBJ := $(patsubst lab/%.cu,build/lab/%.o,$(wildcard lab/*.cu)) build/tests/support/reference.o
-build/lab/%.o: lab/%.cu | build/.deps-ok
+# ---- the kernel lab (README "Kernel lab"): its main in src/programs/, its versions in
+# bench/kernel_lab/*.cu, which use the CPU references and data helpers of tests/support. make test
+# builds it so it keeps compiling.
+LAB_OBJ := $(patsubst bench/kernel_lab/%.cu,build/kernel_lab/%.o,$(wildcard bench/kernel_lab/*.cu)) \
+           build/tests/support/reference.o
+build/kernel_lab/%.o: bench/kernel_lab/%.cu | build/.deps-ok
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -I. -Itests -MMD -MP -c $< -o $@
-build/obj/programs/kernel_lab.o: CXXFLAGS += -I. -Itests
+	$(NVCC) $(NVFLAGS) -Ibench -Itests -MMD -MP -c $< -o $@
+build/obj/programs/kernel_lab.o: CXXFLAGS += -Ibench -Itests
 bin/kernel_lab: build/obj/programs/kernel_lab.o $(LAB_OBJ) $(COMMON_OBJ)
 	@mkdir -p bin
 	$(CXX) $^ -o $@ $(LDFLAGS) $(LDLIBS)

@@ -11,7 +11,7 @@
 #include "core/errors.h"
 #include "core/file_io.h"
 #include "core/handles.h"
-#include "lab/lab.h"
+#include "kernel_lab/lab.h"
 #include "measure/kernel_lab.h"
 
 namespace {

@@ -12,7 +12,7 @@
 // its operation's list below.
 #include <future>
 
-#include "lab/lab.h"
+#include "kernel_lab/lab.h"
 
 namespace lab {
 

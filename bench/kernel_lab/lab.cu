@@ -1,5 +1,5 @@
 // The kernel lab's workbench: plans, the workspace, measuring versions, data and checks (lab/lab.h).
-#include "lab/lab.h"
+#include "kernel_lab/lab.h"
 
 #include <algorithm>
 #include <chrono>

@@ -4,7 +4,7 @@
 //   bn-backward  dx, dgamma and dbeta from dy and x through the BN and its ReLU (a block's inner BNs)
 // To try a variant: write its kernel and launcher in this file, and add a LabVersion to the list of
 // its operation below: a name and a prepare() returning its run and check (copy the one beside it).
-#include "lab/bn_case.h"
+#include "kernel_lab/bn_case.h"
 
 namespace lab {
 

@@ -1,5 +1,5 @@
 // The batch-norm operations' data at one shape and format (lab/bn_case.h).
-#include "lab/bn_case.h"
+#include "kernel_lab/bn_case.h"
 
 #include <tuple>
 

@@ -8,7 +8,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "lab/lab.h"
+#include "kernel_lab/lab.h"
 
 namespace lab {
 

@@ -7,7 +7,7 @@
 //   join-identity-backward    dx, bn's gamma/beta gradients and dres = dy * (y > 0), the gradient
 //                             that flows down the identity shortcut
 // To try a variant: write it in this file and add a LabVersion to its operation's list below.
-#include "lab/bn_case.h"
+#include "kernel_lab/bn_case.h"
 
 namespace lab {
 
