@@ -16,6 +16,9 @@
 //                    tensor, scale/bias + ReLU applied while the next conv reads it (fp16, NHWC)
 //   OPT_CUDA_GRAPH   forward, loss, backward and optimizer step captured once as a CUDA graph and
 //                    replayed every step
+//   OPT_DDP_OVERLAP  several GPUs: each gradient bucket is all-reduced as soon as backward has
+//                    produced it, on a communication stream; 0 = one all-reduce after the whole
+//                    backward (bin/train-ddp-naive, the seed's single bucket). Not a rung.
 #pragma once
 
 #include "train/build.h"
@@ -44,6 +47,9 @@
 #ifndef OPT_CUDA_GRAPH
 #define OPT_CUDA_GRAPH 1
 #endif
+#ifndef OPT_DDP_OVERLAP
+#define OPT_DDP_OVERLAP 1
+#endif
 #ifndef VARIANT_NAME
 #define VARIANT_NAME "train"
 #endif
@@ -58,4 +64,5 @@ inline constexpr BuildSettings kBuild{
     OPT_FUSED_BN != 0,
     OPT_CUDA_GRAPH != 0,
     VARIANT_NAME,
+    OPT_DDP_OVERLAP != 0,
 };

@@ -8,6 +8,7 @@
 // layers as descriptors; nothing here reads the build settings.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -64,6 +65,10 @@ class ResNet50 {
   // and the bias (training). Accumulates into totals.
   void loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, long long step);
   void backward();
+  // Called during backward right after the call that writes a parameter's gradient has been enqueued
+  // (its id in params()), in the order they are produced: data-parallel training starts averaging
+  // a bucket of gradients as soon as all of it is there (dist/data_parallel.h). Unset: nothing.
+  std::function<void(int param_id)> on_grad_ready;
 
   float* logits() const { return logits_.as<float>(); }
   size_t activation_bytes() const { return activation_bytes_; }
@@ -80,6 +85,10 @@ class ResNet50 {
   void block_backward(Block& b, const void* in);
   void conv_forward(ConvUnit& c, const void* x, void* y);
   void bn_forward(Bn& bn, const void* x, Shape4 s, bool train);
+  void grad_ready(int param_id) const {
+    if (on_grad_ready) on_grad_ready(param_id);
+  }
+  void bn_grads_ready(const Bn& bn) const;
 
   NetConfig cfg_;
   GpuContext& ctx_;
