@@ -20,7 +20,15 @@ namespace {
 
 constexpr long kVoteEvery = 16;            // steps between stop votes: a signal stops every rank within 32 steps
 constexpr size_t kMaxExposureSamples = 10000;
-constexpr double kAbortSeconds = 10;       // ncclCommAbort itself has been seen to hang; exit regardless
+constexpr double kAbortSeconds = 10;
+
+// ncclCommAbort itself has been seen to hang: the process ends after kAbortSeconds whatever happens.
+void exit_if_abort_hangs() {
+  std::thread([] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kAbortSeconds));
+    _exit(1);
+  }).detach();
+}
 
 ncclDataType_t nccl_type(DType t) { return t == DType::F16 ? ncclHalf : ncclFloat; }
 
@@ -54,9 +62,9 @@ int device_for_local_rank(int local_rank) {
 
 DataParallel::DataParallel(const LaunchInfo& launch, const Fingerprint& fingerprint, const DataParallelConfig& cfg)
     : launch_(launch), cfg_(cfg) {
-  const int device = device_for_local_rank(launch.local_rank);
   RendezvousConfig rc;
   rc.master = master_address([](const char* name) { return static_cast<const char*>(std::getenv(name)); });
+  const int device = device_for_local_rank(launch.local_rank);
   rc.rank = launch.rank;
   rc.world = launch.world;
   rc.fingerprint = fingerprint;
@@ -82,7 +90,7 @@ DataParallel::DataParallel(const LaunchInfo& launch, const Fingerprint& fingerpr
 }
 
 DataParallel::~DataParallel() {
-  if (comm_stream_) cudaStreamSynchronize(*comm_stream_);  // the last stop vote
+  if (comm_stream_ && comm_for_watch_.load()) cudaStreamSynchronize(*comm_stream_);  // the last stop vote
   watch_.reset();  // goodbye first, so that no rank mistakes this one's exit for a death
   comm_for_watch_ = nullptr;
 }
@@ -92,11 +100,8 @@ DataParallel::~DataParallel() {
 void DataParallel::stop_now(const std::string& reason) {
   std::fflush(stdout);
   std::fprintf(stderr, "error: rank %d: stopping: %s\n", launch_.rank, reason.c_str());
-  std::thread([] {
-    std::this_thread::sleep_for(std::chrono::duration<double>(kAbortSeconds));
-    _exit(1);
-  }).detach();
-  if (NcclComm* c = comm_for_watch_.load()) c->abort();
+  exit_if_abort_hangs();
+  if (NcclComm* c = comm_for_watch_.exchange(nullptr)) c->abort();
   _exit(1);
 }
 
@@ -225,7 +230,15 @@ bool DataParallel::agree_to_stop(long step, bool requested_here) {
 
 void DataParallel::progress(long steps) { watch_->progress(steps); }
 
-void DataParallel::fail(const std::string& why) { watch_->fail(why); }
+// The process is about to exit with an error. Its peers are told, and the communicator is aborted at
+// once: an all-reduce still queued would never finish without the others, and every cudaFree on the
+// way out waits for the GPU.
+void DataParallel::fail(const std::string& why) {
+  watch_->fail(why);
+  exit_if_abort_hangs();
+  comm_for_watch_ = nullptr;
+  if (comm_) comm_->abort();
+}
 
 double DataParallel::exposed_ms_per_step() {
   if (exposure_.empty()) return NAN;

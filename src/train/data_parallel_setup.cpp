@@ -2,7 +2,7 @@
 #include "train/data_parallel_setup.h"
 
 #include <algorithm>
-#include <cstdio>
+#include <charconv>
 
 #include <zlib.h>
 
@@ -11,10 +11,11 @@
 
 namespace {
 
+// The shortest text that reads back as the same double: "0.1", not "0.10000000000000001".
 std::string number(double v) {
   char buf[40];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
 }
 
 // A checksum of bytes of any length (zlib's crc32 takes at most 4 GiB a call).

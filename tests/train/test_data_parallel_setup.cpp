@@ -47,7 +47,7 @@ TEST(DataParallelSetup, FlagsThatShapeTheComputationDiffer) {
   Options o = base;
   o.lr = 0.1;
   EXPECT_EQ(differences(f0, run_fingerprint(kTrain, o, 2, d, norm(), nullptr)),
-            "--lr is '0.02' on rank 0 but '0.10000000000000001' on rank 1");
+            "--lr is '0.02' on rank 0 but '0.1' on rank 1");
   o = base;
   o.nesterov = false;
   EXPECT_NE(differences(f0, run_fingerprint(kTrain, o, 2, d, norm(), nullptr)).find("--no-nesterov"), std::string::npos);
