@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -63,16 +64,16 @@ int wait_for_ranks(std::vector<pid_t>& pids, double grace_s) {
     if (SteadyClock::now() >= kill_at)
       for (pid_t p : pids)
         if (p > 0) kill(p, SIGKILL);
-    int status = 0;
-    const pid_t done = waitpid(-1, &status, WNOHANG);
-    if (done <= 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      continue;
-    }
+    bool reaped = false;
     for (size_t r = 0; r < pids.size(); ++r) {
-      if (pids[r] != done) continue;
+      int status = 0;
+      if (pids[r] <= 0) continue;
+      const pid_t w = waitpid(pids[r], &status, WNOHANG);
+      if (w == 0 || (w < 0 && errno == EINTR)) continue;
+      if (w < 0) status = 255 << 8;  // reaped elsewhere: its end is unknown, so it counts as failed
       pids[r] = -1;
       --running;
+      reaped = true;
       const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
       if (failed && first_failed < 0) {
         first_failed = static_cast<int>(r);
@@ -82,6 +83,7 @@ int wait_for_ranks(std::vector<pid_t>& pids, double grace_s) {
         kill_at = deadline_in(grace_s);
       }
     }
+    if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (first_failed < 0) return 0;
   std::fflush(stdout);
