@@ -34,10 +34,17 @@ def trainer_args(s: Settings) -> list[str]:
             "--no-eval", "--json"]
 
 
+# The binaries that replay their step as one CUDA graph (OPT_CUDA_GRAPH: the cudagraph rung, and
+# bin/train, which has every rung on). nsys records a graph launch as one range unless told to trace
+# its nodes: the kernel tables and the idle gaps between kernels would then see one item per step.
+CUDA_GRAPH_VARIANTS = {"train-cudagraph", "train"}
+
+
 def nsys_commands(nsys: Path, binary: Path, variant: str, s: Settings) -> tuple[list[str], list[str]]:
     """`nsys profile` over the cudaProfilerApi range, then `nsys stats` into <out>/<variant>_<report>.csv."""
     base = s.out_dir / variant
-    profile = [str(nsys), "profile", "--trace=cuda,nvtx,osrt", "--capture-range=cudaProfilerApi",
+    graph_nodes = ["--cuda-graph-trace=node"] if variant in CUDA_GRAPH_VARIANTS else []
+    profile = [str(nsys), "profile", "--trace=cuda,nvtx,osrt", *graph_nodes, "--capture-range=cudaProfilerApi",
                "--capture-range-end=stop", "-f", "true", "-o", str(base), str(binary), *trainer_args(s)]
     # --force-export: re-export the SQLite file, which nsys otherwise reuses from an older report.
     stats = [str(nsys), "stats", "--report", ",".join(nsys_summary.REPORTS), "--format", "csv",

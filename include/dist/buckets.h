@@ -45,6 +45,7 @@ class BucketTracker {
   // A tensor reported twice in one step is a Fatal (a hook called twice).
   std::pair<int, int> ready(int t);
   bool all_launched() const { return next_ == static_cast<int>(pending_.size()); }
+  int reported() const { return reported_count_; }  // tensors reported since the last reset
   int launched() const { return next_; }
   // The gradients of the next step.
   void reset();
@@ -54,4 +55,5 @@ class BucketTracker {
   std::vector<int> pending_;      // per bucket: tensors not yet reported
   std::vector<char> reported_;    // per tensor
   int next_ = 0;                  // first bucket not launched
+  int reported_count_ = 0;
 };

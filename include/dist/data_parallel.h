@@ -5,8 +5,8 @@
 //   dp.attach(params, compute_stream);              // gradient buckets over the flat store
 //   net.on_grad_ready = [&](int t) { dp.on_grad_ready(t); };
 //   per step: backward (each bucket's all-reduce starts on the communication stream as soon as
-//             backward has produced it), dp.finish_gradients() (the compute stream waits for the
-//             last bucket only), optimizer step
+//             backward has produced it; after the last gradient the compute stream waits for the
+//             last bucket only), optimizer step, dp.check_step()
 //   outside the step: broadcast_from_root (start), average (BN running statistics before an
 //             evaluation or a save), sum_totals (loss counters), agree_to_stop (signals)
 //
@@ -64,11 +64,13 @@ class DataParallel {
 
   // The parameters whose gradients it averages, and the stream backward runs on.
   void attach(ParamStore& params, cudaStream_t compute);
-  // The network's hook: tensor t's gradient has been enqueued on the compute stream.
+  // The network's hook: tensor t's gradient has been enqueued on the compute stream. The last one
+  // of a step has the compute stream wait for the last bucket (the naive form's only one, launched
+  // then), so the optimizer step enqueued after backward reads averaged gradients.
   void on_grad_ready(int t);
-  // After backward: every bucket is (or, without overlap, now gets) launched, and the compute stream
-  // waits for the last one.
-  void finish_gradients();
+  // After a step was enqueued: a Fatal when backward reported some gradients but not all (they would
+  // go unaveraged), or none in a step that was not a graph replay.
+  void check_step() const;
 
   // Collectives outside the step, ordered with the compute stream (no host wait).
   void broadcast_from_root(void* data, size_t bytes);
@@ -86,7 +88,7 @@ class DataParallel {
   void fail(const std::string& why);
 
   // While on, each step's exposed all-reduce time (from the end of backward on the compute stream to
-  // the end of the last bucket) is measured with events; steps captured in a CUDA graph are not.
+  // the end of the last bucket) is measured with events; steps replayed as a CUDA graph are not.
   void measure_exposure(bool on) { measuring_ = on; }
   // Mean exposed milliseconds per measured step (waits for them), NaN when none was measured.
   double exposed_ms_per_step();
@@ -96,6 +98,7 @@ class DataParallel {
 
  private:
   void launch_bucket(int b);
+  void join_gradients();
   template <class Fn> void on_comm_stream(Fn&& enqueue);
   [[noreturn]] void stop_now(const std::string& reason);
 
@@ -121,6 +124,7 @@ class DataParallel {
   long voted_at_ = -1, decided_at_ = -1;
   int vote_round_ = 0;
   bool stop_agreed_ = false;
+  long joined_steps_ = 0;   // steps whose gradients were averaged by hooks (eager or captured)
   // exposure measurement
   bool measuring_ = false;
   std::vector<std::pair<Event, Event>> exposure_;  // (end of backward, end of the last bucket)

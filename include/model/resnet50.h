@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/conv.h"
+#include "model/fused_conv.h"
 #include "core/handles.h"
 #include "kernels.h"
 #include "core/memory.h"
@@ -27,6 +28,9 @@ struct NetConfig {
   ConvPolicy conv;
   ConvApi conv_api = ConvApi::Legacy;
   int classes = 10;
+  // Batch norm fused into the convolutions where cuDNN accepts the patterns (model/fused_conv.h):
+  // statistics from the conv that writes a tensor, scale/bias + ReLU applied as the next conv reads it.
+  bool fused_bn = false;
 };
 
 // What choosing conv algorithms did, for the start-up report.
@@ -48,6 +52,8 @@ class ResNet50 {
   ParamStore& params() { return params_; }
   const ParamStore& params() const { return params_; }
   const AlgoReport& algo_report() const { return algo_report_; }
+  // Fused builds: which patterns cuDNN accepted (empty otherwise).
+  const FusionReport& fusion_report() const { return fusion_report_; }
 
   // Kaiming-normal (fan_out) convs, BN gamma 1 / beta 0, linear as PyTorch's default.
   void init_params(uint64_t seed);
@@ -62,8 +68,9 @@ class ResNet50 {
   // images: batch x 3 x 32 x 32 in the configured type and layout. train=false uses running stats.
   void forward(const void* images, bool train);
   // Softmax cross-entropy on the logits; with loss_scale != nullptr also the gradients of the logits
-  // and the bias (training). Accumulates into totals.
-  void loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, long long step);
+  // and the bias (training). Accumulates into totals. loss_scale and step are device memory
+  // (softmax_xent in kernels.h); step nullptr: no step index (evaluation).
+  void loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, const long long* step);
   void backward();
   // Called during backward right after the call that writes a parameter's gradient has been enqueued
   // (its id in params()), in the order they are produced: data-parallel training starts averaging
@@ -83,17 +90,29 @@ class ResNet50 {
   void choose_algorithms(AutotuneCache& cache);
   void block_forward(Block& b, const void* in, bool train);
   void block_backward(Block& b, const void* in);
+  void join_backward(Block& b);
   void conv_forward(ConvUnit& c, const void* x, void* y);
   void bn_forward(Bn& bn, const void* x, Shape4 s, bool train);
   void grad_ready(int param_id) const {
     if (on_grad_ready) on_grad_ready(param_id);
   }
   void bn_grads_ready(const Bn& bn) const;
+  // Batch norm fused into the convolutions (src/model/resnet50_fused.cpp). Measured on the H100
+  // (cuDNN 9.14): two runs of the fused build differ in their first loss even with engines cuDNN
+  // does not mark non-deterministic, so --deterministic keeps every conv unfused.
+  bool fused() const { return cfg_.fused_bn && !cfg_.conv.deterministic; }
+  size_t build_fusion();
+  void fused_block_forward(Block& b, const void* in, bool train);
+  void fused_block_backward(Block& b, const void* in);
+  void fused_conv_stats(ConvUnit& c, const void* x, void* y, Bn& bn, Shape4 s, bool train, const Bn* prologue,
+                        void* y_prev, Shape4 s_prev);
+  void fused_inner_backward(ConvUnit& c, const void* x, Bn& bn, void* y_in, Shape4 s_in, void* dy, void* dx);
 
   NetConfig cfg_;
   GpuContext& ctx_;
   ParamStore params_;
   AlgoReport algo_report_;
+  FusionReport fusion_report_;
 
   std::unique_ptr<ConvUnit> stem_conv_;
   std::unique_ptr<Bn> stem_bn_;
@@ -109,5 +128,6 @@ class ResNet50 {
   DeviceBuffer running_, bn_state_, bn_scratch_;
   size_t running_count_ = 0, bn_state_floats_ = 0, bn_scratch_floats_ = 0;
   size_t activation_bytes_ = 0;
+  DeviceBuffer fused_state_, zeros_;      // fused builds: per-BN sums and fp16 scale/shift; a zero vector
   const void* images_ = nullptr;          // the batch of the last forward (backward's stem input)
 };

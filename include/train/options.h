@@ -33,6 +33,7 @@ struct Options {
   std::string autotune_cache = "autotune-cache.txt";
   bool tf32 = true;                 // fp32 convs/GEMMs may use TF32 tensor cores
   bool deterministic = false;
+  bool cuda_graph = true;           // replay the step as a CUDA graph (builds with cudagraph)
   double loss_scale = 65536.0;      // initial dynamic loss scale (fp16 builds)
   int loss_scale_window = 1000;     // good steps before the scale doubles
   // measurement

@@ -63,12 +63,14 @@ void BucketTracker::reset() {
   for (const GradBucket& b : plan_.buckets) pending_.push_back(b.tensors());
   reported_.assign(plan_.bucket_of.size(), 0);
   next_ = 0;
+  reported_count_ = 0;
 }
 
 std::pair<int, int> BucketTracker::ready(int t) {
   if (t < 0 || t >= static_cast<int>(reported_.size())) throw Fatal("gradient hook: no parameter " + std::to_string(t));
   if (reported_[t]) throw Fatal("gradient hook: parameter " + std::to_string(t) + " reported twice in one step");
   reported_[t] = 1;
+  ++reported_count_;
   --pending_[plan_.bucket_of[t]];
   const int first = next_;
   while (next_ < static_cast<int>(pending_.size()) && pending_[next_] == 0) ++next_;

@@ -130,10 +130,14 @@ void DataParallel::attach(ParamStore& params, cudaStream_t compute) {
   vote_landed_.emplace_back(false);
 }
 
+// The last gradient of the step completes it: the naive form launches its one bucket now, and the
+// compute stream is made to wait for the last bucket, so the optimizer step that follows sees the
+// averaged gradients. The step's code needs no call of its own for it (eager and captured alike).
 void DataParallel::on_grad_ready(int t) {
   const auto [first, end] = tracker_->ready(t);
   if (cfg_.overlap)
     for (int b = first; b < end; ++b) launch_bucket(b);
+  if (tracker_->all_launched()) join_gradients();
 }
 
 void DataParallel::launch_bucket(int b) {
@@ -155,21 +159,26 @@ void DataParallel::launch_bucket(int b) {
   if (staging_.get() && g.weight_count) cast(reduced, reduce_type_, grads, g.weight_count, comm);
 }
 
-void DataParallel::finish_gradients() {
+void DataParallel::join_gradients() {
   const bool measure = measuring_ && exposure_.size() < kMaxExposureSamples && !capturing(compute_);
   if (measure) {
     exposure_.emplace_back(Event(true), Event(true));
-    exposure_.back().first.record(compute_);
+    exposure_.back().first.record(compute_);  // the end of backward
   }
-  if (!tracker_->all_launched() && cfg_.overlap)
-    throw Fatal("gradient buckets: bucket " + std::to_string(tracker_->launched()) + " of " +
-                std::to_string(plan_.buckets.size()) + " never became ready (a gradient was not reported by the network)");
   if (!cfg_.overlap)
     for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) launch_bucket(b);
   tracker_->reset();
+  ++joined_steps_;
   done_->record(*comm_stream_);
   if (measure) exposure_.back().second.record(*comm_stream_);
   CUDA_CHECK(cudaStreamWaitEvent(compute_, *done_, 0));
+}
+
+void DataParallel::check_step() const {
+  if (tracker_->reported() == 0 && joined_steps_ > 0) return;  // a replayed graph: no hook runs
+  throw Fatal("gradient buckets: only " + std::to_string(tracker_->reported()) + " of " +
+              std::to_string(plan_.bucket_of.size()) + " parameter gradients were reported in a step "
+              "(ResNet50::on_grad_ready is not called after every gradient): they would not be averaged");
 }
 
 template <class Fn>
@@ -219,11 +228,14 @@ bool DataParallel::agree_to_stop(long step, bool requested_here) {
   vote_round_ ^= 1;
   host[slot] = requested_here ? 1 : 0;
   int32_t* dev = vote_dev_.as<int32_t>() + slot;
-  cudaStream_t s = *comm_stream_;
-  CUDA_CHECK(cudaMemcpyAsync(dev, host + slot, sizeof(int32_t), cudaMemcpyHostToDevice, s));
-  NCCL_COMM_CHECK(*comm_, ncclAllReduce(dev, dev, 1, ncclInt32, ncclMax, comm_->get(), s));
-  CUDA_CHECK(cudaMemcpyAsync(host + 2 + slot, dev, sizeof(int32_t), cudaMemcpyDeviceToHost, s));
-  vote_landed_[slot].record(s);
+  // In stream order with the steps: a step replayed as a graph runs its all-reduces on the compute
+  // stream, and two collectives of one communicator must not run side by side.
+  on_comm_stream([&](cudaStream_t s) {
+    CUDA_CHECK(cudaMemcpyAsync(dev, host + slot, sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    NCCL_COMM_CHECK(*comm_, ncclAllReduce(dev, dev, 1, ncclInt32, ncclMax, comm_->get(), s));
+    CUDA_CHECK(cudaMemcpyAsync(host + 2 + slot, dev, sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+    vote_landed_[slot].record(s);
+  });
   voted_at_ = step;
   return false;
 }

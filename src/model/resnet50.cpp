@@ -9,30 +9,7 @@
 #include "core/check.h"
 #include "model/linear.h"
 #include "core/rng.h"
-
-struct ResNet50::Bn {
-  std::string name;
-  int channels = 0;
-  int gamma = -1, beta = -1;
-  size_t running_off = 0, state_off = 0;
-  BnChannelState st{};
-};
-
-struct ResNet50::ConvUnit {
-  std::unique_ptr<ConvLayer> conv;
-  int weight = -1;
-};
-
-struct ResNet50::Block {
-  ConvUnit c1, c2, c3;
-  std::optional<ConvUnit> down;
-  Bn b1, b2, b3;
-  std::optional<Bn> bdown;
-  Shape4 in, mid1, mid2, out;
-  // What backward needs: conv outputs (BN inputs) and BN+ReLU outputs (the next conv's input; out_buf is
-  // also the ReLU mask of the residual BN, whose ReLU came after the add).
-  DeviceBuffer a1, y1, a2, y2, a3, ad, out_buf;
-};
+#include "model/resnet50_parts.h"
 
 namespace {
 constexpr int kStageWidths[4] = {64, 128, 256, 512};
@@ -56,6 +33,7 @@ void ResNet50::build() {
     ConvUnit u;
     u.conv = make_conv(cfg_.conv_api, g, cfg_.dtype, cfg_.layout, cfg_.tf32);
     u.weight = params_.add(name + ".weight", ParamKind::ConvWeight, {g.k, g.c, g.r, g.r});
+    u.name = name;
     return u;
   };
   auto make_bn = [&](const std::string& name, int channels) {
@@ -112,7 +90,9 @@ void ResNet50::allocate() {
   // Sizes first, so that a batch too large for the GPU is one clear message, not a failed cudaMalloc.
   size_t act = 2 * stem.count(), largest = stem.count(), scratch = bn_scratch_floats(stem, t, cfg_.layout);
   for (const auto& b : blocks_) {
-    act += 2 * b->mid1.count() + 2 * b->mid2.count() + (b->down ? 3 : 2) * b->out.count();
+    // a1, y1, a2, y2 (fused builds store no y1, y2), a3, ad, out
+    const size_t ys = fused() ? 0 : b->mid1.count() + b->mid2.count();
+    act += b->mid1.count() + b->mid2.count() + ys + (b->down ? 3 : 2) * b->out.count();
     for (const Shape4& s : {b->in, b->mid1, b->mid2, b->out}) {
       largest = std::max(largest, s.count());
       scratch = std::max(scratch, bn_scratch_floats(s, t, cfg_.layout));
@@ -134,9 +114,11 @@ void ResNet50::allocate() {
   stem_y_ = DeviceBuffer(stem.count() * es, "stem output" + batch);
   for (auto& b : blocks_) {
     b->a1 = DeviceBuffer(b->mid1.count() * es, "activations" + batch);
-    b->y1 = DeviceBuffer(b->mid1.count() * es, "activations" + batch);
     b->a2 = DeviceBuffer(b->mid2.count() * es, "activations" + batch);
-    b->y2 = DeviceBuffer(b->mid2.count() * es, "activations" + batch);
+    if (!fused()) {  // fused builds allocate them only where a fallback needs them (build_fusion)
+      b->y1 = DeviceBuffer(b->mid1.count() * es, "activations" + batch);
+      b->y2 = DeviceBuffer(b->mid2.count() * es, "activations" + batch);
+    }
     b->a3 = DeviceBuffer(b->out.count() * es, "activations" + batch);
     if (b->down) b->ad = DeviceBuffer(b->out.count() * es, "activations" + batch);
     b->out_buf = DeviceBuffer(b->out.count() * es, "activations" + batch);
@@ -187,6 +169,8 @@ void ResNet50::choose_algorithms(AutotuneCache& cache) {
     choose(b->c3);
     if (b->down) choose(*b->down);
   }
+  if (fused()) ws = std::max(ws, build_fusion());
+  fusion_report_.off_for_determinism = cfg_.fused_bn && !fused();
   workspace_ = DeviceBuffer(ws, "cuDNN workspace (--workspace-mb)");
   algo_report_ = {static_cast<int>(shapes.size()), chooser.searched(), chooser.search_seconds(), ws};
 }
@@ -287,6 +271,7 @@ void ResNet50::bn_forward(Bn& bn, const void* x, Shape4 s, bool train) {
 }
 
 void ResNet50::block_forward(Block& b, const void* in, bool train) {
+  if (fused()) return fused_block_forward(b, in, train);
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
   conv_forward(b.c1, in, b.a1.get());
@@ -329,7 +314,7 @@ void ResNet50::forward(const void* images, bool train) {
                  params_.working(fc_weight_), logits_.as<float>());
 }
 
-void ResNet50::loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, long long step) {
+void ResNet50::loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, const long long* step) {
   const bool train = loss_scale != nullptr;
   softmax_xent(logits_.as<float>(), params_.master(fc_bias_), labels, cfg_.batch, cfg_.classes,
                train ? dlogits_.get() : nullptr, cfg_.dtype, train ? params_.vector_grad(fc_bias_) : nullptr,
@@ -344,7 +329,34 @@ void ResNet50::bn_grads_ready(const Bn& bn) const {
 
 // Gradient buffers: g[0] holds the gradient flowing between blocks (a block's output gradient on
 // entry, its input gradient on exit); g[1..3] hold the gradients inside a block.
+// The join: out = relu(bn3(a3) + shortcut). From g[0] (the output's gradient): g[1] = the gradient
+// of a3, and g[2] = that of the shortcut conv's output, or g[0] = the identity shortcut's gradient.
+void ResNet50::join_backward(Block& b) {
+  BnBackwardArgs last{};
+  last.dy = grad_[0].get();
+  last.relu = ReluMask::FromOutput;  // the ReLU came after the residual add
+  last.y = b.out_buf.get();
+  last.x = b.a3.get();
+  last.bn = &b.b3.st;
+  last.dgamma = params_.vector_grad(b.b3.gamma);
+  last.dbeta = params_.vector_grad(b.b3.beta);
+  last.dx = grad_[1].get();
+  if (b.down) {
+    last.x2 = b.ad.get();
+    last.bn2 = &b.bdown->st;
+    last.dgamma2 = params_.vector_grad(b.bdown->gamma);
+    last.dbeta2 = params_.vector_grad(b.bdown->beta);
+    last.dx2 = grad_[2].get();
+  } else {
+    last.dres = grad_[0].get();  // identity shortcut: the input's gradient starts as dz
+  }
+  bn_backward(last, b.out, cfg_.dtype, cfg_.layout, bn_scratch_.as<float>(), ctx_.stream);
+  bn_grads_ready(b.b3);
+  if (b.down) bn_grads_ready(*b.bdown);
+}
+
 void ResNet50::block_backward(Block& b, const void* in) {
+  if (fused()) return fused_block_backward(b, in);
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
   void *gA = grad_[0].get(), *gB = grad_[1].get(), *gC = grad_[2].get(), *gD = grad_[3].get();
@@ -352,27 +364,7 @@ void ResNet50::block_backward(Block& b, const void* in) {
   const size_t wsb = workspace_.bytes();
   float* scratch = bn_scratch_.as<float>();
 
-  BnBackwardArgs last{};
-  last.dy = gA;
-  last.relu = ReluMask::FromOutput;  // the ReLU came after the residual add
-  last.y = b.out_buf.get();
-  last.x = b.a3.get();
-  last.bn = &b.b3.st;
-  last.dgamma = params_.vector_grad(b.b3.gamma);
-  last.dbeta = params_.vector_grad(b.b3.beta);
-  last.dx = gB;
-  if (b.down) {
-    last.x2 = b.ad.get();
-    last.bn2 = &b.bdown->st;
-    last.dgamma2 = params_.vector_grad(b.bdown->gamma);
-    last.dbeta2 = params_.vector_grad(b.bdown->beta);
-    last.dx2 = gC;
-  } else {
-    last.dres = gA;  // identity shortcut: the input's gradient starts as dz
-  }
-  bn_backward(last, b.out, t, l, scratch, ctx_.stream);
-  bn_grads_ready(b.b3);
-  if (b.down) bn_grads_ready(*b.bdown);
+  join_backward(b);
 
   b.c3.conv->backward_filter(ctx_.cudnn, b.y2.get(), gB, params_.weight_grad(b.c3.weight), ws, wsb);
   grad_ready(b.c3.weight);

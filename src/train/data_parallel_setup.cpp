@@ -60,7 +60,8 @@ Fingerprint run_fingerprint(const BuildSettings& b, const Options& o, int world,
   f.add("--wd", number(o.weight_decay)).add("--no-nesterov", o.nesterov ? "off" : "on");
   f.add("--seed", std::to_string(o.seed)).add("--no-eval", o.eval ? "off" : "on");
   f.add("--workspace-mb", std::to_string(o.workspace_mb)).add("--no-tf32", o.tf32 ? "off" : "on");
-  f.add("--deterministic", o.deterministic ? "on" : "off").add("--loss-scale", number(o.loss_scale));
+  f.add("--deterministic", o.deterministic ? "on" : "off").add("--no-cuda-graph", o.cuda_graph ? "off" : "on");
+  f.add("--loss-scale", number(o.loss_scale));
   f.add("--loss-scale-window", std::to_string(o.loss_scale_window));
   f.add("--warmup-steps", std::to_string(o.warmup_steps)).add("--profile-steps", std::to_string(o.profile_steps));
   f.add("--progress-every", std::to_string(o.progress_every)).add("--save-every", std::to_string(o.save_every));

@@ -54,6 +54,8 @@ const std::vector<Flag>& flags() {
        [](Options& o, const std::string&) { o.tf32 = false; }},
       {"--deterministic", "", "deterministic cuDNN algorithms: two runs give bit-identical losses", [](const Options&) { return std::string("off"); },
        [](Options& o, const std::string&) { o.deterministic = true; }},
+      {"--no-cuda-graph", "", "launch each step's kernels one by one, not as one CUDA graph (cudagraph builds)", [](const Options&) { return std::string("CUDA graph"); },
+       [](Options& o, const std::string&) { o.cuda_graph = false; }},
       {"--loss-scale", "F", "initial dynamic loss scale (fp16 builds)", [](const Options& o) { return show(o.loss_scale); },
        [](Options& o, const std::string& v) { o.loss_scale = parse_double("--loss-scale", v, 1.0, 16777216.0); }},
       {"--loss-scale-window", "N", "good steps before the loss scale doubles", [](const Options& o) { return std::to_string(o.loss_scale_window); },

@@ -765,6 +765,14 @@ LossTotals fresh_totals() {
   return z;
 }
 
+// One value in device memory, as a kernel reads it (a step index, a learning rate).
+template <class T>
+struct DeviceValue {
+  DeviceBuffer buf{sizeof(T), "test value"};
+  explicit DeviceValue(T v) { CUDA_CHECK(cudaMemcpy(buf.get(), &v, sizeof v, cudaMemcpyHostToDevice)); }
+  const T* ptr() const { return buf.as<T>(); }
+};
+
 struct DeviceTotals {
   DeviceBuffer buf{sizeof(LossTotals), "test loss totals"};
   explicit DeviceTotals(const LossTotals& init = fresh_totals()) { set(init); }
@@ -815,6 +823,7 @@ TEST_P(GpuSoftmaxXent, MatchesReferenceWithPaddingAndLossScale) {
   std::mt19937_64 rng = test_rng();
   const double loss_scale = 1024;
   const DeviceTensor scale_d(Vec{loss_scale}, DType::F32);
+  const DeviceValue<long long> step(42);
   for (const int n : {13, 300}) {  // 300: more rows than the block's threads
     SCOPED_TRACE("n " + std::to_string(n));
     const XentInputs in = random_xent(rng, n, 10, 5);
@@ -824,7 +833,7 @@ TEST_P(GpuSoftmaxXent, MatchesReferenceWithPaddingAndLossScale) {
     dbias.poison();
     DeviceTotals totals;
     softmax_xent(dev.logits.f32(), dev.bias.f32(), dev.label_ptr(), n, 10, dlogits.get(), t, dbias.f32(),
-                 scale_d.f32(), totals.ptr(), 42, stream);
+                 scale_d.f32(), totals.ptr(), step.ptr(), stream);
     const ref::XentResult r = ref::softmax_xent(n, 10, in.logits, in.bias, in.labels, loss_scale);
     const LossTotals got = totals.get();
     EXPECT_CLOSE(dev.logits.download(), r.logits, kTolF32) << "logits + bias, in place";
@@ -860,10 +869,11 @@ TEST(GpuSoftmaxXentTotals, AccumulateAndMarkTheFirstBadStep) {
   const ref::XentResult rb = ref::softmax_xent(20, 10, b.logits, b.bias, b.labels, 1.0);
   DeviceTensor dlogits(200, DType::F32), dbias(10, DType::F32);
   DeviceXent da(a), db(b);
+  const DeviceValue<long long> step1(1), step2(2);
   softmax_xent(da.logits.f32(), da.bias.f32(), da.label_ptr(), 20, 10, dlogits.get(), DType::F32, dbias.f32(),
-               nullptr, totals.ptr(), 1, stream);
+               nullptr, totals.ptr(), step1.ptr(), stream);
   softmax_xent(db.logits.f32(), db.bias.f32(), db.label_ptr(), 20, 10, dlogits.get(), DType::F32, dbias.f32(),
-               nullptr, totals.ptr(), 2, stream);
+               nullptr, totals.ptr(), step2.ptr(), stream);
   LossTotals got = totals.get();
   EXPECT_NEAR(got.loss_sum, ra.loss_sum + rb.loss_sum, kTolF32 * (ra.loss_sum + rb.loss_sum));
   EXPECT_EQ(got.count, static_cast<unsigned long long>(ra.valid + rb.valid));
@@ -878,8 +888,10 @@ TEST(GpuSoftmaxXentTotals, AccumulateAndMarkTheFirstBadStep) {
   const float good = got.last_loss;
   for (const long long step : {7LL, 8LL}) {
     DeviceXent dbad(bad);
+    const DeviceValue<long long> step_d(step);
     softmax_xent(dbad.logits.f32(), dbad.bias.f32(), dbad.label_ptr(), 20, 10, dlogits.get(), DType::F32,
-                 dbias.f32(), nullptr, totals.ptr(), step, stream);
+                 dbias.f32(), nullptr, totals.ptr(), step_d.ptr(), stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // before step_d goes
   }
   got = totals.get();
   EXPECT_TRUE(std::isnan(got.last_loss));
@@ -897,7 +909,7 @@ TEST(GpuSoftmaxXentTotals, EvaluationAndAllPaddingBatches) {
   DeviceXent dev(in);
   DeviceTotals totals;
   softmax_xent(dev.logits.f32(), dev.bias.f32(), dev.label_ptr(), 37, 10, nullptr, DType::F32, nullptr, nullptr,
-               totals.ptr(), 0, stream);
+               totals.ptr(), nullptr, stream);
   const LossTotals got = totals.get();
   EXPECT_NEAR(got.loss_sum, r.loss_sum, kTolF32 * r.loss_sum);
   EXPECT_EQ(got.correct, static_cast<unsigned long long>(r.correct));
@@ -911,7 +923,7 @@ TEST(GpuSoftmaxXentTotals, EvaluationAndAllPaddingBatches) {
   dlogits.poison();
   dbias.poison();
   softmax_xent(dpad.logits.f32(), dpad.bias.f32(), dpad.label_ptr(), 9, 10, dlogits.get(), DType::F16, dbias.f32(),
-               nullptr, totals.ptr(), 1, stream);
+               nullptr, totals.ptr(), nullptr, stream);
   const LossTotals after = totals.get();
   EXPECT_EQ(after.loss_sum, got.loss_sum);
   EXPECT_EQ(after.count, got.count);
@@ -919,6 +931,39 @@ TEST(GpuSoftmaxXentTotals, EvaluationAndAllPaddingBatches) {
   EXPECT_EQ(after.last_loss, got.last_loss);
   EXPECT_EQ(dlogits.download(), Vec(90, 0.0));
   EXPECT_EQ(dbias.download(), Vec(10, 0.0));
+}
+
+// Without a step index (evaluation) a NaN loss is no training divergence: nothing is recorded.
+// record_loss puts the latest loss at the slot it reads from device memory, and nowhere else.
+TEST(GpuSoftmaxXentTotals, StepIndexAndLossSlotComeFromDeviceMemory) {
+  SKIP_WITHOUT_GPU("the softmax cross-entropy kernel");
+  cudaStream_t stream = ctx().stream;
+  std::mt19937_64 rng = test_rng();
+  XentInputs bad = random_xent(rng, 20, 10, 0);
+  bad.logits[5 * 10 + 1] = std::numeric_limits<double>::quiet_NaN();
+  DeviceXent dbad(bad);
+  DeviceTotals totals;
+  softmax_xent(dbad.logits.f32(), dbad.bias.f32(), dbad.label_ptr(), 20, 10, nullptr, DType::F32, nullptr, nullptr,
+               totals.ptr(), nullptr, stream);
+  EXPECT_TRUE(std::isnan(totals.get().last_loss));
+  EXPECT_EQ(totals.get().first_bad_step, -1) << "evaluation recorded a bad training step";
+
+  const XentInputs in = random_xent(rng, 20, 10, 0);
+  DeviceXent dev(in);
+  DeviceTotals fresh;
+  const DeviceValue<long long> step(123456789012LL);
+  softmax_xent(dev.logits.f32(), dev.bias.f32(), dev.label_ptr(), 20, 10, nullptr, DType::F32, nullptr, nullptr,
+               fresh.ptr(), step.ptr(), stream);
+  DeviceTensor history(8, DType::F32);
+  history.poison();
+  const DeviceValue<int> slot(5);
+  record_loss(fresh.ptr(), slot.ptr(), history.f32(), stream);
+  const Vec h = history.download();
+  const float want = fresh.get().last_loss;
+  for (int i = 0; i < 8; ++i) {
+    if (i == 5) EXPECT_EQ(h[i], double(want)) << "the recorded loss";
+    else EXPECT_TRUE(std::isnan(h[i])) << "slot " << i << " was written";
+  }
 }
 
 // ================================================================================================
@@ -956,7 +1001,7 @@ struct SgdSetup {
   size_t n, n_act;
   DType act;
   Vec w, mom, grad_act, grad_f32;  // grads as stored (scaled by the loss scale)
-  DeviceTensor w_d, mom_d, grad_act_d, grad_f32_d, w_act_d;
+  DeviceTensor w_d, mom_d, grad_act_d, grad_f32_d, w_act_d, lr_d{1, DType::F32, "sgd lr"};
   static constexpr size_t kGuard = 64;  // fp16 copy elements past n_act that must stay untouched
 
   SgdSetup(std::mt19937_64& rng, size_t n_, size_t n_act_, DType act_, double grad_scale)
@@ -970,9 +1015,12 @@ struct SgdSetup {
         w_act_d(n_act_ + kGuard, DType::F16, "sgd fp16 copy") {
     w_act_d.poison();
   }
-  SgdArgs args(float lr, float m, float wd, bool nesterov) const {
+  // The kernel reads lr from device memory: it is uploaded here (a blocking copy, ordered after the
+  // work already enqueued on the blocking test stream).
+  SgdArgs args(float lr, float m, float wd, bool nesterov) {
+    lr_d.upload(Vec{lr});
     return {w_d.f32(), mom_d.f32(), grad_act_d.get(), grad_f32_d.f32(),
-            act == DType::F16 ? w_act_d.get() : nullptr, n, n_act, act, lr, m, wd, nesterov};
+            act == DType::F16 ? w_act_d.get() : nullptr, n, n_act, act, lr_d.f32(), m, wd, nesterov};
   }
 };
 
@@ -1287,7 +1335,8 @@ TEST(KernelArgs, BatchNormBackwardRejectsResidualPathsWithoutRelu) {
 }
 
 TEST(KernelArgs, SoftmaxXentRejectsMoreThan16Classes) {
-  EXPECT_THROW(softmax_xent(nullptr, nullptr, nullptr, 4, 17, nullptr, DType::F32, nullptr, nullptr, nullptr, 0, nullptr),
+  EXPECT_THROW(softmax_xent(nullptr, nullptr, nullptr, 4, 17, nullptr, DType::F32, nullptr, nullptr, nullptr, nullptr,
+                            nullptr),
                Fatal);
 }
 
