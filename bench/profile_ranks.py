@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup-steps", type=int, default=20)
     p.add_argument("--profile-steps", type=int, default=30)
     p.add_argument("--steps", type=int, default=60, help="steps in all (warm-up + window + a few after)")
-    p.add_argument("--extra", default="", help="more bin/train flags, e.g. \"--allreduce-dtype fp32 --bucket-mb 100\"")
+    p.add_argument("--extra", default="", help="more bin/train flags, as one argument: --extra=\"--allreduce-dtype fp32 --bucket-mb 100\"")
     p.add_argument("--out", type=Path, default=runner.REPO_ROOT / "bench" / "out" / "profile",
                    help="raw reports, CSVs and per-rank .md (bench/out/profile, git-ignored)")
     p.add_argument("--results", type=Path, default=runner.REPO_ROOT / "bench" / "results",
@@ -82,7 +82,10 @@ def profile_command(nsys: Path, binary: Path, args: argparse.Namespace) -> list[
     """One rank's command: nsys expands %q{RANK} from the rank's environment."""
     settings = capture.Settings(out_dir=args.out, batch=args.batch, warmup_steps=args.warmup_steps,
                                 profile_steps=args.profile_steps, steps=args.steps)
-    return [str(nsys), "profile", "--trace=cuda,nvtx,osrt", "--capture-range=cudaProfilerApi",
+    # A step replayed as a CUDA graph would be one range without --cuda-graph-trace=node: the NCCL
+    # kernels could not be told from the others (bin/train-ddp-naive replays its step as one too).
+    graph_nodes = ["--cuda-graph-trace=node"] if args.binary in capture.CUDA_GRAPH_VARIANTS | {"train-ddp-naive"} else []
+    return [str(nsys), "profile", "--trace=cuda,nvtx,osrt", *graph_nodes, "--capture-range=cudaProfilerApi",
             "--capture-range-end=stop", "-f", "true", "-o", str(args.out / (report_name(args) + "_%q{RANK}")),
             str(binary), *capture.trainer_args(settings), *shlex.split(args.extra)]
 

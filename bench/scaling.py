@@ -38,7 +38,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timed-steps", type=int, default=100, help="steps in the timed window (100)")
     p.add_argument("--runs", type=int, default=3, help="runs per point; the table shows the median (3)")
     p.add_argument("--variants", default="train,train-ddp-naive", help="binaries (train,train-ddp-naive)")
-    p.add_argument("--extra", default="", help="more bin/train flags, e.g. \"--allreduce-dtype fp32\"")
+    p.add_argument("--extra", default="", help="more bin/train flags, as one argument: --extra=\"--allreduce-dtype fp32\"")
     p.add_argument("--out", type=Path, default=runner.REPO_ROOT / "bench" / "results")
     p.add_argument("--bin-dir", type=Path, default=runner.BIN_DIR)
     p.add_argument("--timeout", type=float, default=900, help="seconds before a run counts as failed (900)")

@@ -106,8 +106,12 @@ void Reporter::summary(const RunSummary& s) const {
   if (timed > 0)
     std::printf("; steady state (%ld steps after %d warm-up): %s img/s, %.2f ms/step, data stall %.1f%%", timed,
                 opt_.warmup_steps, with_commas(std::lround(ips)).c_str(), ms_step, stall);
-  if (timed > 0 && ranks_ > 1)
-    std::printf(" (%d GPUs, all-reduce exposed %.2f ms/step)", ranks_, s.allreduce_exposed_ms);
+  if (timed > 0 && ranks_ > 1) {
+    if (std::isnan(s.allreduce_exposed_ms))  // steps replayed as a CUDA graph are not timed by events
+      std::printf(" (%d GPUs)", ranks_);
+    else
+      std::printf(" (%d GPUs, all-reduce exposed %.2f ms/step)", ranks_, s.allreduce_exposed_ms);
+  }
   if (!std::isnan(s.final_test_acc)) std::printf("; test accuracy %.2f%%", 100 * s.final_test_acc);
   std::printf("; peak GPU memory %.0f MiB\n", s.peak_gpu_mem_mb);
 }

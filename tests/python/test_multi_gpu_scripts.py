@@ -144,6 +144,7 @@ class ProfileRanks(unittest.TestCase):
         cmd = profile_ranks.profile_command(Path("/usr/bin/nsys"), Path("bin/train"), args)
         self.assertEqual(cmd[:2], ["/usr/bin/nsys", "profile"])
         self.assertIn("--capture-range=cudaProfilerApi", cmd)
+        self.assertIn("--cuda-graph-trace=node", cmd)  # bin/train replays its step as a CUDA graph
         self.assertEqual(cmd[cmd.index("-o") + 1], "/tmp/p/train-2gpu_%q{RANK}")
         self.assertIn("bin/train", cmd)
         self.assertEqual(cmd[-2:], ["--bucket-mb", "50"])
