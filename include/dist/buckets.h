@@ -46,6 +46,7 @@ class BucketTracker {
   std::pair<int, int> ready(int t);
   bool all_launched() const { return next_ == static_cast<int>(pending_.size()); }
   int reported() const { return reported_count_; }  // tensors reported since the last reset
+  bool was_reported(int t) const { return t >= 0 && t < static_cast<int>(reported_.size()) && reported_[t]; }
   int launched() const { return next_; }
   // The gradients of the next step.
   void reset();

@@ -125,6 +125,7 @@ class DataParallel {
   int vote_round_ = 0;
   bool stop_agreed_ = false;
   long joined_steps_ = 0;   // steps whose gradients were averaged by hooks (eager or captured)
+  bool step_in_capture_ = false;  // the current step's hooks run inside a CUDA graph capture
   // exposure measurement
   bool measuring_ = false;
   std::vector<std::pair<Event, Event>> exposure_;  // (end of backward, end of the last bucket)

@@ -14,7 +14,8 @@
 void nccl_check(ncclResult_t r, const char* call, const char* file, int line);
 #define NCCL_CHECK(call) nccl_check((call), #call, __FILE__, __LINE__)
 
-// Sets what NCCL reads from the environment at set-up (NCCL_NVLS_ENABLE=0 unless already set).
+// Sets what NCCL reads from the environment at set-up (NCCL_NVLS_ENABLE=0 unless already set);
+// every function here that calls NCCL first calls it.
 void prepare_nccl_environment();
 // "2.28.9": the NCCL library this process runs with.
 std::string nccl_version_text();

@@ -134,6 +134,14 @@ void DataParallel::attach(ParamStore& params, cudaStream_t compute) {
 // compute stream is made to wait for the last bucket, so the optimizer step that follows sees the
 // averaged gradients. The step's code needs no call of its own for it (eager and captured alike).
 void DataParallel::on_grad_ready(int t) {
+  if (tracker_->reported() == 0) {
+    step_in_capture_ = capturing(compute_);
+  } else if (tracker_->was_reported(t) && step_in_capture_ && !capturing(compute_)) {
+    // The step's CUDA graph capture failed part way (train/step_graph.h): nothing of it ran, and
+    // the step is enqueued again eagerly, from its first gradient.
+    tracker_->reset();
+    step_in_capture_ = false;
+  }
   const auto [first, end] = tracker_->ready(t);
   if (cfg_.overlap)
     for (int b = first; b < end; ++b) launch_bucket(b);

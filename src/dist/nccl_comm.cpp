@@ -39,6 +39,7 @@ void nccl_check(ncclResult_t r, const char* call, const char* file, int line) {
 void prepare_nccl_environment() { setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0); }
 
 std::string nccl_version_text() {
+  prepare_nccl_environment();  // NCCL reads its environment once, at its first call: be first
   int v = 0;
   NCCL_CHECK(ncclGetVersion(&v));
   char buf[32];

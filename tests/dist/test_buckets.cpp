@@ -194,11 +194,15 @@ TEST(Buckets, AGradientReportedTwiceOrUnknownIsABug) {
   const Net n = resnet_like(2, 16);
   const BucketPlan p = plan_buckets(n.tensors, n.n_weights, 4, 1 << 10, 4 << 10);
   BucketTracker tracker(p);
+  EXPECT_FALSE(tracker.was_reported(3));
   tracker.ready(3);
+  EXPECT_TRUE(tracker.was_reported(3));
+  EXPECT_EQ(tracker.reported(), 1);
   EXPECT_THROW(tracker.ready(3), Fatal);
   EXPECT_THROW(tracker.ready(-1), Fatal);
   EXPECT_THROW(tracker.ready(int(n.tensors.size())), Fatal);
   tracker.reset();
+  EXPECT_FALSE(tracker.was_reported(3));
   EXPECT_NO_THROW(tracker.ready(3));
 }
 
