@@ -16,7 +16,7 @@ const std::vector<FlagRow<DataOptions>>& data_flag_rows() {
        [](DataOptions& o, const std::string& v) { o.data_dir = v; }},
       {"--synthetic-size", "N", "training images of --data synthetic (the test set is a fifth)", [](const DataOptions& o) { return std::to_string(o.synthetic_size); },
        [](DataOptions& o, const std::string& v) { o.synthetic_size = (int)parse_long("--synthetic-size", v, 1, 10000000); }},
-      {"--batch", "N", "images per step", [](const DataOptions& o) { return std::to_string(o.batch); },
+      {"--batch", "N", "images per step (per GPU when bin/train runs on several: --gpus, torchrun, mpirun, srun)", [](const DataOptions& o) { return std::to_string(o.batch); },
        [](DataOptions& o, const std::string& v) { o.batch = (int)parse_long("--batch", v, 2, 8192); }},
   };
   return rows;
