@@ -2,6 +2,7 @@
 // and an exit code: 2 for a bad command line, 1 for anything else (bad data, no GPU, a CUDA error,
 // divergence). This file is compiled once per variant: it alone reads the switchboard.
 #include <cstdio>
+#include <new>
 
 #include "core/errors.h"
 #include "settings.h"
@@ -22,6 +23,11 @@ int main(int argc, char** argv) {
   }
   try {
     return train_main(kBuild, opt);
+  } catch (const std::bad_alloc&) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: out of host memory (an allocation failed); free some memory or use a smaller "
+                 "--batch or --synthetic-size\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "error: %s\n", e.what());
