@@ -37,8 +37,8 @@ std::string no_device_message(const std::string& cuda_error, bool driver_error, 
                               const std::optional<std::string>& visible_devices) {
   const std::string said = cuda_error.empty() ? "" : " (" + cuda_error + ")";
   if (!driver_found)  // CUDA then says "driver version is insufficient", which is not the problem
-    return "no CUDA device: no NVIDIA driver or GPU was found on this machine; training needs an NVIDIA GPU. On a machine without one, `make test` builds everything and runs the "
-           "CPU tests";
+    return "no CUDA device: no NVIDIA driver or GPU was found on this machine; training needs an NVIDIA GPU. "
+           "On a machine without one, `make test` builds everything and runs the CPU tests";
   if (driver_error)
     return "no CUDA device: the NVIDIA driver cannot serve this CUDA runtime" + said +
            "; update the driver to one that supports CUDA " + std::to_string(CUDART_VERSION / 1000) + "." +

@@ -49,7 +49,8 @@ std::vector<uint8_t> read_file(const std::string& path, size_t max_bytes) {
   const size_t size = regular_file_size(path);
   if (size > max_bytes)
     throw InputError(path + ": too large: " + std::to_string(size) + " bytes (" + format_bytes(size) +
-                     "), at most " + std::to_string(max_bytes) + " expected");
+                     "), more than the " + std::to_string(max_bytes) + " bytes (" + format_bytes(max_bytes) +
+                     ") such a file can hold");
   // O_NONBLOCK: should the path have become a FIFO since the stat, open must not wait for a writer.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw InputError(path + ": cannot open: " + std::strerror(errno));

@@ -54,7 +54,8 @@ std::pair<ParamSpec, ParamSpec> bn_params(const BnSpec& b) {
 }
 
 std::pair<ParamSpec, ParamSpec> fc_params(const NetSpec& n) {
-  return {{"fc.weight", ParamKind::LinearWeight, {n.classes, n.features}}, {"fc.bias", ParamKind::LinearBias, {n.classes}}};
+  return {{"fc.weight", ParamKind::LinearWeight, {n.classes, n.features}},
+          {"fc.bias", ParamKind::LinearBias, {n.classes}}};
 }
 
 ParamListing resnet50_params(const NetConfig& cfg) {

@@ -110,8 +110,8 @@ void SaveKeeper::on_read(long steps, long skipped, bool diverged) {
 void SaveKeeper::commit_pending() {
   // rename() is atomic: FILE is the old proven state or the new one, whatever happens meanwhile.
   if (std::rename(pending_path().c_str(), path_.c_str()) != 0)
-    throw Fatal(pending_path() + ": cannot rename to " + path_ + ": " + std::strerror(errno) + " (the saved state stays in " +
-                pending_path() + ": rename it to resume from it)");
+    throw Fatal(pending_path() + ": cannot rename to " + path_ + ": " + std::strerror(errno) +
+                " (the saved state stays in " + pending_path() + ": rename it to resume from it)");
   kept_step_ = pending_.step;
   pending_ = {};
 }

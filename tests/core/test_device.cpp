@@ -12,8 +12,8 @@
 namespace {
 
 TEST(NoDeviceMessage, WithoutADriverSaysSoAndPointsAtMakeTest) {
-  const std::string m = no_device_message("cudaGetDeviceCount: CUDA driver version is insufficient for CUDA runtime version",
-                                          true, false, std::nullopt);
+  const std::string m = no_device_message(
+      "cudaGetDeviceCount: CUDA driver version is insufficient for CUDA runtime version", true, false, std::nullopt);
   EXPECT_EQ(m.rfind("no CUDA device: no NVIDIA driver or GPU was found on this machine", 0), 0u) << m;
   EXPECT_HAS(m, "`make test`");
   EXPECT_EQ(m.find("insufficient"), std::string::npos) << "CUDA's words blame a driver that is not there: " << m;

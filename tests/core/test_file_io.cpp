@@ -157,7 +157,8 @@ TEST(CheckOutputPath, ADirectoryOrAFifoIsNotAFile) {
 
 TEST(CheckOutputPath, AReadOnlyDirectoryIsNamed) {
   // /proc refuses new files even to root.
-  EXPECT_HAS(input_error_of([] { check_output_path("/proc/x.ckpt", "--save"); }), "cannot create files in the directory /proc");
+  EXPECT_HAS(input_error_of([] { check_output_path("/proc/x.ckpt", "--save"); }),
+             "cannot create files in the directory /proc");
   TempDir dir;
   chmod(dir.path.c_str(), 0555);
   const std::string path = dir / "x.ckpt";

@@ -349,9 +349,10 @@ def resnet50_params(classes=10):
     for stage, (width, blocks) in enumerate(zip([64, 128, 256, 512], [3, 4, 6, 3])):
         for i in range(blocks):
             p, out_c = f"layer{stage + 1}.{i}.", width * 4
-            tensors += [(p + "conv1.weight", [width, in_c, 1, 1]), (p + "bn1.weight", [width]), (p + "bn1.bias", [width]),
-                        (p + "conv2.weight", [width, width, 3, 3]), (p + "bn2.weight", [width]), (p + "bn2.bias", [width]),
-                        (p + "conv3.weight", [out_c, width, 1, 1]), (p + "bn3.weight", [out_c]), (p + "bn3.bias", [out_c])]
+            for conv, shape, bn, channels in (("conv1", [width, in_c, 1, 1], "bn1", width),
+                                              ("conv2", [width, width, 3, 3], "bn2", width),
+                                              ("conv3", [out_c, width, 1, 1], "bn3", out_c)):
+                tensors += [(p + conv + ".weight", shape), (p + bn + ".weight", [channels]), (p + bn + ".bias", [channels])]
             if i == 0:
                 tensors += [(p + "downsample.0.weight", [out_c, in_c, 1, 1]), (p + "downsample.1.weight", [out_c]),
                             (p + "downsample.1.bias", [out_c])]

@@ -200,8 +200,8 @@ TEST(Options, OutOfRangeValuesAreNamed) {
            {"--loss-scale", "0.5"}, {"--loss-scale", "1e9"}, {"--workers", "0"}, {"--seed", "-1"},
            {"--steps", "-5"}, {"--wd", "2"}, {"--loss-scale-window", "0"}, {"--synthetic-size", "0"},
            // beyond what a long holds: out of range, not "not an integer"
-           {"--steps", "99999999999999999999999"}, {"--seed", "12345678901234567890"}, {"--batch", "-99999999999999999999"},
-           {"--lr", "1e999"}}) {
+           {"--steps", "99999999999999999999999"}, {"--seed", "12345678901234567890"},
+           {"--batch", "-99999999999999999999"}, {"--lr", "1e999"}}) {
     const std::string m = usage_error(args);
     EXPECT_HAS(m, args[0]);
     EXPECT_HAS(m, "out of range");
