@@ -117,10 +117,11 @@ void check_header_values(const CheckpointMeta& m, const std::string& file) {
   const bool explained = m.epoch == 0 ? before_epoch == 0
                                       : before_epoch > 0 && before_epoch % m.epoch == 0 &&
                                             before_epoch / m.epoch > m.step_in_epoch;
-  if (!explained || m.epoch > m.epochs || (m.epoch == m.epochs && m.step_in_epoch != 0))
+  // (epoch is not bounded by epochs: a run resumed with a smaller --epochs saves its position as it is.)
+  if (!explained)
     throw InputError(file + ": inconsistent header: step " + std::to_string(m.step) + " is not epoch " +
-                     std::to_string(m.epoch) + " (0-based, of " + std::to_string(m.epochs) + ") plus step " +
-                     std::to_string(m.step_in_epoch) + " of it for any number of steps per epoch");
+                     std::to_string(m.epoch) + " (0-based) plus step " + std::to_string(m.step_in_epoch) +
+                     " of it for any number of steps per epoch");
 }
 
 }  // namespace
