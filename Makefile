@@ -30,13 +30,21 @@ NCCL_LINK := $(if $(wildcard $(NCCL_LIB)/libnccl.so),-lnccl,-l:libnccl.so.2)
 STB_INCLUDE ?= /usr/include/stb
 GTEST_SRC ?= /usr/src/googletest/googletest
 
-# The GPU this machine has, else Hopper (sm_90); CUDA_ARCH=80 etc. overrides.
-CUDA_ARCH ?= $(or $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .),90)
+# The kernels are compiled for the GPU this machine has (nvidia-smi); on a machine without one, for
+# every architecture the trainer supports (Ampere and later: A100, RTX 30xx/A-series, L4/L40/RTX 40xx,
+# H100/H200), plus PTX of the newest, which the driver compiles for GPUs after it. CUDA_ARCH=80, or a
+# list CUDA_ARCH="80 90", narrows it (a shorter build).
+SUPPORTED_ARCHS := 80 86 89 90
+CUDA_ARCH ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+comma     := ,
+SASS_ARCHS := $(or $(strip $(subst $(comma), ,$(CUDA_ARCH))),$(SUPPORTED_ARCHS))
+PTX_ARCH   := $(shell echo $(SASS_ARCHS) | tr ' ' '\n' | sort -n | tail -1)
+GENCODE    := $(foreach a,$(SASS_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+              -gencode arch=compute_$(PTX_ARCH),code=compute_$(PTX_ARCH)
 
 INCLUDES := -Iinclude -I$(CUDA_HOME)/include -I$(CUDNN_INC) -I$(CUPTI_INC) -I$(NCCL_INC) -isystem $(STB_INCLUDE)
 CXXFLAGS := -std=c++20 -O2 -g -Wall -Wextra -Wno-unused-parameter $(INCLUDES)
-NVFLAGS  := -std=c++20 -O3 -g -lineinfo -gencode arch=compute_$(CUDA_ARCH),code=sm_$(CUDA_ARCH) \
-            --expt-relaxed-constexpr -Xcompiler -Wall $(INCLUDES)
+NVFLAGS  := -std=c++20 -O3 -g -lineinfo $(GENCODE) --expt-relaxed-constexpr -Xcompiler -Wall $(INCLUDES)
 LDFLAGS  := -L$(CUDA_HOME)/lib64 -L$(CUDNN_LIB) -L$(CUPTI_LIB) -L$(NCCL_LIB) \
             -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDNN_LIB) -Wl,-rpath,$(CUPTI_LIB) -Wl,-rpath,$(NCCL_LIB)
 LDLIBS   := -lcudnn -lcublas -lcupti $(NCCL_LINK) -lcudart -lz -lpthread -ldl
@@ -114,9 +122,18 @@ build/obj/%.o: src/%.cpp | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -MMD -MP -c $< -o $@
 
-build/obj/kernels/%.o: kernels/%.cu | build/.deps-ok
+build/obj/kernels/%.o: kernels/%.cu build/cuda-arch | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
+
+# The architectures built, rewritten only when they change: the kernels depend on it, and so does
+# src/core/device.cpp, which receives the list and refuses at start a GPU the build holds no code for.
+build/cuda-arch: FORCE
+	@mkdir -p build
+	@echo '$(GENCODE)' | cmp -s - $@ || echo '$(GENCODE)' > $@
+ARCH_DEFINES := -DTRAINER_SASS_ARCHS='"$(SASS_ARCHS)"' -DTRAINER_PTX_ARCHS='"$(PTX_ARCH)"'
+build/obj/core/device.o build/sanitize/obj/core/device.o: build/cuda-arch
+build/obj/core/device.o build/sanitize/obj/core/device.o: CXXFLAGS += $(ARCH_DEFINES)
 
 # Per-variant objects: build/<variant>/programs/train.o with that variant's defines.
 # build/<variant>/defines holds the defines, rewritten only when they change, so that a changed
@@ -225,7 +242,7 @@ build/sanitize/obj/%.o: src/%.cpp | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(SAN_FLAGS) -MMD -MP -c $< -o $@
 
-build/sanitize/obj/kernels/%.o: kernels/%.cu | build/.deps-ok
+build/sanitize/obj/kernels/%.o: kernels/%.cu build/cuda-arch | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) $(foreach f,-fsanitize=address -fsanitize=undefined -fno-omit-frame-pointer,-Xcompiler $(f)) \
 	  -MMD -MP -c $< -o $@
@@ -262,9 +279,9 @@ sanitize-gpu: bin/train bin/train-baseline bin/train-fp32-nhwc bin/unit_tests bi
 # make fuzz runs each target for FUZZ_RUNS executions; make test runs a short smoke of each.
 FUZZ_CXX   ?= $(shell command -v clang++ 2>/dev/null)
 FUZZ_RUNS  ?= 1000000
-FUZZ_SRC   := src/core/file_io.cpp src/data/cifar10.cpp src/data/fashion_mnist.cpp src/train/checkpoint.cpp \
-              src/model/autotune_cache.cpp src/train/options.cpp src/core/flags.cpp src/data/data_flags.cpp \
-              src/predict/options.cpp
+FUZZ_SRC   := src/core/file_io.cpp src/core/format.cpp src/data/cifar10.cpp src/data/fashion_mnist.cpp \
+              src/train/checkpoint.cpp src/model/autotune_cache.cpp src/train/options.cpp src/core/flags.cpp \
+              src/data/data_flags.cpp src/predict/options.cpp
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.cpp,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.cpp))
 FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.cpp $(FUZZ_SRC) $(wildcard include/*.h include/*/*.h)

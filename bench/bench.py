@@ -52,6 +52,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--batch takes numbers separated by commas, not {args.batch!r}")
     if not args.batches or min(args.batches) < 1 or args.runs < 1 or args.timed_steps < 1:
         p.error("--batch, --runs and --timed-steps must be at least 1")
+    if not args.timeout > 0:
+        p.error(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
+    args.variant_list = runner.parse_variants(args.variants)
+    if not args.variant_list:
+        p.error(f"--variants {args.variants!r} selects no variant (ladder names, 'all' or 'train')")
     return args
 
 
@@ -144,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     report = table.report_markdown(rows, command, gpu, date, settings)
 
     print(table.markdown_table(rows))
+    if all(row.failed for row in rows):
+        # A table of failures is no result: nothing is written, and the exit status says so.
+        last = next((row.failures[-1] for row in reversed(rows) if row.failures), "no run")
+        runner.die(TOOL, f"every run failed (the last: {last}); no results written", code=1)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"{runner.slug(gpu)}-{date}"
     Path(f"{stem}.md").write_text(report)

@@ -1,4 +1,5 @@
-// Whole-file reading, gzip inflation and atomic writes (whole or streamed), with errors that name the file.
+// Whole-file reading, gzip inflation, atomic writes (whole or streamed) and output-path checks, with
+// errors that name the file.
 #pragma once
 
 #include <cstddef>
@@ -6,8 +7,13 @@
 #include <string>
 #include <vector>
 
-// Reads a whole file; a missing, unreadable or directory path is an InputError naming it.
-std::vector<uint8_t> read_file(const std::string& path);
+// The size of a regular file, from the file system, before anything is read: a missing path, a
+// directory, a FIFO, a device or a socket is an InputError naming it (a FIFO would block a reader).
+size_t regular_file_size(const std::string& path);
+
+// Reads a whole regular file (regular_file_size's checks) of at most max_bytes; a larger one is
+// "too large" at once, before anything is read or allocated.
+std::vector<uint8_t> read_file(const std::string& path, size_t max_bytes = size_t(1) << 30);
 
 // Decompresses a gzip stream; a truncated or corrupt stream, or one larger than max_out, is an
 // InputError naming `file`.
@@ -43,3 +49,9 @@ class AtomicFile {
   int fd_ = -1;
   size_t written_ = 0;
 };
+
+// Checks, before a run starts, that `path` (given with `flag`, e.g. "--save") can be written: its
+// directory exists and a file can be created in it (a probe file is created and removed; an
+// existing file is never opened for writing), the path is not a directory or another non-regular
+// file, and an existing file is writable. InputError "<flag> <path>: <what is wrong>" otherwise.
+void check_output_path(const std::string& path, const std::string& flag);

@@ -1,9 +1,10 @@
 // A table-driven command-line parser shared by the programs: each program lists its flags as rows
 // (name, value name, help, default text, what to do with the value) over its own options struct.
 //
-// `--flag value` and `--flag=value` are both accepted; an unknown flag, a missing value, a value
-// given to a switch or a number that does not parse or is out of range is a UsageError (the
-// program prints it on one line and exits 2).
+// `--flag value` and `--flag=value` are both accepted, and `-h` is `--help`; an unknown flag, a flag
+// given twice, a missing or empty value (or a flag where the value should be), a value given to a
+// switch, or a number that does not parse or is out of range is a UsageError (the program prints it
+// on one line and exits 2).
 #pragma once
 
 #include <functional>
@@ -35,23 +36,25 @@ struct FlagToken {
   bool has_inline = false;  // --flag=value
 };
 FlagToken split_flag(const std::string& arg);
+// Completes `t`, the token of argv[i] for a flag whose value name is `value` ("" for a switch):
+// takes its value from argv[i + 1] where it needs one (advancing i), and refuses a flag seen before
+// (recorded in `seen`), a missing or empty value, another flag in the value's place, or a value given
+// to a switch.
+void take_flag_value(FlagToken& t, const char* value, int& i, int argc, const char* const* argv,
+                     std::vector<std::string>& seen);
 // The help line of one flag: its name and value padded to a column, the help, the default.
 std::string flag_help_line(const char* name, const char* value, const char* help, const std::string& default_text);
 
 template <class Opts>
 void parse_flags(const std::vector<FlagRow<Opts>>& table, int argc, const char* const* argv, Opts& o) {
+  std::vector<std::string> seen;
   for (int i = 1; i < argc; ++i) {
     FlagToken t = split_flag(argv[i]);
     const FlagRow<Opts>* flag = nullptr;
     for (const FlagRow<Opts>& f : table)
       if (t.name == f.name) flag = &f;
     if (!flag) throw UsageError("unknown flag '" + t.name + "' (see --help)");
-    if (flag->value[0] == '\0') {
-      if (t.has_inline) throw UsageError(t.name + " takes no value");
-    } else if (!t.has_inline) {
-      if (i + 1 >= argc) throw UsageError(t.name + " needs a value (" + flag->value + ")");
-      t.value = argv[++i];
-    }
+    take_flag_value(t, flag->value, i, argc, argv, seen);
     flag->apply(o, t.value);
   }
 }

@@ -8,6 +8,8 @@
 #include <string>
 #include <utility>
 
+#include "core/format.h"  // format_bytes, which the allocation messages use
+
 // Where a Buffer's memory comes from: allocate() throws a Fatal naming `what`; release() never throws.
 struct DeviceMemory {
   static void* allocate(size_t bytes, const std::string& what);
@@ -50,6 +52,3 @@ class Buffer {
 
 using DeviceBuffer = Buffer<DeviceMemory>;
 using PinnedBuffer = Buffer<PinnedHostMemory>;
-
-// "1.50 GiB", "12.0 MiB": for messages.
-std::string format_bytes(size_t bytes);

@@ -44,6 +44,8 @@ Normalization compute_normalization(const Dataset& train);
 DataSplit load_cifar10(const std::string& dir);
 constexpr size_t kCifarRecordBytes = 1 + 3 * 32 * 32;
 constexpr int kCifarRecordsPerFile = 10000;
+// An InputError naming `file` unless `size` is exactly `records` records ("truncated", "too large").
+void check_cifar10_size(size_t size, const std::string& file, int records = kCifarRecordsPerFile);
 // Appends the records of one CIFAR-10 batch file held in memory; `file` names it in errors. The
 // file must hold exactly `records` records (10000 in the real files; the fuzzer asks for fewer).
 void parse_cifar10_batch(const uint8_t* bytes, size_t size, const std::string& file, Dataset& out,

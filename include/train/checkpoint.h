@@ -35,15 +35,24 @@ struct Checkpoint {
 };
 
 std::vector<uint8_t> serialize_checkpoint(const Checkpoint& c);
-// Any malformed, truncated or corrupt input is an InputError naming `file` and what is wrong.
+// Any malformed, truncated or corrupt input is an InputError naming `file` and what is wrong:
+// "truncated" when the file ends before what its (plausible) header describes, "corrupt" when the
+// header or an array length is implausible or disagrees with the other, or the checksum fails, and
+// "inconsistent header" when step, epoch and step_in_epoch cannot describe one position.
 Checkpoint parse_checkpoint(const uint8_t* bytes, size_t size, const std::string& file);
 
 void save_checkpoint(const std::string& path, const Checkpoint& c);
+// Reads and parses `path`: only a regular file, and one larger than any checkpoint can be is refused
+// before it is read.
 Checkpoint load_checkpoint(const std::string& path);
 
 // InputError explaining why a checkpoint cannot continue this run (another model, precision,
 // layout, batch size or data set).
 void check_checkpoint_fits(const CheckpointMeta& file_meta, const CheckpointMeta& here, const std::string& file);
+
+// InputError unless the checkpoint's step, epoch and step_in_epoch are a position of a run with
+// `steps_per_epoch` steps per epoch (a training set of another size gives another number).
+void check_checkpoint_position(const CheckpointMeta& m, int steps_per_epoch, const std::string& file);
 
 // The model signature of a list of (name, shape) pairs.
 uint64_t model_signature(const std::vector<std::pair<std::string, std::vector<int>>>& tensors);

@@ -3,18 +3,22 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <cuda_runtime.h>
 
 #include "model/resnet50.h"
+#include "model/resnet50_spec.h"
 #include "train/build.h"
 #include "train/checkpoint.h"
 #include "train/options.h"
 #include "train/pending_save.h"
 
 // The build, model and run that a checkpoint of this run records; a resume must match it
-// (check_checkpoint_fits). The position and the loss scaler are filled in when saving.
-CheckpointMeta run_meta(const BuildSettings& build, const ResNet50& net, const std::string& data, const Options& o);
+// (check_checkpoint_fits). The model comes from its CPU listing (resnet50_params), so a resume is
+// checked before the GPU is touched. The position and the loss scaler are filled in when saving.
+CheckpointMeta run_meta(const BuildSettings& build, const ParamListing& params, const std::string& data,
+                        const Options& o);
 
 // The network's master weights, momentum and BN running statistics, with `meta`.
 Checkpoint capture_checkpoint(const ResNet50& net, const CheckpointMeta& meta);
@@ -22,12 +26,18 @@ Checkpoint capture_checkpoint(const ResNet50& net, const CheckpointMeta& meta);
 // for inference takes the weights and BN statistics only.
 void restore_checkpoint(ResNet50& net, const Checkpoint& c, cudaStream_t stream);
 
+// Where a checkpoint goes when its own path cannot be written (the disk filled up, the directory
+// went away during the run): rescue-<pid>.ckpt in the working directory, else in $TMPDIR (or /tmp).
+std::vector<std::string> default_rescue_dirs();
+
 // Where saves go, and what --save FILE holds: a periodic save (--save-every) goes to FILE.pending
 // and becomes FILE once a later counter read proves it good (pending_save.h); the end-of-run and
-// signal saves are the result asked for and go to their path directly.
+// signal saves are the result asked for and go to their path directly. A save that fails is written
+// to the first rescue directory that takes it, and the run stops with a Fatal saying where it went
+// and how to continue (or, if every rescue failed too, that this state is lost).
 class SaveKeeper {
  public:
-  SaveKeeper(const Options& o);
+  explicit SaveKeeper(const Options& o, std::vector<std::string> rescue_dirs = default_rescue_dirs());
   // Whether a periodic save is due with `step` steps done.
   bool due(long step) const { return every_ > 0 && step % every_ == 0; }
   // `c` was captured after a counter read (on_read) at the same step. A pending save that the read
@@ -42,6 +52,8 @@ class SaveKeeper {
  private:
   std::string pending_path() const { return path_ + ".pending"; }
   void commit_pending();
+  void write(const Checkpoint& c, const std::string& to) const;
+  std::vector<std::string> rescue_dirs_;
   std::string path_, resume_;
   long every_;
   PendingSave pending_;

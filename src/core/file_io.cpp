@@ -1,10 +1,12 @@
-// Reading whole files, inflating gzip and atomic writes, with errors that name the file and the problem.
+// Reading whole files and inflating gzip, atomic writes (whole or streamed) and output-path checks,
+// with errors that name the file and the problem.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -14,20 +16,54 @@
 
 #include "core/errors.h"
 #include "core/file_io.h"
+#include "core/format.h"
 
-std::vector<uint8_t> read_file(const std::string& path) {
+namespace {
+
+// What a non-regular file is, for messages.
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+
+}  // namespace
+
+size_t regular_file_size(const std::string& path) {
   struct stat st{};
-  if (stat(path.c_str(), &st) != 0)
-    throw InputError(path + ": cannot open: " + std::strerror(errno));
+  if (stat(path.c_str(), &st) != 0) throw InputError(path + ": cannot open: " + std::strerror(errno));
   if (S_ISDIR(st.st_mode)) throw InputError(path + ": is a directory, expected a file");
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw InputError(path + ": cannot open: " + std::strerror(errno));
-  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
-  const size_t got = bytes.empty() ? 0 : std::fread(bytes.data(), 1, bytes.size(), f);
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) throw InputError(path + ": read error: " + std::strerror(errno));
-  if (got != bytes.size()) throw InputError(path + ": file shrank while being read");
+  if (!S_ISREG(st.st_mode)) throw InputError(path + ": is " + file_kind(st.st_mode) + ", expected a regular file");
+  return static_cast<size_t>(st.st_size);
+}
+
+std::vector<uint8_t> read_file(const std::string& path, size_t max_bytes) {
+  const size_t size = regular_file_size(path);
+  if (size > max_bytes)
+    throw InputError(path + ": too large: " + std::to_string(size) + " bytes (" + format_bytes(size) +
+                     "), more than the " + std::to_string(max_bytes) + " bytes (" + format_bytes(max_bytes) +
+                     ") such a file can hold");
+  // O_NONBLOCK: should the path have become a FIFO since the stat, open must not wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw InputError(path + ": cannot open: " + std::strerror(errno));
+  std::vector<uint8_t> bytes(size);
+  size_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::read(fd, bytes.data() + got, size - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      throw InputError(path + ": read error: " + why);
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (got != size) throw InputError(path + ": file shrank while being read");
   return bytes;
 }
 
@@ -133,4 +169,29 @@ void AtomicFile::commit() {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+void check_output_path(const std::string& path, const std::string& flag) {
+  const std::string where = flag + " " + path + ": ";
+  if (path.empty()) throw InputError(flag + ": an empty path");
+  if (path.back() == '/') throw InputError(where + "names a directory, expected a file");
+  const std::string dir = parent_directory(path);
+  struct stat st{};
+  if (stat(dir.c_str(), &st) != 0)
+    throw InputError(where + "the directory " + dir + " " +
+                     (errno == ENOENT ? "does not exist" : std::string("cannot be reached: ") + std::strerror(errno)));
+  if (!S_ISDIR(st.st_mode)) throw InputError(where + dir + " is not a directory");
+  if (stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) throw InputError(where + "is a directory, expected a file");
+    if (!S_ISREG(st.st_mode)) throw InputError(where + "is " + file_kind(st.st_mode) + ", expected a regular file");
+    if (access(path.c_str(), W_OK) != 0) throw InputError(where + "the file is not writable: " + std::strerror(errno));
+  }
+  // Creating a file is the only test that every file system (read-only mounts, ACLs, quotas of
+  // inodes) answers truthfully; an existing file at `path` is never touched.
+  std::string probe = dir + "/.write-probe-XXXXXX";
+  const int fd = mkstemp(probe.data());
+  if (fd < 0)
+    throw InputError(where + "cannot create files in the directory " + dir + ": " + std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
 }

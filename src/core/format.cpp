@@ -24,3 +24,13 @@ std::string today() {
   std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::localtime(&t));
   return buf;
 }
+
+std::string format_bytes(size_t bytes) {
+  char buf[32];
+  const double b = static_cast<double>(bytes);
+  if (b >= 1024.0 * 1024 * 1024)
+    std::snprintf(buf, sizeof(buf), "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  else
+    std::snprintf(buf, sizeof(buf), "%.1f MiB", b / (1024.0 * 1024));
+  return buf;
+}

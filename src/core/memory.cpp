@@ -1,21 +1,9 @@
-// Device and pinned host allocations, and the byte counts of messages.
+// Device and pinned host allocations, with messages that say what, how much and how much is free.
 #include "core/memory.h"
-
-#include <cstdio>
 
 #include <cuda_runtime.h>
 
 #include "core/check.h"
-
-std::string format_bytes(size_t bytes) {
-  char buf[32];
-  const double b = static_cast<double>(bytes);
-  if (b >= 1024.0 * 1024 * 1024)
-    std::snprintf(buf, sizeof(buf), "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  else
-    std::snprintf(buf, sizeof(buf), "%.1f MiB", b / (1024.0 * 1024));
-  return buf;
-}
 
 void* DeviceMemory::allocate(size_t bytes, const std::string& what) {
   void* p = nullptr;

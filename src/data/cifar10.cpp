@@ -5,7 +5,7 @@
 #include "data/dataset.h"
 #include "core/file_io.h"
 
-void parse_cifar10_batch(const uint8_t* bytes, size_t size, const std::string& file, Dataset& out, int records) {
+void check_cifar10_size(size_t size, const std::string& file, int records) {
   const size_t expected = kCifarRecordBytes * records;
   if (size == 0) throw InputError(file + ": empty file, expected " + std::to_string(expected) + " bytes");
   if (size != expected) {
@@ -13,6 +13,10 @@ void parse_cifar10_batch(const uint8_t* bytes, size_t size, const std::string& f
     throw InputError(file + ": " + what + ": " + std::to_string(size) + " bytes, expected " +
                      std::to_string(expected) + " (" + std::to_string(records) + " records of 3073 bytes)");
   }
+}
+
+void parse_cifar10_batch(const uint8_t* bytes, size_t size, const std::string& file, Dataset& out, int records) {
+  check_cifar10_size(size, file, records);
   out.channels = 3;
   const size_t pixels = kCifarRecordBytes - 1;
   out.images.reserve(out.images.size() + pixels * records);
@@ -34,7 +38,8 @@ Dataset read_batches(const std::string& dir, const std::vector<std::string>& fil
   d.class_names = {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"};
   for (const auto& f : files) {
     const std::string path = dir + "/" + f;
-    const std::vector<uint8_t> bytes = read_file(path);
+    check_cifar10_size(regular_file_size(path), path);  // a wrong size is named before anything is read
+    const std::vector<uint8_t> bytes = read_file(path, kCifarRecordBytes * kCifarRecordsPerFile);
     parse_cifar10_batch(bytes.data(), bytes.size(), path, d);
   }
   return d;

@@ -1,20 +1,56 @@
 // Choosing and loading the data set of a run.
 #include "data/data_choice.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "core/errors.h"
+#include "core/format.h"
+#include "core/host_memory.h"
 
 namespace {
 
+bool exists(const std::string& path) {
+  struct stat st{};
+  return stat(path.c_str(), &st) == 0;
+}
+
+// --data auto with --data-dir: what the directory holds decides. A directory that is missing, not
+// readable or holds neither data set is said to be so (with what was looked for), rather than
+// blamed on a data set the user did not ask for.
+std::string resolve_auto_in(const std::string& dir) {
+  struct stat st{};
+  const std::string where = "--data-dir " + dir + ": ";
+  if (stat(dir.c_str(), &st) != 0)
+    throw InputError(where + (errno == ENOENT ? std::string("the directory does not exist") : std::strerror(errno)));
+  if (!S_ISDIR(st.st_mode)) throw InputError(where + "not a directory");
+  if (access(dir.c_str(), R_OK | X_OK) != 0)
+    throw InputError(where + "the directory is not readable: " + std::strerror(errno));
+  if (exists(dir + "/data_batch_1.bin")) return "cifar10";
+  if (exists(dir + "/train-images-idx3-ubyte.gz") || exists(dir + "/train-images-idx3-ubyte")) return "fashion-mnist";
+  throw InputError(where + "holds neither CIFAR-10 (data_batch_1.bin) nor Fashion-MNIST (train-images-idx3-ubyte.gz "
+                   "or train-images-idx3-ubyte); give the directory that holds those files, or --data synthetic");
+}
+
 std::string resolve_auto(const std::string& dir) {
-  if (!dir.empty()) return access((dir + "/data_batch_1.bin").c_str(), F_OK) == 0 ? "cifar10" : "fashion-mnist";
+  if (!dir.empty()) return resolve_auto_in(dir);
   if (!find_cifar10_dir().empty()) return "cifar10";
   if (!find_fashion_mnist_dir().empty()) return "fashion-mnist";
   throw InputError("no data set found: run `make data` (fetches CIFAR-10, needs internet), install the "
                    "Debian package dataset-fashion-mnist, or use --data synthetic");
+}
+
+// Host memory a data set takes while it is read, from its format: CIFAR-10's six files held as
+// images plus the one being read; synthetic data as generated. (Fashion-MNIST is bounded by the
+// reader's per-file limit, a few hundred MiB at most.)
+size_t host_bytes_needed(const std::string& which, long train_count, long test_count) {
+  if (which == "cifar10") return (6 + 1) * kCifarRecordBytes * kCifarRecordsPerFile;
+  if (which == "synthetic") return size_t(train_count + test_count) * (kModelChannels * kImageSide * kImageSide + 1);
+  return 0;
 }
 
 }  // namespace
@@ -22,6 +58,13 @@ std::string resolve_auto(const std::string& dir) {
 ChosenData load_data_set(const std::string& which_flag, const std::string& dir, int synthetic_size, int batch,
                          uint64_t seed) {
   const std::string which = which_flag == "auto" ? resolve_auto(dir) : which_flag;
+  const int synthetic_test = std::max(synthetic_size / 5, batch);
+  const size_t need = host_bytes_needed(which, synthetic_size, synthetic_test);
+  if (which == "synthetic")
+    require_host_memory(need, "--synthetic-size " + std::to_string(synthetic_size) + " (" +
+                                  with_commas(synthetic_size + long(synthetic_test)) + " generated images)");
+  else if (need > 0)
+    require_host_memory(need, "the " + which + " data set");
   ChosenData d;
   if (which == "cifar10") {
     d.dir = dir.empty() ? find_cifar10_dir() : dir;
@@ -32,7 +75,7 @@ ChosenData load_data_set(const std::string& which_flag, const std::string& dir, 
     d.split = load_fashion_mnist(d.dir);
   } else {
     d.dir = "(generated)";
-    d.split = make_synthetic(synthetic_size, std::max(synthetic_size / 5, batch), seed);
+    d.split = make_synthetic(synthetic_size, synthetic_test, seed);
   }
   if (d.split.train.count < batch)
     throw InputError("--batch " + std::to_string(batch) + " is larger than the training set (" +

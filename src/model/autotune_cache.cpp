@@ -100,7 +100,7 @@ std::vector<std::string> AutotuneCache::load() {
   struct stat st{};
   if (path_.empty() || stat(path_.c_str(), &st) != 0) return warnings;  // no cache yet
   try {
-    const std::vector<uint8_t> bytes = read_file(path_);
+    const std::vector<uint8_t> bytes = read_file(path_, size_t(16) << 20);  // a few KiB in practice
     all_ = parse_autotune_cache(std::string(bytes.begin(), bytes.end()), path_);
   } catch (const InputError& e) {
     all_.clear();

@@ -8,13 +8,11 @@
 
 #include "core/check.h"
 #include "model/linear.h"
+#include "model/resnet50_spec.h"
 #include "core/rng.h"
 #include "model/resnet50_parts.h"
 
 namespace {
-constexpr int kStageWidths[4] = {64, 128, 256, 512};
-constexpr int kStageBlocks[4] = {3, 4, 6, 3};
-constexpr int kExpansion = 4;
 constexpr int kStateVectors = 7;  // save_mean, save_invstd, scale, shift, 3 backward coefficients
 }  // namespace
 
@@ -27,59 +25,57 @@ ResNet50::ResNet50(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache) 
 ResNet50::~ResNet50() = default;
 
 // ---- construction -------------------------------------------------------------------------------
+// The layers of resnet50_spec(), registered through the same conv_weight / bn_params / fc_params
+// that resnet50_params() lists, in the same order: a checkpoint's model signature computed from that
+// listing (before the GPU is touched) is the one of these parameters.
 void ResNet50::build() {
-  const int N = cfg_.batch;
-  auto conv_unit = [&](const std::string& name, ConvGeometry g) {
+  const NetSpec spec = resnet50_spec(cfg_);
+  auto add = [&](const ParamSpec& p) { return params_.add(p.name, p.kind, p.shape); };
+  auto conv_unit = [&](const ConvSpec& c) {
     ConvUnit u;
-    u.conv = make_conv(cfg_.conv_api, g, cfg_.dtype, cfg_.layout, cfg_.tf32);
-    u.weight = params_.add(name + ".weight", ParamKind::ConvWeight, {g.k, g.c, g.r, g.r});
-    u.name = name;
+    u.conv = make_conv(cfg_.conv_api, c.g, cfg_.dtype, cfg_.layout, cfg_.tf32);
+    u.weight = add(conv_weight(c));
+    u.name = c.name;
     return u;
   };
-  auto make_bn = [&](const std::string& name, int channels) {
+  auto make_bn = [&](const BnSpec& spec_bn) {
     Bn b;
-    b.name = name;
-    b.channels = channels;
-    b.gamma = params_.add(name + ".weight", ParamKind::BnGamma, {channels});
-    b.beta = params_.add(name + ".bias", ParamKind::BnBeta, {channels});
+    b.name = spec_bn.name;
+    b.channels = spec_bn.channels;
+    const auto [gamma, beta] = bn_params(spec_bn);
+    b.gamma = add(gamma);
+    b.beta = add(beta);
     b.running_off = running_count_;
-    running_count_ += 2 * size_t(channels);
+    running_count_ += 2 * size_t(b.channels);
     b.state_off = bn_state_floats_;
-    bn_state_floats_ += kStateVectors * size_t(channels);
+    bn_state_floats_ += kStateVectors * size_t(b.channels);
     return b;
   };
 
-  stem_conv_ = std::make_unique<ConvUnit>(conv_unit("conv1", {N, 3, 32, 32, 64, 3, 1, 1}));
-  stem_bn_ = std::make_unique<Bn>(make_bn("bn1", 64));
-  int in_c = 64, side = 32;
-  for (int s = 0; s < 4; ++s) {
-    for (int i = 0; i < kStageBlocks[s]; ++i) {
-      const int stride = (s > 0 && i == 0) ? 2 : 1, w = kStageWidths[s], out_c = w * kExpansion;
-      const int out_side = side / stride;
-      const std::string p = "layer" + std::to_string(s + 1) + "." + std::to_string(i) + ".";
-      auto b = std::make_unique<Block>();
-      b->in = {N, in_c, side, side};
-      b->mid1 = {N, w, side, side};
-      b->mid2 = {N, w, out_side, out_side};
-      b->out = {N, out_c, out_side, out_side};
-      b->c1 = conv_unit(p + "conv1", {N, in_c, side, side, w, 1, 1, 0});
-      b->b1 = make_bn(p + "bn1", w);
-      b->c2 = conv_unit(p + "conv2", {N, w, side, side, w, 3, stride, 1});
-      b->b2 = make_bn(p + "bn2", w);
-      b->c3 = conv_unit(p + "conv3", {N, w, out_side, out_side, out_c, 1, 1, 0});
-      b->b3 = make_bn(p + "bn3", out_c);
-      if (stride != 1 || in_c != out_c) {
-        b->down = conv_unit(p + "downsample.0", {N, in_c, side, side, out_c, 1, stride, 0});
-        b->bdown = make_bn(p + "downsample.1", out_c);
-      }
-      blocks_.push_back(std::move(b));
-      in_c = out_c;
-      side = out_side;
+  stem_conv_ = std::make_unique<ConvUnit>(conv_unit(spec.stem));
+  stem_bn_ = std::make_unique<Bn>(make_bn(spec.stem_bn));
+  for (const BlockSpec& bs : spec.blocks) {
+    auto b = std::make_unique<Block>();
+    b->in = bs.in;
+    b->mid1 = bs.mid1;
+    b->mid2 = bs.mid2;
+    b->out = bs.out;
+    b->c1 = conv_unit(bs.c1);
+    b->b1 = make_bn(bs.b1);
+    b->c2 = conv_unit(bs.c2);
+    b->b2 = make_bn(bs.b2);
+    b->c3 = conv_unit(bs.c3);
+    b->b3 = make_bn(bs.b3);
+    if (bs.down) {
+      b->down = conv_unit(*bs.down);
+      b->bdown = make_bn(*bs.bdown);
     }
+    blocks_.push_back(std::move(b));
   }
-  features_ = in_c;
-  fc_weight_ = params_.add("fc.weight", ParamKind::LinearWeight, {cfg_.classes, features_});
-  fc_bias_ = params_.add("fc.bias", ParamKind::LinearBias, {cfg_.classes});
+  features_ = spec.features;
+  const auto [fc_weight, fc_bias] = fc_params(spec);
+  fc_weight_ = add(fc_weight);
+  fc_bias_ = add(fc_bias);
 }
 
 void ResNet50::allocate() {
@@ -244,39 +240,19 @@ void ResNet50::init_params_for_parity(uint64_t seed) {
 // The registration order of build(), without building: a stem conv + BN, the blocks' conv + BN
 // pairs (the projection shortcut's after conv3's), then the classifier.
 TensorLayout ResNet50::tensor_layout(int classes) {
+  // From the same description build() registers its layers from (model/resnet50_spec.h).
+  NetConfig cfg;
+  cfg.classes = classes;
   ParamStore store;
-  TensorLayout layout;
-  auto conv = [&](const std::string& name, int k, int c, int r) {
-    store.add(name + ".weight", ParamKind::ConvWeight, {k, c, r, r});
-  };
-  auto bn = [&](const std::string& name, int channels) {
-    store.add(name + ".weight", ParamKind::BnGamma, {channels});
-    store.add(name + ".bias", ParamKind::BnBeta, {channels});
-    layout.bns.emplace_back(name, channels);
-  };
-  conv("conv1", 64, 3, 3);
-  bn("bn1", 64);
-  int in_c = 64;
-  for (int s = 0; s < 4; ++s)
-    for (int i = 0; i < kStageBlocks[s]; ++i) {
-      const int w = kStageWidths[s], out_c = w * kExpansion, stride = (s > 0 && i == 0) ? 2 : 1;
-      const std::string p = "layer" + std::to_string(s + 1) + "." + std::to_string(i) + ".";
-      conv(p + "conv1", w, in_c, 1);
-      bn(p + "bn1", w);
-      conv(p + "conv2", w, w, 3);
-      bn(p + "bn2", w);
-      conv(p + "conv3", out_c, w, 1);
-      bn(p + "bn3", out_c);
-      if (stride != 1 || in_c != out_c) {
-        conv(p + "downsample.0", out_c, in_c, 1);
-        bn(p + "downsample.1", out_c);
-      }
-      in_c = out_c;
-    }
-  store.add("fc.weight", ParamKind::LinearWeight, {classes, in_c});
-  store.add("fc.bias", ParamKind::LinearBias, {classes});
+  for (const ParamSpec& p : resnet50_params(cfg).tensors) store.add(p.name, p.kind, p.shape);
   store.assign_offsets();
+  TensorLayout layout;
   layout.params = store.tensors();
+  const NetSpec spec = resnet50_spec(cfg);
+  layout.bns.emplace_back(spec.stem_bn.name, spec.stem_bn.channels);
+  for (const BlockSpec& b : spec.blocks)
+    for (const BnSpec* bn : {&b.b1, &b.b2, &b.b3, b.bdown ? &*b.bdown : nullptr})
+      if (bn) layout.bns.emplace_back(bn->name, bn->channels);
   return layout;
 }
 

@@ -3,6 +3,7 @@
 // command line, 1 for anything else (bad data, no GPU, a CUDA error, divergence). This file is
 // compiled once per variant: it alone reads the switchboard.
 #include <cstdio>
+#include <new>
 
 #include "core/errors.h"
 #include "dist/local_launch.h"
@@ -28,6 +29,11 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
+  } catch (const std::bad_alloc&) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: out of host memory (an allocation failed); free some memory or use a smaller "
+                 "--batch or --synthetic-size\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "error: %s\n", e.what());

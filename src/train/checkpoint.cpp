@@ -16,6 +16,10 @@ namespace {
 constexpr char kMagic[8] = {'R', 'N', '5', '0', 'C', 'K', 'P', 'T'};
 constexpr uint32_t kVersion = 1;
 constexpr size_t kMaxHeader = 1 << 16;
+// The most values an array may hold: 2^28 floats, over ten times ResNet-50's parameters. A header
+// that claims more is corrupt, and a file larger than such a checkpoint is refused before it is read.
+constexpr uint64_t kMaxArrayValues = uint64_t(1) << 28;
+constexpr size_t kMaxCheckpointBytes = 16 + kMaxHeader + 3 * (8 + 4 * kMaxArrayValues) + 4;
 
 template <class T>
 void put(std::vector<uint8_t>& out, T v) {
@@ -53,10 +57,17 @@ class Reader {
     off_ += sizeof(T);
     return v;
   }
-  std::vector<float> floats(const char* what) {
+  // An array whose length field must equal `expected` (the header's count): a different length is
+  // corruption (of the header or of the field), a file that ends inside the array is truncation.
+  std::vector<float> floats(const char* what, uint64_t expected, const char* header_key) {
     const uint64_t count = get<uint64_t>(what);
+    if (count != expected)
+      throw InputError(file_ + ": corrupt: the array sizes disagree with the header (" + what + " holds " +
+                       std::to_string(count) + " values, the header says " + header_key + "=" +
+                       std::to_string(expected) + ")");
     if (count > (n_ - off_) / sizeof(float))
-      throw InputError(file_ + ": truncated: " + what + " claims " + std::to_string(count) + " values but the file is too short");
+      throw InputError(file_ + ": truncated: the file ends inside the " + what + " (" + std::to_string(n_) +
+                       " bytes, " + std::to_string(count) + " values from byte " + std::to_string(off_) + ")");
     std::vector<float> v(count);
     if (count) std::memcpy(v.data(), p_ + off_, count * sizeof(float));
     off_ += count * sizeof(float);
@@ -93,6 +104,24 @@ std::string parse_string(const std::map<std::string, std::string>& kv, const std
   const auto it = kv.find(key);
   if (it == kv.end()) throw InputError(file + ": header lacks '" + key + "'");
   return it->second;
+}
+
+// What the header's values must satisfy whatever the run: counts in range, and a position that some
+// number of steps per epoch explains (step = epoch * steps_per_epoch + step_in_epoch, with
+// step_in_epoch < steps_per_epoch; check_checkpoint_position checks it against this run's).
+void check_header_values(const CheckpointMeta& m, const std::string& file) {
+  if (m.step < 0 || m.epoch < 0 || m.step_in_epoch < 0 || m.batch <= 0 || m.epochs <= 0 || !(m.loss_scale > 0) ||
+      m.good_steps < 0 || m.skipped_steps < 0 || m.skipped_steps > m.step)
+    throw InputError(file + ": header holds out-of-range values");
+  const int64_t before_epoch = m.step - m.step_in_epoch;  // steps of the epochs done
+  const bool explained = m.epoch == 0 ? before_epoch == 0
+                                      : before_epoch > 0 && before_epoch % m.epoch == 0 &&
+                                            before_epoch / m.epoch > m.step_in_epoch;
+  // (epoch is not bounded by epochs: a run resumed with a smaller --epochs saves its position as it is.)
+  if (!explained)
+    throw InputError(file + ": inconsistent header: step " + std::to_string(m.step) + " is not epoch " +
+                     std::to_string(m.epoch) + " (0-based) plus step " + std::to_string(m.step_in_epoch) +
+                     " of it for any number of steps per epoch");
 }
 
 }  // namespace
@@ -147,18 +176,19 @@ Checkpoint parse_checkpoint(const uint8_t* bytes, size_t size, const std::string
   m.loss_scale = std::strtof(parse_string(kv, "loss_scale", file).c_str(), nullptr);
   m.good_steps = parse_number<int>(kv, "good_steps", file);
   m.skipped_steps = parse_number<int>(kv, "skipped_steps", file);
-  if (m.step < 0 || m.epoch < 0 || m.step_in_epoch < 0 || m.batch <= 0 || !(m.loss_scale > 0))
-    throw InputError(file + ": header holds out-of-range values");
-  c.master = r.floats("master weights");
-  c.momentum = r.floats("momentum");
-  c.running = r.floats("BN running statistics");
+  if (m.params > kMaxArrayValues || m.running > kMaxArrayValues)
+    throw InputError(file + ": corrupt header: params=" + std::to_string(m.params) + ", running=" +
+                     std::to_string(m.running) + " (a checkpoint holds at most " + std::to_string(kMaxArrayValues) +
+                     " values per array)");
+  c.master = r.floats("master weights", m.params, "params");
+  c.momentum = r.floats("momentum", m.params, "params");
+  c.running = r.floats("BN running statistics", m.running, "running");
   const size_t body = r.offset();
   const uint32_t stored = r.get<uint32_t>("checksum");
   if (r.offset() != size) throw InputError(file + ": " + std::to_string(size - r.offset()) + " unexpected bytes after the checksum");
   const uint32_t actual = static_cast<uint32_t>(crc32(0L, bytes, static_cast<uInt>(body)));
   if (stored != actual) throw InputError(file + ": checksum mismatch: the file is corrupt");
-  if (c.master.size() != m.params || c.momentum.size() != m.params || c.running.size() != m.running)
-    throw InputError(file + ": array sizes disagree with the header");
+  check_header_values(m, file);
   return c;
 }
 
@@ -168,7 +198,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
-  const std::vector<uint8_t> bytes = read_file(path);
+  const std::vector<uint8_t> bytes = read_file(path, kMaxCheckpointBytes);
   return parse_checkpoint(bytes.data(), bytes.size(), path);
 }
 
@@ -194,4 +224,12 @@ uint64_t model_signature(const std::vector<std::pair<std::string, std::vector<in
     for (int d : shape) h = mix(h, static_cast<uint64_t>(d) + 0x100);
   }
   return h;
+}
+
+void check_checkpoint_position(const CheckpointMeta& m, int steps_per_epoch, const std::string& file) {
+  if (m.step_in_epoch < steps_per_epoch && m.step == int64_t(m.epoch) * steps_per_epoch + m.step_in_epoch) return;
+  throw InputError(file + ": saved at step " + std::to_string(m.step) + " (epoch " + std::to_string(m.epoch + 1) +
+                   ", step " + std::to_string(m.step_in_epoch) + " of it), which does not fit this run's " +
+                   std::to_string(steps_per_epoch) + " steps per epoch: the training set is not the size it was "
+                   "(another --synthetic-size?)");
 }

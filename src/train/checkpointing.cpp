@@ -4,21 +4,22 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 
 #include "core/check.h"
 
-CheckpointMeta run_meta(const BuildSettings& build, const ResNet50& net, const std::string& data, const Options& o) {
-  const ParamStore& p = net.params();
+CheckpointMeta run_meta(const BuildSettings& build, const ParamListing& params, const std::string& data,
+                        const Options& o) {
   std::vector<std::pair<std::string, std::vector<int>>> sig;
-  for (const auto& t : p.tensors()) sig.emplace_back(t.name, t.shape);
+  for (const ParamSpec& t : params.tensors) sig.emplace_back(t.name, t.shape);
   CheckpointMeta m;
   m.precision = dtype_name(build.precision);
   m.layout = layout_name(build.layout);
   m.model_signature = model_signature(sig);
-  m.params = p.total();
-  m.running = net.running_stats_count();
+  m.params = params.total;
+  m.running = params.running;
   m.data = data;
   m.batch = o.batch;
   m.epochs = o.epochs;
@@ -48,9 +49,47 @@ void restore_checkpoint(ResNet50& net, const Checkpoint& c, cudaStream_t stream)
   p.refresh_working_copy(stream);
 }
 
-SaveKeeper::SaveKeeper(const Options& o)
-    : path_(o.save), resume_(o.resume), every_(o.save_every),
+std::vector<std::string> default_rescue_dirs() {
+  std::vector<std::string> dirs;
+  char cwd[4096];
+  if (getcwd(cwd, sizeof(cwd))) dirs.push_back(cwd);
+  const char* tmp = std::getenv("TMPDIR");
+  dirs.push_back(tmp && *tmp ? tmp : "/tmp");
+  return dirs;
+}
+
+SaveKeeper::SaveKeeper(const Options& o, std::vector<std::string> rescue_dirs)
+    : rescue_dirs_(std::move(rescue_dirs)), path_(o.save), resume_(o.resume), every_(o.save_every),
       existed_(!o.save.empty() && access(o.save.c_str(), F_OK) == 0) {}
+
+namespace {
+// Saves `c` to `path`; returns why it failed, or "" when it is saved.
+std::string try_save(const std::string& path, const Checkpoint& c) {
+  try {
+    save_checkpoint(path, c);
+    return "";
+  } catch (const Fatal& e) {
+    return e.what();
+  }
+}
+}  // namespace
+
+// A finished run must never be lost to a full disk: the state goes wherever it can, and the run stops
+// saying where.
+void SaveKeeper::write(const Checkpoint& c, const std::string& to) const {
+  const std::string failure = try_save(to, c);
+  if (failure.empty()) return;
+  const std::string lost = "cannot save the checkpoint of step " + std::to_string(c.meta.step) + " to " + to +
+                           " (" + failure + ")";
+  std::string rescue_failures;
+  for (const std::string& dir : rescue_dirs_) {
+    const std::string rescue = dir + "/rescue-" + std::to_string(getpid()) + ".ckpt";
+    const std::string why = try_save(rescue, c);
+    if (why.empty()) throw Fatal(lost + "; saved it to " + rescue + " instead: continue with --resume " + rescue);
+    rescue_failures += "; " + why;
+  }
+  throw Fatal(lost + ", nor to a rescue file" + rescue_failures + ": this state is lost");
+}
 
 void SaveKeeper::save(const Checkpoint& c, const std::string& to, bool periodic) {
   if (pending_.step >= 0) {
@@ -58,10 +97,10 @@ void SaveKeeper::save(const Checkpoint& c, const std::string& to, bool periodic)
     pending_ = {};
   }
   if (!periodic) {
-    save_checkpoint(to, c);
+    write(c, to);
     return;
   }
-  save_checkpoint(pending_path(), c);  // atomic: FILE.pending is whole or absent (a leftover is overwritten)
+  write(c, pending_path());  // atomic: FILE.pending is whole or absent (a leftover is overwritten)
   pending_ = {static_cast<long>(c.meta.step), c.meta.skipped_steps};
 }
 
@@ -72,7 +111,8 @@ void SaveKeeper::on_read(long steps, long skipped, bool diverged) {
 void SaveKeeper::commit_pending() {
   // rename() is atomic: FILE is the old proven state or the new one, whatever happens meanwhile.
   if (std::rename(pending_path().c_str(), path_.c_str()) != 0)
-    throw Fatal(pending_path() + ": cannot rename to " + path_ + ": " + std::strerror(errno));
+    throw Fatal(pending_path() + ": cannot rename to " + path_ + ": " + std::strerror(errno) +
+                " (the saved state stays in " + pending_path() + ": rename it to resume from it)");
   kept_step_ = pending_.step;
   pending_ = {};
 }

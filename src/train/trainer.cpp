@@ -21,6 +21,7 @@
 #include <memory>
 
 #include "core/check.h"
+#include "core/file_io.h"
 #include "core/format.h"
 #include "core/handles.h"
 #include "data/augment.h"
@@ -31,6 +32,7 @@
 #include "measure/step_timing.h"
 #include "model/autotune_cache.h"
 #include "model/resnet50.h"
+#include "model/resnet50_spec.h"
 #include "pipeline/loader.h"
 #include "train/checkpointing.h"
 #include "train/counters.h"
@@ -56,6 +58,12 @@ void silence_stdout() {
   }
 }
 
+// A file of the run's output (the loss log) could not be written: the weights are fine, so they are
+// saved before the run stops.
+struct OutputFailed : Fatal {
+  using Fatal::Fatal;
+};
+
 double mean_loss(const LossTotals& t) { return t.count ? t.loss_sum / double(t.count) : NAN; }
 double accuracy(const LossTotals& t) { return t.count ? double(t.correct) / double(t.count) : NAN; }
 
@@ -73,8 +81,11 @@ class Trainer {
   }
 
  private:
+  void check_output_paths() const;
   void load_data();
   void join_ranks();
+  void check_resume();
+  NetConfig net_config() const;
   void setup_gpu();
   void build_network();
   void start_from_checkpoint_or_init();
@@ -147,6 +158,19 @@ class Trainer {
 };
 
 // ---- set-up -------------------------------------------------------------------------------------
+// Every file the run will write is checked before the data is loaded and the GPU is touched: a path
+// found bad only when it is written would cost the run (the end-of-run save, the first loss log).
+void Trainer::check_output_paths() const {
+  const std::pair<const char*, const std::string*> outputs[] = {{"--save", &opt_.save},
+                                                                 {"--loss-log", &opt_.loss_log},
+                                                                 {"--sample-png", &opt_.sample_png},
+                                                                 {"--trace", &opt_.trace}};
+  for (const auto& [flag, path] : outputs)
+    if (!path->empty()) check_output_path(*path, flag);
+  if (build_.algo == AlgoPolicy::Autotune && !opt_.deterministic)  // the autotune cache is written only then
+    check_output_path(opt_.autotune_cache, "--autotune-cache");
+}
+
 void Trainer::load_data() {
   data_ = load_data_set(opt_.data, opt_.data_dir, opt_.synthetic_size, global_batch(), opt_.seed);
   const Dataset& train = data_.split.train;
@@ -163,6 +187,31 @@ void Trainer::join_ranks() {
   if (resume_) check_global_batch(resume_->meta, opt_.batch, launch_.world, opt_.resume);
   const Fingerprint f = run_fingerprint(build_, opt_, launch_.world, data_.split, norm_, resume_.get());
   dp_ = std::make_unique<DataParallel>(launch_, f, data_parallel_config(build_, opt_));
+}
+
+// The checkpoint to resume from must fit this build, model, batch, data set and training set size:
+// all of it is known without the GPU (the model from its CPU listing).
+void Trainer::check_resume() {
+  meta_ = run_meta(build_, resnet50_params(net_config()), data_.split.train.name, opt_);
+  meta_.batch = global_batch();  // what a resume on another number of GPUs must keep
+  if (opt_.resume.empty()) return;
+  resume_ = std::make_unique<Checkpoint>(load_checkpoint(opt_.resume));
+  check_checkpoint_fits(resume_->meta, meta_, opt_.resume);
+  check_checkpoint_position(resume_->meta, steps_per_epoch_, opt_.resume);
+}
+
+NetConfig Trainer::net_config() const {
+  NetConfig cfg;
+  cfg.batch = opt_.batch;
+  cfg.dtype = build_.precision;
+  cfg.layout = build_.layout;
+  cfg.tf32 = opt_.tf32;
+  cfg.conv.policy = opt_.deterministic ? AlgoPolicy::Heuristic : build_.algo;
+  cfg.conv.deterministic = opt_.deterministic;
+  cfg.conv.workspace_limit = size_t(opt_.workspace_mb) << 20;
+  cfg.conv_api = build_.conv_api;
+  cfg.fused_bn = build_.fused_bn;
+  return cfg;
 }
 
 void Trainer::setup_gpu() {
@@ -196,16 +245,7 @@ void Trainer::setup_gpu() {
 // (filtered to deterministic ones): measured choices could differ between runs, and so would the
 // rounding.
 void Trainer::build_network() {
-  NetConfig cfg;
-  cfg.batch = opt_.batch;
-  cfg.dtype = build_.precision;
-  cfg.layout = build_.layout;
-  cfg.tf32 = opt_.tf32;
-  cfg.conv.policy = opt_.deterministic ? AlgoPolicy::Heuristic : build_.algo;
-  cfg.conv.deterministic = opt_.deterministic;
-  cfg.conv.workspace_limit = size_t(opt_.workspace_mb) << 20;
-  cfg.conv_api = build_.conv_api;
-  cfg.fused_bn = build_.fused_bn;
+  const NetConfig cfg = net_config();
   const bool measure = cfg.conv.policy == AlgoPolicy::Autotune;
   const AutotuneContext context{prop_.name, cudnnGetVersion(), cfg.dtype, cfg.layout, cfg.tf32, cfg.conv_api,
                                 opt_.workspace_mb};
@@ -213,8 +253,6 @@ void Trainer::build_network() {
   for (const std::string& w : cache_->load()) std::fprintf(stderr, "warning: %s\n", w.c_str());
 
   net_ = std::make_unique<ResNet50>(cfg, *ctx_, *cache_);
-  meta_ = run_meta(build_, *net_, data_.split.train.name, opt_);
-  meta_.batch = global_batch();  // what a resume on another number of GPUs must keep
   const AlgoReport& ar = net_->algo_report();
   const char* api = conv_api_name(cfg.conv_api);
   const std::string ws = format_bytes(ar.workspace);
@@ -237,7 +275,6 @@ void Trainer::start_from_checkpoint_or_init() {
   DeviceCounters init = initial_counters(build_.precision == DType::F16 ? static_cast<float>(opt_.loss_scale) : 1.f);
   if (resume_) {
     const Checkpoint& c = *resume_;
-    check_checkpoint_fits(c.meta, meta_, opt_.resume);
     restore_checkpoint(*net_, c, ctx_->stream);
     step_ = c.meta.step;
     start_epoch_ = c.meta.epoch;
@@ -274,8 +311,9 @@ int Trainer::run() {
   if (!writes()) silence_stdout();
   report_.start();
   // Everything the user gave is validated before the GPU is touched.
+  check_output_paths();
   load_data();
-  if (!opt_.resume.empty()) resume_ = std::make_unique<Checkpoint>(load_checkpoint(opt_.resume));
+  check_resume();
   if (launch_.distributed()) join_ranks();
   setup_gpu();
   start_from_checkpoint_or_init();
@@ -315,6 +353,11 @@ int Trainer::run() {
     const std::string line = failed(std::string(d.what()) + saves_.after_divergence(first_step_));
     std::fprintf(stderr, "error: %s\n", line.c_str());
     return 1;
+  } catch (const OutputFailed& e) {
+    const std::string path = opt_.save.empty() ? "interrupted.ckpt" : opt_.save;
+    save(path, false);  // a save that fails too is rescued, and says so
+    throw Fatal(std::string(e.what()) + "; the state of step " + std::to_string(step_) + " was saved to " + path +
+                " (continue with --resume " + path + ")");
   }
   report_.summary(summary());
   return 0;
@@ -517,12 +560,13 @@ void Trainer::write_loss_log(long first_step, long count) const {
   const int k0 = static_cast<int>(first_step % steps_per_epoch_);
   CUDA_CHECK(cudaMemcpy(losses.data(), loss_history_.as<float>() + k0, count * sizeof(float), cudaMemcpyDeviceToHost));
   std::ofstream out(opt_.loss_log, first_step == first_step_ ? std::ios::trunc : std::ios::app);
-  if (!out) throw InputError(opt_.loss_log + ": cannot write the loss log");
+  if (!out) throw OutputFailed(opt_.loss_log + ": cannot write the loss log");
   char line[64];
   for (long i = 0; i < count; ++i) {
     std::snprintf(line, sizeof(line), "%ld %.9g\n", first_step + i, losses[i]);  // %.9g: exact for floats
     out << line;
   }
+  if (!out.flush()) throw OutputFailed(opt_.loss_log + ": writing the loss log failed (disk full?)");
 }
 
 RunSummary Trainer::summary() const {

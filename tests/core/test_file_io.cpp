@@ -1,4 +1,5 @@
-// Whole-file reads, atomic writes and gzip inflation, with errors that name the file.
+// Whole-file reads (only regular files, sizes checked first), atomic writes, output-path checks and
+// gzip inflation, with errors that name the file.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -77,17 +78,7 @@ TEST(FileIo, ReadUnreadableFileNamesIt) {
   write_file_atomic(path, bytes.data(), bytes.size());
   chmod(path.c_str(), 0);
   // Root reads anything, so the read runs in a child that first drops to user "nobody".
-  EXPECT_EXIT(
-      {
-        if (geteuid() == 0 && setuid(65534) != 0) _exit(3);
-        try {
-          read_file(path);
-        } catch (const InputError& e) {
-          std::fprintf(stderr, "%s\n", e.what());
-          _exit(0);
-        }
-        _exit(1);
-      },
+  EXPECT_EXIT(exit_with_input_error([&] { read_file(path); }, true),
       ::testing::ExitedWithCode(0), "secret.bin.*cannot open");
 }
 
@@ -100,6 +91,91 @@ TEST(FileIo, AtomicWriteIntoMissingDirectoryNamesIt) {
   } catch (const Fatal& e) {
     EXPECT_HAS(e.what(), path);
   }
+}
+
+TEST(FileIo, ANonRegularFileIsNamedNeverRead) {
+  TempDir dir;
+  const std::string fifo = dir / "pipe";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  // Opening a FIFO waits for a writer: the read runs in a child that an alarm kills if it hangs.
+  EXPECT_EXIT(exit_with_input_error([&] { read_file(fifo); }, false),
+      ::testing::ExitedWithCode(0), "pipe: is a FIFO");
+  EXPECT_HAS(input_error_of([] { regular_file_size("/dev/null"); }), "/dev/null: is a device");
+}
+
+TEST(FileIo, AFileLargerThanAllowedIsRefusedBeforeItIsRead) {
+  TempDir dir;
+  const std::string path = dir / "huge.bin";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fclose(f);
+  }
+  // 100 GiB, sparse: allocating or reading it would take minutes or fail with std::bad_alloc.
+  ASSERT_EQ(truncate(path.c_str(), off_t(100) << 30), 0);
+  const std::string m = input_error_of([&] { read_file(path, size_t(1) << 20); });
+  EXPECT_HAS(m, path);
+  EXPECT_HAS(m, "too large: 107374182400 bytes");
+  EXPECT_EQ(regular_file_size(path), size_t(100) << 30);
+  const std::vector<uint8_t> bytes = some_bytes(64, 9);
+  write_file_atomic(path, bytes.data(), bytes.size());
+  EXPECT_EQ(read_file(path, 64), bytes) << "exactly the limit is fine";
+}
+
+// ---- output paths, checked before a run ----------------------------------------------------------
+
+TEST(CheckOutputPath, AWritablePathPassesAndNothingIsLeftBehind) {
+  TempDir dir;
+  EXPECT_NO_THROW(check_output_path(dir / "new.ckpt", "--save"));
+  const std::vector<uint8_t> bytes = some_bytes(100, 3);
+  write_file_atomic(dir / "old.ckpt", bytes.data(), bytes.size());
+  EXPECT_NO_THROW(check_output_path(dir / "old.ckpt", "--save"));
+  EXPECT_EQ(read_file(dir / "old.ckpt"), bytes) << "an existing file is not touched";
+  size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.path)) ++entries;
+  EXPECT_EQ(entries, 1u) << "the probe file must be removed";
+}
+
+TEST(CheckOutputPath, AMissingDirectoryIsNamed) {
+  TempDir dir;
+  const std::string m = input_error_of([&] { check_output_path(dir / "no/such/x.ckpt", "--save"); });
+  EXPECT_EQ(m, "--save " + (dir / "no/such/x.ckpt") + ": the directory " + (dir / "no/such") + " does not exist");
+  EXPECT_HAS(input_error_of([] { check_output_path("/no/such/dir/x.ckpt", "--save"); }), "does not exist");
+}
+
+TEST(CheckOutputPath, ADirectoryOrAFifoIsNotAFile) {
+  TempDir dir;
+  EXPECT_HAS(input_error_of([&] { check_output_path(dir.path, "--loss-log"); }), "is a directory");
+  EXPECT_HAS(input_error_of([&] { check_output_path(dir.path + "/", "--loss-log"); }), "directory");
+  const std::string fifo = dir / "pipe";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_HAS(input_error_of([&] { check_output_path(fifo, "--trace"); }), "--trace " + fifo + ": is a FIFO");
+  const std::vector<uint8_t> bytes = some_bytes(4, 1);
+  write_file_atomic(dir / "file", bytes.data(), bytes.size());
+  EXPECT_HAS(input_error_of([&] { check_output_path(dir / "file/x.png", "--sample-png"); }), "is not a directory");
+}
+
+TEST(CheckOutputPath, AReadOnlyDirectoryIsNamed) {
+  // /proc refuses new files even to root.
+  EXPECT_HAS(input_error_of([] { check_output_path("/proc/x.ckpt", "--save"); }),
+             "cannot create files in the directory /proc");
+  TempDir dir;
+  chmod(dir.path.c_str(), 0555);
+  const std::string path = dir / "x.ckpt";
+  // Root writes anywhere, so the check runs in a child that first drops to user "nobody".
+  EXPECT_EXIT(exit_with_input_error([&] { check_output_path(path, "--save"); }, true),
+      ::testing::ExitedWithCode(0), "cannot create files in the directory");
+  chmod(dir.path.c_str(), 0755);
+}
+
+TEST(CheckOutputPath, AnExistingReadOnlyFileIsNamed) {
+  TempDir dir;
+  chmod(dir.path.c_str(), 0777);
+  const std::string path = dir / "ro.ckpt";
+  write_file_atomic(path, "x", 1);
+  chmod(path.c_str(), 0444);
+  EXPECT_EXIT(exit_with_input_error([&] { check_output_path(path, "--save"); }, true),
+      ::testing::ExitedWithCode(0), "ro.ckpt: the file is not writable");
 }
 
 TEST(Gunzip, InflatesGoodStreams) {

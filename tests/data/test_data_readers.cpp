@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -150,6 +153,34 @@ TEST(Cifar10Reader, DirectoryInsteadOfFileNamesIt) {
   const std::string m = input_error_of([&] { load_cifar10(dir.path); });
   EXPECT_HAS(m, dir / "data_batch_2.bin");
   EXPECT_HAS(m, "directory");
+}
+
+// Six batch files of the right size, sparse (all zeros: label 0, black images), written instantly.
+void write_sparse_cifar_dir(const TempDir& dir) {
+  for (const char* f : kCifarFiles) {
+    write_bytes(dir / f, {});
+    ASSERT_EQ(truncate((dir / f).c_str(), off_t(kCifarRecordBytes) * kCifarRecordsPerFile), 0);
+  }
+}
+
+TEST(Cifar10Reader, AHugeFileIsTooLargeAtOnceNotReadFirst) {
+  TempDir dir;
+  write_sparse_cifar_dir(dir);
+  ASSERT_EQ(truncate((dir / "data_batch_1.bin").c_str(), off_t(40) << 30), 0);  // 40 GiB, sparse
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string m = input_error_of([&] { load_cifar10(dir.path); });
+  EXPECT_HAS(m, dir / "data_batch_1.bin");
+  EXPECT_HAS(m, "too large: 42949672960 bytes, expected 30730000");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+}
+
+TEST(Cifar10Reader, AFifoIsNamedNotWaitedOn) {
+  TempDir dir;
+  write_sparse_cifar_dir(dir);
+  fs::remove(dir / "data_batch_4.bin");
+  ASSERT_EQ(mkfifo((dir / "data_batch_4.bin").c_str(), 0600), 0);
+  EXPECT_EXIT(exit_with_input_error([&] { load_cifar10(dir.path); }, false),
+      ::testing::ExitedWithCode(0), "data_batch_4.bin: is a FIFO");
 }
 
 TEST(Cifar10Reader, MissingDirectoryNamesIt) {
@@ -351,6 +382,19 @@ TEST(FashionMnistReader, MissingFileNamesIt) {
   const std::string m = input_error_of([&] { load_fashion_mnist(dir.path); });
   EXPECT_HAS(m, dir / "t10k-images-idx3-ubyte.gz");
   EXPECT_HAS(m, "not found");
+}
+
+TEST(FashionMnistReader, AHugeFileIsTooLargeAtOnce) {
+  for (const bool gz : {false, true}) {
+    TempDir dir;
+    write_mnist_dir(dir, gz);
+    const std::string path = dir / (gz ? "train-images-idx3-ubyte.gz" : "train-images-idx3-ubyte");
+    ASSERT_EQ(truncate(path.c_str(), off_t(12) << 30), 0);  // 12 GiB, sparse
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string m = input_error_of([&] { load_fashion_mnist(dir.path); });
+    EXPECT_HAS(m, path + ": too large: 12884901888 bytes");
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  }
 }
 
 TEST(FashionMnistReader, MissingDirectoryNamesIt) {

@@ -145,6 +145,38 @@ class BenchEndToEnd(ScriptTest):
         self.assertEqual(sum("--batch 256" in c for c in calls), 2)
         self.assertTrue(all("--steps 15 --warmup-steps 5 --profile-steps 10" in c for c in calls))
 
+    def test_every_run_failed_exits_non_zero_and_writes_nothing(self):
+        # train-fp16's recording fails (a cuDNN error): a table of nothing but failures is no result.
+        machine = FakeMachine(self.tmp)
+        machine.add_binary("train-fp16")
+        out = self.tmp / "results"
+        result = machine.run_script("bench.py", "--bin-dir", str(machine.bin_dir), "--out", str(out),
+                                    "--variants", "fp16", "--runs", "2", "--no-trace", "--no-pytorch")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertIn("bench: every run failed", result.stderr.strip().splitlines()[-1])
+        self.assertIn("CUDNN_STATUS_EXECUTION_FAILED", result.stderr.strip().splitlines()[-1])
+        self.assertFalse(out.exists(), "no results may be written")
+
+    def test_no_variant_selected_is_a_usage_error(self):
+        machine = FakeMachine(self.tmp)
+        for spec in (",", " ", ""):
+            result = machine.run_script("bench.py", "--bin-dir", str(machine.bin_dir), "--out", str(self.tmp / "o"),
+                                        "--variants", spec)
+            self.assertEqual(result.returncode, 2, (spec, result.stderr))
+            self.assertIn("selects no variant", result.stderr)
+            self.assertNotIn("Traceback", result.stderr)
+        self.assertEqual(machine.calls(), [])
+        self.assertFalse((self.tmp / "o").exists())
+
+    def test_non_positive_timeout_is_a_usage_error(self):
+        machine = FakeMachine(self.tmp)
+        for timeout in ("-1", "0", "nan"):
+            result = machine.run_script("bench.py", "--timeout", timeout)
+            self.assertEqual(result.returncode, 2, (timeout, result.stderr))
+            self.assertIn("--timeout must be a positive number", result.stderr)
+        self.assertEqual(machine.calls(), [])
+
     def test_bad_batch_is_a_usage_error(self):
         machine = FakeMachine(self.tmp)
         result = machine.run_script("bench.py", "--batch", "128,big")

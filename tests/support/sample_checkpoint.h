@@ -34,7 +34,9 @@ inline Checkpoint sample_checkpoint(const TensorLayout& layout, Layout stored, c
   c.meta.data = data;
   c.meta.batch = 64;
   c.meta.epochs = 3;
-  c.meta.step = 1234;
+  c.meta.step = 1234;  // epoch 2 (0-based) of 600 steps, 34 steps into it: a consistent header
+  c.meta.epoch = 2;
+  c.meta.step_in_epoch = 34;
   c.master.resize(params);
   c.momentum.assign(params, 0.f);
   c.running.resize(running);

@@ -1,5 +1,6 @@
 // Helpers shared by the unit tests that write files or check error messages: a scratch directory,
-// the InputError a call must raise, a substring check on messages, and gzip compression. Each test
+// the InputError a call must raise (also in a child process), a substring check on messages, and
+// gzip compression. Each test
 // file once had its own copy; this is the one copy. Header-only (inline), so any tests/*.cpp may
 // include it and nothing changes in the Makefile.
 #pragma once
@@ -7,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <stdlib.h>  // mkdtemp
+#include <unistd.h>  // alarm, setuid
 #include <zlib.h>
 
+#include <cstdio>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -51,6 +54,22 @@ inline std::string input_error_of(const std::function<void()>& fn) {
   }
   ADD_FAILURE() << "expected an InputError, nothing was thrown";
   return "";
+}
+
+// For EXPECT_EXIT: runs `fn`, which must throw an InputError, in the child that EXPECT_EXIT forks,
+// and exits 0 after printing its message on stderr (1 when nothing was thrown). The child first drops
+// to user "nobody" when `as_nobody` (root reads and writes anything, so a permission test needs
+// another user), and an alarm kills it after `seconds` (a read that hangs, on a FIFO say, fails).
+[[noreturn]] inline void exit_with_input_error(const std::function<void()>& fn, bool as_nobody, unsigned seconds = 20) {
+  if (as_nobody && geteuid() == 0 && setuid(65534) != 0) _exit(3);
+  alarm(seconds);
+  try {
+    fn();
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    _exit(0);
+  }
+  _exit(1);
 }
 
 // A gzip stream (zlib's gzip wrapper, maximum compression), as in the distributed .gz files.

@@ -44,9 +44,9 @@ Checkpoint sample(size_t params = 1000, size_t running = 100, int version = 0) {
   m.batch = 256;
   m.epochs = 17;
   m.seed = 0xFFFFFFFFFFFFFFFFull;
-  m.step = 123456789012ll + version;
   m.epoch = 9;
-  m.step_in_epoch = 41;
+  m.step_in_epoch = 41 + version;
+  m.step = 9 * 13717421001ll + m.step_in_epoch;  // 13,717,421,001 steps per epoch: a consistent position
   m.loss_scale = std::nextafter(12345.678f, 1e9f);  // no short decimal form: must survive exactly
   m.good_steps = 777;
   m.skipped_steps = 3;
@@ -214,7 +214,7 @@ TEST(Checkpoint, FlippedByteIsAChecksumMismatch) {
   // A header value changed to another well-formed one is caught by the checksum too.
   std::vector<uint8_t> b = good;
   const std::string text(b.begin(), b.end());
-  const size_t p = text.find("step=123456789012");
+  const size_t p = text.find("step=123456789050");
   ASSERT_NE(p, std::string::npos);
   b[p + 5] = '2';
   EXPECT_HAS(input_error_of([&] { parse(b, "flip.ck"); }), "checksum");
@@ -243,12 +243,95 @@ TEST(Checkpoint, MalformedHeaderValuesAreRejected) {
   EXPECT_HAS(input_error_of([&] { parse(build_file(kHeader, {{1, 2}, {1, 2}, {1, 2}}), "val.ck"); }), "array sizes");
 }
 
-TEST(Checkpoint, ArrayLengthBeyondTheFileIsTruncation) {
+TEST(Checkpoint, AnArrayLengthThatDisagreesWithTheHeaderIsCorruptionNotTruncation) {
   std::vector<uint8_t> b = build_file(kHeader, {{1, 2, 3}, {1, 2, 3}, {1, 2}});
   const size_t first_len = 8 + 4 + 4 + std::strlen(kHeader);
   const uint64_t huge = 0x4000000000000000ull;  // would overflow a naive size computation
   std::memcpy(b.data() + first_len, &huge, 8);
-  EXPECT_HAS(input_error_of([&] { parse(b, "len.ck"); }), "truncated");
+  const std::string m = input_error_of([&] { parse(b, "len.ck"); });
+  EXPECT_HAS(m, "len.ck: corrupt");
+  EXPECT_HAS(m, "master weights holds 4611686018427387904 values, the header says params=3");
+  EXPECT_EQ(m.find("truncated"), std::string::npos) << m;
+}
+
+TEST(Checkpoint, AHeaderClaimingMoreThanAnyCheckpointHoldsIsACorruptHeader) {
+  std::string h = kHeader;
+  h.replace(h.find("params=3"), 8, "params=13759268650546400843");
+  const std::string m = input_error_of([&] { parse(build_file(h, {{1, 2, 3}, {1, 2, 3}, {1, 2}}), "hdr.ck"); });
+  EXPECT_HAS(m, "hdr.ck: corrupt header: params=13759268650546400843");
+  EXPECT_EQ(m.find("truncated"), std::string::npos) << m;
+}
+
+TEST(Checkpoint, AFileShorterThanItsSaneHeaderSaysIsTruncated) {
+  const std::vector<uint8_t> whole = serialize_checkpoint(sample(5000, 300));
+  for (size_t cut : {size_t(100), size_t(1000), size_t(20000), size_t(40000)}) {
+    const std::string m = input_error_of([&] { parse_checkpoint(whole.data(), whole.size() - cut, "cut.ck"); });
+    EXPECT_HAS(m, "cut.ck: truncated");
+    EXPECT_EQ(m.find("corrupt"), std::string::npos) << m;
+  }
+}
+
+TEST(Checkpoint, StepEpochAndStepInEpochMustDescribeOnePosition) {
+  // kHeader: step 100 = epoch 1 x 95 steps + step 5. Each change below fits no steps per epoch.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"epoch=1", "epoch=3"},                   // 95 steps are not 3 whole epochs
+      {"step_in_epoch=5", "step_in_epoch=50"},  // step 50 of an epoch of 50 steps
+      {"epoch=1", "epoch=0"},                   // in epoch 0, step must equal step_in_epoch
+      {"epochs=15", "epochs=0"},                // a run of no epochs
+  };
+  for (const auto& [from, to] : bad) {
+    std::string h = kHeader;
+    h.replace(h.find(from), from.size(), to);
+    const std::string m = input_error_of([&] { parse(build_file(h, {{1, 2, 3}, {1, 2, 3}, {1, 2}}), "pos.ck"); });
+    EXPECT_HAS(m, "pos.ck");
+    EXPECT_TRUE(m.find("inconsistent header") != std::string::npos || m.find("out-of-range") != std::string::npos) << m;
+  }
+  std::string h = kHeader;
+  h.replace(h.find("epoch=1\n"), 8, "epoch=2\n");  // 95 steps over 2 epochs
+  EXPECT_HAS(input_error_of([&] { parse(build_file(h, {{1, 2, 3}, {1, 2, 3}, {1, 2}}), "pos.ck"); }),
+             "inconsistent header: step 100 is not epoch 2");
+  EXPECT_NO_THROW(parse(build_file(kHeader, {{1, 2, 3}, {1, 2, 3}, {1, 2}})));
+  h = kHeader;
+  h.replace(h.find("epochs=15"), 9, "epochs=1");  // a run resumed with a smaller --epochs saves where it is
+  EXPECT_NO_THROW(parse(build_file(h, {{1, 2, 3}, {1, 2, 3}, {1, 2}})));
+}
+
+TEST(CheckpointPosition, MustFitThisRunsStepsPerEpoch) {
+  CheckpointMeta m;
+  m.step = 100;
+  m.epoch = 1;
+  m.step_in_epoch = 5;
+  EXPECT_NO_THROW(check_checkpoint_position(m, 95, "ck.bin"));
+  const std::string e = input_error_of([&] { check_checkpoint_position(m, 78, "ck.bin"); });
+  EXPECT_HAS(e, "ck.bin: saved at step 100 (epoch 2, step 5 of it)");
+  EXPECT_HAS(e, "78 steps per epoch");
+  EXPECT_HAS(e, "--synthetic-size");
+  m.step_in_epoch = 0;
+  m.step = 0;
+  m.epoch = 0;
+  EXPECT_NO_THROW(check_checkpoint_position(m, 1, "ck.bin"));
+  m.step_in_epoch = 3;  // step 3 of epoch 0 cannot be in a run of 3 steps per epoch
+  m.step = 3;
+  EXPECT_HAS(input_error_of([&] { check_checkpoint_position(m, 3, "ck.bin"); }), "3 steps per epoch");
+}
+
+TEST(CheckpointLoad, AFifoIsNamedNotWaitedOn) {
+  TempDir dir;
+  const std::string fifo = dir / "resume.ckpt";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EXIT(exit_with_input_error([&] { load_checkpoint(fifo); }, false),
+      ::testing::ExitedWithCode(0), "resume.ckpt: is a FIFO");
+}
+
+TEST(CheckpointLoad, AFileLargerThanAnyCheckpointIsRefusedAtOnce) {
+  TempDir dir;
+  const std::string path = dir / "huge.ckpt";
+  save_checkpoint(path, sample(10, 4));
+  ASSERT_EQ(truncate(path.c_str(), off_t(40) << 30), 0);  // 40 GiB, sparse
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string m = input_error_of([&] { load_checkpoint(path); });
+  EXPECT_HAS(m, path + ": too large: 42949672960 bytes");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
 }
 
 TEST(Checkpoint, TrailingGarbageIsRejected) {
@@ -370,7 +453,10 @@ TEST(CheckpointSave, FailedSaveLeavesTheOldFileIntact) {
 // partial one, can be recognised even if its checksum happened to pass.
 Checkpoint versioned(int v, size_t n) {
   Checkpoint c = sample(4, 2);
-  c.meta.step = v;
+  c.meta.step = v;  // in epoch 0
+  c.meta.epoch = 0;
+  c.meta.step_in_epoch = v;
+  c.meta.skipped_steps = 0;
   c.meta.params = n;
   c.meta.running = 1024;
   c.master.assign(n, 0.f);

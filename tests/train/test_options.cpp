@@ -136,11 +136,41 @@ TEST(Options, EqualsFormMatchesSeparateValue) {
   EXPECT_DOUBLE_EQ(a.lr, 0.05);
   EXPECT_EQ(a.data, "fashion-mnist");
   EXPECT_EQ(a.save, "x=y.bin") << "only the first '=' separates the value";
-  EXPECT_EQ(parse({"--data-dir="}).data_dir, "");
 }
 
-TEST(Options, LaterFlagWins) {
-  EXPECT_EQ(parse({"--batch", "64", "--batch", "32"}).batch, 32);
+TEST(Options, AnEmptyValueIsNamedNotTakenForTheDefault) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--data-dir", ""}, {"--data-dir="}, {"--resume", ""}, {"--trace", ""}, {"--save="}, {"--loss-log", ""},
+           {"--sample-png", ""}, {"--autotune-cache", ""}, {"--data", ""}, {"--batch", ""}}) {
+    const std::string m = usage_error(args);
+    EXPECT_HAS(m, args[0].substr(0, args[0].find('=')));
+    EXPECT_HAS(m, "needs a value");
+    EXPECT_HAS(m, "empty");
+  }
+}
+
+TEST(Options, DashHIsHelp) {
+  EXPECT_TRUE(parse({"-h"}).help);
+  EXPECT_TRUE(parse({"--batch", "64", "-h"}).help);
+}
+
+TEST(Options, ARepeatedFlagIsNamed) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--batch", "64", "--batch", "32"}, {"--batch=64", "--batch", "64"}, {"--json", "--json"},
+           {"--help", "-h"}, {"--save", "a", "--epochs", "2", "--save=b"}}) {
+    const std::string m = usage_error(args);
+    EXPECT_HAS(m, args.back() == "-h" ? "--help" : args[0].substr(0, args[0].find('=')));
+    EXPECT_HAS(m, "twice");
+  }
+}
+
+TEST(Options, AFlagWhereAValueShouldBeIsNamed) {
+  std::string m = usage_error({"--data-dir", "--epochs", "3"});
+  EXPECT_EQ(m, "--data-dir needs a value (DIR), not the flag --epochs");
+  EXPECT_HAS(usage_error({"--resume", "--save", "x"}), "not the flag --save");
+  EXPECT_HAS(usage_error({"--save", "-h"}), "not the flag -h");
+  EXPECT_EQ(parse({"--save=--odd-name"}).save, "--odd-name") << "the = form takes any value";
+  EXPECT_HAS(usage_error({"--lr", "-1"}), "out of range") << "a negative number is a value, not a flag";
 }
 
 TEST(Options, UnknownFlagIsNamed) {
@@ -160,7 +190,7 @@ TEST(Options, MissingValueIsNamed) {
 TEST(Options, NonNumbersAreNamed) {
   for (const auto& args : std::vector<std::vector<std::string>>{
            {"--batch", "12x"}, {"--batch", "1.5"}, {"--batch", ""}, {"--lr", "fast"}, {"--lr", "nan"},
-           {"--lr", "inf"}, {"--lr", "0.1.2"}, {"--steps", "99999999999999999999999"}, {"--momentum", "0,9"}}) {
+           {"--lr", "inf"}, {"--lr", "0.1.2"}, {"--momentum", "0,9"}, {"--seed", "12345678901234567890x"}}) {
     const std::string m = usage_error(args);
     EXPECT_HAS(m, args[0]);
     EXPECT_HAS(m, "not a");
@@ -171,10 +201,14 @@ TEST(Options, OutOfRangeValuesAreNamed) {
   for (const auto& args : std::vector<std::vector<std::string>>{
            {"--batch", "1"}, {"--batch", "9000"}, {"--epochs", "0"}, {"--lr", "-0.1"}, {"--momentum", "1"},
            {"--loss-scale", "0.5"}, {"--loss-scale", "1e9"}, {"--workers", "0"}, {"--seed", "-1"},
-           {"--steps", "-5"}, {"--wd", "2"}, {"--loss-scale-window", "0"}, {"--synthetic-size", "0"}}) {
+           {"--steps", "-5"}, {"--wd", "2"}, {"--loss-scale-window", "0"}, {"--synthetic-size", "0"},
+           // beyond what a long holds: out of range, not "not an integer"
+           {"--steps", "99999999999999999999999"}, {"--seed", "12345678901234567890"},
+           {"--batch", "-99999999999999999999"}, {"--lr", "1e999"}}) {
     const std::string m = usage_error(args);
     EXPECT_HAS(m, args[0]);
     EXPECT_HAS(m, "out of range");
+    EXPECT_HAS(m, "[");  // the range
   }
 }
 

@@ -1,0 +1,60 @@
+// ResNet-50's architecture as data, computed on the CPU from a NetConfig: every layer that has
+// parameters, with its name and shape, in the order the network registers them. ResNet50::build()
+// creates its layers from this description, and the trainer computes a checkpoint's model signature
+// from it before any GPU is touched, so the two cannot drift apart.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/params.h"
+#include "model/resnet50.h"
+
+struct ConvSpec {
+  std::string name;   // "layer1.0.conv1": its weight is name + ".weight"
+  ConvGeometry g;
+};
+struct BnSpec {
+  std::string name;   // "layer1.0.bn1": gamma name + ".weight", beta name + ".bias"
+  int channels = 0;
+};
+// A bottleneck block: 1x1 conv, 3x3 conv (the stride), 1x1 conv, each with its BN, and the projection
+// shortcut where the shape changes.
+struct BlockSpec {
+  ConvSpec c1, c2, c3;
+  BnSpec b1, b2, b3;
+  std::optional<ConvSpec> down;
+  std::optional<BnSpec> bdown;
+  Shape4 in, mid1, mid2, out;
+};
+struct NetSpec {
+  ConvSpec stem;
+  BnSpec stem_bn;
+  std::vector<BlockSpec> blocks;
+  int features = 0;   // the pooled features the classifier takes
+  int classes = 0;
+};
+
+NetSpec resnet50_spec(const NetConfig& cfg);
+
+// One parameter tensor: its name, kind and shape (PyTorch order: conv K, C, R, S).
+struct ParamSpec {
+  std::string name;
+  ParamKind kind;
+  std::vector<int> shape;
+};
+// What each layer registers, in this order (ResNet50::build() registers through these).
+ParamSpec conv_weight(const ConvSpec& c);
+std::pair<ParamSpec, ParamSpec> bn_params(const BnSpec& b);   // gamma, beta
+std::pair<ParamSpec, ParamSpec> fc_params(const NetSpec& n);  // weight, bias
+
+// Every parameter of the network in registration order, and the count of BN running statistics
+// (mean and variance of every BN).
+struct ParamListing {
+  std::vector<ParamSpec> tensors;
+  size_t total = 0;     // parameter values in all
+  size_t running = 0;
+};
+ParamListing resnet50_params(const NetConfig& cfg);

@@ -1,0 +1,95 @@
+// ResNet-50 (CIFAR stem) as data: layer names, geometry and parameter shapes, without a GPU.
+#include "model/resnet50_spec.h"
+
+namespace {
+constexpr int kStageWidths[4] = {64, 128, 256, 512};
+constexpr int kStageBlocks[4] = {3, 4, 6, 3};
+constexpr int kExpansion = 4;
+constexpr int kInputSide = 32;  // every data set is served at 32x32
+constexpr int kStemChannels = 64;
+}  // namespace
+
+NetSpec resnet50_spec(const NetConfig& cfg) {
+  const int N = cfg.batch;
+  NetSpec n;
+  n.stem = {"conv1", {N, 3, kInputSide, kInputSide, kStemChannels, 3, 1, 1}};
+  n.stem_bn = {"bn1", kStemChannels};
+  int in_c = kStemChannels, side = kInputSide;
+  for (int s = 0; s < 4; ++s) {
+    for (int i = 0; i < kStageBlocks[s]; ++i) {
+      const int stride = (s > 0 && i == 0) ? 2 : 1, w = kStageWidths[s], out_c = w * kExpansion;
+      const int out_side = side / stride;
+      const std::string p = "layer" + std::to_string(s + 1) + "." + std::to_string(i) + ".";
+      BlockSpec b;
+      b.in = {N, in_c, side, side};
+      b.mid1 = {N, w, side, side};
+      b.mid2 = {N, w, out_side, out_side};
+      b.out = {N, out_c, out_side, out_side};
+      b.c1 = {p + "conv1", {N, in_c, side, side, w, 1, 1, 0}};
+      b.b1 = {p + "bn1", w};
+      b.c2 = {p + "conv2", {N, w, side, side, w, 3, stride, 1}};
+      b.b2 = {p + "bn2", w};
+      b.c3 = {p + "conv3", {N, w, out_side, out_side, out_c, 1, 1, 0}};
+      b.b3 = {p + "bn3", out_c};
+      if (stride != 1 || in_c != out_c) {
+        b.down = ConvSpec{p + "downsample.0", {N, in_c, side, side, out_c, 1, stride, 0}};
+        b.bdown = BnSpec{p + "downsample.1", out_c};
+      }
+      n.blocks.push_back(std::move(b));
+      in_c = out_c;
+      side = out_side;
+    }
+  }
+  n.features = in_c;
+  n.classes = cfg.classes;
+  return n;
+}
+
+ParamSpec conv_weight(const ConvSpec& c) {
+  return {c.name + ".weight", ParamKind::ConvWeight, {c.g.k, c.g.c, c.g.r, c.g.r}};
+}
+
+std::pair<ParamSpec, ParamSpec> bn_params(const BnSpec& b) {
+  return {{b.name + ".weight", ParamKind::BnGamma, {b.channels}}, {b.name + ".bias", ParamKind::BnBeta, {b.channels}}};
+}
+
+std::pair<ParamSpec, ParamSpec> fc_params(const NetSpec& n) {
+  return {{"fc.weight", ParamKind::LinearWeight, {n.classes, n.features}},
+          {"fc.bias", ParamKind::LinearBias, {n.classes}}};
+}
+
+ParamListing resnet50_params(const NetConfig& cfg) {
+  const NetSpec n = resnet50_spec(cfg);
+  ParamListing l;
+  auto add = [&](const ParamSpec& p) {
+    size_t count = 1;
+    for (int d : p.shape) count *= static_cast<size_t>(d);
+    l.total += count;
+    l.tensors.push_back(p);
+  };
+  auto conv = [&](const ConvSpec& c) { add(conv_weight(c)); };
+  auto bn = [&](const BnSpec& b) {
+    const auto [gamma, beta] = bn_params(b);
+    add(gamma);
+    add(beta);
+    l.running += 2 * size_t(b.channels);
+  };
+  conv(n.stem);
+  bn(n.stem_bn);
+  for (const BlockSpec& b : n.blocks) {
+    conv(b.c1);
+    bn(b.b1);
+    conv(b.c2);
+    bn(b.b2);
+    conv(b.c3);
+    bn(b.b3);
+    if (b.down) {
+      conv(*b.down);
+      bn(*b.bdown);
+    }
+  }
+  const auto [weight, bias] = fc_params(n);
+  add(weight);
+  add(bias);
+  return l;
+}
