@@ -4,7 +4,7 @@
 #   make test       set up, build and run every test; ends with "N passed, N failed, N skipped"
 #   make variants   the optimization ladder: bin/train-{baseline,devloss,pinned,autotune,fp16,nhwc,graph,fusedbn,cudagraph}
 #   make custom NAME=x DEVICE_LOSS=1 PINNED=0 AUTOTUNE=1 FP16=1 NHWC=0 CONV_GRAPH=1 FUSED_BN=0 CUDA_GRAPH=1   any other combination
-#   make bench / make profile / make fuzz / make sanitize / make sanitize-gpu / make data / make deps
+#   make bench / make profile / make fuzz / make sanitize / make sanitize-gpu / make data / make data-folder / make deps
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
 
@@ -64,7 +64,7 @@ opt_defines = $(shell set -- $(1); echo -DOPT_DEVICE_LOSS=$$1 -DOPT_PINNED=$$2 -
                 -DOPT_NHWC=$$5 -DOPT_CONV_GRAPH=$${6:-1} -DOPT_FUSED_BN=$${7:-1} -DOPT_CUDA_GRAPH=$${8:-1})
 variant_name = $(if $(filter train,$(1)),train,train-$(1))
 
-.PHONY: FORCE all variants custom run test unit-tests bench profile fuzz fuzz-build sanitize sanitize-gpu data deps clean
+.PHONY: FORCE all variants custom run test unit-tests bench profile fuzz fuzz-build sanitize sanitize-gpu data data-folder deps clean
 all: bin/train
 
 # ---- set-up: what a fresh Debian/Ubuntu machine with CUDA and cuDNN may lack -----------------------
@@ -241,6 +241,10 @@ run: bin/train
 
 data: build/.deps-ok
 	@bash data/prepare.sh --strict
+
+# Fashion-MNIST (and CIFAR-10 once `make data` fetched it) as PNG image folders for --data folder.
+data-folder: build/.deps-ok
+	@python3 data/make_folder.py
 
 bench: variants
 	@python3 bench/bench.py $(BENCH_ARGS)

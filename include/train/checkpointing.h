@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include "data/dataset.h"
 #include "model/resnet50.h"
 #include "train/build.h"
 #include "train/checkpoint.h"
@@ -14,7 +15,7 @@
 
 // The build, model and run that a checkpoint of this run records; a resume must match it
 // (check_checkpoint_fits). The position and the loss scaler are filled in when saving.
-CheckpointMeta run_meta(const BuildSettings& build, const ResNet50& net, const std::string& data, const Options& o);
+CheckpointMeta run_meta(const BuildSettings& build, const ResNet50& net, const Dataset& train, const Options& o);
 
 // The network's master weights, momentum and BN running statistics, with `meta`.
 Checkpoint capture_checkpoint(const ResNet50& net, const CheckpointMeta& meta);

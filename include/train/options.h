@@ -12,9 +12,12 @@
 
 struct Options {
   // data
-  std::string data = "auto";        // auto | cifar10 | fashion-mnist | synthetic
+  std::string data = "auto";        // auto | cifar10 | fashion-mnist | synthetic | folder
   std::string data_dir;             // "" = the data set's usual place
   int synthetic_size = 50000;       // training images of --data synthetic (test: a fifth)
+  int image_size = 32;              // images are served at image_size x image_size (folder, synthetic)
+  bool skip_bad_images = false;     // folder: leave out files that fail the header check
+  bool cache_decoded = false;       // folder: decode once into memory instead of every epoch
   // training
   int epochs = 15;
   long steps = 0;                   // stop after this many steps in all (0 = run every epoch)

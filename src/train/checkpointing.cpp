@@ -9,7 +9,7 @@
 
 #include "core/check.h"
 
-CheckpointMeta run_meta(const BuildSettings& build, const ResNet50& net, const std::string& data, const Options& o) {
+CheckpointMeta run_meta(const BuildSettings& build, const ResNet50& net, const Dataset& train, const Options& o) {
   const ParamStore& p = net.params();
   std::vector<std::pair<std::string, std::vector<int>>> sig;
   for (const auto& t : p.tensors()) sig.emplace_back(t.name, t.shape);
@@ -19,7 +19,9 @@ CheckpointMeta run_meta(const BuildSettings& build, const ResNet50& net, const s
   m.model_signature = model_signature(sig);
   m.params = p.total();
   m.running = net.running_stats_count();
-  m.data = data;
+  m.image_side = net.config().image_side;
+  m.class_names = train.class_names;
+  m.data = train.name;
   m.batch = o.batch;
   m.epochs = o.epochs;
   m.seed = o.seed;

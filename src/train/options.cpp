@@ -11,17 +11,23 @@ const auto show = show_number;
 // One row per flag, in --help order: a table, longer than a function should be, read row by row.
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
-      {"--data", "NAME", "data set: auto, cifar10, fashion-mnist or synthetic (auto: CIFAR-10 if `make data` fetched it, else Fashion-MNIST)",
+      {"--data", "NAME", "data set: auto, cifar10, fashion-mnist, synthetic or folder (auto: CIFAR-10 if `make data` fetched it, else Fashion-MNIST; folder: your images in --data-dir)",
        [](const Options& o) { return o.data; },
        [](Options& o, const std::string& v) {
-         if (v != "auto" && v != "cifar10" && v != "fashion-mnist" && v != "synthetic")
-           throw UsageError("--data: '" + v + "' is not one of auto, cifar10, fashion-mnist, synthetic");
+         if (v != "auto" && v != "cifar10" && v != "fashion-mnist" && v != "synthetic" && v != "folder")
+           throw UsageError("--data: '" + v + "' is not one of auto, cifar10, fashion-mnist, synthetic, folder");
          o.data = v;
        }},
       {"--data-dir", "DIR", "where the data set's files are", [](const Options&) { return std::string("data/cifar-10-batches-bin, or $FASHION_MNIST_DIR, data/fashion-mnist, /usr/share/datasets/fashion-mnist"); },
        [](Options& o, const std::string& v) { o.data_dir = v; }},
       {"--synthetic-size", "N", "training images of --data synthetic (the test set is a fifth)", [](const Options& o) { return std::to_string(o.synthetic_size); },
        [](Options& o, const std::string& v) { o.synthetic_size = (int)parse_long("--synthetic-size", v, 1, 10000000); }},
+      {"--image-size", "N", "side of the images the model sees, a multiple of 8 (--data folder: resized and centre-cropped; synthetic)", [](const Options& o) { return std::to_string(o.image_size); },
+       [](Options& o, const std::string& v) { o.image_size = (int)parse_long("--image-size", v, 8, 1024); }},
+      {"--skip-bad-images", "", "--data folder: leave out files that fail the header check (with a warning and their count)", [](const Options&) { return std::string("a bad file is an error"); },
+       [](Options& o, const std::string&) { o.skip_bad_images = true; }},
+      {"--cache-decoded", "", "--data folder: decode every image once at start into memory (N x N uint8)", [](const Options&) { return std::string("decode every epoch in the loader threads"); },
+       [](Options& o, const std::string&) { o.cache_decoded = true; }},
       {"--epochs", "N", "passes over the training set", [](const Options& o) { return std::to_string(o.epochs); },
        [](Options& o, const std::string& v) { o.epochs = (int)parse_long("--epochs", v, 1, 100000); }},
       {"--steps", "N", "stop after N steps in all (0: run every epoch)", [](const Options& o) { return std::to_string(o.steps); },
@@ -97,11 +103,18 @@ Options parse_options(int argc, const char* const* argv) {
   parse_flags(flags(), argc, argv, o);
   if (o.save_every > 0 && o.save.empty()) throw UsageError("--save-every needs --save FILE");
   if (o.min_lr > o.lr) throw UsageError("--min-lr must not exceed --lr");
+  if (o.image_size % 8 != 0) throw UsageError("--image-size " + std::to_string(o.image_size) + " is not a multiple of 8");
+  if (o.image_size != 32 && o.data != "folder" && o.data != "synthetic")
+    throw UsageError("--image-size applies to --data folder and synthetic: CIFAR-10 and Fashion-MNIST are 32x32 "
+                     "(`make data-folder` writes them as image folders)");
+  if ((o.skip_bad_images || o.cache_decoded) && o.data != "folder")
+    throw UsageError(std::string(o.skip_bad_images ? "--skip-bad-images" : "--cache-decoded") + " applies to --data folder only");
+  if (o.data == "folder" && o.data_dir.empty()) throw UsageError("--data folder needs --data-dir DIR (DIR/train/<class>/..., DIR/test/<class>/...)");
   return o;
 }
 
 std::string usage_text() {
   return "usage: train [flags]\n"
-         "Trains ResNet-50 (CIFAR stem) on CIFAR-10, Fashion-MNIST or synthetic data.\n\nflags:\n" +
+         "Trains ResNet-50 (CIFAR stem) on CIFAR-10, Fashion-MNIST, synthetic data or a folder of your images.\n\nflags:\n" +
          flags_help(flags());
 }

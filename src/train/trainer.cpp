@@ -21,6 +21,7 @@
 #include "core/handles.h"
 #include "data/augment.h"
 #include "data/data_choice.h"
+#include "data/image_decode.h"
 #include "data/sample_grid.h"
 #include "measure/profiling.h"
 #include "measure/step_timing.h"
@@ -105,13 +106,37 @@ class Trainer {
 
 // ---- set-up -------------------------------------------------------------------------------------
 void Trainer::load_data() {
-  data_ = load_data_set(opt_.data, opt_.data_dir, opt_.synthetic_size, opt_.batch, opt_.seed);
+  ImageOptions images;
+  images.side = opt_.image_size;
+  images.skip_bad = opt_.skip_bad_images;
+  images.cache_decoded = opt_.cache_decoded;
+  images.threads = workers_;
+  data_ = load_data_set(opt_.data, opt_.data_dir, opt_.synthetic_size, opt_.batch, opt_.seed, images);
   const Dataset& train = data_.split.train;
-  norm_ = compute_normalization(train);
+  if (train.classes() > kSoftmaxMaxClasses)
+    throw InputError(data_.dir + ": " + std::to_string(train.classes()) + " classes; the loss kernel takes at most " +
+                     std::to_string(kSoftmaxMaxClasses));
+  norm_ = compute_normalization(train, workers_);
   steps_per_epoch_ = train.count / opt_.batch;
-  std::printf("data: %s from %s: %d train, %d test images, %s, mean %.4f std %.4f\n", train.name.c_str(),
-              data_.dir.c_str(), train.count, data_.split.test.count,
-              train.channels == 1 ? "grey (replicated to 3 channels)" : "3 channels", norm_.mean[0], norm_.stdev[0]);
+  for (const std::string& w : data_.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  const char* channels = train.channels == 1 ? "grey (replicated to 3 channels)" : "3 channels";
+  if (train.name != "folder") {
+    std::printf("data: %s from %s: %d train, %d test images, %s, mean %.4f std %.4f\n", train.name.c_str(),
+                data_.dir.c_str(), train.count, data_.split.test.count, channels, norm_.mean[0], norm_.stdev[0]);
+    return;
+  }
+  std::printf("data: folder %s: %s train, %s test images, %d classes, %dx%d, %s, %s\n", data_.dir.c_str(),
+              with_commas(train.count).c_str(), with_commas(data_.split.test.count).c_str(), train.classes(), train.side,
+              train.side, channels,
+              train.decoded_on_demand ? (build_.loader == LoaderKind::PinnedRing ? "decoded every epoch by the loader threads"
+                                                                                 : "decoded every epoch on the main thread")
+                                      : "decoded once into memory");
+  for (const std::string& n : data_.notes) std::printf("%s\n", n.c_str());
+  std::printf("normalisation: mean %.4f %.4f %.4f, std %.4f %.4f %.4f, from %s\n", norm_.mean[0], norm_.mean[1],
+              norm_.mean[2], norm_.stdev[0], norm_.stdev[1], norm_.stdev[2],
+              norm_.images < train.count ? ("a sample of " + with_commas(norm_.images) + " of the " +
+                                            with_commas(train.count) + " training images").c_str()
+                                         : ("all " + with_commas(train.count) + " training images").c_str());
 }
 
 void Trainer::setup_gpu() {
@@ -124,7 +149,7 @@ void Trainer::setup_gpu() {
               prop_.multiProcessorCount, format_bytes(total).c_str(), cudnnGetVersion());
   build_network();
   LoaderConfig lc{build_.loader, opt_.batch, workers_, build_.precision, build_.layout, norm_,
-                  data_.split.train.channels, ctx_->stream};
+                  data_.split.train.channels, data_.split.train.side, ctx_->stream};
   loader_ = make_loader(lc);
   timing_ = std::make_unique<StepTiming>(ctx_->stream);
   counters_ = std::make_unique<CounterReader>(ctx_->stream);
@@ -143,6 +168,8 @@ void Trainer::build_network() {
   cfg.conv.deterministic = opt_.deterministic;
   cfg.conv.workspace_limit = size_t(opt_.workspace_mb) << 20;
   cfg.conv_api = build_.conv_api;
+  cfg.classes = data_.split.train.classes();
+  cfg.image_side = data_.split.train.side;
   const bool measure = cfg.conv.policy == AlgoPolicy::Autotune;
   const AutotuneContext context{prop_.name, cudnnGetVersion(), cfg.dtype, cfg.layout, cfg.tf32, cfg.conv_api,
                                 opt_.workspace_mb};
@@ -150,7 +177,7 @@ void Trainer::build_network() {
   for (const std::string& w : cache_->load()) std::fprintf(stderr, "warning: %s\n", w.c_str());
 
   net_ = std::make_unique<ResNet50>(cfg, *ctx_, *cache_);
-  meta_ = run_meta(build_, *net_, data_.split.train.name, opt_);
+  meta_ = run_meta(build_, *net_, data_.split.train, opt_);
   const AlgoReport& ar = net_->algo_report();
   const char* api = conv_api_name(cfg.conv_api);
   const std::string ws = format_bytes(ar.workspace);
@@ -239,6 +266,14 @@ int Trainer::run() {
     std::fflush(stdout);
     std::fprintf(stderr, "error: %s%s\n", d.what(), saves_.after_divergence(first_step_).c_str());
     return 1;
+  } catch (const ImageDecodeError& e) {
+    // An image that passed the header check did not decode: keep what was trained, name the file.
+    const std::string path = opt_.save.empty() ? "interrupted.ckpt" : opt_.save;
+    save(path, false);
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s; the state after step %ld is saved to %s (fix or remove the file, then --resume %s)\n",
+                 e.what(), step_, path.c_str(), path.c_str());
+    return 1;
   }
   report_.summary(summary());
   return 0;
@@ -299,7 +334,7 @@ void Trainer::write_sample_png(const EpochPlan& plan, int first) const {
   std::vector<uint8_t> u8(train.image_bytes() * opt_.batch);
   std::vector<int32_t> labels(opt_.batch);
   assemble_batch_u8(train, plan, first, build_.layout, u8.data(), labels.data());
-  write_sample_grid(opt_.sample_png, u8.data(), std::min(opt_.batch, 64), train.channels, build_.layout);
+  write_sample_grid(opt_.sample_png, u8.data(), std::min(opt_.batch, 64), train.channels, train.side, build_.layout);
   std::printf("wrote the first augmented batch to %s\n", opt_.sample_png.c_str());
 }
 

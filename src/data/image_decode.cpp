@@ -1,0 +1,295 @@
+// Checking, decoding (stb_image) and resizing one image file (image_decode.h).
+//
+// This is the one translation unit that holds stb_image's implementation. It is built with only the
+// six formats we accept, so that no other decoder of stb_image is reachable from a user's file, and
+// with stb_image's own dimension limit set to ours.
+#include "data/image_decode.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "core/file_io.h"
+
+#define STB_IMAGE_IMPLEMENTATION
+#define STBI_ONLY_PNG
+#define STBI_ONLY_JPEG
+#define STBI_ONLY_BMP
+#define STBI_ONLY_GIF
+#define STBI_ONLY_TGA
+#define STBI_ONLY_PNM
+#define STBI_MAX_DIMENSIONS 16384
+#include <stb_image.h>
+
+static_assert(STBI_MAX_DIMENSIONS == kMaxImageSide, "stb_image's limit is ours");
+
+const char* image_format_name(ImageFormat f) {
+  switch (f) {
+    case ImageFormat::Png: return "PNG";
+    case ImageFormat::Jpeg: return "JPEG";
+    case ImageFormat::Bmp: return "BMP";
+    case ImageFormat::Gif: return "GIF";
+    case ImageFormat::Tga: return "TGA";
+    case ImageFormat::Pnm: return "PNM";
+  }
+  return "?";
+}
+
+namespace {
+
+bool starts_with(const uint8_t* p, size_t n, const char* sig, size_t len) {
+  return n >= len && std::memcmp(p, sig, len) == 0;
+}
+
+bool contains(const uint8_t* p, size_t n, const char* pattern, size_t len) {
+  const auto* pat = reinterpret_cast<const uint8_t*>(pattern);  // char may be signed: compare bytes
+  return n >= len && std::search(p, p + n, pat, pat + len) != p + n;
+}
+
+uint32_t le16(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8; }
+uint32_t le32(const uint8_t* p) { return le16(p) | le16(p + 2) << 16; }
+
+// TGA has no signature: it is what is left when no other signature matches (stb_image then decides).
+ImageFormat sniff(const uint8_t* p, size_t n) {
+  if (starts_with(p, n, "\x89PNG\r\n\x1a\n", 8)) return ImageFormat::Png;
+  if (starts_with(p, n, "\xff\xd8\xff", 3)) return ImageFormat::Jpeg;
+  if (starts_with(p, n, "GIF87a", 6) || starts_with(p, n, "GIF89a", 6)) return ImageFormat::Gif;
+  if (starts_with(p, n, "BM", 2)) return ImageFormat::Bmp;
+  if (starts_with(p, n, "P5", 2) || starts_with(p, n, "P6", 2)) return ImageFormat::Pnm;
+  return ImageFormat::Tga;
+}
+
+// Where the pixel data of a binary PNM (P5/P6) starts and how deep it is, from its text header:
+// magic, width, height, maxval (whitespace and # comments between), then one whitespace byte.
+struct PnmLayout {
+  size_t data_offset = 0;
+  long maxval = 0;
+  bool ok = false;
+};
+PnmLayout pnm_layout(const uint8_t* p, size_t n) {
+  PnmLayout l;
+  size_t i = 2;
+  long values[3] = {};
+  for (long& v : values) {
+    while (i < n && (std::isspace(p[i]) || p[i] == '#')) {
+      if (p[i] == '#')
+        while (i < n && p[i] != '\n' && p[i] != '\r') ++i;
+      else
+        ++i;
+    }
+    if (i >= n || !std::isdigit(p[i])) return l;
+    for (; i < n && std::isdigit(p[i]); ++i) v = std::min(v * 10 + (p[i] - '0'), 1L << 40);
+  }
+  if (i >= n || !std::isspace(p[i])) return l;
+  l.data_offset = i + 1;
+  l.maxval = values[2];
+  l.ok = true;
+  return l;
+}
+
+// Bytes of pixel data after the header for the uncompressed variants of BMP and TGA (0: compressed,
+// not known without decoding), and where that data starts.
+struct RawExtent {
+  uint64_t offset = 0, bytes = 0;
+};
+RawExtent bmp_extent(const uint8_t* p, size_t n, const ImageHeader& h) {
+  if (n < 34) return {};
+  const uint32_t header_size = le32(p + 14);
+  const uint32_t bits = header_size == 12 ? le16(p + 24) : le16(p + 28);
+  const uint32_t compression = header_size == 12 ? 0 : le32(p + 30);
+  if (compression != 0 && compression != 3) return {};  // RLE: its length is in the data
+  const uint64_t row = (uint64_t(h.width) * bits + 31) / 32 * 4;
+  return {le32(p + 10), row * uint64_t(h.height)};
+}
+RawExtent tga_extent(const uint8_t* p, size_t n, const ImageHeader& h) {
+  if (n < 18 || p[2] < 1 || p[2] > 3) return {};  // types 9-11 are run-length encoded
+  const uint64_t palette = p[1] ? uint64_t(le16(p + 5)) * ((p[7] + 7u) / 8) : 0;
+  return {18 + uint64_t(p[0]) + palette, uint64_t(h.width) * h.height * ((p[16] + 7u) / 8)};
+}
+
+// "" when the file is as long as its format says; else why it looks truncated.
+std::string completeness(const ImageHeader& h, const uint8_t* head, size_t head_size, const uint8_t* tail,
+                         size_t tail_size, uint64_t file_size) {
+  RawExtent raw;
+  switch (h.format) {
+    case ImageFormat::Png:
+      return contains(tail, tail_size, "IEND\xae\x42\x60\x82", 8) ? "" : "truncated: the PNG has no IEND chunk at its end";
+    case ImageFormat::Jpeg:
+      return contains(tail, tail_size, "\xff\xd9", 2) ? "" : "truncated: the JPEG has no end-of-image marker (FF D9) at its end";
+    case ImageFormat::Gif:
+      return tail_size > 0 && tail[tail_size - 1] == 0x3b ? "" : "truncated: the GIF does not end with its trailer byte (0x3B)";
+    case ImageFormat::Bmp: raw = bmp_extent(head, head_size, h); break;
+    case ImageFormat::Tga: raw = tga_extent(head, head_size, h); break;
+    case ImageFormat::Pnm: {
+      const PnmLayout l = pnm_layout(head, head_size);
+      raw = {l.data_offset, uint64_t(h.width) * h.height * h.channels};
+      break;
+    }
+  }
+  if (raw.bytes == 0 || raw.offset + raw.bytes <= file_size) return "";
+  return "truncated: " + std::to_string(file_size) + " bytes, the " + image_format_name(h.format) + " header needs " +
+         std::to_string(raw.offset + raw.bytes);
+}
+
+std::string limits_problem(const ImageHeader& h) {
+  const std::string dims = std::to_string(h.width) + "x" + std::to_string(h.height);
+  if (h.width < 1 || h.height < 1) return "implausible size " + dims;
+  if (h.width > kMaxImageSide || h.height > kMaxImageSide)
+    return dims + " is larger than the limit of " + std::to_string(kMaxImageSide) + " pixels a side";
+  if (int64_t(h.width) * h.height > kMaxImagePixels)
+    return dims + " has more than the limit of " + std::to_string(kMaxImagePixels >> 20) + " Mpx";
+  if (h.channels < 1 || h.channels > 4) return std::to_string(h.channels) + " channels (1 to 4 are accepted)";
+  return "";
+}
+
+}  // namespace
+
+ImageCheck check_image(const uint8_t* head, size_t head_size, const uint8_t* tail, size_t tail_size,
+                       uint64_t file_size) {
+  ImageCheck c;
+  if (file_size == 0) return {{}, "empty file"};
+  if (file_size > kMaxImageFileBytes)
+    return {{}, std::to_string(file_size) + " bytes, above the limit of " + std::to_string(kMaxImageFileBytes >> 20) + " MiB"};
+  if (starts_with(head, head_size, "P1", 2) || starts_with(head, head_size, "P2", 2) ||
+      starts_with(head, head_size, "P3", 2) || starts_with(head, head_size, "P4", 2))
+    return {{}, "text or 1-bit PNM (P1-P4) is not supported: save it as binary P5/P6"};
+  c.header.format = sniff(head, head_size);
+  const int usable = static_cast<int>(std::min(head_size, size_t(kMaxImageFileBytes)));
+  if (!stbi_info_from_memory(head, usable, &c.header.width, &c.header.height, &c.header.channels)) {
+    c.problem = c.header.format == ImageFormat::Tga
+                    ? std::string("not a PNG, JPEG, BMP, GIF, PNM or TGA file")
+                    : std::string("unreadable ") + image_format_name(c.header.format) + " header (" + stbi_failure_reason() + ")";
+    return c;
+  }
+  c.problem = limits_problem(c.header);
+  if (!c.ok()) return c;
+  if (c.header.format == ImageFormat::Pnm) {
+    const PnmLayout l = pnm_layout(head, head_size);
+    if (!l.ok || l.maxval < 1) return {c.header, "malformed PNM header"};
+    if (l.maxval > 255) return {c.header, "16-bit PNM (maxval " + std::to_string(l.maxval) + ") is not supported"};
+  }
+  c.problem = completeness(c.header, head, head_size, tail, tail_size, file_size);
+  return c;
+}
+
+ImageCheck check_image_bytes(const uint8_t* bytes, size_t size) {
+  const size_t tail = std::min(size, kImageTailBytes);
+  return check_image(bytes, size, bytes + size - tail, tail, size);
+}
+
+DecodedImage decode_image(const uint8_t* bytes, size_t size, int channels, const std::string& file) {
+  const ImageCheck c = check_image_bytes(bytes, size);
+  if (!c.ok()) throw ImageDecodeError(file + ": " + c.problem);
+  DecodedImage img;
+  int comp = 0;
+  std::unique_ptr<stbi_uc, void (*)(void*)> px(
+      stbi_load_from_memory(bytes, static_cast<int>(size), &img.width, &img.height, &comp, channels), stbi_image_free);
+  if (!px)
+    throw ImageDecodeError(file + ": cannot decode the " + image_format_name(c.header.format) + " (" +
+                           stbi_failure_reason() + ")");
+  if (img.width != c.header.width || img.height != c.header.height)
+    throw ImageDecodeError(file + ": decoded as " + std::to_string(img.width) + "x" + std::to_string(img.height) +
+                           " but its header says " + std::to_string(c.header.width) + "x" + std::to_string(c.header.height));
+  img.channels = channels;
+  img.pixels.assign(px.get(), px.get() + size_t(img.width) * img.height * channels);
+  return img;
+}
+
+// ---- resize and crop ------------------------------------------------------------------------------
+namespace {
+
+// The filter taps of one axis: output pixel o of the crop reads `count[o]` input pixels from
+// `first[o]` with weights `weights[o * stride ..]`.
+struct AxisTaps {
+  std::vector<int> first, count;
+  std::vector<float> weights;
+  int stride = 0;
+};
+
+// PIL's precompute_coeffs for its bilinear filter: `in` pixels resized to `resized`, of which the
+// `n` from `offset` on are kept.
+AxisTaps axis_taps(int in, int resized, int offset, int n) {
+  const double scale = double(in) / resized;
+  const double filter_scale = std::max(scale, 1.0);  // shrinking widens the triangle: antialiasing
+  const double support = filter_scale;               // the triangle's radius is 1 input pixel at scale 1
+  AxisTaps t;
+  t.stride = static_cast<int>(std::ceil(2 * support)) + 1;
+  t.first.resize(n);
+  t.count.resize(n);
+  t.weights.assign(size_t(n) * t.stride, 0.f);
+  std::vector<double> w(t.stride);
+  for (int o = 0; o < n; ++o) {
+    const double center = (offset + o + 0.5) * scale;
+    const int lo = std::max(0, static_cast<int>(center - support + 0.5));
+    const int hi = std::min(in, static_cast<int>(center + support + 0.5));
+    const int taps = std::min(hi - lo, t.stride);
+    double total = 0;
+    for (int j = 0; j < taps; ++j) {
+      const double d = std::abs((lo + j - center + 0.5) / filter_scale);
+      w[j] = d < 1 ? 1 - d : 0;
+      total += w[j];
+    }
+    t.first[o] = lo;
+    t.count[o] = taps;
+    for (int j = 0; j < taps; ++j) t.weights[size_t(o) * t.stride + j] = static_cast<float>(total > 0 ? w[j] / total : 0);
+  }
+  return t;
+}
+
+// torchvision's CenterCrop: round((length - side) / 2), half to even (Python's round).
+int centre_offset(int length, int side) { return static_cast<int>(std::nearbyint((length - side) / 2.0)); }
+
+}  // namespace
+
+void resize_shorter_and_crop(const uint8_t* hwc, int width, int height, int channels, int side, uint8_t* chw) {
+  const bool wide = width > height;
+  const int short_in = wide ? height : width, long_in = wide ? width : height;
+  const int long_out = static_cast<int>(int64_t(side) * long_in / short_in);
+  const int rw = wide ? long_out : side, rh = wide ? side : long_out;
+  const AxisTaps tx = axis_taps(width, rw, centre_offset(rw, side), side);
+  const AxisTaps ty = axis_taps(height, rh, centre_offset(rh, side), side);
+  const int C = channels;
+  // Horizontal pass over the input rows the vertical pass reads, then the vertical pass.
+  const int y0 = ty.first.front(), y1 = ty.first.back() + ty.count.back();
+  std::vector<float> rows(size_t(y1 - y0) * side * C);
+  for (int y = y0; y < y1; ++y)
+    for (int x = 0; x < side; ++x) {
+      const float* w = &tx.weights[size_t(x) * tx.stride];
+      const uint8_t* src = hwc + (size_t(y) * width + tx.first[x]) * C;
+      for (int c = 0; c < C; ++c) {
+        float s = 0;
+        for (int j = 0; j < tx.count[x]; ++j) s += w[j] * src[size_t(j) * C + c];
+        rows[(size_t(y - y0) * side + x) * C + c] = s;
+      }
+    }
+  for (int y = 0; y < side; ++y) {
+    const float* w = &ty.weights[size_t(y) * ty.stride];
+    for (int x = 0; x < side; ++x)
+      for (int c = 0; c < C; ++c) {
+        float s = 0;
+        for (int j = 0; j < ty.count[y]; ++j) s += w[j] * rows[(size_t(ty.first[y] - y0 + j) * side + x) * C + c];
+        chw[(size_t(c) * side + y) * side + x] = static_cast<uint8_t>(std::clamp(s + 0.5f, 0.f, 255.f));
+      }
+  }
+}
+
+void load_image_file(const std::string& path, int channels, int side, uint8_t* chw) {
+  struct stat st{};
+  if (stat(path.c_str(), &st) != 0) throw ImageDecodeError(path + ": cannot open: " + std::strerror(errno));
+  if (uint64_t(st.st_size) > kMaxImageFileBytes)
+    throw ImageDecodeError(path + ": " + std::to_string(st.st_size) + " bytes, above the limit of " +
+                           std::to_string(kMaxImageFileBytes >> 20) + " MiB");
+  std::vector<uint8_t> bytes;
+  try {
+    bytes = read_file(path);
+  } catch (const InputError& e) {
+    throw ImageDecodeError(e.what());
+  }
+  const DecodedImage img = decode_image(bytes.data(), bytes.size(), channels, path);
+  resize_shorter_and_crop(img.pixels.data(), img.width, img.height, channels, side, chw);
+}
