@@ -4,7 +4,8 @@
 #   make test       set up, build and run every test; ends with "N passed, N failed, N skipped"
 #   make variants   the optimization ladder: bin/train-{baseline,devloss,pinned,autotune,fp16,nhwc,graph,fusedbn,cudagraph}
 #   make custom NAME=x DEVICE_LOSS=1 PINNED=0 AUTOTUNE=1 FP16=1 NHWC=0 CONV_GRAPH=1 FUSED_BN=0 CUDA_GRAPH=1   any other combination
-#   make bench / make profile / make fuzz / make sanitize / make sanitize-gpu / make data / make data-folder / make deps
+#   make bench / make bench-folder / make profile / make fuzz / make sanitize / make sanitize-gpu / make data /
+#   make data-folder / make deps
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
 
@@ -64,7 +65,7 @@ opt_defines = $(shell set -- $(1); echo -DOPT_DEVICE_LOSS=$$1 -DOPT_PINNED=$$2 -
                 -DOPT_NHWC=$$5 -DOPT_CONV_GRAPH=$${6:-1} -DOPT_FUSED_BN=$${7:-1} -DOPT_CUDA_GRAPH=$${8:-1})
 variant_name = $(if $(filter train,$(1)),train,train-$(1))
 
-.PHONY: FORCE all variants custom run test unit-tests bench profile fuzz fuzz-build sanitize sanitize-gpu data data-folder deps clean
+.PHONY: FORCE all variants custom run test unit-tests bench bench-folder profile fuzz fuzz-build sanitize sanitize-gpu data data-folder deps clean
 all: bin/train
 
 # ---- set-up: what a fresh Debian/Ubuntu machine with CUDA and cuDNN may lack -----------------------
@@ -205,13 +206,14 @@ sanitize-gpu: bin/train bin/train-baseline bin/train-fp32-nhwc bin/unit_tests bi
 FUZZ_CXX   ?= $(shell command -v clang++ 2>/dev/null)
 FUZZ_RUNS  ?= 1000000
 FUZZ_SRC   := src/core/file_io.cpp src/data/cifar10.cpp src/data/fashion_mnist.cpp src/train/checkpoint.cpp \
-              src/model/autotune_cache.cpp src/train/options.cpp src/core/flags.cpp
+              src/model/autotune_cache.cpp src/train/options.cpp src/core/flags.cpp src/data/image_decode.cpp
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.cpp,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.cpp))
-FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude
+FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude \
+              -isystem $(STB_INCLUDE)
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.cpp $(FUZZ_SRC) $(wildcard include/*.h include/*/*.h)
 	@mkdir -p build/fuzz
 	$(FUZZ_CXX) $(FUZZ_FLAGS) $< $(FUZZ_SRC) -o $@ -lz
-build/fuzz/corpus: tests/fuzz/make_corpus.py
+build/fuzz/corpus: tests/fuzz/make_corpus.py $(wildcard tests/fixtures/images/*)
 	python3 $< $@
 	@touch $@
 ifeq ($(FUZZ_CXX),)
@@ -251,6 +253,12 @@ bench: variants
 
 profile: variants
 	@python3 bench/profile.py $(PROFILE_ARGS)
+
+# Training from an image folder (make data-folder writes one), decoding every epoch, for several
+# --workers, and how fast one core decodes (bench/folder_bench.py; --decode-only needs no GPU).
+FOLDER_DIR ?= data/fashion-mnist-png
+bench-folder: bin/train bin/train-baseline
+	@python3 bench/folder_bench.py --data-dir $(FOLDER_DIR) $(FOLDER_BENCH_ARGS)
 
 clean:
 	rm -rf build bin

@@ -1,8 +1,9 @@
 // Checking, decoding (stb_image) and resizing one image file (image_decode.h).
 //
 // This is the one translation unit that holds stb_image's implementation. It is built with only the
-// six formats we accept, so that no other decoder of stb_image is reachable from a user's file, and
-// with stb_image's own dimension limit set to ours.
+// six formats we accept, so that no other decoder of stb_image is reachable from a user's file.
+// stb_image keeps its own dimension limit (2^24, above ours), so that its header reader reports the
+// size of an oversized image and our check refuses it with a message that says so.
 #include "data/image_decode.h"
 
 #include <sys/stat.h>
@@ -23,10 +24,7 @@
 #define STBI_ONLY_GIF
 #define STBI_ONLY_TGA
 #define STBI_ONLY_PNM
-#define STBI_MAX_DIMENSIONS 16384
 #include <stb_image.h>
-
-static_assert(STBI_MAX_DIMENSIONS == kMaxImageSide, "stb_image's limit is ours");
 
 const char* image_format_name(ImageFormat f) {
   switch (f) {
@@ -54,10 +52,19 @@ bool contains(const uint8_t* p, size_t n, const char* pattern, size_t len) {
 uint32_t le16(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8; }
 uint32_t le32(const uint8_t* p) { return le16(p) | le16(p + 2) << 16; }
 
-// TGA has no signature: it is what is left when no other signature matches (stb_image then decides).
+// Where a JPEG's start-of-image marker ends: stb_image takes any number of 0xFF fill bytes before it.
+// 0 when the bytes do not start a JPEG.
+size_t jpeg_start(const uint8_t* p, size_t n) {
+  size_t i = 0;
+  while (i < n && p[i] == 0xff) ++i;
+  return i > 0 && i < n && p[i] == 0xd8 ? i + 1 : 0;
+}
+
+// The format as stb_image will take it (its JPEG test comes first). TGA has no signature: it is what
+// is left when no other signature matches (stb_image then decides).
 ImageFormat sniff(const uint8_t* p, size_t n) {
+  if (jpeg_start(p, n)) return ImageFormat::Jpeg;
   if (starts_with(p, n, "\x89PNG\r\n\x1a\n", 8)) return ImageFormat::Png;
-  if (starts_with(p, n, "\xff\xd8\xff", 3)) return ImageFormat::Jpeg;
   if (starts_with(p, n, "GIF87a", 6) || starts_with(p, n, "GIF89a", 6)) return ImageFormat::Gif;
   if (starts_with(p, n, "BM", 2)) return ImageFormat::Bmp;
   if (starts_with(p, n, "P5", 2) || starts_with(p, n, "P6", 2)) return ImageFormat::Pnm;
@@ -65,7 +72,8 @@ ImageFormat sniff(const uint8_t* p, size_t n) {
 }
 
 // Where the pixel data of a binary PNM (P5/P6) starts and how deep it is, from its text header:
-// magic, width, height, maxval (whitespace and # comments between), then one whitespace byte.
+// magic, width, height, maxval (whitespace and # comments between), then one whitespace byte. A
+// number of more than 9 digits is malformed (stb_image 2.27 overflows an int reading it).
 struct PnmLayout {
   size_t data_offset = 0;
   long maxval = 0;
@@ -83,7 +91,10 @@ PnmLayout pnm_layout(const uint8_t* p, size_t n) {
         ++i;
     }
     if (i >= n || !std::isdigit(p[i])) return l;
-    for (; i < n && std::isdigit(p[i]); ++i) v = std::min(v * 10 + (p[i] - '0'), 1L << 40);
+    for (int digits = 0; i < n && std::isdigit(p[i]); ++i, ++digits) {
+      if (digits == 9) return l;
+      v = v * 10 + (p[i] - '0');
+    }
   }
   if (i >= n || !std::isspace(p[i])) return l;
   l.data_offset = i + 1;
@@ -136,6 +147,71 @@ std::string completeness(const ImageHeader& h, const uint8_t* head, size_t head_
          std::to_string(raw.offset + raw.bytes);
 }
 
+uint32_t be16(const uint8_t* p) { return uint32_t(p[0]) << 8 | p[1]; }
+
+// Walks a JPEG's segments within the bytes at hand (a head stops the walk without a verdict) and
+// refuses what stb_image 2.27 (Debian's) would overrun on: a Huffman table of more than 256 codes
+// (it writes past its 257-entry size list). Entropy-coded data after a scan header is skipped to the
+// next marker, so the tables between the scans of a progressive JPEG are checked too, and bytes that
+// are not a marker are passed over, as stb_image passes over them.
+std::string jpeg_structure_problem(const uint8_t* p, size_t n) {
+  size_t i = jpeg_start(p, n);
+  while (i + 4 <= n) {
+    if (p[i] != 0xff) {  // stb_image looks for the next marker past bytes that are not one: so do we
+      ++i;
+      continue;
+    }
+    const uint8_t m = p[i + 1];
+    if (m == 0xff) { ++i; continue; }  // fill byte
+    if (m == 0xd9) return "";          // EOI
+    if ((m >= 0xd0 && m <= 0xd7) || m == 0x01) { i += 2; continue; }  // no length
+    const size_t len = be16(p + i + 2);
+    if (len < 2) return "";
+    if (m == 0xc4) {  // DHT: tables of a class/id byte, 16 code counts, then the symbols
+      // Read as stb_image reads it: table after table while the length says there is more, even
+      // when a table runs past it or past the end of the file (where it reads zeros).
+      size_t t = i + 4;
+      for (long left = long(len) - 2; left > 0 && t < n;) {
+        unsigned codes = 0;
+        for (size_t k = 1; k <= 16 && t + k < n; ++k) codes += p[t + k];
+        if (codes > 256) return "corrupt JPEG: a Huffman table of " + std::to_string(codes) + " codes (at most 256)";
+        t += 17 + codes;
+        left -= 17 + long(codes);
+      }
+    }
+    i += 2 + len;
+    if (m == 0xda)  // SOS: skip the entropy-coded data (0xFF is followed by 0 or a restart marker in it)
+      while (i + 1 < n && !(p[i] == 0xff && p[i + 1] != 0 && !(p[i + 1] >= 0xd0 && p[i + 1] <= 0xd7))) ++i;
+  }
+  return "";
+}
+
+uint32_t be32(const uint8_t* p) { return be16(p) << 16 | be16(p + 2); }
+
+// A PNG whose first IDAT chunk is empty: stb_image 2.27 copies 0 bytes into a null buffer (undefined
+// behaviour). No encoder writes one.
+std::string png_structure_problem(const uint8_t* p, size_t n) {
+  for (size_t i = 8; i + 8 <= n;) {
+    const uint32_t len = be32(p + i);
+    if (std::memcmp(p + i + 4, "IDAT", 4) == 0) return len == 0 ? "corrupt PNG: an empty first IDAT chunk" : "";
+    if (len > n - i - 8) return "";  // runs past what we have: stb_image reports a real truncation
+    i += 12 + size_t(len);
+  }
+  return "";
+}
+
+// What stb_image must not be shown at all, not even to read the header (it parses more than the
+// header: every JPEG table before the frame, every number of a PNM header, PNG chunks up to IDAT).
+std::string before_stb_problem(ImageFormat f, const uint8_t* head, size_t n) {
+  if (f == ImageFormat::Jpeg) return jpeg_structure_problem(head, n);
+  if (f == ImageFormat::Png) return png_structure_problem(head, n);
+  if (f != ImageFormat::Pnm) return "";
+  const PnmLayout l = pnm_layout(head, n);
+  if (!l.ok || l.maxval < 1) return "malformed PNM header";
+  if (l.maxval > 255) return "16-bit PNM (maxval " + std::to_string(l.maxval) + ") is not supported";
+  return "";
+}
+
 std::string limits_problem(const ImageHeader& h) {
   const std::string dims = std::to_string(h.width) + "x" + std::to_string(h.height);
   if (h.width < 1 || h.height < 1) return "implausible size " + dims;
@@ -159,6 +235,8 @@ ImageCheck check_image(const uint8_t* head, size_t head_size, const uint8_t* tai
       starts_with(head, head_size, "P3", 2) || starts_with(head, head_size, "P4", 2))
     return {{}, "text or 1-bit PNM (P1-P4) is not supported: save it as binary P5/P6"};
   c.header.format = sniff(head, head_size);
+  c.problem = before_stb_problem(c.header.format, head, head_size);
+  if (!c.ok()) return c;
   const int usable = static_cast<int>(std::min(head_size, size_t(kMaxImageFileBytes)));
   if (!stbi_info_from_memory(head, usable, &c.header.width, &c.header.height, &c.header.channels)) {
     c.problem = c.header.format == ImageFormat::Tga
@@ -168,11 +246,6 @@ ImageCheck check_image(const uint8_t* head, size_t head_size, const uint8_t* tai
   }
   c.problem = limits_problem(c.header);
   if (!c.ok()) return c;
-  if (c.header.format == ImageFormat::Pnm) {
-    const PnmLayout l = pnm_layout(head, head_size);
-    if (!l.ok || l.maxval < 1) return {c.header, "malformed PNM header"};
-    if (l.maxval > 255) return {c.header, "16-bit PNM (maxval " + std::to_string(l.maxval) + ") is not supported"};
-  }
   c.problem = completeness(c.header, head, head_size, tail, tail_size, file_size);
   return c;
 }

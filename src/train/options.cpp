@@ -24,7 +24,7 @@ const std::vector<Flag>& flags() {
        [](Options& o, const std::string& v) { o.synthetic_size = (int)parse_long("--synthetic-size", v, 1, 10000000); }},
       {"--image-size", "N", "side of the images the model sees, a multiple of 8 (--data folder: resized and centre-cropped; synthetic)", [](const Options& o) { return std::to_string(o.image_size); },
        [](Options& o, const std::string& v) { o.image_size = (int)parse_long("--image-size", v, 8, 1024); }},
-      {"--skip-bad-images", "", "--data folder: leave out files that fail the header check (with a warning and their count)", [](const Options&) { return std::string("a bad file is an error"); },
+      {"--skip-bad-images", "", "--data folder: leave out files that fail the header check (a warning gives their count) instead of stopping", [](const Options&) { return std::string("a bad file is an error"); },
        [](Options& o, const std::string&) { o.skip_bad_images = true; }},
       {"--cache-decoded", "", "--data folder: decode every image once at start into memory (N x N uint8)", [](const Options&) { return std::string("decode every epoch in the loader threads"); },
        [](Options& o, const std::string&) { o.cache_decoded = true; }},
@@ -107,8 +107,6 @@ Options parse_options(int argc, const char* const* argv) {
   if (o.image_size != 32 && o.data != "folder" && o.data != "synthetic")
     throw UsageError("--image-size applies to --data folder and synthetic: CIFAR-10 and Fashion-MNIST are 32x32 "
                      "(`make data-folder` writes them as image folders)");
-  if ((o.skip_bad_images || o.cache_decoded) && o.data != "folder")
-    throw UsageError(std::string(o.skip_bad_images ? "--skip-bad-images" : "--cache-decoded") + " applies to --data folder only");
   if (o.data == "folder" && o.data_dir.empty()) throw UsageError("--data folder needs --data-dir DIR (DIR/train/<class>/..., DIR/test/<class>/...)");
   return o;
 }
