@@ -182,6 +182,21 @@ std::vector<std::pair<std::string, std::string>> decode_into_memory(Dataset& d, 
   return bad;
 }
 
+// --cache-decoded: both splits decoded into memory, once the memory check has passed.
+void decode_cache(FolderData& f, const ImageOptions& o) {
+  const int images = f.split.train.count + f.split.test.count;
+  check_cache_fits(uint64_t(images) * f.split.train.image_bytes(), mem_available_bytes(o.meminfo), images, o.side);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::pair<std::string, std::string>> failed = decode_into_memory(f.split.train, o.threads);
+  const auto test_failed = decode_into_memory(f.split.test, o.threads);
+  f.report.decode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  f.report.decode_threads = o.threads;
+  f.report.decoded_images = images;
+  failed.insert(failed.end(), test_failed.begin(), test_failed.end());
+  handle_bad(failed, o.skip_bad, f.report, "decoding");
+  f.report.cache_bytes = uint64_t(f.split.train.images.size()) + f.split.test.images.size();
+}
+
 void require_each_class(const Dataset& d, const std::string& split_dir) {
   std::vector<int> per_class(d.classes(), 0);
   for (uint8_t l : d.labels) ++per_class[l];
@@ -309,19 +324,7 @@ FolderData load_image_folder(const std::string& dir, const ImageOptions& o) {
   f.split.train = make_dataset(listing[0], keep_train, classes, stored, o.side);
   f.split.test = make_dataset(listing[1], keep_test, classes, stored, o.side);
 
-  if (o.cache_decoded) {
-    const int images = f.split.train.count + f.split.test.count;
-    check_cache_fits(uint64_t(images) * f.split.train.image_bytes(), mem_available_bytes(o.meminfo), images, o.side);
-    const auto t0 = std::chrono::steady_clock::now();
-    std::vector<std::pair<std::string, std::string>> failed = decode_into_memory(f.split.train, o.threads);
-    const auto test_failed = decode_into_memory(f.split.test, o.threads);
-    f.report.decode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    f.report.decode_threads = o.threads;
-    f.report.decoded_images = images;
-    failed.insert(failed.end(), test_failed.begin(), test_failed.end());
-    handle_bad(failed, o.skip_bad, f.report, "decoding");
-    f.report.cache_bytes = uint64_t(f.split.train.images.size()) + f.split.test.images.size();
-  }
+  if (o.cache_decoded) decode_cache(f, o);
   require_each_class(f.split.train, train_dir);
   if (f.split.test.count == 0) throw InputError(test_dir + ": no readable images left once the bad ones are skipped");
   return f;

@@ -226,6 +226,25 @@ std::vector<uint8_t> png_claiming(uint32_t width, uint32_t height) {
   return b;
 }
 
+// rgb.jpg with its first Huffman table claiming `codes` codes (stb_image 2.27 writes past its
+// 257-entry list for more than 256).
+std::vector<uint8_t> jpeg_with_huffman_codes(int codes) {
+  std::vector<uint8_t> b = fixture("rgb.jpg");
+  const size_t dht = std::string(b.begin(), b.end()).find("\xff\xc4");
+  for (int k = 0; k < 16; ++k) b[dht + 5 + k] = 0;
+  for (int k = 0; codes > 0; ++k, codes -= 255) b[dht + 5 + k] = static_cast<uint8_t>(std::min(codes, 255));
+  return b;
+}
+
+// A PNG whose first IDAT chunk is empty (stb_image 2.27 copies into a null buffer).
+std::vector<uint8_t> png_with_empty_idat() {
+  const std::vector<uint8_t> good = fixture("rgb.png");
+  std::vector<uint8_t> b(good.begin(), good.begin() + 33);  // signature and IHDR
+  for (uint8_t v : std::vector<uint8_t>{0, 0, 0, 0, 'I', 'D', 'A', 'T', 0x35, 0xaf, 0x06, 0x1e}) b.push_back(v);  // and its CRC
+  b.insert(b.end(), good.end() - 12, good.end());  // IEND
+  return b;
+}
+
 TEST(ImageCheck, RefusesBadFilesWithTheirReason) {
   struct Bad {
     const char* what;
@@ -245,6 +264,9 @@ TEST(ImageCheck, RefusesBadFilesWithTheirReason) {
       {"truncated ppm", without_last(fixture("rgb.ppm"), 5), "truncated: 66 bytes, the PNM header needs 71"},
       {"too wide", png_claiming(20000, 4), "20000x4 is larger than the limit of 16384 pixels a side"},
       {"too many pixels", png_claiming(9000, 9000), "9000x9000 has more than the limit of 64 Mpx"},
+      {"huge huffman table", jpeg_with_huffman_codes(300), "corrupt JPEG: a Huffman table of 300 codes (at most 256)"},
+      {"10-digit pnm number", text("P5\n1234567890 4\n255\n"), "malformed PNM header"},
+      {"empty first idat", png_with_empty_idat(), "corrupt PNG: an empty first IDAT chunk"},
       {"broken png header", [] { auto b = fixture("rgb.png"); b[24] = 3; b[25] = 7; return b; }(), "unreadable PNG header"},
   };
   for (const Bad& b : cases) {
@@ -260,6 +282,22 @@ TEST(ImageCheck, RefusesBadFilesWithTheirReason) {
       EXPECT_EQ(std::string(e.what()), "dir/bad.img: " + c.problem);
     }
   }
+}
+
+// stb_image takes 0xFF fill bytes before a JPEG's start marker, and so do we (its format is JPEG,
+// its tables are checked).
+TEST(ImageCheck, AJpegAfterFillBytesIsAJpeg) {
+  std::vector<uint8_t> b = fixture("rgb.jpg");
+  b.insert(b.begin(), 5, 0xff);
+  const ImageCheck c = check_image_bytes(b.data(), b.size());
+  ASSERT_TRUE(c.ok()) << c.problem;
+  EXPECT_EQ(c.header.format, ImageFormat::Jpeg);
+  EXPECT_EQ(decode_image(b.data(), b.size(), 3, "fill.jpg").pixels.size(), size_t(W) * H * 3);
+  std::vector<uint8_t> bad = jpeg_with_huffman_codes(257);
+  bad.insert(bad.begin(), 3, 0xff);
+  EXPECT_HAS(check_image_bytes(bad.data(), bad.size()).problem, "257 codes");
+  const std::vector<uint8_t> full = jpeg_with_huffman_codes(256);
+  EXPECT_EQ(check_image_bytes(full.data(), full.size()).problem.find("codes"), std::string::npos) << "256 are allowed";
 }
 
 // The header and the end are fine, the compressed pixels are not: the check passes (it reads no
