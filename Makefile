@@ -4,8 +4,10 @@
 #   make test       set up, build and run every test; ends with "N passed, N failed, N skipped"
 #   make variants   the optimization ladder: bin/train-{baseline,devloss,pinned,autotune,fp16,nhwc,graph,fusedbn,cudagraph}
 #   make custom NAME=x DEVICE_LOSS=1 PINNED=0 AUTOTUNE=1 FP16=1 NHWC=0 CONV_GRAPH=1 FUSED_BN=0 CUDA_GRAPH=1   any other combination
-#   make bench / make bench-folder / make profile / make fuzz / make sanitize / make sanitize-gpu / make data /
-#   make data-folder / make deps
+#   make predict-variants   bin/predict's egress ladder: bin/predict-{baseline,workers,pool,async,stream}, bin/predict
+#   make kernel-lab [RUN=1 LAB_ARGS=...]   bin/kernel_lab: the BN and fused-conv kernels' versions side by side
+#   make bench / make bench-predict / make bench-folder / make profile / make fuzz / make sanitize / make sanitize-gpu
+#   make data / make data-folder / make deps
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
 
@@ -65,7 +67,8 @@ opt_defines = $(shell set -- $(1); echo -DOPT_DEVICE_LOSS=$$1 -DOPT_PINNED=$$2 -
                 -DOPT_NHWC=$$5 -DOPT_CONV_GRAPH=$${6:-1} -DOPT_FUSED_BN=$${7:-1} -DOPT_CUDA_GRAPH=$${8:-1})
 variant_name = $(if $(filter train,$(1)),train,train-$(1))
 
-.PHONY: FORCE all variants custom run test unit-tests bench bench-folder profile fuzz fuzz-build sanitize sanitize-gpu data data-folder deps clean
+.PHONY: FORCE all variants predict-variants bench-predict custom run test unit-tests kernel-lab bench bench-folder profile fuzz \
+        fuzz-build sanitize sanitize-gpu data data-folder deps clean
 all: bin/train
 
 # ---- set-up: what a fresh Debian/Ubuntu machine with CUDA and cuDNN may lack -----------------------
@@ -124,6 +127,36 @@ $(foreach v,$(LADDER) train fp32-nhwc,$(eval $(call VARIANT_RULES,$(v))))
 
 variants: $(foreach v,$(LADDER),bin/train-$(v))
 
+# bin/predict's egress ladder (seed 001's GPU-to-CPU case study), cumulative: output WORKERS, a
+# buffer POOL, ASYNC copies with events, an egress STREAM. Every rung runs the network as bin/train
+# does (the training ladder's defines all on); only src/programs/predict.cpp is compiled per rung,
+# into build/predict[-<rung>]/.
+EGRESS_LADDER   := baseline workers pool async stream
+EGRESS_baseline := 0 0 0 0
+EGRESS_workers  := 1 0 0 0
+EGRESS_pool     := 1 1 0 0
+EGRESS_async    := 1 1 1 0
+EGRESS_stream   := 1 1 1 1
+EGRESS_predict  := 1 1 1 1
+egress_defines = $(shell set -- $(1); echo -DOPT_EGRESS_WORKERS=$$1 -DOPT_EGRESS_POOL=$$2 -DOPT_EGRESS_ASYNC=$$3 \
+                   -DOPT_EGRESS_STREAM=$$4)
+predict_name = $(if $(filter predict,$(1)),predict,predict-$(1))
+define PREDICT_RULES
+build/$(call predict_name,$(1))/defines: FORCE
+	@mkdir -p $$(dir $$@)
+	@echo '$(call egress_defines,$(EGRESS_$(1)))' | cmp -s - $$@ || echo '$(call egress_defines,$(EGRESS_$(1)))' > $$@
+build/$(call predict_name,$(1))/programs/predict.o: src/programs/predict.cpp build/$(call predict_name,$(1))/defines | build/.deps-ok
+	@mkdir -p $$(dir $$@)
+	$$(CXX) $$(CXXFLAGS) $(call opt_defines,$(OPTS_train)) $(call egress_defines,$(EGRESS_$(1))) \
+	  -DVARIANT_NAME='"$(call predict_name,$(1))"' -MMD -MP -c $$< -o $$@
+bin/$(call predict_name,$(1)): build/$(call predict_name,$(1))/programs/predict.o $(COMMON_OBJ)
+	@mkdir -p bin
+	$$(CXX) $$^ -o $$@ $$(LDFLAGS) $$(LDLIBS)
+endef
+$(foreach r,$(EGRESS_LADDER) predict,$(eval $(call PREDICT_RULES,$(r))))
+
+predict-variants: $(foreach r,$(EGRESS_LADDER),bin/predict-$(r)) bin/predict
+
 # Any other combination: make custom NAME=fp16-only DEVICE_LOSS=1 PINNED=1 AUTOTUNE=1 FP16=1 NHWC=0 CONV_GRAPH=0 \
 #   FUSED_BN=0 CUDA_GRAPH=1
 NAME ?= custom
@@ -150,8 +183,23 @@ bin/unit_tests: $(TEST_OBJ) $(COMMON_OBJ) build/gtest/libgtest.a
 
 unit-tests: bin/unit_tests
 
-test: bin/unit_tests bin/train fuzz-build
+test: bin/unit_tests bin/train bin/predict bin/kernel_lab fuzz-build
 	@python3 tests/run_tests.py
+
+# ---- the kernel lab (README "Kernel lab"): its main in src/programs/, its versions in
+# bench/kernel_lab/*.cu, which use the CPU references and data helpers of tests/support. make test
+# builds it so it keeps compiling.
+LAB_OBJ := $(patsubst bench/kernel_lab/%.cu,build/kernel_lab/%.o,$(wildcard bench/kernel_lab/*.cu)) \
+           build/tests/support/reference.o
+build/kernel_lab/%.o: bench/kernel_lab/%.cu | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -Ibench -Itests -MMD -MP -c $< -o $@
+build/obj/programs/kernel_lab.o: CXXFLAGS += -Ibench -Itests
+bin/kernel_lab: build/obj/programs/kernel_lab.o $(LAB_OBJ) $(COMMON_OBJ)
+	@mkdir -p bin
+	$(CXX) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+kernel-lab: bin/kernel_lab
+	@if [ "$(RUN)" = 1 ]; then ./bin/kernel_lab $(LAB_ARGS); fi
 
 # make sanitize: bin/unit_tests again, built with g++'s AddressSanitizer (+ LeakSanitizer) and
 # UndefinedBehaviorSanitizer into build/sanitize/, and run; any report fails it. The .cu files are
@@ -206,8 +254,8 @@ sanitize-gpu: bin/train bin/train-baseline bin/train-fp32-nhwc bin/unit_tests bi
 FUZZ_CXX   ?= $(shell command -v clang++ 2>/dev/null)
 FUZZ_RUNS  ?= 1000000
 FUZZ_SRC   := src/core/file_io.cpp src/data/cifar10.cpp src/data/fashion_mnist.cpp src/train/checkpoint.cpp \
-              src/model/autotune_cache.cpp src/train/options.cpp src/core/flags.cpp src/data/image_decode.cpp \
-              src/data/image_resize.cpp
+              src/model/autotune_cache.cpp src/train/options.cpp src/core/flags.cpp src/data/data_flags.cpp \
+              src/predict/options.cpp src/data/image_decode.cpp src/data/image_resize.cpp
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.cpp,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.cpp))
 FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude \
               -isystem $(STB_INCLUDE)
@@ -252,7 +300,13 @@ data-folder: build/.deps-ok
 bench: variants
 	@python3 bench/bench.py $(BENCH_ARGS)
 
-profile: variants
+# make bench-predict: images/s of every egress rung (batch 256, with --features); bench/bench_predict.py
+# makes the checkpoint it predicts with by a short bin/train run.
+bench-predict: predict-variants bin/train
+	@python3 bench/bench_predict.py $(BENCH_PREDICT_ARGS)
+
+# make profile PROFILE_ARGS="--program predict" profiles the egress ladder instead.
+profile: $(if $(findstring predict,$(PROFILE_ARGS)),predict-variants bin/train,variants)
 	@python3 bench/profile.py $(PROFILE_ARGS)
 
 # Training from an image folder (make data-folder writes one), decoding every epoch, for several

@@ -121,13 +121,7 @@ def progress(line: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    gpus = runner.gpu_names()
-    if not gpus:
-        runner.die(TOOL, runner.NO_GPU_LINE)
-    variants = runner.parse_variants(args.variants)
-    binaries, missing = runner.find_binaries(variants, args.bin_dir)
-    if missing:
-        runner.die(TOOL, runner.missing_binaries_line(missing, args.bin_dir))
+    gpus, variants, binaries = runner.require_gpu_and_binaries(TOOL, args.variants, args.bin_dir)
     with_pytorch = not args.no_pytorch and importlib.util.find_spec("torch") is not None
 
     bench = Bench(args, binaries)

@@ -26,18 +26,39 @@ class Settings:
     steps: int = 60         # a few steps after the window, so it closes before the process ends
     data: str = "synthetic"
     timeout_s: float = 900
+    program: str = "train"          # or "predict": bin/predict's egress ladder
+    checkpoint: Path | None = None  # what bin/predict loads (runner.make_predict_checkpoint)
 
 
 def trainer_args(s: Settings) -> list[str]:
+    if s.program == "predict":
+        return predict_args(s)
     return ["--data", s.data, "--batch", str(s.batch), "--steps", str(s.steps),
             "--warmup-steps", str(s.warmup_steps), "--profile-steps", str(s.profile_steps),
             "--no-eval", "--json"]
 
 
+# The binaries that replay their step as one CUDA graph (OPT_CUDA_GRAPH: the cudagraph rung, and
+# bin/train, which has every rung on). nsys records a graph launch as one range unless told to trace
+# its nodes: the kernel tables and the idle gaps between kernels would then see one item per step.
+CUDA_GRAPH_VARIANTS = {"train-cudagraph", "train"}
+
+
+def predict_args(s: Settings) -> list[str]:
+    """bin/predict over exactly warm-up + window batches of synthetic images, writing its CSV and
+    features (writing them is part of what its window measures); the window is every batch after
+    the warm-up."""
+    return ["--checkpoint", str(s.checkpoint), "--data", s.data, "--split", "train",
+            "--synthetic-size", str((s.warmup_steps + s.profile_steps) * s.batch), "--batch", str(s.batch),
+            "--warmup-batches", str(s.warmup_steps), "--features", str(s.out_dir / "predict-features.npy"),
+            "--out", str(s.out_dir / "predict-rows.csv"), "--json"]
+
+
 def nsys_commands(nsys: Path, binary: Path, variant: str, s: Settings) -> tuple[list[str], list[str]]:
     """`nsys profile` over the cudaProfilerApi range, then `nsys stats` into <out>/<variant>_<report>.csv."""
     base = s.out_dir / variant
-    profile = [str(nsys), "profile", "--trace=cuda,nvtx,osrt", "--capture-range=cudaProfilerApi",
+    graph_nodes = ["--cuda-graph-trace=node"] if variant in CUDA_GRAPH_VARIANTS else []
+    profile = [str(nsys), "profile", "--trace=cuda,nvtx,osrt", *graph_nodes, "--capture-range=cudaProfilerApi",
                "--capture-range-end=stop", "-f", "true", "-o", str(base), str(binary), *trainer_args(s)]
     # --force-export: re-export the SQLite file, which nsys otherwise reuses from an older report.
     stats = [str(nsys), "stats", "--report", ",".join(nsys_summary.REPORTS), "--format", "csv",

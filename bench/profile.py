@@ -7,8 +7,10 @@ NVTX phase, GPU busy/idle, top kernels, copies, CUDA API, and a line saying wher
 Without nsys, the binaries' built-in `--trace` gives the same tables.
 
     python3 bench/profile.py --variants baseline,devloss --compare-trace
+    python3 bench/profile.py --program predict          # bin/predict's egress ladder instead
 
-Writes <out>/<variant>.md (beside the raw reports) and bench/results/profiles-<gpu>-<date>.md.
+Writes <out>/<variant>.md (beside the raw reports) and bench/results/profiles-<gpu>-<date>.md
+(predict-profiles-<gpu>-<date>.md for --program predict).
 """
 
 from __future__ import annotations
@@ -27,8 +29,12 @@ TOOL = "profile"
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--program", choices=["train", "predict"], default="train",
+                   help="whose ladder: bin/train's (train-*) or bin/predict's egress rungs (predict-*), whose "
+                        "window is --profile-steps batches after --warmup-steps, with --features (train)")
     p.add_argument("--variants", default="all",
-                   help="comma list of ladder names, 'all' for the nine rungs; add 'train' for bin/train")
+                   help="comma list of ladder names, 'all' for the ladder; add 'train' (or 'predict') for bin/train "
+                        "(bin/predict)")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--warmup-steps", type=int, default=20)
     p.add_argument("--profile-steps", type=int, default=30)
@@ -58,9 +64,10 @@ def busy_comparison(s: ProfileSummary) -> str | None:
             f"{abs(s.gpu_busy_pct - s.trace_busy_pct):.1f} points apart")
 
 
-def combined_report(summaries: list[ProfileSummary], gpu: str, date: str, command: str, how: str) -> str:
+def combined_report(summaries: list[ProfileSummary], gpu: str, date: str, command: str, how: str,
+                    what: str = "the training step") -> str:
     compared = any(busy_comparison(s) for s in summaries)
-    lines = [f"# Profiles of the training step, {gpu}, {date}", "",
+    lines = [f"# Profiles of {what}, {gpu}, {date}", "",
              f"- command: `{command}`", f"- {how}", "",
              "| binary | source | dominant phase | ms per step (host) | GPU busy % |" +
              (" built-in trace busy % (next run) |" if compared else ""),
@@ -79,22 +86,19 @@ def combined_report(summaries: list[ProfileSummary], gpu: str, date: str, comman
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    gpus = runner.gpu_names()
-    if not gpus:
-        runner.die(TOOL, runner.NO_GPU_LINE)
-    variants = runner.parse_variants(args.variants)
-    binaries, missing = runner.find_binaries(variants, args.bin_dir)
-    if missing:
-        runner.die(TOOL, runner.missing_binaries_line(missing, args.bin_dir))
+    gpus, variants, binaries = runner.require_gpu_and_binaries(TOOL, args.variants, args.bin_dir, args.program)
     nsys = None if args.no_nsys else runner.find_nsys()
     if nsys is None:
         print(f"{TOOL}: nsys not found (not on PATH nor under /opt/nvidia/nsight-*); `bin/train --trace "
               "FILE.json` is the built-in alternative, so each binary runs with --trace instead",
               file=sys.stderr)
 
-    settings = capture.Settings(out_dir=args.out, batch=args.batch, warmup_steps=args.warmup_steps,
-                                profile_steps=args.profile_steps, steps=args.steps, timeout_s=args.timeout)
     guard = runner.GuardedRunner(TOOL)
+    checkpoint = (runner.make_predict_checkpoint(TOOL, args.bin_dir, args.out, guard, args.timeout)
+                  if args.program == "predict" else None)
+    settings = capture.Settings(out_dir=args.out, batch=args.batch, warmup_steps=args.warmup_steps,
+                                profile_steps=args.profile_steps, steps=args.steps, timeout_s=args.timeout,
+                                program=args.program, checkpoint=checkpoint)
     summaries = []
     for variant in variants:
         print(f"{TOOL}: {variant} ...", file=sys.stderr, flush=True)
@@ -114,8 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     how = (f"nsys ({nsys}), " if nsys else "built-in --trace (no nsys), ") + \
           (f"batch {args.batch}, window of {args.profile_steps} steps after {args.warmup_steps} warm-up steps")
     args.results.mkdir(parents=True, exist_ok=True)
-    combined = args.results / f"profiles-{runner.slug(gpu)}-{date}.md"
-    combined.write_text(combined_report(summaries, gpu, date, command, how))
+    prefix, what = ("predict-profiles", "bin/predict's batches") if args.program == "predict" else \
+        ("profiles", "the training step")
+    combined = args.results / f"{prefix}-{runner.slug(gpu)}-{date}.md"
+    combined.write_text(combined_report(summaries, gpu, date, command, how, what))
     print(f"{TOOL}: wrote {combined} and {args.out}/<variant>.md", file=sys.stderr)
     return 0
 

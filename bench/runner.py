@@ -1,4 +1,4 @@
-"""What the bench scripts need from the machine: a GPU, the trainer binaries, and a way to run them.
+"""What the bench scripts need from the machine: a GPU, the binaries, and a way to run them.
 
 bench.py, profile.py and profile_check.py all start the same way (is there a GPU? are the binaries
 built?) and run binaries the same way (capture everything, never raise on a failing binary), so that
@@ -24,6 +24,10 @@ BIN_DIR = REPO_ROOT / "bin"
 # The optimization ladder, cumulative, in the order `make variants` builds it.
 LADDER = ["train-baseline", "train-devloss", "train-pinned", "train-autotune", "train-fp16", "train-nhwc",
           "train-graph", "train-fusedbn", "train-cudagraph"]
+# bin/predict's egress ladder, cumulative, in the order `make predict-variants` builds it.
+PREDICT_LADDER = ["predict-baseline", "predict-workers", "predict-pool", "predict-async", "predict-stream"]
+LADDERS = {"train": LADDER, "predict": PREDICT_LADDER}
+MAKE_TARGETS = {"train": "`make variants` (and `make` for bin/train)", "predict": "`make predict-variants`"}
 
 NO_GPU_LINE = "no CUDA GPU on this machine; run it on the GPU machine"
 
@@ -59,20 +63,22 @@ def gpu_names() -> list[str]:
     return names
 
 
-def variant_name(name: str) -> str:
-    """Accepts "baseline", "train-baseline" or "train" and returns the binary's name."""
-    if name == "train" or name.startswith("train-"):
+def variant_name(name: str, program: str = "train") -> str:
+    """Accepts "baseline", "train-baseline" or "train" and returns the binary's name (the same with
+    "predict" for bin/predict's ladder)."""
+    if name == program or name.startswith(program + "-"):
         return name
-    return f"train-{name}"
+    return f"{program}-{name}"
 
 
-def parse_variants(spec: str) -> list[str]:
-    """--variants: "all" (the ladder), or a comma list; "all,train" adds bin/train to the ladder."""
+def parse_variants(spec: str, program: str = "train") -> list[str]:
+    """--variants: "all" (the ladder), or a comma list; "all,train" adds bin/train to the ladder
+    ("all,predict" bin/predict to the egress ladder)."""
     names = []
     for part in (p.strip() for p in spec.split(",")):
         if not part:
             continue
-        for name in LADDER if part == "all" else [variant_name(part)]:
+        for name in LADDERS[program] if part == "all" else [variant_name(part, program)]:
             if name not in names:
                 names.append(name)
     return names
@@ -90,9 +96,23 @@ def find_binaries(variants: list[str], bin_dir: Path) -> tuple[dict[str, Path], 
     return found, missing
 
 
-def missing_binaries_line(missing: list[str], bin_dir: Path) -> str:
+def missing_binaries_line(missing: list[str], bin_dir: Path, program: str = "train") -> str:
     shown = ", ".join(str(bin_dir / m) for m in missing)
-    return f"{shown} not built: run `make variants` (and `make` for bin/train) first"
+    return f"{shown} not built: run {MAKE_TARGETS[program]} first"
+
+
+def require_gpu_and_binaries(tool: str, spec: str, bin_dir: Path, program: str = "train"
+                             ) -> tuple[list[str], list[str], dict[str, Path]]:
+    """How every bench script starts: the GPUs, the --variants asked for, and their binaries; one line
+    and exit 2 when there is no GPU or a binary is not built."""
+    gpus = gpu_names()
+    if not gpus:
+        die(tool, NO_GPU_LINE)
+    variants = parse_variants(spec, program)
+    binaries, missing = find_binaries(variants, bin_dir)
+    if missing:
+        die(tool, missing_binaries_line(missing, bin_dir, program))
+    return gpus, variants, binaries
 
 
 def run(cmd: list[str], timeout_s: float) -> RunOutput:
@@ -120,6 +140,22 @@ class GuardedRunner:
             die(self.tool, f"{NO_GPU_LINE} ({last_line(out.stderr)})")
         self.first = False
         return out
+
+
+def make_predict_checkpoint(tool: str, bin_dir: Path, out_dir: Path, guard: GuardedRunner, timeout_s: float) -> Path:
+    """A checkpoint for bin/predict to load, from one step of bin/train on synthetic data (speed does
+    not depend on the weights). Stops the tool with one line when bin/train is missing or fails."""
+    train = bin_dir / "train"
+    if not (train.is_file() and train.stat().st_mode & 0o111):
+        die(tool, f"{train} not built: run `make` first (bin/predict needs a checkpoint of it)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = out_dir / "predict-bench.ckpt"
+    out = guard.run([str(train), "--data", "synthetic", "--synthetic-size", "64", "--batch", "32", "--steps", "1",
+                     "--epochs", "1", "--no-eval", "--deterministic", "--save", str(ckpt)], timeout_s)
+    if out.returncode != 0 or not ckpt.is_file():
+        die(tool, f"bin/train could not make the checkpoint to predict with: "
+                  f"{last_line(out.stderr) or f'exit code {out.returncode}'}")
+    return ckpt
 
 
 def _text(data: bytes | str | None) -> str:

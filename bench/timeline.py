@@ -12,8 +12,13 @@ import re
 from dataclasses import dataclass, field
 
 # The phases of one training step, as the trainer's NVTX ranges name them (include/measure/profiling.h),
-# in the order they run. Each step is also wrapped in a "step N" range.
-STEP_PHASES = ["get batch", "copy batch", "forward", "backward", "optimizer step", "loss stats"]
+# in the order they run, then those of a bin/predict batch (get batch, compute, copy to CPU, process
+# output; with output workers, "process output" runs on their threads, so its host time, summed over
+# them, may exceed the step's). Each step or batch is also wrapped in a "step N" range. Builds that
+# replay the step as a CUDA graph have "step graph" (one launch) where the others have forward,
+# backward, optimizer step.
+STEP_PHASES = ["get batch", "copy batch", "step graph", "forward", "backward", "optimizer step", "loss stats",
+               "compute", "copy to CPU", "process output"]
 STEP = "step"
 
 # Host calls that block until the GPU has caught up: time in them is time the host waits.
@@ -141,8 +146,8 @@ def add_phase(phases: dict[str, Stat], raw_name: str, total_ns: int, count: int)
 
 def dominant_phase(summary: ProfileSummary) -> Stat | None:
     """The step phase with the most host time. The "step N" ranges enclose the others, so they are
-    left out; ranges other than the six phases (nested per-layer ranges, loader threads) count only
-    when none of the six was recorded."""
+    left out; ranges other than the step phases (nested per-layer ranges, loader threads) count only
+    when none of them was recorded."""
     named = [s for n, s in summary.phases.items() if n in STEP_PHASES]
     others = [s for n, s in summary.phases.items() if n != STEP and n not in STEP_PHASES]
     pool = named or others

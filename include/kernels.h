@@ -44,6 +44,11 @@ size_t bn_scratch_floats(Shape4 s, DType t, Layout l);
 // Statistics of x, then mean/invstd/scale/shift and the running statistics.
 void bn_forward_train_stats(const void* x, Shape4 s, DType t, Layout l, const BnChannelState& bn,
                             float* scratch, cudaStream_t stream);
+// The same from per-channel sums of x and x^2 over `per_channel` values each, as a fused conv
+// produces them (model/fused_conv.h); also writes scale and shift in fp16 to scale_h/shift_h unless
+// they are null.
+void bn_finalize_sums(const float* sum, const float* sqsum, size_t per_channel, const BnChannelState& bn, int channels,
+                      void* scale_h, void* shift_h, cudaStream_t stream);
 // Evaluation: scale/shift from the running statistics.
 void bn_forward_eval_coefs(const BnChannelState& bn, int channels, cudaStream_t stream);
 
@@ -109,11 +114,16 @@ struct LossTotals {
 // Softmax cross-entropy, mean over the valid samples (label >= 0), in one single-block kernel:
 // adds the bias to logits in place, accumulates loss/accuracy into totals and, when dlogits is not
 // null, writes dlogits = (softmax - onehot) * loss_scale / valid and dbias (fp32, overwritten).
-// loss_scale is read from device memory (nullptr = 1). At most kSoftmaxMaxClasses classes.
+// loss_scale and step (the step index a non-finite loss is recorded as the first bad step) are read
+// from device memory, so that a step replayed as a CUDA graph uses its own; nullptr: a scale of 1,
+// and no step recorded (evaluation). At most kSoftmaxMaxClasses classes.
 constexpr int kSoftmaxMaxClasses = 16;
 void softmax_xent(float* logits, const float* bias, const int32_t* labels, int n, int classes,
                   void* dlogits, DType dlogits_type, float* dbias, const float* loss_scale,
-                  LossTotals* totals, long long step, cudaStream_t stream);
+                  LossTotals* totals, const long long* step, cudaStream_t stream);
+// history[*slot] = totals->last_loss: keeps each step's loss for --loss-log without a sync, at a
+// slot read from device memory (a replayed graph writes where its own step belongs).
+void record_loss(const LossTotals* totals, const int* slot, float* history, cudaStream_t stream);
 
 // ---- optimizer (kernels/optimizer.cu) ------------------------------------------------------------
 // Dynamic loss scaling decided on the GPU: no host sync, an overflow skips the step.
@@ -133,7 +143,8 @@ struct SgdArgs {
   void* w_act;              // fp16 copy of the first n_act weights, or nullptr
   size_t n, n_act;
   DType act;
-  float lr, mom, weight_decay;  // decay applies to the first n_act params only
+  const float* lr;          // device memory: the step's learning rate (a replayed graph reads each step's)
+  float mom, weight_decay;  // decay applies to the first n_act params only
   bool nesterov;
 };
 // Sets state->found_inf when any gradient is NaN/Inf.

@@ -16,8 +16,16 @@
 //                    tensor, scale/bias + ReLU applied while the next conv reads it (fp16, NHWC)
 //   OPT_CUDA_GRAPH   forward, loss, backward and optimizer step captured once as a CUDA graph and
 //                    replayed every step
+//
+// bin/predict's egress ladder (seed 001's GPU-to-CPU case study), cumulative in this order, read
+// into kEgress (pipeline/egress.h); src/programs/predict.cpp hands it to the predictor:
+//   OPT_EGRESS_WORKERS  outputs processed (formatted and written) by worker threads, not the main thread
+//   OPT_EGRESS_POOL     pre-allocated pinned output buffers instead of a new pageable one every batch
+//   OPT_EGRESS_ASYNC    cudaMemcpyAsync with a CUDA event per buffer; the host keeps queuing compute
+//   OPT_EGRESS_STREAM   the copies on their own stream, overlapping the next batch's compute
 #pragma once
 
+#include "pipeline/egress.h"
 #include "train/build.h"
 
 #ifndef OPT_DEVICE_LOSS
@@ -44,6 +52,18 @@
 #ifndef OPT_CUDA_GRAPH
 #define OPT_CUDA_GRAPH 1
 #endif
+#ifndef OPT_EGRESS_WORKERS
+#define OPT_EGRESS_WORKERS 1
+#endif
+#ifndef OPT_EGRESS_POOL
+#define OPT_EGRESS_POOL 1
+#endif
+#ifndef OPT_EGRESS_ASYNC
+#define OPT_EGRESS_ASYNC 1
+#endif
+#ifndef OPT_EGRESS_STREAM
+#define OPT_EGRESS_STREAM 1
+#endif
 #ifndef VARIANT_NAME
 #define VARIANT_NAME "train"
 #endif
@@ -57,5 +77,13 @@ inline constexpr BuildSettings kBuild{
     OPT_CONV_GRAPH ? ConvApi::Graph : ConvApi::Legacy,
     OPT_FUSED_BN != 0,
     OPT_CUDA_GRAPH != 0,
+    VARIANT_NAME,
+};
+
+inline constexpr EgressSettings kEgress{
+    OPT_EGRESS_WORKERS != 0,
+    OPT_EGRESS_POOL != 0,
+    OPT_EGRESS_ASYNC != 0,
+    OPT_EGRESS_STREAM != 0,
     VARIANT_NAME,
 };

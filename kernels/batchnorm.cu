@@ -297,6 +297,20 @@ __device__ __forceinline__ double sum_chunks(const float* partials, int k, int c
   return warp_sum_double(t);
 }
 
+// Channel c's batch mean and (biased) variance over M values -> save_mean, save_invstd, scale,
+// shift and the running statistics (unbiased variance, PyTorch's momentum convention).
+__device__ void store_batch_stats(const BnChannelState& bn, int c, double mean, double var, double M) {
+  const float invstd = static_cast<float>(1.0 / sqrt(var + kBnEps));
+  bn.save_mean[c] = static_cast<float>(mean);
+  bn.save_invstd[c] = invstd;
+  const float scale = bn.gamma[c] * invstd;
+  bn.scale[c] = scale;
+  bn.shift[c] = bn.beta[c] - static_cast<float>(mean) * scale;
+  const double unbiased = M > 1 ? var * M / (M - 1) : var;
+  bn.running_mean[c] = static_cast<float>((1.0 - kBnMomentum) * bn.running_mean[c] + kBnMomentum * mean);
+  bn.running_var[c] = static_cast<float>((1.0 - kBnMomentum) * bn.running_var[c] + kBnMomentum * unbiased);
+}
+
 template <class T, Layout L>
 __global__ void finalize_stats(const float* partials, int chunks, const T* x, Shape4 s, BnChannelState bn) {
   const int c = blockIdx.x * kFinalizeWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -310,15 +324,23 @@ __global__ void finalize_stats(const float* partials, int chunks, const T* x, Sh
   double var = s2 / M - dmean * dmean;
   if (var < 0) var = 0;
   const double mean = shift + dmean;
-  const float invstd = static_cast<float>(1.0 / sqrt(var + kBnEps));
-  bn.save_mean[c] = static_cast<float>(mean);
-  bn.save_invstd[c] = invstd;
-  const float scale = bn.gamma[c] * invstd;
-  bn.scale[c] = scale;
-  bn.shift[c] = bn.beta[c] - static_cast<float>(mean) * scale;
-  const double unbiased = M > 1 ? var * M / (M - 1) : var;
-  bn.running_mean[c] = static_cast<float>((1.0 - kBnMomentum) * bn.running_mean[c] + kBnMomentum * mean);
-  bn.running_var[c] = static_cast<float>((1.0 - kBnMomentum) * bn.running_var[c] + kBnMomentum * unbiased);
+  store_batch_stats(bn, c, mean, var, M);
+}
+
+// Training statistics from per-channel sums of x and x^2 over M values each (a fused conv's
+// statistics, kernels.h bn_finalize_sums), in double: the variance as E[x^2] - E[x]^2.
+__global__ void finalize_sums(const float* sum, const float* sqsum, double M, BnChannelState bn, int C,
+                              __half* scale_h, __half* shift_h) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const double mean = double(sum[c]) / M;
+  double var = double(sqsum[c]) / M - mean * mean;
+  if (var < 0) var = 0;
+  store_batch_stats(bn, c, mean, var, M);
+  if (scale_h) {  // the fp16 copies a fused conv's prologue reads
+    scale_h[c] = __float2half_rn(bn.scale[c]);
+    shift_h[c] = __float2half_rn(bn.shift[c]);
+  }
 }
 
 __global__ void eval_coefs(BnChannelState bn, int C) {
@@ -520,6 +542,13 @@ void bn_forward_train_stats(const void* x, Shape4 s, DType t, Layout l, const Bn
     finalize_stats<T, L><<<finalize_blocks(s.c), 32 * kFinalizeWarps, 0, stream>>>(scratch, g.chunks, static_cast<const T*>(x), s, bn);
     CUDA_CHECK_LAUNCH();
   });
+}
+
+void bn_finalize_sums(const float* sum, const float* sqsum, size_t per_channel, const BnChannelState& bn, int channels,
+                      void* scale_h, void* shift_h, cudaStream_t stream) {
+  finalize_sums<<<channel_blocks(channels), 128, 0, stream>>>(sum, sqsum, double(per_channel), bn, channels,
+                                                             static_cast<__half*>(scale_h), static_cast<__half*>(shift_h));
+  CUDA_CHECK_LAUNCH();
 }
 
 void bn_forward_eval_coefs(const BnChannelState& bn, int channels, cudaStream_t stream) {

@@ -16,7 +16,8 @@ constexpr int kMaxClasses = kSoftmaxMaxClasses;  // per-thread arrays of logits 
 template <class T>
 __global__ void __launch_bounds__(kThreads)
 softmax_xent_kernel(float* logits, const float* bias, const int32_t* labels, int n, int classes,
-                    T* dlogits, float* dbias, const float* loss_scale, LossTotals* totals, long long step) {
+                    T* dlogits, float* dbias, const float* loss_scale, LossTotals* totals,
+                    const long long* step) {
   __shared__ float s_loss[kThreads], s_valid[kThreads], s_correct[kThreads];
   __shared__ float s_dbias[kMaxClasses][kThreads];
   // Pass 1: how many samples count (label >= 0); the mean is over them.
@@ -77,8 +78,12 @@ softmax_xent_kernel(float* logits, const float* bias, const int32_t* labels, int
     totals->count += static_cast<unsigned long long>(n_valid);
     totals->last_loss = mean;
     if (isfinite(mean)) totals->last_good_loss = mean;
-    else if (totals->first_bad_step < 0) totals->first_bad_step = step;
+    else if (step && totals->first_bad_step < 0) totals->first_bad_step = *step;
   }
+}
+
+__global__ void record_loss_kernel(const LossTotals* totals, const int* slot, float* history) {
+  history[*slot] = totals->last_loss;
 }
 
 }  // namespace
@@ -87,12 +92,17 @@ using namespace trainer_kernels;
 
 void softmax_xent(float* logits, const float* bias, const int32_t* labels, int n, int classes,
                   void* dlogits, DType dlogits_type, float* dbias, const float* loss_scale,
-                  LossTotals* totals, long long step, cudaStream_t stream) {
+                  LossTotals* totals, const long long* step, cudaStream_t stream) {
   if (classes > kMaxClasses) throw Fatal("softmax_xent: at most 16 classes");
   dispatch_dtype(dlogits_type, [&]<class T>() {
     softmax_xent_kernel<T><<<1, kThreads, 0, stream>>>(logits, bias, labels, n, classes,
                                                        static_cast<T*>(dlogits), dbias, loss_scale,
                                                        totals, step);
   });
+  CUDA_CHECK_LAUNCH();
+}
+
+void record_loss(const LossTotals* totals, const int* slot, float* history, cudaStream_t stream) {
+  record_loss_kernel<<<1, 1, 0, stream>>>(totals, slot, history);
   CUDA_CHECK_LAUNCH();
 }

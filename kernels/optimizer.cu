@@ -30,13 +30,14 @@ template <class T>
 __global__ void sgd_kernel(SgdArgs a, const ScalerState* state) {
   if (state->found_inf) return;  // the whole step is skipped
   const float inv_scale = 1.f / state->scale;
+  const float lr = *a.lr;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < a.n; i += size_t(gridDim.x) * blockDim.x) {
     float w = a.w[i];
     float g = grad_at<T>(a, i) * inv_scale;
     if (i < a.n_act) g += a.weight_decay * w;
     const float buf = a.mom * a.momentum[i] + g;
     a.momentum[i] = buf;
-    w -= a.lr * (a.nesterov ? g + a.mom * buf : buf);
+    w -= lr * (a.nesterov ? g + a.mom * buf : buf);
     a.w[i] = w;
     if (a.w_act && i < a.n_act) static_cast<__half*>(a.w_act)[i] = __float2half_rn(w);
   }

@@ -56,6 +56,15 @@ void parse_flags(const std::vector<FlagRow<Opts>>& table, int argc, const char* 
   }
 }
 
+// A row written for a part of Opts (a base class Opts derives from) as a row of Opts: how programs
+// share flags, such as the data flags of bin/train and bin/predict (data/data_flags.h).
+template <class Opts, class Part>
+FlagRow<Opts> lift_row(const FlagRow<Part>& row) {
+  return {row.name, row.value, row.help,
+          [show = row.show_default](const Opts& o) { return show(static_cast<const Part&>(o)); },
+          [apply = row.apply](Opts& o, const std::string& v) { apply(static_cast<Part&>(o), v); }};
+}
+
 template <class Opts>
 std::string flags_help(const std::vector<FlagRow<Opts>>& table) {
   const Opts defaults;

@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <functional>
+
 #include "core/check.h"
 
 class Stream {
@@ -48,6 +50,10 @@ class Event {
  private:
   cudaEvent_t e_ = nullptr;
 };
+
+// The fastest of `runs` timed runs of f() on `stream` (CUDA events), after one untimed warm-up run
+// (loads kernels, builds caches): how autotuning compares candidates.
+float fastest_ms(cudaStream_t stream, int runs, const std::function<void()>& f);
 
 class CudnnHandle {
  public:

@@ -14,6 +14,7 @@ constexpr uint32_t kGreen = 0xFF43A047;   // forward
 constexpr uint32_t kPurple = 0xFF8E24AA;  // backward
 constexpr uint32_t kBlue = 0xFF1E88E5;    // optimizer step
 constexpr uint32_t kCyan = 0xFF00ACC1;    // loss stats
+constexpr uint32_t kTeal = 0xFF00897B;    // step graph: forward to optimizer step as one CUDA graph launch
 constexpr uint32_t kGrey = 0xFF9E9E9E;    // step N, evaluation, loader work
 }  // namespace phase_color
 

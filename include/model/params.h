@@ -25,12 +25,19 @@ struct ParamTensor {
   bool is_weight() const { return kind == ParamKind::ConvWeight || kind == ParamKind::LinearWeight; }
 };
 
+// Index of PyTorch-order (K, C, R, S) element e of a tensor as stored in layout l: conv filters are
+// KCRS in NCHW builds and KRSC in NHWC builds; every other tensor is stored as PyTorch orders it.
+size_t filter_storage_index(const ParamTensor& t, size_t e, Layout l);
+
 class ParamStore {
  public:
   // Registers a tensor before allocate(); returns its id.
   int add(const std::string& name, ParamKind kind, std::vector<int> shape);
-  // Assigns offsets (weights first) and allocates the device buffers.
-  void allocate(DType act);
+  // Assigns offsets (weights first): the flat layout, without allocating (no GPU needed).
+  void assign_offsets();
+  // Assigns offsets and allocates the device buffers. training = false (inference): the master
+  // weights and their fp16 copy only; no momentum and no gradients.
+  void allocate(DType act, bool training = true);
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   size_t total() const { return total_; }
@@ -45,7 +52,7 @@ class ParamStore {
   float* vector_grad(int id) const;
 
   float* master_all() const { return master_.as<float>(); }
-  float* momentum_all() const { return momentum_.as<float>(); }
+  float* momentum_all() const { return momentum_.as<float>(); }  // nullptr in inference
   void* weight_grads_all() const { return grad_weights_.get(); }
   float* vector_grads_all() const { return grad_vectors_.as<float>(); }
   void* working_copy() const { return act_ == DType::F16 ? working_.get() : nullptr; }

@@ -4,8 +4,8 @@
 // global average pool, linear 2048 -> classes (23,520,842 parameters with 10). Any image side that is
 // a multiple of 8 (32 for CIFAR-10; the global pool makes the parameters independent of it).
 //
-// The network owns its activations (what backward needs), four gradient buffers it rotates through,
-// the cuDNN workspace and the parameters. Precision and layout come from NetConfig and reach the
+// The network owns its activations (what backward needs), four gradient buffers it rotates through
+// (training only), the cuDNN workspace and the parameters. Precision and layout come from NetConfig and reach the
 // layers as descriptors; nothing here reads the build settings.
 #pragma once
 
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/conv.h"
+#include "model/fused_conv.h"
 #include "core/handles.h"
 #include "kernels.h"
 #include "core/memory.h"
@@ -28,6 +29,19 @@ struct NetConfig {
   ConvApi conv_api = ConvApi::Legacy;
   int classes = 10;
   int image_side = 32;  // a multiple of 8: the stages run at side, side/2, side/4, side/8
+  // Batch norm fused into the convolutions where cuDNN accepts the patterns (model/fused_conv.h):
+  // statistics from the conv that writes a tensor, scale/bias + ReLU applied as the next conv reads it.
+  bool fused_bn = false;
+  // Forward with running statistics only (bin/predict): no gradient, momentum or backward buffers
+  // are allocated, and training calls (forward(x, true), a loss with gradients, backward) throw.
+  bool inference = false;
+};
+
+// The network's tensors as its flat buffers hold them, known without building it (no GPU): what
+// converting and exporting a checkpoint read.
+struct TensorLayout {
+  std::vector<ParamTensor> params;               // registration order, offsets as ParamStore assigns them
+  std::vector<std::pair<std::string, int>> bns;  // BN name and channels, in running_stats() order
 };
 
 // What choosing conv algorithms did, for the start-up report.
@@ -49,6 +63,11 @@ class ResNet50 {
   ParamStore& params() { return params_; }
   const ParamStore& params() const { return params_; }
   const AlgoReport& algo_report() const { return algo_report_; }
+  // Fused builds: which patterns cuDNN accepted (empty otherwise).
+  const FusionReport& fusion_report() const { return fusion_report_; }
+  // The parameters and BN layers of the network with `classes` outputs (the same names, shapes and
+  // order the constructor registers; a GPU test holds the two together).
+  static TensorLayout tensor_layout(int classes);
 
   // Kaiming-normal (fan_out) convs, BN gamma 1 / beta 0, linear as PyTorch's default.
   void init_params(uint64_t seed);
@@ -63,11 +82,16 @@ class ResNet50 {
   // images: batch x 3 x side x side in the configured type and layout. train=false uses running stats.
   void forward(const void* images, bool train);
   // Softmax cross-entropy on the logits; with loss_scale != nullptr also the gradients of the logits
-  // and the bias (training). Accumulates into totals.
-  void loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, long long step);
+  // and the bias (training). Accumulates into totals. loss_scale and step are device memory
+  // (softmax_xent in kernels.h); step nullptr: no step index (evaluation).
+  void loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, const long long* step);
   void backward();
 
-  float* logits() const { return logits_.as<float>(); }
+  float* logits() const { return logits_.as<float>(); }  // batch x classes, fp32, without the fc bias
+  // The global-average-pooled features the classifier reads: batch x feature_count(), in the
+  // activation type.
+  const void* features() const { return feat_.get(); }
+  int feature_count() const { return features_; }
   size_t activation_bytes() const { return activation_bytes_; }
 
  private:
@@ -80,13 +104,25 @@ class ResNet50 {
   void choose_algorithms(AutotuneCache& cache);
   void block_forward(Block& b, const void* in, bool train);
   void block_backward(Block& b, const void* in);
+  void join_backward(Block& b);
   void conv_forward(ConvUnit& c, const void* x, void* y);
   void bn_forward(Bn& bn, const void* x, Shape4 s, bool train);
+  // Batch norm fused into the convolutions (src/model/resnet50_fused.cpp). Measured on the H100
+  // (cuDNN 9.14): two runs of the fused build differ in their first loss even with engines cuDNN
+  // does not mark non-deterministic, so --deterministic keeps every conv unfused.
+  bool fused() const { return cfg_.fused_bn && !cfg_.conv.deterministic; }
+  size_t build_fusion();
+  void fused_block_forward(Block& b, const void* in, bool train);
+  void fused_block_backward(Block& b, const void* in);
+  void fused_conv_stats(ConvUnit& c, const void* x, void* y, Bn& bn, Shape4 s, bool train, const Bn* prologue,
+                        void* y_prev, Shape4 s_prev);
+  void fused_inner_backward(ConvUnit& c, const void* x, Bn& bn, void* y_in, Shape4 s_in, void* dy, void* dx);
 
   NetConfig cfg_;
   GpuContext& ctx_;
   ParamStore params_;
   AlgoReport algo_report_;
+  FusionReport fusion_report_;
 
   std::unique_ptr<ConvUnit> stem_conv_;
   std::unique_ptr<Bn> stem_bn_;
@@ -102,5 +138,6 @@ class ResNet50 {
   DeviceBuffer running_, bn_state_, bn_scratch_;
   size_t running_count_ = 0, bn_state_floats_ = 0, bn_scratch_floats_ = 0;
   size_t activation_bytes_ = 0;
+  DeviceBuffer fused_state_, zeros_;      // fused builds: per-BN sums and fp16 scale/shift; a zero vector
   const void* images_ = nullptr;          // the batch of the last forward (backward's stem input)
 };

@@ -19,7 +19,8 @@ CheckpointMeta run_meta(const BuildSettings& build, const ResNet50& net, const D
 
 // The network's master weights, momentum and BN running statistics, with `meta`.
 Checkpoint capture_checkpoint(const ResNet50& net, const CheckpointMeta& meta);
-// Puts a checkpoint's state into the network (and refreshes its fp16 weight copy).
+// Puts a checkpoint's state into the network (and refreshes its fp16 weight copy); a network built
+// for inference takes the weights and BN statistics only.
 void restore_checkpoint(ResNet50& net, const Checkpoint& c, cudaStream_t stream);
 
 // Where saves go, and what --save FILE holds: a periodic save (--save-every) goes to FILE.pending

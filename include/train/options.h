@@ -9,19 +9,14 @@
 #include <string>
 
 #include "core/flags.h"
+#include "data/data_flags.h"
 
-struct Options {
-  // data
-  std::string data = "auto";        // auto | cifar10 | fashion-mnist | synthetic | folder
-  std::string data_dir;             // "" = the data set's usual place
-  int synthetic_size = 50000;       // training images of --data synthetic (test: a fifth)
-  int image_size = 32;              // images are served at image_size x image_size (folder, synthetic)
-  bool skip_bad_images = false;     // folder: leave out files that fail the header check
-  bool cache_decoded = false;       // folder: decode once into memory instead of every epoch
+// The data flags (data, data_dir, synthetic_size, image_size, skip_bad_images, cache_decoded, batch)
+// come from DataOptions, shared with bin/predict.
+struct Options : DataOptions {
   // training
   int epochs = 15;
   long steps = 0;                   // stop after this many steps in all (0 = run every epoch)
-  int batch = 128;
   double lr = 0.02;                 // peak learning rate (chosen by a sweep on Fashion-MNIST: see README)
   double min_lr = 0.0;              // at the end of the cosine
   double warmup_epochs = 1.0;       // linear warm-up from lr/warm-up-steps to lr
@@ -36,6 +31,7 @@ struct Options {
   std::string autotune_cache = "autotune-cache.txt";
   bool tf32 = true;                 // fp32 convs/GEMMs may use TF32 tensor cores
   bool deterministic = false;
+  bool cuda_graph = true;           // replay the step as a CUDA graph (builds with cudagraph)
   double loss_scale = 65536.0;      // initial dynamic loss scale (fp16 builds)
   int loss_scale_window = 1000;     // good steps before the scale doubles
   // measurement

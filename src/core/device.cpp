@@ -1,4 +1,5 @@
-// Is there a GPU to run on? Asked before anything else touches CUDA.
+// Is there a GPU to run on? Asked before anything else touches CUDA. And timing on it.
+#include <algorithm>
 #include <string>
 
 #include "core/check.h"
@@ -20,4 +21,19 @@ void require_cuda_device() {
                      "); this trainer needs an NVIDIA GPU with a working driver");
   }
   if (n == 0) throw InputError("no CUDA device found; this trainer needs an NVIDIA GPU");
+}
+
+float fastest_ms(cudaStream_t stream, int runs, const std::function<void()>& f) {
+  Event start, stop;
+  f();
+  float best = -1;
+  for (int i = 0; i < runs; ++i) {
+    start.record(stream);
+    f();
+    stop.record(stream);
+    CUDA_CHECK(cudaEventSynchronize(stop.get()));
+    const float t = stop.ms_since(start);
+    best = best < 0 ? t : std::min(best, t);
+  }
+  return best;
 }

@@ -1,4 +1,4 @@
-// Reading whole files and inflating gzip, with errors that name the file and the problem.
+// Reading whole files, inflating gzip and atomic writes, with errors that name the file and the problem.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include <zlib.h>
 
@@ -75,28 +76,51 @@ std::vector<uint8_t> gunzip(const uint8_t* bytes, size_t size, const std::string
   throw InputError(file + ": corrupt gzip stream" + (msg.empty() ? "" : ": " + msg));
 }
 
+std::string parent_directory(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+}
+
 void write_file_atomic(const std::string& path, const void* bytes, size_t size) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Fatal(tmp + ": cannot create: " + std::strerror(errno));
+  AtomicFile f(path);
+  f.write(bytes, size);
+  f.commit();
+}
+
+AtomicFile::AtomicFile(const std::string& path) : path_(path), tmp_(path + ".tmp") {
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw Fatal(tmp_ + ": cannot create: " + std::strerror(errno));
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::write(const void* bytes, size_t size) {
+  if (fd_ < 0) throw Fatal(path_ + ": written after it was committed");
   const char* p = static_cast<const char*>(bytes);
-  size_t left = size;
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
+  while (size > 0) {
+    const ssize_t n = ::write(fd_, p, size);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Fatal(tmp + ": write failed: " + why + " (" + path + " is untouched)");
-    }
+    if (n <= 0) throw Fatal(tmp_ + ": write failed: " + std::strerror(errno) + " (" + path_ + " is untouched)");
     p += n;
-    left -= static_cast<size_t>(n);
+    size -= static_cast<size_t>(n);
+    written_ += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const std::string why = std::strerror(errno);
+}
+
+void AtomicFile::commit() {
+  if (fd_ < 0) throw Fatal(path_ + ": committed twice");
+  const int fd = std::exchange(fd_, -1);
+  const std::string &tmp = tmp_, &path = path_;
+  const int sync_error = ::fsync(fd) == 0 ? 0 : errno;
+  const int close_error = ::close(fd) == 0 ? 0 : errno;
+  if (sync_error || close_error) {
     ::unlink(tmp.c_str());
-    throw Fatal(tmp + ": could not flush to disk: " + why + " (" + path + " is untouched)");
+    throw Fatal(tmp + ": could not flush to disk: " + std::strerror(sync_error ? sync_error : close_error) + " (" +
+                path + " is untouched)");
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string why = std::strerror(errno);
@@ -104,9 +128,7 @@ void write_file_atomic(const std::string& path, const void* bytes, size_t size) 
     throw Fatal(path + ": rename failed: " + why);
   }
   // The rename itself is durable only once the directory entry is on disk.
-  const size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dfd = ::open(parent_directory(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);

@@ -1,10 +1,17 @@
-// The flat parameter store: offsets (weights first), allocation, the fp16 working copy.
+// The flat parameter store: offsets (weights first), allocation (for training or inference), the fp16 working copy.
 #include "model/params.h"
 
 #include <cuda_runtime.h>
 
 #include "core/check.h"
 #include "kernels.h"
+
+size_t filter_storage_index(const ParamTensor& t, size_t e, Layout l) {
+  if (t.kind != ParamKind::ConvWeight || l == Layout::NCHW) return e;
+  const size_t C = t.shape[1], R = t.shape[2], S = t.shape[3];
+  const size_t s = e % S, r = (e / S) % R, c = (e / (S * R)) % C, k = e / (S * R * C);
+  return ((k * R + r) * S + s) * C + c;
+}
 
 int ParamStore::add(const std::string& name, ParamKind kind, std::vector<int> shape) {
   if (master_.get()) throw Fatal("ParamStore::add after allocate: " + name);
@@ -15,8 +22,7 @@ int ParamStore::add(const std::string& name, ParamKind kind, std::vector<int> sh
   return static_cast<int>(tensors_.size()) - 1;
 }
 
-void ParamStore::allocate(DType act) {
-  act_ = act;
+void ParamStore::assign_offsets() {
   size_t off = 0;
   for (auto& t : tensors_)
     if (t.is_weight()) { t.offset = off; off += t.count; }
@@ -24,11 +30,17 @@ void ParamStore::allocate(DType act) {
   for (auto& t : tensors_)
     if (!t.is_weight()) { t.offset = off; off += t.count; }
   total_ = off;
+}
+
+void ParamStore::allocate(DType act, bool training) {
+  act_ = act;
+  assign_offsets();
   master_ = DeviceBuffer(total_ * sizeof(float), "fp32 master weights");
+  if (act == DType::F16) working_ = DeviceBuffer(n_weights_ * 2, "fp16 working weights");
+  if (!training) return;
   momentum_ = DeviceBuffer(total_ * sizeof(float), "SGD momentum");
   grad_weights_ = DeviceBuffer(n_weights_ * dtype_size(act), "weight gradients");
   grad_vectors_ = DeviceBuffer((total_ - n_weights_) * sizeof(float), "BN/bias gradients");
-  if (act == DType::F16) working_ = DeviceBuffer(n_weights_ * 2, "fp16 working weights");
   CUDA_CHECK(cudaMemset(momentum_.get(), 0, momentum_.bytes()));
   CUDA_CHECK(cudaMemset(grad_weights_.get(), 0, grad_weights_.bytes()));
   CUDA_CHECK(cudaMemset(grad_vectors_.get(), 0, grad_vectors_.bytes()));
@@ -43,12 +55,14 @@ void* ParamStore::working(int id) const {
 void* ParamStore::weight_grad(int id) const {
   const ParamTensor& t = tensors_[id];
   if (!t.is_weight()) throw Fatal("weight_grad of a vector parameter: " + t.name);
+  if (!grad_weights_.get()) throw Fatal("weight_grad of a store allocated for inference: " + t.name);
   return static_cast<char*>(grad_weights_.get()) + t.offset * dtype_size(act_);
 }
 
 float* ParamStore::vector_grad(int id) const {
   const ParamTensor& t = tensors_[id];
   if (t.is_weight()) throw Fatal("vector_grad of a weight parameter: " + t.name);
+  if (!grad_vectors_.get()) throw Fatal("vector_grad of a store allocated for inference: " + t.name);
   return grad_vectors_.as<float>() + (t.offset - n_weights_);
 }
 

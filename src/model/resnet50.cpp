@@ -9,30 +9,7 @@
 #include "core/check.h"
 #include "model/linear.h"
 #include "core/rng.h"
-
-struct ResNet50::Bn {
-  std::string name;
-  int channels = 0;
-  int gamma = -1, beta = -1;
-  size_t running_off = 0, state_off = 0;
-  BnChannelState st{};
-};
-
-struct ResNet50::ConvUnit {
-  std::unique_ptr<ConvLayer> conv;
-  int weight = -1;
-};
-
-struct ResNet50::Block {
-  ConvUnit c1, c2, c3;
-  std::optional<ConvUnit> down;
-  Bn b1, b2, b3;
-  std::optional<Bn> bdown;
-  Shape4 in, mid1, mid2, out;
-  // What backward needs: conv outputs (BN inputs) and BN+ReLU outputs (the next conv's input; out_buf is
-  // also the ReLU mask of the residual BN, whose ReLU came after the add).
-  DeviceBuffer a1, y1, a2, y2, a3, ad, out_buf;
-};
+#include "model/resnet50_parts.h"
 
 namespace {
 constexpr int kStageWidths[4] = {64, 128, 256, 512};
@@ -59,6 +36,7 @@ void ResNet50::build() {
     ConvUnit u;
     u.conv = make_conv(cfg_.conv_api, g, cfg_.dtype, cfg_.layout, cfg_.tf32);
     u.weight = params_.add(name + ".weight", ParamKind::ConvWeight, {g.k, g.c, g.r, g.r});
+    u.name = name;
     return u;
   };
   auto make_bn = [&](const std::string& name, int channels) {
@@ -116,14 +94,16 @@ void ResNet50::allocate() {
   // Sizes first, so that a batch too large for the GPU is one clear message, not a failed cudaMalloc.
   size_t act = 2 * stem.count(), largest = stem.count(), scratch = bn_scratch_floats(stem, t, cfg_.layout);
   for (const auto& b : blocks_) {
-    act += 2 * b->mid1.count() + 2 * b->mid2.count() + (b->down ? 3 : 2) * b->out.count();
+    // a1, y1, a2, y2 (fused builds store no y1, y2), a3, ad, out
+    const size_t ys = fused() ? 0 : b->mid1.count() + b->mid2.count();
+    act += b->mid1.count() + b->mid2.count() + ys + (b->down ? 3 : 2) * b->out.count();
     for (const Shape4& s : {b->in, b->mid1, b->mid2, b->out}) {
       largest = std::max(largest, s.count());
       scratch = std::max(scratch, bn_scratch_floats(s, t, cfg_.layout));
     }
   }
   activation_bytes_ = act * es;
-  const size_t need = activation_bytes_ + 4 * largest * es;
+  const size_t need = activation_bytes_ + (cfg_.inference ? 0 : 4 * largest * es);
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   if (need > free_b)
@@ -132,28 +112,32 @@ void ResNet50::allocate() {
                 format_bytes(total_b) + " are free; try --batch " +
                 std::to_string(std::max(2, int(cfg_.batch * (double(free_b) / need) * 0.8))));
 
-  params_.allocate(t);
+  params_.allocate(t, !cfg_.inference);
   const std::string batch = " (batch " + std::to_string(cfg_.batch) + ")";
   stem_a_ = DeviceBuffer(stem.count() * es, "stem conv output" + batch);
   stem_y_ = DeviceBuffer(stem.count() * es, "stem output" + batch);
   for (auto& b : blocks_) {
     b->a1 = DeviceBuffer(b->mid1.count() * es, "activations" + batch);
-    b->y1 = DeviceBuffer(b->mid1.count() * es, "activations" + batch);
     b->a2 = DeviceBuffer(b->mid2.count() * es, "activations" + batch);
-    b->y2 = DeviceBuffer(b->mid2.count() * es, "activations" + batch);
+    if (!fused()) {  // fused builds allocate them only where a fallback needs them (build_fusion)
+      b->y1 = DeviceBuffer(b->mid1.count() * es, "activations" + batch);
+      b->y2 = DeviceBuffer(b->mid2.count() * es, "activations" + batch);
+    }
     b->a3 = DeviceBuffer(b->out.count() * es, "activations" + batch);
     if (b->down) b->ad = DeviceBuffer(b->out.count() * es, "activations" + batch);
     b->out_buf = DeviceBuffer(b->out.count() * es, "activations" + batch);
   }
-  for (auto& g : grad_) g = DeviceBuffer(largest * es, "activation gradients" + batch);
   feat_ = DeviceBuffer(size_t(cfg_.batch) * features_ * es, "pooled features");
-  dfeat_ = DeviceBuffer(size_t(cfg_.batch) * features_ * es, "pooled feature gradients");
   logits_ = DeviceBuffer(size_t(cfg_.batch) * cfg_.classes * sizeof(float), "logits");
-  dlogits_ = DeviceBuffer(size_t(cfg_.batch) * cfg_.classes * es, "logit gradients");
   running_ = DeviceBuffer(running_count_ * sizeof(float), "BN running statistics");
   bn_state_ = DeviceBuffer(bn_state_floats_ * sizeof(float), "BN per-channel state");
-  bn_scratch_floats_ = scratch;
-  bn_scratch_ = DeviceBuffer(scratch * sizeof(float), "BN partial sums");
+  if (!cfg_.inference) {  // what only training reads: gradients and the BN statistics' partial sums
+    for (auto& g : grad_) g = DeviceBuffer(largest * es, "activation gradients" + batch);
+    dfeat_ = DeviceBuffer(size_t(cfg_.batch) * features_ * es, "pooled feature gradients");
+    dlogits_ = DeviceBuffer(size_t(cfg_.batch) * cfg_.classes * es, "logit gradients");
+    bn_scratch_floats_ = scratch;
+    bn_scratch_ = DeviceBuffer(scratch * sizeof(float), "BN partial sums");
+  }
 
   for (Bn* b : all_bns()) {
     const int C = b->channels;
@@ -191,23 +175,13 @@ void ResNet50::choose_algorithms(AutotuneCache& cache) {
     choose(b->c3);
     if (b->down) choose(*b->down);
   }
+  if (fused()) ws = std::max(ws, build_fusion());
+  fusion_report_.off_for_determinism = cfg_.fused_bn && !fused();
   workspace_ = DeviceBuffer(ws, "cuDNN workspace (--workspace-mb)");
   algo_report_ = {static_cast<int>(shapes.size()), chooser.searched(), chooser.search_seconds(), ws};
 }
 
 // ---- initialisation -----------------------------------------------------------------------------
-namespace {
-
-// Index of PyTorch-order (K, C, R, S) element e in the stored filter (KCRS, or KRSC for NHWC).
-size_t filter_storage_index(const ParamTensor& t, size_t e, Layout l) {
-  if (t.kind != ParamKind::ConvWeight || l == Layout::NCHW) return e;
-  const size_t C = t.shape[1], R = t.shape[2], S = t.shape[3];
-  const size_t s = e % S, r = (e / S) % R, c = (e / (S * R)) % C, k = e / (S * R * C);
-  return ((k * R + r) * S + s) * C + c;
-}
-
-}  // namespace
-
 void ResNet50::init_params(uint64_t seed) {
   std::vector<float> host(params_.total());
   const auto& ts = params_.tensors();
@@ -232,7 +206,7 @@ void ResNet50::init_params(uint64_t seed) {
     }
   }
   CUDA_CHECK(cudaMemcpy(params_.master_all(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemset(params_.momentum_all(), 0, params_.total() * sizeof(float)));
+  if (params_.momentum_all()) CUDA_CHECK(cudaMemset(params_.momentum_all(), 0, params_.total() * sizeof(float)));
   std::vector<float> run(running_count_);
   for (const Bn* bn : all_bns()) {  // running mean 0, running var 1
     float* r = run.data() + bn->running_off;
@@ -271,6 +245,45 @@ void ResNet50::init_params_for_parity(uint64_t seed) {
   CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
 }
 
+// The registration order of build(), without building: a stem conv + BN, the blocks' conv + BN
+// pairs (the projection shortcut's after conv3's), then the classifier.
+TensorLayout ResNet50::tensor_layout(int classes) {
+  ParamStore store;
+  TensorLayout layout;
+  auto conv = [&](const std::string& name, int k, int c, int r) {
+    store.add(name + ".weight", ParamKind::ConvWeight, {k, c, r, r});
+  };
+  auto bn = [&](const std::string& name, int channels) {
+    store.add(name + ".weight", ParamKind::BnGamma, {channels});
+    store.add(name + ".bias", ParamKind::BnBeta, {channels});
+    layout.bns.emplace_back(name, channels);
+  };
+  conv("conv1", 64, 3, 3);
+  bn("bn1", 64);
+  int in_c = 64;
+  for (int s = 0; s < 4; ++s)
+    for (int i = 0; i < kStageBlocks[s]; ++i) {
+      const int w = kStageWidths[s], out_c = w * kExpansion, stride = (s > 0 && i == 0) ? 2 : 1;
+      const std::string p = "layer" + std::to_string(s + 1) + "." + std::to_string(i) + ".";
+      conv(p + "conv1", w, in_c, 1);
+      bn(p + "bn1", w);
+      conv(p + "conv2", w, w, 3);
+      bn(p + "bn2", w);
+      conv(p + "conv3", out_c, w, 1);
+      bn(p + "bn3", out_c);
+      if (stride != 1 || in_c != out_c) {
+        conv(p + "downsample.0", out_c, in_c, 1);
+        bn(p + "downsample.1", out_c);
+      }
+      in_c = out_c;
+    }
+  store.add("fc.weight", ParamKind::LinearWeight, {classes, in_c});
+  store.add("fc.bias", ParamKind::LinearBias, {classes});
+  store.assign_offsets();
+  layout.params = store.tensors();
+  return layout;
+}
+
 std::vector<std::string> ResNet50::running_stats_names() const {
   std::vector<std::string> names;
   for (const Bn* b : all_bns()) {
@@ -291,6 +304,7 @@ void ResNet50::bn_forward(Bn& bn, const void* x, Shape4 s, bool train) {
 }
 
 void ResNet50::block_forward(Block& b, const void* in, bool train) {
+  if (fused()) return fused_block_forward(b, in, train);
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
   conv_forward(b.c1, in, b.a1.get());
@@ -316,6 +330,7 @@ void ResNet50::block_forward(Block& b, const void* in, bool train) {
 }
 
 void ResNet50::forward(const void* images, bool train) {
+  if (train && cfg_.inference) throw Fatal("ResNet50: training forward on a network built for inference");
   images_ = images;
   const Shape4 stem{cfg_.batch, 64, cfg_.image_side, cfg_.image_side};
   conv_forward(*stem_conv_, images, stem_a_.get());
@@ -333,8 +348,9 @@ void ResNet50::forward(const void* images, bool train) {
                  params_.working(fc_weight_), logits_.as<float>());
 }
 
-void ResNet50::loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, long long step) {
+void ResNet50::loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, const long long* step) {
   const bool train = loss_scale != nullptr;
+  if (train && cfg_.inference) throw Fatal("ResNet50: training loss on a network built for inference");
   softmax_xent(logits_.as<float>(), params_.master(fc_bias_), labels, cfg_.batch, cfg_.classes,
                train ? dlogits_.get() : nullptr, cfg_.dtype, train ? params_.vector_grad(fc_bias_) : nullptr,
                loss_scale, totals, step, ctx_.stream);
@@ -343,7 +359,32 @@ void ResNet50::loss(const int32_t* labels, LossTotals* totals, const float* loss
 // ---- backward -----------------------------------------------------------------------------------
 // Gradient buffers: g[0] holds the gradient flowing between blocks (a block's output gradient on
 // entry, its input gradient on exit); g[1..3] hold the gradients inside a block.
+// The join: out = relu(bn3(a3) + shortcut). From g[0] (the output's gradient): g[1] = the gradient
+// of a3, and g[2] = that of the shortcut conv's output, or g[0] = the identity shortcut's gradient.
+void ResNet50::join_backward(Block& b) {
+  BnBackwardArgs last{};
+  last.dy = grad_[0].get();
+  last.relu = ReluMask::FromOutput;  // the ReLU came after the residual add
+  last.y = b.out_buf.get();
+  last.x = b.a3.get();
+  last.bn = &b.b3.st;
+  last.dgamma = params_.vector_grad(b.b3.gamma);
+  last.dbeta = params_.vector_grad(b.b3.beta);
+  last.dx = grad_[1].get();
+  if (b.down) {
+    last.x2 = b.ad.get();
+    last.bn2 = &b.bdown->st;
+    last.dgamma2 = params_.vector_grad(b.bdown->gamma);
+    last.dbeta2 = params_.vector_grad(b.bdown->beta);
+    last.dx2 = grad_[2].get();
+  } else {
+    last.dres = grad_[0].get();  // identity shortcut: the input's gradient starts as dz
+  }
+  bn_backward(last, b.out, cfg_.dtype, cfg_.layout, bn_scratch_.as<float>(), ctx_.stream);
+}
+
 void ResNet50::block_backward(Block& b, const void* in) {
+  if (fused()) return fused_block_backward(b, in);
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
   void *gA = grad_[0].get(), *gB = grad_[1].get(), *gC = grad_[2].get(), *gD = grad_[3].get();
@@ -351,25 +392,7 @@ void ResNet50::block_backward(Block& b, const void* in) {
   const size_t wsb = workspace_.bytes();
   float* scratch = bn_scratch_.as<float>();
 
-  BnBackwardArgs last{};
-  last.dy = gA;
-  last.relu = ReluMask::FromOutput;  // the ReLU came after the residual add
-  last.y = b.out_buf.get();
-  last.x = b.a3.get();
-  last.bn = &b.b3.st;
-  last.dgamma = params_.vector_grad(b.b3.gamma);
-  last.dbeta = params_.vector_grad(b.b3.beta);
-  last.dx = gB;
-  if (b.down) {
-    last.x2 = b.ad.get();
-    last.bn2 = &b.bdown->st;
-    last.dgamma2 = params_.vector_grad(b.bdown->gamma);
-    last.dbeta2 = params_.vector_grad(b.bdown->beta);
-    last.dx2 = gC;
-  } else {
-    last.dres = gA;  // identity shortcut: the input's gradient starts as dz
-  }
-  bn_backward(last, b.out, t, l, scratch, ctx_.stream);
+  join_backward(b);
 
   b.c3.conv->backward_filter(ctx_.cudnn, b.y2.get(), gB, params_.weight_grad(b.c3.weight), ws, wsb);
   b.c3.conv->backward_data(ctx_.cudnn, gB, params_.working(b.c3.weight), gD, false, ws, wsb);
@@ -404,6 +427,7 @@ void ResNet50::block_backward(Block& b, const void* in) {
 }
 
 void ResNet50::backward() {
+  if (cfg_.inference) throw Fatal("ResNet50: backward on a network built for inference");
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
   linear_backward(ctx_.cublas, {cfg_.batch, features_, cfg_.classes}, t, cfg_.tf32, feat_.get(),

@@ -44,7 +44,8 @@ Checkpoint capture_checkpoint(const ResNet50& net, const CheckpointMeta& meta) {
 void restore_checkpoint(ResNet50& net, const Checkpoint& c, cudaStream_t stream) {
   ParamStore& p = net.params();
   CUDA_CHECK(cudaMemcpy(p.master_all(), c.master.data(), c.master.size() * 4, cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemcpy(p.momentum_all(), c.momentum.data(), c.momentum.size() * 4, cudaMemcpyHostToDevice));
+  if (p.momentum_all())  // a network built for inference keeps no momentum
+    CUDA_CHECK(cudaMemcpy(p.momentum_all(), c.momentum.data(), c.momentum.size() * 4, cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(net.running_stats(), c.running.data(), c.running.size() * 4, cudaMemcpyHostToDevice));
   p.refresh_working_copy(stream);
 }

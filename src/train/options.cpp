@@ -11,29 +11,17 @@ const auto show = show_number;
 // One row per flag, in --help order: a table, longer than a function should be, read row by row.
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
-      {"--data", "NAME", "data set: auto, cifar10, fashion-mnist, synthetic or folder (auto: CIFAR-10 if `make data` fetched it, else Fashion-MNIST; folder: your images in --data-dir)",
-       [](const Options& o) { return o.data; },
-       [](Options& o, const std::string& v) {
-         if (v != "auto" && v != "cifar10" && v != "fashion-mnist" && v != "synthetic" && v != "folder")
-           throw UsageError("--data: '" + v + "' is not one of auto, cifar10, fashion-mnist, synthetic, folder");
-         o.data = v;
-       }},
-      {"--data-dir", "DIR", "where the data set's files are", [](const Options&) { return std::string("data/cifar-10-batches-bin, or $FASHION_MNIST_DIR, data/fashion-mnist, /usr/share/datasets/fashion-mnist"); },
-       [](Options& o, const std::string& v) { o.data_dir = v; }},
-      {"--synthetic-size", "N", "training images of --data synthetic (the test set is a fifth)", [](const Options& o) { return std::to_string(o.synthetic_size); },
-       [](Options& o, const std::string& v) { o.synthetic_size = (int)parse_long("--synthetic-size", v, 1, 10000000); }},
-      {"--image-size", "N", "side of the images the model sees, a multiple of 8 (--data folder: resized and centre-cropped; synthetic)", [](const Options& o) { return std::to_string(o.image_size); },
-       [](Options& o, const std::string& v) { o.image_size = (int)parse_long("--image-size", v, 8, 1024); }},
-      {"--skip-bad-images", "", "--data folder: leave out files that fail the header check (a warning gives their count) instead of stopping", [](const Options&) { return std::string("a bad file is an error"); },
-       [](Options& o, const std::string&) { o.skip_bad_images = true; }},
-      {"--cache-decoded", "", "--data folder: decode every image once at start into memory (N x N uint8)", [](const Options&) { return std::string("decode every epoch in the loader threads"); },
-       [](Options& o, const std::string&) { o.cache_decoded = true; }},
+      data_flag<Options>("--data"),
+      data_flag<Options>("--data-dir"),
+      data_flag<Options>("--synthetic-size"),
+      data_flag<Options>("--image-size"),
+      data_flag<Options>("--skip-bad-images"),
+      data_flag<Options>("--cache-decoded"),
       {"--epochs", "N", "passes over the training set", [](const Options& o) { return std::to_string(o.epochs); },
        [](Options& o, const std::string& v) { o.epochs = (int)parse_long("--epochs", v, 1, 100000); }},
       {"--steps", "N", "stop after N steps in all (0: run every epoch)", [](const Options& o) { return std::to_string(o.steps); },
        [](Options& o, const std::string& v) { o.steps = parse_long("--steps", v, 0, 1000000000L); }},
-      {"--batch", "N", "images per step", [](const Options& o) { return std::to_string(o.batch); },
-       [](Options& o, const std::string& v) { o.batch = (int)parse_long("--batch", v, 2, 8192); }},
+      data_flag<Options>("--batch"),
       {"--lr", "F", "peak learning rate", [](const Options& o) { return show(o.lr); },
        [](Options& o, const std::string& v) { o.lr = parse_double("--lr", v, 0.0, 100.0); }},
       {"--min-lr", "F", "learning rate at the end of the cosine decay", [](const Options& o) { return show(o.min_lr); },
@@ -60,6 +48,8 @@ const std::vector<Flag>& flags() {
        [](Options& o, const std::string&) { o.tf32 = false; }},
       {"--deterministic", "", "deterministic cuDNN algorithms: two runs give bit-identical losses", [](const Options&) { return std::string("off"); },
        [](Options& o, const std::string&) { o.deterministic = true; }},
+      {"--no-cuda-graph", "", "launch each step's kernels one by one, not as one CUDA graph (cudagraph builds)", [](const Options&) { return std::string("CUDA graph"); },
+       [](Options& o, const std::string&) { o.cuda_graph = false; }},
       {"--loss-scale", "F", "initial dynamic loss scale (fp16 builds)", [](const Options& o) { return show(o.loss_scale); },
        [](Options& o, const std::string& v) { o.loss_scale = parse_double("--loss-scale", v, 1.0, 16777216.0); }},
       {"--loss-scale-window", "N", "good steps before the loss scale doubles", [](const Options& o) { return std::to_string(o.loss_scale_window); },
@@ -103,11 +93,7 @@ Options parse_options(int argc, const char* const* argv) {
   parse_flags(flags(), argc, argv, o);
   if (o.save_every > 0 && o.save.empty()) throw UsageError("--save-every needs --save FILE");
   if (o.min_lr > o.lr) throw UsageError("--min-lr must not exceed --lr");
-  if (o.image_size % 8 != 0) throw UsageError("--image-size " + std::to_string(o.image_size) + " is not a multiple of 8");
-  if (o.image_size != 32 && o.data != "folder" && o.data != "synthetic")
-    throw UsageError("--image-size applies to --data folder and synthetic: CIFAR-10 and Fashion-MNIST are 32x32 "
-                     "(`make data-folder` writes them as image folders)");
-  if (o.data == "folder" && o.data_dir.empty()) throw UsageError("--data folder needs --data-dir DIR (DIR/train/<class>/..., DIR/test/<class>/...)");
+  check_data_options(o);
   return o;
 }
 

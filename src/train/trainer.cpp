@@ -1,9 +1,11 @@
 // The training program. One step is:
 //   get batch -> copy batch -> forward (+ loss) -> backward -> optimizer step -> loss stats
-// each inside its NVTX range, all inside "step N". What each optimization of the ladder changes is
-// asked of the BuildSettings here and nowhere else but the loader and network configs. The pieces
-// with a life of their own are units of their own: the counters and divergence (counters.h), saves
-// (checkpointing.h), the steady-state window (window.h) and the printed reports (reports.h).
+// each inside its NVTX range, all inside "step N"; with CUDA graphs, forward to optimizer step are
+// one launch in a range "step graph". What each optimization of the ladder changes is asked of the
+// BuildSettings here and nowhere else but the loader and network configs. The pieces with a life
+// of their own are units of their own: the step's GPU work (step.h) and its graph (step_graph.h),
+// the counters and divergence (counters.h), saves (checkpointing.h), the steady-state window
+// (window.h) and the printed reports (reports.h).
 #include "train/trainer.h"
 
 #include <unistd.h>
@@ -32,6 +34,8 @@
 #include "train/counters.h"
 #include "train/reports.h"
 #include "train/schedule.h"
+#include "train/step.h"
+#include "train/step_graph.h"
 #include "train/window.h"
 
 namespace {
@@ -58,7 +62,8 @@ class Trainer {
   bool train_epoch(int epoch);
   void write_sample_png(const EpochPlan& plan, int first) const;
   void train_step(int k);
-  void optimizer_step(double lr);
+  StepTargets step_targets() const;
+  SgdSettings sgd_settings() const;
   void loss_stats();
   void take(const CounterRead& r);
   void read_counters_now();
@@ -88,6 +93,8 @@ class Trainer {
   std::unique_ptr<ResNet50> net_;
   CheckpointMeta meta_;  // what this run's checkpoints record
   std::unique_ptr<BatchLoader> loader_;
+  std::unique_ptr<StepParamsOnDevice> step_params_;
+  std::unique_ptr<StepGraph> step_graph_;
   std::unique_ptr<StepTiming> timing_;
   std::unique_ptr<CounterReader> counters_;
   DeviceCounters last_{};  // the latest counters the host has seen
@@ -151,6 +158,9 @@ void Trainer::setup_gpu() {
   LoaderConfig lc{build_.loader, opt_.batch, workers_, build_.precision, build_.layout, norm_,
                   data_.split.train.channels, data_.split.train.side, ctx_->stream};
   loader_ = make_loader(lc);
+  step_params_ = std::make_unique<StepParamsOnDevice>(ctx_->stream);
+  step_graph_ = std::make_unique<StepGraph>(*ctx_, opt_.batch, build_.cuda_graph, opt_.cuda_graph);
+  if (build_.cuda_graph) std::printf("step: %s\n", step_graph_->describe().c_str());
   timing_ = std::make_unique<StepTiming>(ctx_->stream);
   counters_ = std::make_unique<CounterReader>(ctx_->stream);
 }
@@ -168,6 +178,7 @@ void Trainer::build_network() {
   cfg.conv.deterministic = opt_.deterministic;
   cfg.conv.workspace_limit = size_t(opt_.workspace_mb) << 20;
   cfg.conv_api = build_.conv_api;
+  cfg.fused_bn = build_.fused_bn;
   cfg.classes = data_.split.train.classes();
   cfg.image_side = data_.split.train.side;
   const bool measure = cfg.conv.policy == AlgoPolicy::Autotune;
@@ -192,6 +203,8 @@ void Trainer::build_network() {
                 ar.shapes, ar.search_s, opt_.autotune_cache.c_str(), api, ws.c_str());
     cache_->save();
   }
+  if (cfg.fused_bn)
+    for (const std::string& line : fusion_report_lines(net_->fusion_report())) std::printf("%s\n", line.c_str());
 }
 
 void Trainer::start_from_checkpoint_or_init() {
@@ -352,24 +365,12 @@ void Trainer::train_step(int k) {
     {
       NvtxRange r("copy batch", phase_color::kYellow);
       batch = loader_->copy(k);
+      step_params_->upload(make_step_params(s, k, schedule_));  // learning rate, step index, loss slot
     }
     timing_->data_ready();
-    {
-      NvtxRange r("forward", phase_color::kGreen);
-      net_->forward(batch.images, true);
-      net_->loss(batch.labels, &counters_->device()->train, &counters_->device()->scaler.scale, s);
-      // keep this step's loss for --loss-log, without a sync
-      CUDA_CHECK(cudaMemcpyAsync(loss_history_.as<float>() + k, &counters_->device()->train.last_loss, sizeof(float),
-                                 cudaMemcpyDeviceToDevice, ctx_->stream));
-    }
-    {
-      NvtxRange r("backward", phase_color::kPurple);
-      net_->backward();
-    }
-    {
-      NvtxRange r("optimizer step", phase_color::kBlue);
-      optimizer_step(schedule_.at(s));
-    }
+    // forward (+ loss), backward, optimizer step: enqueued now, or replayed as one CUDA graph
+    step_graph_->run(s, {opt_.batch, batch.images, batch.labels},
+                     [&] { enqueue_train_step(*net_, batch, step_targets(), sgd_settings(), ctx_->stream); });
     ++step_;
     {
       NvtxRange r("loss stats", phase_color::kCyan);
@@ -379,15 +380,14 @@ void Trainer::train_step(int k) {
   if (window_->closes_at(s)) window_->close(step_, *timing_);
 }
 
-void Trainer::optimizer_step(double lr) {
-  ParamStore& p = net_->params();
-  const SgdArgs a{p.master_all(), p.momentum_all(), p.weight_grads_all(), p.vector_grads_all(), p.working_copy(),
-                  p.total(), p.weight_count(), p.act(), static_cast<float>(lr), static_cast<float>(opt_.momentum),
-                  static_cast<float>(opt_.weight_decay), opt_.nesterov};
-  ScalerState* scaler = &counters_->device()->scaler;
-  check_grads_finite(a, scaler, ctx_->stream);
-  sgd_update(a, scaler, ctx_->stream);
-  loss_scale_update(scaler, build_.precision == DType::F16, opt_.loss_scale_window, ctx_->stream);
+StepTargets Trainer::step_targets() const {
+  DeviceCounters* c = counters_->device();
+  return {&c->train, &c->scaler, step_params_->device(), loss_history_.as<float>()};
+}
+
+SgdSettings Trainer::sgd_settings() const {
+  return {static_cast<float>(opt_.momentum), static_cast<float>(opt_.weight_decay), opt_.nesterov,
+          build_.precision == DType::F16, opt_.loss_scale_window};
 }
 
 // Baseline: a synchronising copy every step (the seed's `loss.item()`). On-device accumulation: the
@@ -431,8 +431,9 @@ void Trainer::evaluate() {
     loader_->get(k);
     const DeviceBatch b = loader_->copy(k);
     net_->forward(b.images, false);
-    net_->loss(b.labels, &counters_->device()->eval, nullptr, -1);
+    net_->loss(b.labels, &counters_->device()->eval, nullptr, nullptr);
   }
+  step_graph_->after_evaluation();
   read_counters_now();
   final_test_loss_ = mean_loss(last_.eval);
   final_test_acc_ = accuracy(last_.eval);

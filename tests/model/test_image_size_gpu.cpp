@@ -47,12 +47,13 @@ struct Net {
   GpuContext ctx;
   AutotuneCache cache{"", "image-size test"};
   ResNet50 net;
-  DeviceBuffer images, labels, counters;
+  DeviceBuffer images, labels, counters, lr;  // lr: the SGD kernel reads it from device memory
   Net(int side, int classes, DType t, Layout l)
       : net(config(side, classes, t, l), ctx, cache),
         images(size_t(kBatch) * 3 * side * side * dtype_size(t), "test images"),
         labels(kBatch * sizeof(int32_t), "test labels"),
-        counters(sizeof(Counters), "test counters") {
+        counters(sizeof(Counters), "test counters"),
+        lr(sizeof(float), "test learning rate") {
     net.init_params(3);
     std::vector<float> x(size_t(kBatch) * 3 * side * side);
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(2 * to_unit(mix(5, i)) - 1);
@@ -72,16 +73,17 @@ struct Net {
     CUDA_CHECK(cudaMemcpy(counters.get(), &c, sizeof(c), cudaMemcpyHostToDevice));
   }
 
-  // forward + loss + backward, and an SGD step when lr > 0; the batch's mean loss
-  float step(float lr) {
+  // forward + loss + backward, and an SGD step when rate > 0; the batch's mean loss
+  float step(float rate) {
     Counters* c = counters.as<Counters>();
     net.forward(images.get(), true);
-    net.loss(labels.as<int32_t>(), &c->totals, &c->scaler.scale, 0);
+    net.loss(labels.as<int32_t>(), &c->totals, &c->scaler.scale, nullptr);
     net.backward();
-    if (lr > 0) {
+    if (rate > 0) {
+      CUDA_CHECK(cudaMemcpy(lr.get(), &rate, sizeof(rate), cudaMemcpyHostToDevice));
       ParamStore& p = net.params();
       const SgdArgs a{p.master_all(), p.momentum_all(), p.weight_grads_all(), p.vector_grads_all(), p.working_copy(),
-                      p.total(), p.weight_count(), p.act(), lr, 0.9f, 0.f, true};
+                      p.total(), p.weight_count(), p.act(), lr.as<float>(), 0.9f, 0.f, true};
       check_grads_finite(a, &c->scaler, ctx.stream);
       sgd_update(a, &c->scaler, ctx.stream);
       loss_scale_update(&c->scaler, false, 1000, ctx.stream);

@@ -26,6 +26,7 @@
 #include "model/conv.h"
 #include "model/conv_graph.h"
 #include "core/errors.h"
+#include "support/bn_data.h"
 #include "support/gpu_test_util.h"
 #include "kernels.h"
 #include "model/linear.h"
@@ -53,8 +54,6 @@ const Variant kVariants[] = {{DType::F32, Layout::NCHW}, {DType::F32, Layout::NH
 std::string variant_name(const Variant& v) { return std::string(dtype_name(v.t)) + "_" + layout_name(v.l); }
 void PrintTo(const Variant& v, std::ostream* os) { *os << variant_name(v); }
 std::string variant_param_name(const testing::TestParamInfo<Variant>& info) { return variant_name(info.param); }
-
-Shape4 shape4(const ref::Dims& d) { return {d.n, d.c, d.h, d.w}; }
 
 std::string dims_name(const ref::Dims& d) {
   return std::to_string(d.n) + "x" + std::to_string(d.c) + "x" + std::to_string(d.h) + "x" + std::to_string(d.w);
@@ -92,8 +91,6 @@ std::string conv_param_name(const testing::TestParamInfo<ConvParam>& info) {
          conv_api_name(api);
 }
 
-ref::ConvDims ref_dims(const ConvGeometry& g) { return {g.n, g.c, g.h, g.w, g.k, g.r, g.r, g.stride, g.pad}; }
-
 // Forward, backward-data (overwriting and accumulating) and backward-filter of one shape.
 TEST_P(GpuConv, MatchesReference) {
   SKIP_WITHOUT_GPU("the cuDNN convolution");
@@ -101,7 +98,7 @@ TEST_P(GpuConv, MatchesReference) {
   const DType t = prec == Precision::F16 ? DType::F16 : DType::F32;
   const double bound = prec == Precision::F32 ? kTolF32 : prec == Precision::TF32 ? kTolTf32 : kTolF16;
   const ConvGeometry& g = cs.g;
-  const ref::ConvDims rg = ref_dims(g);
+  const ref::ConvDims rg = conv_dims(g);
   const ref::Dims xd = rg.input(), yd = rg.output();
   const ref::Dims wd{g.k, g.c, g.r, g.r};  // KCRS is NCHW with N=K, H=R, W=S; KRSC is its NHWC
 
@@ -218,52 +215,6 @@ bool bn_supported(const ref::Dims& d, DType t, Layout l) {
 const ref::Dims kBnShapes[] = {{4, 16, 8, 8}, {8, 32, 16, 16}, {3, 24, 4, 4}, {2, 512, 2, 2}, {5, 2048, 2, 2},
                                {16, 64, 16, 16}, {6, 96, 10, 10}};
 
-struct HostBn {  // per-channel parameters and running statistics, as the GPU stores them (fp32)
-  Vec gamma, beta, running_mean, running_var;
-};
-
-HostBn random_bn(std::mt19937_64& rng, int c) {
-  return {quantize(DType::F32, random_normal(rng, c, 1.0, 0.3)), quantize(DType::F32, random_normal(rng, c, 0.0, 0.5)),
-          quantize(DType::F32, random_normal(rng, c, 0.0, 0.5)), quantize(DType::F32, random_uniform(rng, c, 0.5, 2.0))};
-}
-
-// x[n,c,h,w] = mean_c + std_c * N(0,1): channels differ in mean and spread.
-Vec channel_data(std::mt19937_64& rng, const ref::Dims& d, double mean_lo, double mean_hi, double std_lo = 0.5,
-                 double std_hi = 2.0) {
-  const Vec mean = random_uniform(rng, d.c, mean_lo, mean_hi), sd = random_uniform(rng, d.c, std_lo, std_hi);
-  Vec x = random_normal(rng, d.count());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const int c = static_cast<int>((i / (size_t(d.h) * d.w)) % d.c);
-    x[i] = mean[c] + sd[c] * x[i];
-  }
-  return x;
-}
-
-// One BN layer's per-channel device state.
-struct DeviceBn {
-  DeviceTensor gamma, beta, running_mean, running_var, save_mean, save_invstd, scale, shift, bwd_coef;
-  explicit DeviceBn(const HostBn& h)
-      : gamma(h.gamma, DType::F32, "bn gamma"),
-        beta(h.beta, DType::F32, "bn beta"),
-        running_mean(h.running_mean, DType::F32, "bn running mean"),
-        running_var(h.running_var, DType::F32, "bn running var"),
-        save_mean(h.gamma.size(), DType::F32, "bn save mean"),
-        save_invstd(h.gamma.size(), DType::F32, "bn save invstd"),
-        scale(h.gamma.size(), DType::F32, "bn scale"),
-        shift(h.gamma.size(), DType::F32, "bn shift"),
-        bwd_coef(3 * h.gamma.size(), DType::F32, "bn bwd coef") {
-    save_mean.poison();
-    save_invstd.poison();
-    scale.poison();
-    shift.poison();
-    bwd_coef.poison();
-  }
-  BnChannelState state() const {
-    return {gamma.f32(), beta.f32(), running_mean.f32(), running_var.f32(), save_mean.f32(),
-            save_invstd.f32(), scale.f32(), shift.f32(), bwd_coef.f32()};
-  }
-};
-
 // Apply with bn's scale/shift, no residual, with ReLU (what the tests then change).
 ApplyArgs apply_args(const void* x, const DeviceBn& bn, void* y) {
   ApplyArgs a{};
@@ -272,12 +223,6 @@ ApplyArgs apply_args(const void* x, const DeviceBn& bn, void* y) {
   a.shift = bn.shift.f32();
   a.y = y;
   return a;
-}
-
-DeviceTensor bn_scratch(const ref::Dims& d, DType t, Layout l) {
-  DeviceTensor s(bn_scratch_floats(shape4(d), t, l), DType::F32, "bn scratch");
-  s.poison();  // finalize must read only partial sums the reduction wrote
-  return s;
 }
 
 const char* residual_name(Residual r) {
@@ -303,7 +248,7 @@ TEST_P(GpuBatchNorm, TrainForwardMatchesReference) {
         const HostBn h = random_bn(rng, d.c), h2 = random_bn(rng, d.c);
         const DeviceTensor x_d = upload_activation(x, d, t, l), x2_d = upload_activation(x2, d, t, l);
         DeviceBn bn(h), bn2(h2);
-        DeviceTensor scratch = bn_scratch(d, t, l);
+        DeviceTensor scratch = bn_scratch(shape4(d), t, l);
         DeviceTensor y(d.count(), t);
         y.poison();
 
@@ -405,15 +350,6 @@ const char* bwd_mode_name(BwdMode m) {
   return "?";
 }
 
-// Batch statistics of x as the forward kernel saves them (fp32); the reference backward uses the
-// same rounded values the GPU reads.
-ref::BnStats saved_stats(const ref::Dims& d, const Vec& x) {
-  ref::BnStats st = ref::bn_batch_stats(d, x, kEps);
-  st.mean = quantize(DType::F32, st.mean);
-  st.invstd = quantize(DType::F32, st.invstd);
-  return st;
-}
-
 struct BwdCase {
   // inputs
   Vec x, x2, y, dy;
@@ -435,20 +371,11 @@ BwdCase make_bwd_case(std::mt19937_64& rng, const ref::Dims& d, DType t, BwdMode
   b.st = saved_stats(d, b.x);
   b.st2 = saved_stats(d, b.x2);
   const bool relu = m != BwdMode::Plain;
-  b.scale.resize(d.c);
-  b.shift.resize(d.c);
-  for (int c = 0; c < d.c; ++c) {
-    b.scale[c] = quantize(DType::F32, b.h.gamma[c] * b.st.invstd[c]);
-    b.shift[c] = quantize(DType::F32, b.h.beta[c] - b.st.mean[c] * b.scale[c]);
-  }
+  const ref::BnCoefs k = saved_coefs(b.st, b.h.gamma, b.h.beta);
+  b.scale = k.scale;
+  b.shift = k.shift;
   if (m == BwdMode::ReluFromInput) {
-    // y exactly as the forward kernel rounds it: one fp32 fma, then to T.
-    b.y.resize(d.count());
-    for (size_t i = 0; i < b.y.size(); ++i) {
-      const int c = static_cast<int>((i / (size_t(d.h) * d.w)) % d.c);
-      const float v = std::fma(float(b.x[i]), float(b.scale[c]), float(b.shift[c]));
-      b.y[i] = quantize(t, std::max(0.0, double(v)));
-    }
+    b.y = bn_apply_as_gpu(d, b.x, b.scale, b.shift, t);  // exactly as the forward kernel rounds it
   } else if (relu) {
     // y = relu(bn(x) + residual) as the forward wrote it: only its sign matters here.
     Vec pre = ref::bn_affine(d, b.x, ref::bn_train_coefs(b.st, b.h.gamma, b.h.beta));
@@ -482,7 +409,7 @@ void check_bn_backward(const ref::Dims& d, DType t, Layout l, BwdMode m, const B
   DeviceTensor dgamma(d.c, DType::F32), dbeta(d.c, DType::F32), dgamma2(d.c, DType::F32), dbeta2(d.c, DType::F32);
   DeviceTensor dx(d.count(), t), dx2(d.count(), t), dres(d.count(), t);
   for (DeviceTensor* p : {&dgamma, &dbeta, &dgamma2, &dbeta2, &dx, &dx2, &dres}) p->poison();
-  DeviceTensor scratch = bn_scratch(d, t, l);
+  DeviceTensor scratch = bn_scratch(shape4(d), t, l);
 
   const BnChannelState s1 = bn.state(), s2 = bn2.state();
   BnBackwardArgs a{};
@@ -547,7 +474,7 @@ TEST_P(GpuBatchNorm, MaskFromInputMatchesTheStoredOutput) {
   ASSERT_TRUE(bn_supported(d, t, l));
   const HostBn h = random_bn(rng, d.c);
   DeviceBn bn(h);
-  DeviceTensor scratch = bn_scratch(d, t, l);
+  DeviceTensor scratch = bn_scratch(shape4(d), t, l);
   Vec x = quantize(t, channel_data(rng, d, -2.0, 2.0));
   {  // the forward's scale/shift for this data
     const DeviceTensor x_d = upload_activation(x, d, t, l);
@@ -609,7 +536,7 @@ TEST_P(GpuBatchNorm, LargeMeanKeepsTheVariance) {
   const HostBn h = random_bn(rng, d.c);
   const DeviceTensor x_d = upload_activation(x, d, t, l);
   DeviceBn bn(h);
-  DeviceTensor scratch = bn_scratch(d, t, l);
+  DeviceTensor scratch = bn_scratch(shape4(d), t, l);
   DeviceTensor y(d.count(), t);
   y.poison();
   bn_forward_train_stats(x_d.get(), shape4(d), t, l, bn.state(), scratch.f32(), stream);
@@ -648,7 +575,7 @@ TEST_P(GpuBatchNorm, BitIdenticalAcrossRuns) {
 
   auto run = [&] {
     DeviceBn bn(h), bn2(h2);  // fresh running statistics each run
-    DeviceTensor scratch = bn_scratch(d, t, l);
+    DeviceTensor scratch = bn_scratch(shape4(d), t, l);
     DeviceTensor y(d.count(), t), dx(d.count(), t), dx2(d.count(), t);
     DeviceTensor dg(d.c, DType::F32), db(d.c, DType::F32), dg2(d.c, DType::F32), db2(d.c, DType::F32);
     for (DeviceTensor* p : {&y, &dx, &dx2, &dg, &db, &dg2, &db2}) p->poison();
@@ -765,6 +692,14 @@ LossTotals fresh_totals() {
   return z;
 }
 
+// One value in device memory, as a kernel reads it (a step index, a learning rate).
+template <class T>
+struct DeviceValue {
+  DeviceBuffer buf{sizeof(T), "test value"};
+  explicit DeviceValue(T v) { CUDA_CHECK(cudaMemcpy(buf.get(), &v, sizeof v, cudaMemcpyHostToDevice)); }
+  const T* ptr() const { return buf.as<T>(); }
+};
+
 struct DeviceTotals {
   DeviceBuffer buf{sizeof(LossTotals), "test loss totals"};
   explicit DeviceTotals(const LossTotals& init = fresh_totals()) { set(init); }
@@ -815,6 +750,7 @@ TEST_P(GpuSoftmaxXent, MatchesReferenceWithPaddingAndLossScale) {
   std::mt19937_64 rng = test_rng();
   const double loss_scale = 1024;
   const DeviceTensor scale_d(Vec{loss_scale}, DType::F32);
+  const DeviceValue<long long> step(42);
   for (const int n : {13, 300}) {  // 300: more rows than the block's threads
     SCOPED_TRACE("n " + std::to_string(n));
     const XentInputs in = random_xent(rng, n, 10, 5);
@@ -824,7 +760,7 @@ TEST_P(GpuSoftmaxXent, MatchesReferenceWithPaddingAndLossScale) {
     dbias.poison();
     DeviceTotals totals;
     softmax_xent(dev.logits.f32(), dev.bias.f32(), dev.label_ptr(), n, 10, dlogits.get(), t, dbias.f32(),
-                 scale_d.f32(), totals.ptr(), 42, stream);
+                 scale_d.f32(), totals.ptr(), step.ptr(), stream);
     const ref::XentResult r = ref::softmax_xent(n, 10, in.logits, in.bias, in.labels, loss_scale);
     const LossTotals got = totals.get();
     EXPECT_CLOSE(dev.logits.download(), r.logits, kTolF32) << "logits + bias, in place";
@@ -860,10 +796,11 @@ TEST(GpuSoftmaxXentTotals, AccumulateAndMarkTheFirstBadStep) {
   const ref::XentResult rb = ref::softmax_xent(20, 10, b.logits, b.bias, b.labels, 1.0);
   DeviceTensor dlogits(200, DType::F32), dbias(10, DType::F32);
   DeviceXent da(a), db(b);
+  const DeviceValue<long long> step1(1), step2(2);
   softmax_xent(da.logits.f32(), da.bias.f32(), da.label_ptr(), 20, 10, dlogits.get(), DType::F32, dbias.f32(),
-               nullptr, totals.ptr(), 1, stream);
+               nullptr, totals.ptr(), step1.ptr(), stream);
   softmax_xent(db.logits.f32(), db.bias.f32(), db.label_ptr(), 20, 10, dlogits.get(), DType::F32, dbias.f32(),
-               nullptr, totals.ptr(), 2, stream);
+               nullptr, totals.ptr(), step2.ptr(), stream);
   LossTotals got = totals.get();
   EXPECT_NEAR(got.loss_sum, ra.loss_sum + rb.loss_sum, kTolF32 * (ra.loss_sum + rb.loss_sum));
   EXPECT_EQ(got.count, static_cast<unsigned long long>(ra.valid + rb.valid));
@@ -878,8 +815,10 @@ TEST(GpuSoftmaxXentTotals, AccumulateAndMarkTheFirstBadStep) {
   const float good = got.last_loss;
   for (const long long step : {7LL, 8LL}) {
     DeviceXent dbad(bad);
+    const DeviceValue<long long> step_d(step);
     softmax_xent(dbad.logits.f32(), dbad.bias.f32(), dbad.label_ptr(), 20, 10, dlogits.get(), DType::F32,
-                 dbias.f32(), nullptr, totals.ptr(), step, stream);
+                 dbias.f32(), nullptr, totals.ptr(), step_d.ptr(), stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // before step_d goes
   }
   got = totals.get();
   EXPECT_TRUE(std::isnan(got.last_loss));
@@ -897,7 +836,7 @@ TEST(GpuSoftmaxXentTotals, EvaluationAndAllPaddingBatches) {
   DeviceXent dev(in);
   DeviceTotals totals;
   softmax_xent(dev.logits.f32(), dev.bias.f32(), dev.label_ptr(), 37, 10, nullptr, DType::F32, nullptr, nullptr,
-               totals.ptr(), 0, stream);
+               totals.ptr(), nullptr, stream);
   const LossTotals got = totals.get();
   EXPECT_NEAR(got.loss_sum, r.loss_sum, kTolF32 * r.loss_sum);
   EXPECT_EQ(got.correct, static_cast<unsigned long long>(r.correct));
@@ -911,7 +850,7 @@ TEST(GpuSoftmaxXentTotals, EvaluationAndAllPaddingBatches) {
   dlogits.poison();
   dbias.poison();
   softmax_xent(dpad.logits.f32(), dpad.bias.f32(), dpad.label_ptr(), 9, 10, dlogits.get(), DType::F16, dbias.f32(),
-               nullptr, totals.ptr(), 1, stream);
+               nullptr, totals.ptr(), nullptr, stream);
   const LossTotals after = totals.get();
   EXPECT_EQ(after.loss_sum, got.loss_sum);
   EXPECT_EQ(after.count, got.count);
@@ -919,6 +858,39 @@ TEST(GpuSoftmaxXentTotals, EvaluationAndAllPaddingBatches) {
   EXPECT_EQ(after.last_loss, got.last_loss);
   EXPECT_EQ(dlogits.download(), Vec(90, 0.0));
   EXPECT_EQ(dbias.download(), Vec(10, 0.0));
+}
+
+// Without a step index (evaluation) a NaN loss is no training divergence: nothing is recorded.
+// record_loss puts the latest loss at the slot it reads from device memory, and nowhere else.
+TEST(GpuSoftmaxXentTotals, StepIndexAndLossSlotComeFromDeviceMemory) {
+  SKIP_WITHOUT_GPU("the softmax cross-entropy kernel");
+  cudaStream_t stream = ctx().stream;
+  std::mt19937_64 rng = test_rng();
+  XentInputs bad = random_xent(rng, 20, 10, 0);
+  bad.logits[5 * 10 + 1] = std::numeric_limits<double>::quiet_NaN();
+  DeviceXent dbad(bad);
+  DeviceTotals totals;
+  softmax_xent(dbad.logits.f32(), dbad.bias.f32(), dbad.label_ptr(), 20, 10, nullptr, DType::F32, nullptr, nullptr,
+               totals.ptr(), nullptr, stream);
+  EXPECT_TRUE(std::isnan(totals.get().last_loss));
+  EXPECT_EQ(totals.get().first_bad_step, -1) << "evaluation recorded a bad training step";
+
+  const XentInputs in = random_xent(rng, 20, 10, 0);
+  DeviceXent dev(in);
+  DeviceTotals fresh;
+  const DeviceValue<long long> step(123456789012LL);
+  softmax_xent(dev.logits.f32(), dev.bias.f32(), dev.label_ptr(), 20, 10, nullptr, DType::F32, nullptr, nullptr,
+               fresh.ptr(), step.ptr(), stream);
+  DeviceTensor history(8, DType::F32);
+  history.poison();
+  const DeviceValue<int> slot(5);
+  record_loss(fresh.ptr(), slot.ptr(), history.f32(), stream);
+  const Vec h = history.download();
+  const float want = fresh.get().last_loss;
+  for (int i = 0; i < 8; ++i) {
+    if (i == 5) EXPECT_EQ(h[i], double(want)) << "the recorded loss";
+    else EXPECT_TRUE(std::isnan(h[i])) << "slot " << i << " was written";
+  }
 }
 
 // ================================================================================================
@@ -956,7 +928,7 @@ struct SgdSetup {
   size_t n, n_act;
   DType act;
   Vec w, mom, grad_act, grad_f32;  // grads as stored (scaled by the loss scale)
-  DeviceTensor w_d, mom_d, grad_act_d, grad_f32_d, w_act_d;
+  DeviceTensor w_d, mom_d, grad_act_d, grad_f32_d, w_act_d, lr_d{1, DType::F32, "sgd lr"};
   static constexpr size_t kGuard = 64;  // fp16 copy elements past n_act that must stay untouched
 
   SgdSetup(std::mt19937_64& rng, size_t n_, size_t n_act_, DType act_, double grad_scale)
@@ -970,9 +942,12 @@ struct SgdSetup {
         w_act_d(n_act_ + kGuard, DType::F16, "sgd fp16 copy") {
     w_act_d.poison();
   }
-  SgdArgs args(float lr, float m, float wd, bool nesterov) const {
+  // The kernel reads lr from device memory: it is uploaded here (a blocking copy, ordered after the
+  // work already enqueued on the blocking test stream).
+  SgdArgs args(float lr, float m, float wd, bool nesterov) {
+    lr_d.upload(Vec{lr});
     return {w_d.f32(), mom_d.f32(), grad_act_d.get(), grad_f32_d.f32(),
-            act == DType::F16 ? w_act_d.get() : nullptr, n, n_act, act, lr, m, wd, nesterov};
+            act == DType::F16 ? w_act_d.get() : nullptr, n, n_act, act, lr_d.f32(), m, wd, nesterov};
   }
 };
 
@@ -1288,7 +1263,8 @@ TEST(KernelArgs, BatchNormBackwardRejectsResidualPathsWithoutRelu) {
 }
 
 TEST(KernelArgs, SoftmaxXentRejectsMoreThan16Classes) {
-  EXPECT_THROW(softmax_xent(nullptr, nullptr, nullptr, 4, 17, nullptr, DType::F32, nullptr, nullptr, nullptr, 0, nullptr),
+  EXPECT_THROW(softmax_xent(nullptr, nullptr, nullptr, 4, 17, nullptr, DType::F32, nullptr, nullptr, nullptr, nullptr,
+                            nullptr),
                Fatal);
 }
 

@@ -17,6 +17,7 @@
 #include "kernels.h"
 #include "model/resnet50.h"
 #include "core/rng.h"
+#include "support/gpu_test_util.h"
 
 namespace {
 
@@ -38,8 +39,8 @@ struct Fixture {
 };
 
 std::string fixture_path() {
-  const std::string here = __FILE__;  // tests/test_parity_gpu.cpp, relative to the repository root
-  return here.substr(0, here.find_last_of('/') + 1) + "fixtures/parity/resnet50.txt";
+  const std::string here = __FILE__;  // tests/model/test_parity_gpu.cpp, relative to the repository root
+  return here.substr(0, here.rfind("/model/")) + "/fixtures/parity/resnet50.txt";
 }
 
 Fixture load_fixture(const std::string& path) {
@@ -105,47 +106,69 @@ struct Counters {
   ScalerState scaler;
 };
 
-// Parameter: the cuDNN API that runs the convs (both must match PyTorch).
-class ParityGpu : public testing::TestWithParam<ConvApi> {
- protected:
-  void SetUp() override {
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device: the PyTorch parity test needs a GPU";
-    f_ = load_fixture(fixture_path());
-    ASSERT_GT(f_.batch, 0);
-    ctx_ = std::make_unique<GpuContext>();
+// A build of the network the step runs in. fp16 builds scale the loss (as training does) so that
+// small gradients survive in fp16; their gradients are unscaled before comparing.
+struct Build {
+  const char* name;
+  ConvApi api;
+  DType t;
+  Layout l;
+  bool fused;
+  float loss_scale() const { return t == DType::F16 ? 1024.f : 1.f; }
+};
+const Build kLegacy{"legacy", ConvApi::Legacy, DType::F32, Layout::NCHW, false};
+const Build kGraph{"graph", ConvApi::Graph, DType::F32, Layout::NCHW, false};
+const Build kFp16{"fp16_nhwc_graph", ConvApi::Graph, DType::F16, Layout::NHWC, false};
+const Build kFused{"fp16_nhwc_fusedbn", ConvApi::Graph, DType::F16, Layout::NHWC, true};
+
+// Index of PyTorch-order (K, C, R, S) element e of a conv filter in NHWC builds' KRSC storage.
+size_t storage_index(const ParamTensor& t, size_t e, Layout l) {
+  if (t.kind != ParamKind::ConvWeight || l == Layout::NCHW) return e;
+  const size_t C = t.shape[1], R = t.shape[2], S = t.shape[3];
+  const size_t sx = e % S, r = (e / S) % R, c = (e / (S * R)) % C, k = e / (S * R * C);
+  return ((k * R + r) * S + sx) * C + c;
+}
+
+// One network on the fixture's weights and batch, and the step the fixture recorded.
+class ParityNet {
+ public:
+  ParityNet(const Fixture& f, const Build& b) : f_(f), b_(b) {
     cache_ = std::make_unique<AutotuneCache>("", "parity");
     NetConfig cfg;
-    cfg.batch = f_.batch;
-    cfg.dtype = DType::F32;
-    cfg.layout = Layout::NCHW;
+    cfg.batch = f.batch;
+    cfg.dtype = b.t;
+    cfg.layout = b.l;
     cfg.tf32 = false;
     cfg.conv = {AlgoPolicy::Heuristic, false, size_t(512) << 20};
-    cfg.conv_api = GetParam();
-    net_ = std::make_unique<ResNet50>(cfg, *ctx_, *cache_);
-    net_->init_params_for_parity(f_.seed);
+    cfg.conv_api = b.api;
+    cfg.fused_bn = b.fused;
+    net_ = std::make_unique<ResNet50>(cfg, ctx_, *cache_);
+    net_->init_params_for_parity(f.seed);
 
-    // The batch, from the same hash as the script's batch().
-    const size_t n_img = size_t(f_.batch) * 3 * 32 * 32;
-    std::vector<float> x(n_img);
-    for (size_t i = 0; i < n_img; ++i) x[i] = static_cast<float>((2 * to_unit(mix(f_.seed + 1, i)) - 1) * 2.0);
-    std::vector<int32_t> y(f_.batch);
-    for (int i = 0; i < f_.batch; ++i) y[i] = static_cast<int32_t>(mix(f_.seed + 2, uint64_t(i)) % 10);
-    images_ = DeviceBuffer(n_img * 4, "parity images");
+    // The batch, from the same hash as the script's batch(), NCHW, then in the build's type and layout.
+    const ref::Dims d{f.batch, 3, 32, 32};
+    ref::Vec x(d.count());
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((2 * to_unit(mix(f.seed + 1, i)) - 1) * 2.0);
+    images_ = std::make_unique<gpu_test::DeviceTensor>(gpu_test::upload_activation(x, d, b.t, b.l));
+    std::vector<int32_t> y(f.batch);
+    for (int i = 0; i < f.batch; ++i) y[i] = static_cast<int32_t>(mix(f.seed + 2, uint64_t(i)) % 10);
     labels_ = DeviceBuffer(y.size() * 4, "parity labels");
-    CUDA_CHECK(cudaMemcpy(images_.get(), x.data(), n_img * 4, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(labels_.get(), y.data(), y.size() * 4, cudaMemcpyHostToDevice));
     Counters c{};
     c.totals.first_bad_step = -1;
-    c.scaler.scale = 1.f;
+    c.scaler.scale = b.loss_scale();
     counters_ = DeviceBuffer(sizeof(Counters), "parity counters");
     CUDA_CHECK(cudaMemcpy(counters_.get(), &c, sizeof(c), cudaMemcpyHostToDevice));
+    const float lr = static_cast<float>(f_.lr);  // the SGD kernel reads it from device memory
+    lr_ = DeviceBuffer(sizeof(float), "parity learning rate");
+    CUDA_CHECK(cudaMemcpy(lr_.get(), &lr, sizeof(lr), cudaMemcpyHostToDevice));
   }
 
   // forward + loss + backward; returns the batch's mean loss
   float step_gradients() {
     Counters* c = counters_.as<Counters>();
-    net_->forward(images_.get(), true);
-    net_->loss(labels_.as<int32_t>(), &c->totals, &c->scaler.scale, 0);
+    net_->forward(images_->get(), true);
+    net_->loss(labels_.as<int32_t>(), &c->totals, &c->scaler.scale, nullptr);
     net_->backward();
     Counters host{};
     CUDA_CHECK(cudaMemcpy(&host, c, sizeof(host), cudaMemcpyDeviceToHost));
@@ -154,67 +177,122 @@ class ParityGpu : public testing::TestWithParam<ConvApi> {
 
   void sgd() {
     ParamStore& p = net_->params();
-    const SgdArgs a{p.master_all(), p.momentum_all(), p.weight_grads_all(), p.vector_grads_all(), nullptr,
-                    p.total(), p.weight_count(), DType::F32, static_cast<float>(f_.lr),
+    const SgdArgs a{p.master_all(), p.momentum_all(), p.weight_grads_all(), p.vector_grads_all(), p.working_copy(),
+                    p.total(), p.weight_count(), b_.t, lr_.as<float>(),
                     static_cast<float>(f_.momentum), static_cast<float>(f_.weight_decay), f_.nesterov};
     ScalerState* s = &counters_.as<Counters>()->scaler;
-    check_grads_finite(a, s, ctx_->stream);
-    sgd_update(a, s, ctx_->stream);
-    loss_scale_update(s, false, 1000, ctx_->stream);
+    check_grads_finite(a, s, ctx_.stream);
+    sgd_update(a, s, ctx_.stream);
+    loss_scale_update(s, false, 1000, ctx_.stream);  // a fixed scale: the fixture's steps have no overflow
   }
 
-  Fixture f_;
-  std::unique_ptr<GpuContext> ctx_;
+  std::vector<float> logits() const {
+    std::vector<float> v(size_t(f_.batch) * 10);
+    CUDA_CHECK(cudaMemcpy(v.data(), net_->logits(), v.size() * 4, cudaMemcpyDeviceToHost));
+    return v;
+  }
+
+  // Per parameter tensor, the larger of the norm's and the sampled values' relative errors against
+  // the fixture; `worst` names the largest.
+  std::vector<double> gradient_errors(std::string& worst) const {
+    const ParamStore& p = net_->params();
+    EXPECT_EQ(p.tensors().size(), f_.grads.size()) << "the fixture and the network have different parameter lists";
+    std::vector<double> errors;
+    for (size_t id = 0; id < p.tensors().size(); ++id) {
+      const ParamTensor& t = p.tensors()[id];
+      const auto it = f_.grads.find(t.name);
+      if (it == f_.grads.end()) {
+        ADD_FAILURE() << t.name << " is not in the fixture";
+        continue;
+      }
+      const GradRecord& ref = it->second;
+      EXPECT_EQ(ref.count, t.count) << t.name;
+      const std::vector<float> g = gradient(static_cast<int>(id));
+      double norm = 0;
+      for (float v : g) norm += double(v) * v;
+      norm = std::sqrt(norm);
+      std::vector<double> ours, theirs;
+      for (const auto& [idx, v] : ref.samples) {
+        ours.push_back(g[storage_index(t, idx, b_.l)]);
+        theirs.push_back(v);
+      }
+      const double e = std::max(std::fabs(norm - ref.norm) / ref.norm, rel_error(ours, theirs));
+      if (errors.empty() || e > *std::max_element(errors.begin(), errors.end())) worst = t.name;
+      errors.push_back(e);
+    }
+    return errors;
+  }
+
+ private:
+  // A parameter's gradient in fp32, unscaled, in storage order.
+  std::vector<float> gradient(int id) const {
+    const ParamStore& p = net_->params();
+    const ParamTensor& t = p.tensors()[id];
+    std::vector<float> g(t.count);
+    if (t.is_weight() && b_.t == DType::F16) {
+      DeviceBuffer f32(t.count * 4, "parity gradient");
+      cast_f16_to_f32(p.weight_grad(id), f32.as<float>(), t.count, ctx_.stream);
+      CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+      CUDA_CHECK(cudaMemcpy(g.data(), f32.get(), t.count * 4, cudaMemcpyDeviceToHost));
+    } else {
+      const void* src = t.is_weight() ? p.weight_grad(id) : p.vector_grad(id);
+      CUDA_CHECK(cudaMemcpy(g.data(), src, t.count * 4, cudaMemcpyDeviceToHost));
+    }
+    for (float& v : g) v /= b_.loss_scale();
+    return g;
+  }
+
+  const Fixture& f_;
+  Build b_;
+  GpuContext ctx_;
   std::unique_ptr<AutotuneCache> cache_;
   std::unique_ptr<ResNet50> net_;
-  DeviceBuffer images_, labels_, counters_;
+  std::unique_ptr<gpu_test::DeviceTensor> images_;
+  DeviceBuffer labels_, counters_, lr_;
+};
+
+// The fixture is found and read without a GPU (a moved test or fixture fails here, on every machine).
+TEST(ParityFixture, IsFoundAndHoldsTheStepAndEveryGradient) {
+  const Fixture f = load_fixture(fixture_path());
+  EXPECT_GT(f.batch, 0);
+  EXPECT_EQ(f.losses.size(), 20u);
+  EXPECT_EQ(f.logits.size(), size_t(f.batch) * 10);
+  EXPECT_EQ(f.grads.size(), 161u) << "one record per parameter tensor of ResNet-50 (CIFAR stem)";
+}
+
+// Parameter: the cuDNN API that runs the convs (both must match PyTorch in fp32).
+class ParityGpu : public testing::TestWithParam<Build> {
+ protected:
+  void SetUp() override {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device: the PyTorch parity test needs a GPU";
+    f_ = load_fixture(fixture_path());
+    ASSERT_GT(f_.batch, 0);
+    net_ = std::make_unique<ParityNet>(f_, GetParam());
+  }
+  Fixture f_;
+  std::unique_ptr<ParityNet> net_;
 };
 
 TEST_P(ParityGpu, LossLogitsAndEveryGradientMatchPyTorch) {
-  const float loss = step_gradients();
+  const float loss = net_->step_gradients();
   EXPECT_NEAR(loss, f_.loss, 1e-3 * std::fabs(f_.loss)) << "loss";
-
-  std::vector<float> logits(size_t(f_.batch) * 10);
-  CUDA_CHECK(cudaMemcpy(logits.data(), net_->logits(), logits.size() * 4, cudaMemcpyDeviceToHost));
+  const std::vector<float> logits = net_->logits();
   ASSERT_EQ(logits.size(), f_.logits.size());
   EXPECT_LE(rel_error(std::vector<double>(logits.begin(), logits.end()), f_.logits), 1e-3) << "logits";
 
-  // Per tensor, the larger of the norm's and the sampled values' relative errors. A ReLU input
-  // within rounding of 0 flips its mask between any two float32 implementations, which moves the
-  // gradients below it by up to ~1e-2 (PyTorch's own float32 against its float64, in the fixture):
-  // every tensor must stay within that bound, and the median tensor within 1e-3 or within twice
-  // the median error of PyTorch's own float32 on the GPU that made the fixture, whichever is larger.
-  const ParamStore& p = net_->params();
-  ASSERT_EQ(p.tensors().size(), f_.grads.size()) << "the fixture and the network have different parameter lists";
-  std::vector<double> ours_err, torch_err;
+  // A ReLU input within rounding of 0 flips its mask between any two float32 implementations, which
+  // moves the gradients below it by up to ~1e-2 (PyTorch's own float32 against its float64, in the
+  // fixture): every tensor must stay within that bound, and the median tensor within 1e-3 or within
+  // twice the median error of PyTorch's own float32 on the GPU that made the fixture.
   std::string worst;
-  for (size_t id = 0; id < p.tensors().size(); ++id) {
-    const ParamTensor& t = p.tensors()[id];
-    const auto it = f_.grads.find(t.name);
-    ASSERT_NE(it, f_.grads.end()) << t.name << " is not in the fixture";
-    const GradRecord& ref = it->second;
-    ASSERT_EQ(ref.count, t.count) << t.name;
-    std::vector<float> g(t.count);
-    const void* src = t.is_weight() ? p.weight_grad(static_cast<int>(id)) : p.vector_grad(static_cast<int>(id));
-    CUDA_CHECK(cudaMemcpy(g.data(), src, t.count * 4, cudaMemcpyDeviceToHost));
-    double norm = 0;
-    for (float v : g) norm += double(v) * v;
-    norm = std::sqrt(norm);
-    std::vector<double> ours, theirs;
-    for (const auto& [idx, v] : ref.samples) {
-      ours.push_back(g[idx]);
-      theirs.push_back(v);
-    }
-    const double e = std::max(std::fabs(norm - ref.norm) / ref.norm, rel_error(ours, theirs));
-    EXPECT_LE(e, kMaskFlipBound) << t.name << " gradient (PyTorch's own float32 error: " << ref.torch_fp32_error << ")";
-    if (ours_err.empty() || e > *std::max_element(ours_err.begin(), ours_err.end())) worst = t.name;
-    ours_err.push_back(e);
-    torch_err.push_back(ref.torch_fp32_error);
-  }
+  const std::vector<double> ours_err = net_->gradient_errors(worst);
+  std::vector<double> torch_err;
+  for (const auto& [name, g] : f_.grads) torch_err.push_back(g.torch_fp32_error);
+  for (double e : ours_err) EXPECT_LE(e, kMaskFlipBound) << "a gradient (worst: " << worst << ")";
   const Spread o = spread(ours_err), r = spread(torch_err);
-  std::printf("[ parity   ] %s API, gradients against PyTorch float64 (%zu tensors): median %.2e, worst %.2e (%s), "
+  std::printf("[ parity   ] %s, gradients against PyTorch float64 (%zu tensors): median %.2e, worst %.2e (%s), "
               "%d within 1e-3; PyTorch's own float32: median %.2e, worst %.2e, %d within 1e-3\n",
-              conv_api_name(GetParam()), ours_err.size(), o.median, o.worst, worst.c_str(), o.within_1e3, r.median,
+              GetParam().name, ours_err.size(), o.median, o.worst, worst.c_str(), o.within_1e3, r.median,
               r.worst, r.within_1e3);
   EXPECT_LE(o.median, std::max(1e-3, 2 * r.median))
       << "the typical gradient is further from PyTorch's float64 than 1e-3 and than twice PyTorch's own float32";
@@ -223,13 +301,42 @@ TEST_P(ParityGpu, LossLogitsAndEveryGradientMatchPyTorch) {
 TEST_P(ParityGpu, TwentyStepsFollowPyTorchsLosses) {
   ASSERT_EQ(f_.losses.size(), 20u);
   for (size_t s = 0; s < f_.losses.size(); ++s) {
-    const float loss = step_gradients();
+    const float loss = net_->step_gradients();
     EXPECT_NEAR(loss, f_.losses[s], 0.01 * std::fabs(f_.losses[s])) << "step " << s;
-    sgd();
+    net_->sgd();
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Apis, ParityGpu, testing::Values(ConvApi::Legacy, ConvApi::Graph),
-                         [](const testing::TestParamInfo<ConvApi>& i) { return std::string(conv_api_name(i.param)); });
+INSTANTIATE_TEST_SUITE_P(Apis, ParityGpu, testing::Values(kLegacy, kGraph),
+                         [](const testing::TestParamInfo<Build>& i) { return std::string(i.param.name); });
+
+// The fused build (fp16, NHWC, batch norm fused into the convs) against PyTorch: as close as the
+// unfused fp16 build of the same step, which fp16 rounding alone keeps from the fp32 bounds above.
+// Its median and worst gradient errors may exceed the unfused build's by half and by a small
+// margin (fused patterns round at other places: scale/bias applied inside the conv, statistics
+// from E[x^2] - E[x]^2), and 20 SGD steps must follow PyTorch's losses as the unfused build's do.
+TEST(FusedParityGpu, AsCloseToPyTorchAsTheUnfusedFp16Build) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device: the PyTorch parity test needs a GPU";
+  const Fixture f = load_fixture(fixture_path());
+  ParityNet fp16(f, kFp16), fused(f, kFused);
+  const float l16 = fp16.step_gradients(), lf = fused.step_gradients();
+  EXPECT_NEAR(lf, f.loss, 1e-2 * std::fabs(f.loss)) << "fused loss";
+  const std::vector<float> lg = fused.logits();
+  EXPECT_LE(rel_error(std::vector<double>(lg.begin(), lg.end()), f.logits), 3e-2) << "fused logits";
+  std::string w16, wf;
+  const Spread e16 = spread(fp16.gradient_errors(w16)), ef = spread(fused.gradient_errors(wf));
+  std::printf("[ parity   ] fp16 loss %.6f (PyTorch %.6f); gradients against PyTorch float64: unfused fp16 median "
+              "%.2e worst %.2e (%s); fused median %.2e worst %.2e (%s); fused loss %.6f\n",
+              l16, f.loss, e16.median, e16.worst, w16.c_str(), ef.median, ef.worst, wf.c_str(), lf);
+  EXPECT_LE(ef.median, 1.5 * e16.median + 2e-3) << "the fused build's typical gradient is less accurate";
+  EXPECT_LE(ef.worst, 1.5 * e16.worst + 1e-2) << "the fused build's worst gradient (" << wf << ") is less accurate";
+  for (size_t s = 0; s < f.losses.size(); ++s) {
+    const float lu = s ? fp16.step_gradients() : l16, lz = s ? fused.step_gradients() : lf;
+    const double unfused_off = std::fabs(lu - f.losses[s]);
+    EXPECT_LE(std::fabs(lz - f.losses[s]), 1.5 * unfused_off + 0.01 * std::fabs(f.losses[s])) << "step " << s;
+    fp16.sgd();
+    fused.sgd();
+  }
+}
 
 }  // namespace

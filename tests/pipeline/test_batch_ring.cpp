@@ -23,6 +23,7 @@
 
 #include "pipeline/batch_ring.h"
 #include "core/errors.h"
+#include "support/watchdog.h"
 
 namespace {
 
@@ -36,16 +37,7 @@ uint8_t pattern(int p, int b, int i, int j) {
   return static_cast<uint8_t>((x ^ (x >> 29)) >> 7);
 }
 
-// Runs `scenario` on another thread; fails (and abandons the thread) if it has not ended in time.
-void run_with_watchdog(const std::function<void()>& scenario, int seconds = 30) {
-  auto done = std::make_shared<std::future<void>>(std::async(std::launch::async, scenario));
-  if (done->wait_for(std::chrono::seconds(seconds)) != std::future_status::ready) {
-    // A hung scenario cannot be joined; leak its future so its destructor does not wait forever.
-    new std::shared_ptr<std::future<void>>(done);
-    FAIL() << "the scenario did not finish within " << seconds << " s: deadlock or hang";
-  }
-  done->get();
-}
+using test_threads::run_with_watchdog;
 
 // Runs scenario(workers) under the watchdog for each worker count, traced with it.
 void for_each_worker_count(std::initializer_list<int> counts, const std::function<void(int)>& scenario) {

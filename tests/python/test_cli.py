@@ -20,9 +20,9 @@ CIFAR_FILES = ["data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data
 CIFAR_FILE_BYTES = 10000 * 3073
 
 FLAGS = ["--data", "--data-dir", "--synthetic-size", "--image-size", "--skip-bad-images", "--cache-decoded",
-         "--epochs", "--steps", "--batch", "--lr", "--min-lr", "--warmup-epochs", "--momentum", "--wd", "--no-nesterov", "--seed", "--no-eval", "--workers",
-         "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic", "--loss-scale",
-         "--loss-scale-window", "--warmup-steps", "--profile-steps", "--trace", "--progress-every", "--json",
+         "--epochs", "--steps", "--batch", "--lr", "--min-lr", "--warmup-epochs", "--momentum", "--wd", "--no-nesterov",
+         "--seed", "--no-eval", "--workers", "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic",
+         "--no-cuda-graph", "--loss-scale", "--loss-scale-window", "--warmup-steps", "--profile-steps", "--trace", "--progress-every", "--json",
          "--loss-log", "--sample-png", "--save", "--save-every", "--resume", "--help"]
 
 # What a crash or an unhandled exception would leave in the output.
@@ -30,8 +30,26 @@ CRASH_SIGNS = ["Traceback", "Segmentation fault", "core dumped", "Aborted", "ter
                "what():", "AddressSanitizer", "double free"]
 
 
+class CliAssertions:
+    """What the command-line tests of every program check of a finished process."""
+
+    def assert_no_crash(self, p, args):
+        for sign in CRASH_SIGNS:
+            self.assertNotIn(sign, p.stdout + p.stderr, f"crash-like output from {args}")
+        self.assertGreaterEqual(p.returncode, 0, f"killed by signal {-p.returncode}: {args}")
+
+    def assert_one_error_line(self, p, code, *parts):
+        self.assertEqual(p.returncode, code, f"stderr: {p.stderr!r}")
+        lines = p.stderr.splitlines()
+        self.assertEqual(len(lines), 1, f"expected one line on stderr, got {lines!r}")
+        self.assertTrue(lines[0].startswith("error: "), lines[0])
+        for part in parts:
+            self.assertIn(part, lines[0])
+        return lines[0]
+
+
 @unittest.skipUnless(TRAIN.exists(), f"{TRAIN} is not built (make bin/train)")
-class TrainCli(unittest.TestCase):
+class TrainCli(CliAssertions, unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory(prefix="test-cli-")
         self.dir = Path(self.tmp.name)
@@ -46,20 +64,9 @@ class TrainCli(unittest.TestCase):
         # In a scratch directory, so nothing (an autotune cache, a checkpoint) lands in the repository.
         p = subprocess.run([str(TRAIN), *args], cwd=self.dir, env=env, capture_output=True, text=True,
                            timeout=300)
-        for sign in CRASH_SIGNS:
-            self.assertNotIn(sign, p.stdout + p.stderr, f"crash-like output from {args}")
-        self.assertGreaterEqual(p.returncode, 0, f"killed by signal {-p.returncode}: {args}")
+        self.assert_no_crash(p, args)
         self.assertFalse(any(self.dir.glob("core*")), "a core file was written")
         return p
-
-    def assert_one_error_line(self, p, code, *parts):
-        self.assertEqual(p.returncode, code, f"stderr: {p.stderr!r}")
-        lines = p.stderr.splitlines()
-        self.assertEqual(len(lines), 1, f"expected one line on stderr, got {lines!r}")
-        self.assertTrue(lines[0].startswith("error: "), lines[0])
-        for part in parts:
-            self.assertIn(part, lines[0])
-        return lines[0]
 
     # ---- help and usage errors -----------------------------------------------------------------
 

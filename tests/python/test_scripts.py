@@ -203,6 +203,28 @@ class ProfileEndToEnd(ScriptTest):
         self.assertIn("| 68.5 | 61.2 |", combined)
 
 
+class NsysCommandLines(unittest.TestCase):
+    """nsys traces the nodes of a CUDA graph only when told to: the builds that replay their step as a
+    graph (train-cudagraph, and bin/train with every rung on) get --cuda-graph-trace=node."""
+
+    def profile_command(self, variant):
+        import capture
+        settings = capture.Settings(out_dir=Path("out"))
+        profile, _ = capture.nsys_commands(Path("nsys"), Path("bin") / variant, variant, settings)
+        return profile
+
+    def test_graph_builds_trace_every_node(self):
+        for variant in ("train-cudagraph", "train"):
+            profile = self.profile_command(variant)
+            self.assertIn("--cuda-graph-trace=node", profile, variant)
+            self.assertLess(profile.index("--cuda-graph-trace=node"), profile.index(str(Path("bin") / variant)),
+                            "an option of nsys, not of the trainer")
+
+    def test_other_rungs_do_not(self):
+        for variant in ("train-baseline", "train-graph", "train-fusedbn"):
+            self.assertFalse(any(a.startswith("--cuda-graph-trace") for a in self.profile_command(variant)), variant)
+
+
 class ProfileCheckEndToEnd(ScriptTest):
     def test_pass_with_nsys(self):
         machine = FakeMachine(self.tmp, nsys=True)

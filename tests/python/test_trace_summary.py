@@ -61,16 +61,33 @@ class TraceSummary(unittest.TestCase):
         self.assertEqual(timeline.range_name(":loss stats"), "loss stats")
         self.assertEqual(timeline.range_name("forward"), "forward")
 
-    def test_plain_event_list_without_process_names(self):
-        events = [{"ph": "X", "name": "k", "cat": "kernel", "ts": 0, "dur": 10},
-                  {"ph": "X", "name": "k", "cat": "kernel", "ts": 5, "dur": 10},
-                  {"ph": "X", "name": "forward", "cat": "nvtx", "ts": 0, "dur": 30}]
+    @staticmethod
+    def summarize_events(events):
+        """The summary of a trace file holding `events` (Chrome trace events, in µs)."""
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "t.json"
             path.write_text(json.dumps(events))
-            s = trace_summary.summarize(path, "v")
+            return trace_summary.summarize(path, "v")
+
+    def test_plain_event_list_without_process_names(self):
+        s = self.summarize_events([{"ph": "X", "name": "k", "cat": "kernel", "ts": 0, "dur": 10},
+                                   {"ph": "X", "name": "k", "cat": "kernel", "ts": 5, "dur": 10},
+                                   {"ph": "X", "name": "forward", "cat": "nvtx", "ts": 0, "dur": 30}])
         self.assertEqual((s.busy_ns, s.window_ns), (15_000, 15_000))
         self.assertEqual(list(s.phases), ["forward"])
+
+    def test_a_graph_builds_step_graph_is_a_step_phase(self):
+        # A step replayed as a CUDA graph: its kernels run under the one launch in "step graph".
+        s = self.summarize_events([{"ph": "X", "name": "step 40", "cat": "nvtx", "ts": 0, "dur": 100},
+                                   {"ph": "X", "name": "copy batch", "cat": "nvtx", "ts": 0, "dur": 10},
+                                   {"ph": "X", "name": "step graph", "cat": "nvtx", "ts": 10, "dur": 60},
+                                   {"ph": "X", "name": "loss stats", "cat": "nvtx", "ts": 70, "dur": 30},
+                                   {"ph": "X", "name": "k", "cat": "kernel", "ts": 12, "dur": 80}])
+        self.assertEqual(timeline.dominant_phase(s).name, "step graph")
+        self.assertTrue(timeline.where_the_time_goes(s).startswith("where the time goes: step graph 60% of step time"),
+                        timeline.where_the_time_goes(s))
+        self.assertIn("| step graph |", timeline.to_markdown(s))
+        self.assertNotIn("step graph (other range)", timeline.to_markdown(s))
 
 
 if __name__ == "__main__":

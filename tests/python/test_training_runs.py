@@ -9,8 +9,11 @@ tiny (synthetic data, batch 32, 10 steps an epoch, at most a few dozen steps; a 
 an H100) and run in a scratch directory. --deterministic throughout: it is what (b) and (c) test,
 and it takes cuDNN's heuristics instead of an autotune search, which keeps every run short.
 
-The same tests run for bin/train and, where `make variants` built it, bin/train-baseline (fp32,
-synchronous loss reads: the other end of the optimization ladder).
+The same tests run for bin/train and, where `make variants` built them, bin/train-baseline (fp32,
+synchronous loss reads: the other end of the optimization ladder) and bin/train-cudagraph (the step
+replayed as one CUDA graph). The builds with CUDA graphs (bin/train, bin/train-cudagraph) also show
+that the graph changes nothing: their --deterministic losses and test results equal, bit for bit,
+those of the same binary with --no-cuda-graph, which launches every kernel from the host.
 """
 
 import functools
@@ -321,12 +324,48 @@ class TrainingRuns:
         self.assertRegex(r.stdout, rf"(?m)^resumed from {re.escape(str(ck))} at step 5 ", r.stdout)
 
 
-class Train(TrainingRuns, unittest.TestCase):
+class GraphRuns:
+    """For builds that replay the step as a CUDA graph (a mixin after TrainingRuns)."""
+
+    def setUp(self):
+        super().setUp()
+        build = subprocess.run([str(self.train), "--help"], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        if not re.search(r"optimizations \[[^\]]*\bcudagraph\b", build.stdout):
+            self.skipTest(f"bin/{self.BINARY} is not built with CUDA graphs (OPT_CUDA_GRAPH=0)")
+
+    def test_no_cuda_graph_gives_the_same_losses_and_test_results_bit_for_bit(self):
+        # Two epochs of 10 steps with an evaluation after each: warm-up steps, the capture, replays,
+        # an evaluation run eagerly between them and the capture after it, against every step eager.
+        with_eval = [a for a in SMALL if a != "--no-eval"]
+        runs = {}
+        for name, extra in (("graph", []), ("eager", ["--no-cuda-graph"])):
+            log = self.dir / f"{name}.log"
+            args = [*with_eval, "--epochs", "2", "--loss-log", str(log), "--json", *extra]
+            p = subprocess.run([str(self.train), *args], cwd=self.dir, capture_output=True, text=True,
+                               timeout=RUN_TIMEOUT_S)
+            self.check_output(args, p.returncode, p.stdout, p.stderr)
+            epochs = [json.loads(line) for line in p.stdout.splitlines() if line.startswith('{"event":"epoch"')]
+            self.assertEqual(len(epochs), 2, p.stdout)
+            runs[name] = (p.stdout, self.loss_log(log, 0, 2 * STEPS_PER_EPOCH),
+                          [(e["test_loss"], e["test_acc"]) for e in epochs])
+        graph_out, eager_out = runs["graph"][0], runs["eager"][0]
+        self.assertRegex(graph_out, r"(?m)^step graph: captured at step 2, [\d,]+ nodes, replayed from here on$")
+        self.assertRegex(eager_out, r"(?m)^step: eager, .*\(--no-cuda-graph\)$")
+        self.assertNotIn("step graph: captured", eager_out)
+        self.assertEqual(runs["graph"][1], runs["eager"][1], "the graph changed the per-step losses (first: graph)")
+        self.assertEqual(runs["graph"][2], runs["eager"][2], "the graph changed the test loss or accuracy")
+
+
+class Train(GraphRuns, TrainingRuns, unittest.TestCase):
     BINARY = "train"
 
 
 class TrainBaseline(TrainingRuns, unittest.TestCase):
     BINARY = "train-baseline"
+
+
+class TrainCudaGraph(GraphRuns, TrainingRuns, unittest.TestCase):
+    BINARY = "train-cudagraph"
 
 
 if __name__ == "__main__":

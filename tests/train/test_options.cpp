@@ -50,8 +50,8 @@ std::string usage_error(std::initializer_list<const char*> args) {
 const std::vector<std::string> kFlags = {
     "--data", "--data-dir", "--synthetic-size", "--image-size", "--skip-bad-images", "--cache-decoded",
     "--epochs", "--steps", "--batch", "--lr", "--min-lr", "--warmup-epochs", "--momentum", "--wd", "--no-nesterov",
-    "--seed", "--no-eval", "--workers",
-    "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic", "--loss-scale",
+    "--seed", "--no-eval", "--workers", "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic",
+    "--no-cuda-graph", "--loss-scale",
     "--loss-scale-window", "--warmup-steps", "--profile-steps", "--trace", "--progress-every", "--json",
     "--loss-log", "--sample-png", "--save", "--save-every", "--resume", "--help"};
 
@@ -71,6 +71,7 @@ TEST(Options, DefaultsWithoutFlags) {
   EXPECT_TRUE(o.eval);
   EXPECT_TRUE(o.tf32);
   EXPECT_FALSE(o.deterministic);
+  EXPECT_TRUE(o.cuda_graph);
   EXPECT_FALSE(o.json);
   EXPECT_FALSE(o.help);
   EXPECT_EQ(o.workers, -1);
@@ -93,7 +94,7 @@ TEST(Options, EveryFlagSetsItsField) {
                            "--steps", "77", "--batch", "256", "--lr", "0.05", "--min-lr", "0.001",
                            "--warmup-epochs", "2.5", "--momentum", "0.8", "--wd", "1e-4", "--no-nesterov",
                            "--seed", "123456789012", "--no-eval", "--workers", "5", "--workspace-mb", "64",
-                           "--autotune-cache", "c.txt", "--no-tf32", "--deterministic", "--loss-scale", "1024",
+                           "--autotune-cache", "c.txt", "--no-tf32", "--deterministic", "--no-cuda-graph", "--loss-scale", "1024",
                            "--loss-scale-window", "200", "--warmup-steps", "4", "--profile-steps", "9",
                            "--trace", "t.json", "--progress-every", "7", "--json", "--loss-log", "l.txt",
                            "--sample-png", "s.png", "--save", "ck.bin", "--save-every", "500", "--resume", "r.bin"});
@@ -119,6 +120,7 @@ TEST(Options, EveryFlagSetsItsField) {
   EXPECT_EQ(o.autotune_cache, "c.txt");
   EXPECT_FALSE(o.tf32);
   EXPECT_TRUE(o.deterministic);
+  EXPECT_FALSE(o.cuda_graph);
   EXPECT_DOUBLE_EQ(o.loss_scale, 1024.0);
   EXPECT_EQ(o.loss_scale_window, 200);
   EXPECT_EQ(o.warmup_steps, 4);

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The one-GPU checks, section by section, on the GPU machine: what a session with a lent GPU runs to
+# check the rungs, the programs and the tools (README "Running the checks on a GPU"). Each section
+# writes its full log to $LOGS/<section>.log (default bench/out/gpu-checks) and prints a short
+# summary; the exit status is that of the last section that failed (0 if none did).
+#
+#   bash bench/gpu_checks.sh build test lab predict     # any sections, in the order given
+#
+# Sections: build (every binary, -j all cores), test (make test), sanitize (make sanitize-gpu),
+# lab (bin/kernel_lab default run, its table and JSON into bench/results), predict (make
+# bench-predict, and a trained model's export evaluated in PyTorch against bin/predict), bench
+# (make bench at batch 128 and 256 with PyTorch's baseline and best rungs), accuracy (the new rungs
+# and the baseline on Fashion-MNIST, 15 epochs, side by side), profile (nsys of the fused and graph
+# rungs).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LOGS=${LOGS:-bench/out/gpu-checks}
+mkdir -p "$LOGS" bench/results
+DAY=$(date +%F)
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr 'A-Z ' 'a-z-' | sed 's/nvidia-//')
+JOBS=$(nproc)
+status=0
+
+run() {  # run NAME COMMAND...: log to $LOGS/NAME.log, print its last lines, remember a failure
+  local name=$1
+  shift
+  local t0=$SECONDS
+  "$@" >"$LOGS/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: exit $rc in $((SECONDS - t0)) s"
+  [ $rc -ne 0 ] && status=$rc
+  return $rc
+}
+
+section_build() {
+  run build make -j"$JOBS" variants predict-variants bin/unit_tests bin/kernel_lab bin/train-fp32-nhwc \
+    bin/racecheck_probe || tail -20 "$LOGS/build.log"
+}
+
+section_test() {
+  run test make -j"$JOBS" test
+  grep -E "passed, .* failed, .* skipped" "$LOGS/test.log"
+  grep -E "^  \[|FAILED" "$LOGS/test.log" | head -30
+}
+
+section_sanitize() {
+  run sanitize make sanitize-gpu
+  grep -E "^sanitize-gpu:" "$LOGS/sanitize.log"
+}
+
+section_lab() {
+  local base=bench/results/kernel-lab-$GPU-$DAY
+  run lab ./bin/kernel_lab --json "$base.jsonl"
+  cp "$LOGS/lab.log" "$base.md"
+  tail -3 "$LOGS/lab.log"
+}
+
+section_predict() {
+  run bench-predict make bench-predict
+  tail -12 "$LOGS/bench-predict.log"
+  local d=$LOGS/predict
+  mkdir -p "$d"
+  run predict-train ./bin/train --data fashion-mnist --epochs 2 --save "$d/m.ckpt" --no-eval &&
+    run predict-csv ./bin/predict --checkpoint "$d/m.ckpt" --data fashion-mnist --out "$d/predictions.csv" &&
+    run predict-export ./bin/predict --checkpoint "$d/m.ckpt" --export "$d/m.safetensors" &&
+    run predict-torch python3 bench/load_safetensors.py "$d/m.safetensors" --compare-csv "$d/predictions.csv"
+  grep -hE "accuracy|agree" "$LOGS/predict-csv.log" "$LOGS/predict-torch.log" 2>/dev/null | tail -6
+}
+
+section_bench() {
+  run bench python3 bench/bench.py --batch 128,256 --runs 3 --variants baseline,graph,fusedbn,cudagraph \
+    --pytorch-rungs baseline,resident-amp-cl-graphs
+  grep -E "^\|" "$LOGS/bench.log" | tail -24
+}
+
+section_accuracy() {
+  local d=$LOGS/accuracy
+  mkdir -p "$d"
+  for v in train-baseline train-fusedbn train-cudagraph; do
+    ./bin/$v --data fashion-mnist --batch 128 --epochs 15 --json >"$d/$v.jsonl" 2>"$d/$v.err" &
+  done
+  wait
+  for v in train-baseline train-fusedbn train-cudagraph; do
+    echo "$v: $(grep '"summary"' "$d/$v.jsonl" | python3 -c 'import json,sys; s=json.load(sys.stdin); print("test acc %.2f%%" % (100*s["final_test_acc"]))' 2>/dev/null || tail -1 "$d/$v.err")"
+  done
+}
+
+section_profile() {
+  run profile python3 bench/profile.py --variants graph,fusedbn,cudagraph
+  tail -20 "$LOGS/profile.log"
+}
+
+for s in "$@"; do
+  if declare -F "section_$s" >/dev/null; then "section_$s"; else echo "unknown section: $s"; status=2; fi
+done
+exit $status

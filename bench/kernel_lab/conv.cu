@@ -1,0 +1,392 @@
+// The convolutions with the batch norms around them, fp16 NHWC (the format of the fused patterns),
+// at every distinct conv of the network's blocks: the plain graph-API conv with our BN kernels
+// against cuDNN's fused patterns (model/fused_conv.h), as src/model/resnet50_fused.cpp runs them.
+//   conv-forward  the conv and the statistics of its output's BN; where the next conv reads that BN's
+//                 output (conv1, conv2), unfused versions also apply it, fused ones leave it to the
+//                 next conv, which applies it as it reads (so the rows of a block add up)
+//   conv-dgrad    conv2 and conv3, whose input was relu(bn(x)) of the previous BN: dx of x through
+//                 the conv, the ReLU and that BN, with the BN's gamma and beta gradients
+//   conv-wgrad    conv2 and conv3: the weight gradient, from relu(bn(x)) stored, recomputed, or
+//                 recomputed as the fused pattern reads x
+// A pattern cuDNN refuses shows as refused, with its reason. To try a variant: add a LabVersion to
+// its operation's list below.
+#include <future>
+
+#include "kernel_lab/lab.h"
+
+namespace lab {
+
+namespace {
+
+using gpu_test::DeviceBn;
+using gpu_test::kTolF16;
+constexpr DType kT = DType::F16;
+constexpr Layout kL = Layout::NHWC;
+
+bool has_prologue(ConvRole r) { return r == ConvRole::Spatial || r == ConvRole::Expand; }
+// Whether the network stores relu(bn(y)) of this conv's output y for the next conv (unfused).
+bool feeds_a_conv(ConvRole r) { return r == ConvRole::Reduce || r == ConvRole::Spatial; }
+
+// One conv and the BNs around it at the check batch, as the CPU reference sees them. For conv2 and
+// conv3 the conv's input is relu(x * s + b), x the previous BN's input and s, b its scale and shift;
+// for conv1 and the shortcut it is x itself.
+struct ConvInputs {
+  const LabConv* conv;
+  bool prologue;
+  ref::ConvDims cd;
+  ref::Dims din, dout;
+  std::mt19937_64 rng;
+  Vec x, s, b;             // s and b fp16 values: the fused pattern reads them exactly in either type
+  ref::BnStats stp;        // the previous BN's statistics of x, as saved
+  gpu_test::HostBn hp, h;  // the previous BN (gamma, beta such that its scale, shift are s, b) and this one's
+  Vec stored;              // what the conv reads: relu(x * s + b) as bn_apply stores it, or x
+  Vec w;                   // KCRS
+  Vec dy;                  // the gradient of the conv's output
+
+  ConvInputs(const LabConv& c, int n)
+      : conv(&c),
+        prologue(has_prologue(c.role)),
+        cd(gpu_test::conv_dims({n, c.g.c, c.g.h, c.g.w, c.g.k, c.g.r, c.g.stride, c.g.pad})),
+        din(cd.input()),
+        dout(cd.output()),
+        rng(gpu_test::named_rng("conv " + c.text())),
+        x(gpu_test::quantize(kT, gpu_test::channel_data(rng, din, -1.0, 1.0))),
+        s(gpu_test::quantize(kT, gpu_test::random_uniform(rng, c.g.c, 0.5, 1.5))),
+        b(gpu_test::quantize(kT, gpu_test::random_normal(rng, c.g.c, 0.0, 0.5))),
+        stp(gpu_test::saved_stats(din, x)),
+        hp(previous_bn()),
+        h(gpu_test::random_bn(rng, c.g.k)),
+        stored(prologue ? gpu_test::bn_apply_as_gpu(din, x, s, b, kT) : x),
+        w(gpu_test::random_filter(rng, c.g)),
+        dy(gpu_test::quantize(kT, gpu_test::random_normal(rng, dout.count()))) {}
+
+  // The previous BN's parameters: gamma = s / std and beta = b + mean * s, so that what the fused
+  // dgrad recomputes from the statistics, (x - mean) * invstd * gamma + beta, is x * s + b.
+  gpu_test::HostBn previous_bn() {
+    gpu_test::HostBn p = gpu_test::random_bn(rng, din.c);
+    for (int c = 0; c < din.c; ++c) {
+      p.gamma[c] = gpu_test::quantize(DType::F32, s[c] / stp.invstd[c]);
+      p.beta[c] = gpu_test::quantize(DType::F32, b[c] + stp.mean[c] * s[c]);
+    }
+    return p;
+  }
+};
+
+// What the CPU reference computes for one operation (each fills its own fields).
+struct ConvRefs {
+  Vec y, ybn;             // conv-forward: the conv's output and relu(bn(y))
+  ref::BnStats st;        //               y's batch statistics
+  Vec dconv;              // conv-dgrad: the conv's data gradient, and through the ReLU and the previous BN
+  ref::BnGrads grads;
+  Vec dw;                 // conv-wgrad, KRSC
+};
+enum ConvOp { kForward, kDgrad, kWgrad };
+
+ConvRefs references(const ConvInputs& in, ConvOp op) {
+  ConvRefs r;
+  if (op == kForward) {
+    r.y = ref::conv2d_forward(in.cd, in.stored, in.w);
+    r.st = ref::bn_batch_stats(in.dout, r.y, double(kBnEps));
+    r.ybn = ref::relu(ref::bn_affine(in.dout, r.y, ref::bn_train_coefs(r.st, in.h.gamma, in.h.beta)));
+  } else if (op == kDgrad) {
+    r.dconv = ref::conv2d_backward_data(in.cd, in.dy, in.w);
+    r.grads = ref::bn_backward(in.din, ref::relu_backward(r.dconv, in.stored), in.x, in.hp.gamma, in.stp);
+  } else {
+    const ConvGeometry& g = in.conv->g;
+    r.dw = ref::kcrs_to_krsc(g.k, g.c, g.r, g.r, ref::conv2d_backward_filter(in.cd, in.stored, in.dy));
+  }
+  return r;
+}
+
+// The same conv on the device at the timed batch (its inputs repeated), with the outputs the versions
+// write, and the references of the operation, computed on another thread meanwhile.
+struct ConvCase {
+  const ConvInputs& in;
+  std::shared_future<ConvRefs> refs;
+  ConvGeometry G;
+  Shape4 sin, sout;
+  DeviceTensor X, STORED, DY, W, Y, YBN, DX, TMP, DW, sum, sqsum, s_h, b_h, scale_h_out, shift_h_out, dgamma, dbeta;
+  DeviceBn bn, bnp;
+  DeviceTensor scratch_in, scratch_out;
+
+  ConvCase(const Lab& lab, const ConvInputs& inputs, std::shared_future<ConvRefs> r)
+      : in(inputs),
+        refs(std::move(r)),
+        G(inputs.conv->g),
+        sin(G.input()),
+        sout(G.output()),
+        X(repeated(in.x, in.din, lab.repeats(), kT, kL)),
+        STORED(repeated(in.stored, in.din, lab.repeats(), kT, kL)),
+        DY(repeated(in.dy, in.dout, lab.repeats(), kT, kL)),
+        W(gpu_test::device_filter(G, in.w)),
+        Y(sout.count(), kT, "conv output"),
+        YBN(sout.count(), kT, "BN output"),
+        DX(sin.count(), kT, "conv input gradient"),
+        TMP(sin.count(), kT, "recomputed BN output"),
+        DW(G.filter_count(), kT, "filter gradient"),
+        sum(G.k, DType::F32),
+        sqsum(G.k, DType::F32),
+        s_h(in.s, DType::F16, "fp16 scale"),
+        b_h(in.b, DType::F16, "fp16 shift"),
+        scale_h_out(G.k, DType::F16, "fp16 scale"),
+        shift_h_out(G.k, DType::F16, "fp16 shift"),
+        dgamma(G.c, DType::F32),
+        dbeta(G.c, DType::F32),
+        bn(in.h),
+        bnp(in.hp),
+        scratch_in(gpu_test::bn_scratch(sin, kT, kL)),
+        scratch_out(gpu_test::bn_scratch(sout, kT, kL)) {
+    bnp.save_mean.upload(in.stp.mean);
+    bnp.save_invstd.upload(in.stp.invstd);
+    bnp.scale.upload(in.s);
+    bnp.shift.upload(in.b);
+  }
+
+  const ConvRefs& want() const { return refs.get(); }
+  // The graph-API conv of this shape, the workspace reserved for it.
+  ConvLayer& plain_conv(Lab& lab) const {
+    ConvLayer& conv = lab.conv(G);
+    lab.reserve_workspace(conv.workspace_bytes());
+    return conv;
+  }
+  int repeats() const { return sin.n / in.din.n; }
+  std::string shape() const { return in.conv->text(); }
+  // The prologue's scale and bias in the type the pattern reads.
+  const void* scale_for(const FusedConv& f) const { return f.scale_type() == DType::F16 ? s_h.get() : bnp.scale.get(); }
+  const void* bias_for(const FusedConv& f) const { return f.scale_type() == DType::F16 ? b_h.get() : bnp.shift.get(); }
+  LabCheck check(const std::string& output, const DeviceTensor& got, const Vec& want, const ref::Dims& d) const {
+    return check_activation(output, got, want, d, kL, kTolF16);
+  }
+};
+
+// What cuDNN chose for a pattern, shown beside the version.
+std::string note_of(const FusedConv& f, bool prologue) {
+  std::string n = prologue ? std::string(dtype_name(f.scale_type())) + " scale/bias" : "";
+  if (f.runtime_compiled()) n += std::string(n.empty() ? "" : ", ") + "runtime-compiled engine";
+  return n;
+}
+
+// A version that runs a fused pattern: refused where cuDNN refused it.
+Prepared fused_version(Lab& lab, const FusedConv& f, bool prologue, std::function<void()> run,
+                       std::function<std::vector<LabCheck>()> check) {
+  if (!f.ok()) return {.refused = f.why()};
+  lab.reserve_workspace(f.workspace());
+  return {.run = std::move(run), .check = std::move(check), .note = note_of(f, prologue)};
+}
+
+void conv_forward(Lab& lab, ConvCase& c) {
+  const bool applies = feeds_a_conv(c.in.conv->role);
+  auto checks = [&](bool with_stats, bool with_apply) {
+    const ConvRefs& want = c.want();
+    std::vector<LabCheck> out{c.check("y", c.Y, want.y, c.in.dout)};
+    if (with_stats) {
+      out.push_back(check_vector("mean", c.bn.save_mean, want.st.mean, kTolF16));
+      out.push_back(check_vector("invstd", c.bn.save_invstd, want.st.invstd, kTolF16));
+    }
+    if (with_apply) out.push_back(c.check("y_bn", c.YBN, want.ybn, c.in.dout));
+    return out;
+  };
+  ConvLayer* conv = nullptr;
+  auto plain = [&] {
+    conv->forward(lab.cudnn(), c.STORED.get(), c.W.get(), c.Y.get(), lab.workspace(), lab.workspace_bytes());
+  };
+  auto poison = [&] {
+    for (DeviceTensor* t : {&c.Y, &c.YBN, &c.bn.save_mean, &c.bn.save_invstd}) t->poison();
+  };
+  auto setup = [&] {
+    conv = &c.plain_conv(lab);
+    poison();
+  };
+  const FusedPattern pattern = c.in.prologue ? FusedPattern::SbrConvStats : FusedPattern::ConvStats;
+  lab.measure(
+      "conv-forward", c.shape(), "fp16 NHWC", 0,
+      {{c.in.prologue ? "conv (graph API), reading the stored relu(bn(x)) of the previous BN" : "conv (graph API)",
+        [&] {
+          setup();
+          return Prepared{.run = plain, .check = [&] { return checks(false, false); }};
+        }},
+       {applies ? "conv, then bn_forward_train_stats and bn_apply + ReLU (unfused)"
+                : "conv, then bn_forward_train_stats (unfused; the join applies the BN)",
+        [&] {
+          setup();
+          return Prepared{.run =
+                              [&] {
+                                plain();
+                                bn_forward_train_stats(c.Y.get(), c.sout, kT, kL, c.bn.state(), c.scratch_out.f32(),
+                                                       lab.stream());
+                                if (applies)
+                                  bn_apply({c.Y.get(), c.bn.scale.f32(), c.bn.shift.f32(), Residual::None, nullptr,
+                                            nullptr, nullptr, true, c.YBN.get()},
+                                           c.sout, kT, kL, lab.stream());
+                              },
+                          .check = [&] { return checks(true, applies); }};
+        }},
+       {c.in.prologue ? "SbrConvStats (the previous BN applied as x is read), then bn_finalize_sums (fused)"
+                   : "ConvStats, then bn_finalize_sums (fused)",
+        [&] {
+          poison();
+          const FusedConv* f = &lab.fused(pattern, c.G);
+          return fused_version(
+              lab, *f, c.in.prologue,
+              [&, f] {
+                const FusedArgs a{.x = c.in.prologue ? c.X.get() : c.STORED.get(),
+                                  .w = c.W.get(),
+                                  .y = c.Y.get(),
+                                  .scale = c.in.prologue ? c.scale_for(*f) : nullptr,
+                                  .bias = c.in.prologue ? c.bias_for(*f) : nullptr,
+                                  .sum = c.sum.f32(),
+                                  .sqsum = c.sqsum.f32()};
+                f->run(lab.cudnn(), a, lab.workspace(), lab.workspace_bytes());
+                // Also this BN's scale and shift in fp16, as the network does for a next pattern that reads them so.
+                bn_finalize_sums(c.sum.f32(), c.sqsum.f32(), c.sout.per_channel(), c.bn.state(), c.G.k,
+                                 c.scale_h_out.get(), c.shift_h_out.get(), lab.stream());
+              },
+              [&] { return checks(true, false); });
+        }}});
+}
+
+void conv_dgrad(Lab& lab, ConvCase& c) {
+  auto checks = [&](bool through_bn) {
+    const ConvRefs& want = c.want();
+    if (!through_bn) return std::vector<LabCheck>{c.check("dx", c.DX, want.dconv, c.in.din)};
+    return std::vector<LabCheck>{c.check("dx", c.DX, want.grads.dx, c.in.din),
+                                 check_vector("dgamma", c.dgamma, want.grads.dgamma, kTolF16, c.repeats()),
+                                 check_vector("dbeta", c.dbeta, want.grads.dbeta, kTolF16, c.repeats())};
+  };
+  ConvLayer* conv = nullptr;
+  auto dgrad = [&] {
+    conv->backward_data(lab.cudnn(), c.DY.get(), c.W.get(), c.DX.get(), false, lab.workspace(), lab.workspace_bytes());
+  };
+  auto poison = [&] {
+    for (DeviceTensor* t : {&c.DX, &c.dgamma, &c.dbeta}) t->poison();
+  };
+  auto setup = [&] {
+    conv = &c.plain_conv(lab);
+    poison();
+  };
+  float* coef = c.bnp.bwd_coef.f32();  // dx = coef[c] * g + coef[C + c] * x + coef[2C + c]
+  const int C = c.G.c;
+  lab.measure(
+      "conv-dgrad", c.shape(), "fp16 NHWC", 0,
+      {{"dgrad (graph API)",
+        [&] {
+          setup();
+          return Prepared{.run = dgrad, .check = [&] { return checks(false); }};
+        }},
+       {"dgrad, then bn_backward with the ReLU mask recomputed from x (unfused)",
+        [&] {
+          setup();
+          return Prepared{.run =
+                              [&] {
+                                dgrad();
+                                const BnChannelState st = c.bnp.state();
+                                bn_backward(backward_args(c.DX.get(), ReluMask::FromInput, nullptr, c.X.get(), &st,
+                                                          c.dgamma.f32(), c.dbeta.f32(), c.DX.get()),
+                                            c.sin, kT, kL, c.scratch_in.f32(), lab.stream());
+                              },
+                          .check = [&] { return checks(true); }};
+        }},
+       {"DgradDreluDbn, then bn_apply for dx = eq_dy * g + eq_x * x + eq_b (fused)",
+        [&] {
+          poison();
+          const FusedConv* f = &lab.fused(FusedPattern::DgradDreluDbn, c.G);
+          return fused_version(
+              lab, *f, false,
+              [&, f] {
+                const FusedArgs a{.x = c.X.get(),
+                                  .w = c.W.get(),
+                                  .dy = c.DY.get(),
+                                  .mean = c.bnp.save_mean.f32(),
+                                  .invstd = c.bnp.save_invstd.f32(),
+                                  .gamma = c.bnp.gamma.f32(),
+                                  .beta = c.bnp.beta.f32(),
+                                  .g = c.DX.get(),
+                                  .dgamma = c.dgamma.f32(),
+                                  .dbeta = c.dbeta.f32(),
+                                  .eq_dy = coef,
+                                  .eq_x = coef + C,
+                                  .eq_b = coef + 2 * C};
+                f->run(lab.cudnn(), a, lab.workspace(), lab.workspace_bytes());
+                bn_apply({c.DX.get(), coef, coef + 2 * C, Residual::BatchNorm, c.X.get(), coef + C, lab.zeros(), false,
+                          c.DX.get()},
+                         c.sin, kT, kL, lab.stream());
+              },
+              [&] { return checks(true); });
+        }}});
+}
+
+void conv_wgrad(Lab& lab, ConvCase& c) {
+  auto check = [&] { return std::vector<LabCheck>{check_vector("dw", c.DW, c.want().dw, kTolF16, c.repeats())}; };
+  ConvLayer* conv = nullptr;
+  auto wgrad = [&](const DeviceTensor& input) {
+    conv->backward_filter(lab.cudnn(), input.get(), c.DY.get(), c.DW.get(), lab.workspace(), lab.workspace_bytes());
+  };
+  auto setup = [&] {
+    conv = &c.plain_conv(lab);
+    c.DW.poison();
+  };
+  lab.measure(
+      "conv-wgrad", c.shape(), "fp16 NHWC", 0,
+      {{"wgrad (graph API) from the stored relu(bn(x))",
+        [&] {
+          setup();
+          return Prepared{.run = [&] { wgrad(c.STORED); }, .check = check};
+        }},
+       {"bn_apply recomputing relu(bn(x)), then wgrad",
+        [&] {
+          setup();
+          return Prepared{.run =
+                              [&] {
+                                bn_apply({c.X.get(), c.bnp.scale.f32(), c.bnp.shift.f32(), Residual::None, nullptr,
+                                          nullptr, nullptr, true, c.TMP.get()},
+                                         c.sin, kT, kL, lab.stream());
+                                wgrad(c.TMP);
+                              },
+                          .check = check};
+        }},
+       {"SbrWgrad (relu(bn(x)) recomputed as x is read; fused)", [&] {
+          c.DW.poison();
+          const FusedConv* f = &lab.fused(FusedPattern::SbrWgrad, c.G);
+          return fused_version(
+              lab, *f, true,
+              [&, f] {
+                const FusedArgs a{
+                    .x = c.X.get(), .dy = c.DY.get(), .dw = c.DW.get(), .scale = c.scale_for(*f), .bias = c.bias_for(*f)};
+                f->run(lab.cudnn(), a, lab.workspace(), lab.workspace_bytes());
+              },
+              check);
+        }}});
+}
+
+}  // namespace
+
+void measure_conv_operations(Lab& lab) {
+  const char* ops[] = {"conv-forward", "conv-dgrad", "conv-wgrad"};
+  const char* what[] = {
+      "a conv and its output's BN statistics; unfused, also the BN applied where the next conv reads it (conv1, conv2), "
+      "which the fused patterns leave to the next conv's read",
+      "dx of x through a conv whose input was relu(bn(x)), its ReLU and that BN, with the BN's gamma and beta gradients",
+      "the weight gradient of a conv whose input was relu(bn(x))"};
+  void (*measure[])(Lab&, ConvCase&) = {conv_forward, conv_dgrad, conv_wgrad};
+  const std::vector<LabConv> convs = network_convs(lab.batch());
+  for (int op = kForward; op <= kWgrad; ++op) {
+    if (!operation_selected(lab.opt, ops[op])) continue;
+    lab.section(ops[op], what[op], "- (compute-bound: the time says it)");
+    // The inputs of every conv first, then their references on as many threads (a few hundred ms of
+    // double arithmetic each, done while the GPU measures).
+    std::vector<ConvInputs> inputs;
+    for (const LabConv& c : convs)
+      if (conv_selected(lab.opt, c) && (op == kForward || has_prologue(c.role)))
+        inputs.emplace_back(c, lab.opt.check_batch);
+    std::vector<std::shared_future<ConvRefs>> refs;
+    for (const ConvInputs& in : inputs)
+      refs.push_back(lab.opt.check ? std::async(std::launch::async, references, std::cref(in), ConvOp(op)).share()
+                                   : std::shared_future<ConvRefs>());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      ConvCase c(lab, inputs[i], refs[i]);
+      measure[op](lab, c);
+    }
+  }
+}
+
+}  // namespace lab

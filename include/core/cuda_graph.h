@@ -1,0 +1,52 @@
+// A CUDA graph captured from a stream and replayed: RAII over the executable graph.
+//
+// capture() records what a function enqueues on a stream, without running any of it; launch()
+// runs the recording with one call. Capturing again work of the same shape (the same kinds of
+// nodes in the same order, other arguments) updates the executable graph in place with
+// cudaGraphExecUpdate, which costs far less than a new instantiation; work the update refuses (other
+// nodes) is instantiated anew. The idea is tiny-cuda-nn's CudaGraph (include/tiny-cuda-nn/cuda_graph.h).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+#include <cuda_runtime.h>
+
+#include "core/errors.h"
+
+// The work could not be captured or instantiated: it made a call that stream capture forbids (a
+// synchronising copy, an allocation, the legacy default stream), or the driver refused the graph.
+// Nothing of the attempted capture ran, the stream is out of capture mode, and the executable graph
+// held before, if any, is gone (a failed update leaves it unusable).
+struct GraphCaptureError : Fatal {
+  using Fatal::Fatal;
+};
+
+class CudaGraph {
+ public:
+  // How the executable graph came about in the latest capture.
+  enum class Instantiation { New, Updated };
+
+  CudaGraph() = default;
+  ~CudaGraph();
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+
+  // Captures what `enqueue` puts on `stream` and makes it the graph that launch() runs.
+  // Thread-local capture mode: only the calling thread is barred from calls that would break the
+  // capture, so other threads (the pinned loader's workers, which wait on their copy stream's events
+  // and start copies on it) go on as before; a forbidden call on this thread fails inside `enqueue`
+  // and becomes a GraphCaptureError. Other exceptions from `enqueue` pass through unchanged.
+  Instantiation capture(cudaStream_t stream, const std::function<void()>& enqueue);
+  // Enqueues the whole graph on `stream`. Throws a Fatal when nothing was captured.
+  void launch(cudaStream_t stream) const;
+  bool ready() const { return exec_ != nullptr; }
+  // Nodes (kernels, copies, memsets) of the latest capture.
+  size_t nodes() const { return nodes_; }
+  // Drops the executable graph; the next capture instantiates anew.
+  void reset();
+
+ private:
+  cudaGraphExec_t exec_ = nullptr;
+  size_t nodes_ = 0;
+};

@@ -1,0 +1,122 @@
+// Batch norm fused into convolutions through cuDNN's graph API: the patterns NVIDIA's MLPerf
+// ResNet-50 is built from, one object per pattern and conv geometry.
+//
+//   ConvStats       y = conv(x);                   sum, sqsum = per-channel statistics of y
+//   SbrConvStats    y = conv(relu(x * s + b));     sum, sqsum of y   (the previous BN applied on read)
+//   SbrWgrad        dw = wgrad(dy, relu(x * s + b))                   (the BN output never stored)
+//   DgradDreluDbn   g = dgrad(dy, w) * (bn(x) > 0); dgamma, dbeta and the coefficients of
+//                   dx = eq_dy * g + eq_x * x + eq_b                   (ReLU and BN backward on write)
+//
+// cuDNN decides at run time which of these it can run for a shape, type and GPU; a pattern it
+// refuses is reported by ok()/why() and never throws, so the network falls back layer by layer to
+// the plain convolution and our own batch-norm kernels (kernels/batchnorm.cu). Finalizing the
+// statistics and applying dx are our kernels too (kernels/fused_bn.cu): they are per-channel or
+// elementwise and cost one pass at most.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cudnn.h>
+
+#include "core/memory.h"
+#include "model/conv.h"
+
+enum class FusedPattern { ConvStats, SbrConvStats, SbrWgrad, DgradDreluDbn };
+const char* fused_pattern_name(FusedPattern p);
+
+struct FusedOptions {
+  DType io = DType::F16;      // activations and filters
+  Layout layout = Layout::NHWC;
+  bool deterministic = false; // refuse engines cuDNN marks non-deterministic
+  size_t workspace_limit = size_t(1) << 30;
+  bool measure = false;       // time the heuristics' first acceptable engines and keep the fastest
+};
+
+// The pointers of one call, by role; a pattern reads the ones it has (see the table above).
+struct FusedArgs {
+  const void* x = nullptr;       // conv input (forward, wgrad) or the BN input (dgrad: the x of bn(x))
+  const void* w = nullptr;       // filter
+  void* y = nullptr;             // conv output (forward)
+  const void* dy = nullptr;      // gradient of the conv output (wgrad, dgrad)
+  void* dw = nullptr;            // filter gradient (wgrad)
+  const void* scale = nullptr;   // per-channel s, b of the prologue, in scale_type()
+  const void* bias = nullptr;
+  float* sum = nullptr;          // per-channel statistics of y (forward), fp32
+  float* sqsum = nullptr;
+  const float* mean = nullptr;   // dgrad: the BN's batch mean, 1/std, gamma, beta
+  const float* invstd = nullptr;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  void* g = nullptr;             // dgrad: the gradient after the ReLU, written (io type)
+  float* dgamma = nullptr;       // dgrad: gamma and beta gradients, fp32, overwritten
+  float* dbeta = nullptr;
+  float* eq_dy = nullptr;        // dgrad: dx = eq_dy * g + eq_x * x + eq_b, fp32 per channel
+  float* eq_x = nullptr;
+  float* eq_b = nullptr;
+};
+
+// Whether a conv runs a pattern fused: cuDNN accepted it, and where both ways were measured
+// (autotuning), the fused kernel costs no more than the plain conv plus the passes of our BN kernels
+// that fusing saves. Times of -1 were not measured.
+struct PatternCost {
+  bool accepted;
+  float fused_ms;
+  float unfused_ms;
+};
+bool run_fused(const PatternCost& c);
+constexpr const char* kSlowerThanUnfused = "measured slower than the plain conv with our BN kernels";
+
+// What trying the patterns for a whole network found, for the start-up report: a pattern that
+// cuDNN refused or that measured slower is "not fused", with the reason.
+struct FusionRefusal {
+  std::string layer;   // "layer1.0.conv2"
+  FusedPattern pattern;
+  std::string why;
+};
+struct FusionReport {
+  int tried = 0, fused = 0;
+  int half_coefficients = 0;  // fused patterns whose engines take the BN scale/bias in fp16
+  bool off_for_determinism = false;  // --deterministic: nothing tried (see fusion_report_lines)
+  std::vector<FusionRefusal> refused;
+};
+// The report as lines for people: how many patterns run fused, then one line per distinct refusal
+// (pattern and reason) with the layers it hit.
+std::vector<std::string> fusion_report_lines(const FusionReport& r);
+
+class FusedConv {
+ public:
+  // Builds the pattern for `g` and finalizes an execution plan; on refusal ok() is false.
+  FusedConv(cudnnHandle_t h, FusedPattern p, const ConvGeometry& g, const FusedOptions& o);
+  ~FusedConv();
+  FusedConv(const FusedConv&) = delete;
+  FusedConv& operator=(const FusedConv&) = delete;
+
+  FusedPattern pattern() const { return pattern_; }
+  bool ok() const { return ok_; }
+  const std::string& why() const { return why_; }  // why cuDNN refused it
+  size_t workspace() const { return workspace_; }
+  DType scale_type() const { return scale_type_; }  // of the prologue's s and b
+  bool runtime_compiled() const { return runtime_compiled_; }
+  float ms() const { return ms_; }  // measured time of one run; -1 when not measured
+
+  void run(cudnnHandle_t h, const FusedArgs& a, void* ws, size_t ws_bytes) const;
+
+ private:
+  struct Graph;
+  bool try_build(cudnnHandle_t h, DType scale_type, DType intermediate);
+  std::vector<int64_t> uids() const;
+  // Every tensor the pattern has, in scratch memory filled with non-zero bytes, for measuring.
+  FusedArgs scratch_args(DeviceBuffer& scratch) const;
+  const void* pointer_of(int64_t uid, const FusedArgs& a) const;
+  FusedPattern pattern_;
+  ConvGeometry g_;
+  FusedOptions o_;
+  std::unique_ptr<Graph> graph_;
+  bool ok_ = false, runtime_compiled_ = false;
+  std::string why_;
+  size_t workspace_ = 0;
+  DType scale_type_ = DType::F32;
+  float ms_ = -1;
+};

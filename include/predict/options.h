@@ -1,0 +1,34 @@
+// Command-line options of bin/predict.
+//
+// The data flags (--data, --data-dir, --synthetic-size, --batch) are bin/train's own rows
+// (data/data_flags.h), so both programs read data the same way. parse_predict_options() rejects an
+// unknown flag, a missing or bad value, or flags that contradict each other with a UsageError
+// (exit 2); predict_usage_text() is what --help prints.
+#pragma once
+
+#include <string>
+
+#include "core/types.h"
+#include "data/data_flags.h"
+
+struct PredictOptions : DataOptions {
+  std::string checkpoint;           // a bin/train checkpoint (--save FILE)
+  std::string split = "test";       // test | train
+  std::string out;                  // predictions CSV; "predictions.csv" unless --export
+  int top_k = 5;                    // classes (and probabilities) per row
+  std::string features;             // .npy of the pooled features; "" = none
+  DType features_dtype = DType::F32;
+  bool features_dtype_given = false;  // --features-dtype without --features is an error
+  std::string export_path;          // safetensors of the weights: export instead of predicting
+  int workers = -1;                 // output worker threads; -1 = min(cores - 1, 8)
+  bool deterministic = false;       // cuDNN's heuristics, deterministic algorithms only (as bin/train's)
+  int warmup_batches = 5;           // batches before the timed (and profiled) window
+  std::string trace;                // Chrome trace of the window through CUPTI
+  bool json = false;                // one JSON line at the end
+  bool help = false;
+};
+
+PredictOptions parse_predict_options(int argc, const char* const* argv);
+std::string predict_usage_text();
+// Where the confusion-matrix PNG goes: beside the CSV, "predictions.csv" -> "predictions.confusion.png".
+std::string confusion_png_path(const std::string& csv_path);

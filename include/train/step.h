@@ -1,0 +1,36 @@
+// The GPU work of one training step: forward, loss, backward, optimizer step and loss-scale update.
+//
+// One function enqueues it all on the network's stream. The eager step calls it and the graph step
+// captures it (step_graph.h), so both run the same kernels with the same arguments; what changes
+// from step to step is read from device memory (StepTargets), never baked into the arguments.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels.h"
+#include "model/resnet50.h"
+#include "pipeline/loader.h"
+#include "train/step_graph.h"
+
+// Where the step's results and its varying inputs live, all in device memory.
+struct StepTargets {
+  LossTotals* totals;        // the epoch's training totals (loss, accuracy, first bad step)
+  ScalerState* scaler;       // the loss scaler: its scale multiplies the loss gradient
+  const StepParams* params;  // this step's learning rate, index and loss-history slot
+  float* loss_history;       // one loss per step of the epoch (--loss-log)
+};
+
+// The optimizer's constants for the whole run.
+struct SgdSettings {
+  float momentum;
+  float weight_decay;
+  bool nesterov;
+  bool dynamic_loss_scale;   // fp16: an overflow skips the step and halves the scale
+  int loss_scale_window;     // good steps before the scale doubles
+};
+
+// Enqueues one training step on `stream` (the network's), inside the NVTX ranges "forward",
+// "backward" and "optimizer step"; `batch` is where the batch already is, or will be when the
+// enqueued work reaches it.
+void enqueue_train_step(ResNet50& net, const DeviceBatch& batch, const StepTargets& targets, const SgdSettings& sgd,
+                        cudaStream_t stream);

@@ -1,0 +1,311 @@
+// ResNet-50's bottleneck blocks with batch norm fused into the convolutions (OPT_FUSED_BN), as
+// NVIDIA's MLPerf ResNet-50 does it (../shared/design.md, "Fusion and graphs"):
+//   forward   conv1 and the shortcut conv emit their output's BN statistics (ConvStats); conv2 and
+//             conv3 apply the previous BN's scale/bias + ReLU while reading their input and emit
+//             their own statistics (SbrConvStats); a per-channel finalize turns sums into scale/bias;
+//             one of our kernels applies both branches' BN + add + ReLU at the join. y1 and y2, the
+//             inner BN outputs, are never stored.
+//   backward  the join's BN backward is ours; conv3 and conv2 take their weight gradient from the
+//             BN output recomputed as they read (SbrWgrad) and their data gradient with the ReLU and
+//             BN backward weights in its epilogue (DgradDreluDbn), after which one elementwise pass
+//             of ours applies dx = eq_dy * g + eq_x * x + eq_b.
+// A pattern cuDNN refused for a conv runs as the plain conv and our BN kernels instead (unfused,
+// as src/model/resnet50.cpp runs every block), storing y1/y2 where that needs them.
+#include <algorithm>
+#include <initializer_list>
+#include <map>
+#include <tuple>
+
+#include "core/check.h"
+#include "model/resnet50.h"
+#include "model/resnet50_parts.h"
+
+namespace {
+
+bool usable(const std::shared_ptr<FusedConv>& f) { return f && f->ok(); }
+
+// The prologue's scale and bias: bn's coefficients in the type the pattern's engine takes.
+template <class Bn>
+void set_prologue(FusedArgs& a, const FusedConv& f, const Bn& bn) {
+  const bool half = f.scale_type() == DType::F16;
+  a.scale = half ? bn.scale_h : bn.st.scale;
+  a.bias = half ? bn.shift_h : bn.st.shift;
+}
+
+// What the fallbacks of a block need stored: relu(bn1(a1)) when conv2 cannot read it fused, and
+// likewise relu(bn2(a2)) for conv3.
+bool needs_stored_input(const std::shared_ptr<FusedConv>& fwd, const std::shared_ptr<FusedConv>& wgrad) {
+  return !usable(fwd) || !usable(wgrad);
+}
+
+}  // namespace
+
+// The time of one pass of our BN kernels at a shape, measured on scratch memory: what a fused
+// pattern saves (or, for the data gradient, what it adds). -1 when not measuring.
+namespace {
+enum class BnPass { Apply, Stats, Backward, DxApply };
+
+float total_ms(std::initializer_list<float> parts) {
+  float t = 0;
+  for (float p : parts) {
+    if (p < 0) return -1;
+    t += p;
+  }
+  return t;
+}
+}  // namespace
+
+// Tries every pattern each conv needs (one FusedConv per pattern and shape, shared by the convs of
+// that shape) and keeps it where cuDNN accepts it and, when autotuning, where it measures no slower
+// than the plain conv with the BN passes it saves; then gives each BN its fused state and each
+// block the buffers its unfused convs need. Returns the largest workspace a fused plan needs.
+size_t ResNet50::build_fusion() {
+  const bool measure = cfg_.conv.policy == AlgoPolicy::Autotune;
+  const FusedOptions o{cfg_.dtype, cfg_.layout, cfg_.conv.deterministic, cfg_.conv.workspace_limit, measure};
+  const DType t = cfg_.dtype;
+  const Layout l = cfg_.layout;
+  const size_t es = dtype_size(t);
+
+  // Scratch for timing our BN passes: two activations of the largest shape and one BN's vectors.
+  size_t largest = 0;
+  for (const auto& b : blocks_) largest = std::max({largest, b->mid1.count(), b->mid2.count(), b->out.count()});
+  DeviceBuffer tx, ty, tv;
+  BnChannelState tbn{};
+  if (measure) {
+    tx = DeviceBuffer(largest * es, "fusion timing");
+    ty = DeviceBuffer(largest * es, "fusion timing");
+    tv = DeviceBuffer(9 * 2048 * sizeof(float), "fusion timing");
+    for (DeviceBuffer* d : {&tx, &ty, &tv}) CUDA_CHECK(cudaMemset(d->get(), 0x3C, d->bytes()));
+    float* v = tv.as<float>();
+    tbn = {v, v + 2048, v + 2 * 2048, v + 3 * 2048, v + 4 * 2048, v + 5 * 2048, v + 6 * 2048, v + 7 * 2048, v + 8 * 2048};
+  }
+  std::map<std::pair<BnPass, size_t>, float> pass_ms;
+  auto pass = [&](BnPass p, Shape4 s) -> float {
+    if (!measure) return -1;
+    float& ms = pass_ms[{p, s.count() * 65536 + s.c}];
+    if (ms > 0) return ms;
+    ms = fastest_ms(ctx_.stream, 3, [&] {
+      switch (p) {
+        case BnPass::Apply:
+          bn_apply({tx.get(), tbn.scale, tbn.shift, Residual::None, nullptr, nullptr, nullptr, true, ty.get()}, s, t, l,
+                   ctx_.stream);
+          break;
+        case BnPass::Stats: bn_forward_train_stats(tx.get(), s, t, l, tbn, bn_scratch_.as<float>(), ctx_.stream); break;
+        case BnPass::Backward: {
+          BnBackwardArgs a{};
+          a.dy = tx.get();
+          a.relu = ReluMask::FromInput;
+          a.x = tx.get();
+          a.bn = &tbn;
+          a.dgamma = tbn.save_mean;
+          a.dbeta = tbn.save_invstd;
+          a.dx = ty.get();
+          bn_backward(a, s, t, l, bn_scratch_.as<float>(), ctx_.stream);
+          break;
+        }
+        case BnPass::DxApply:
+          bn_apply({tx.get(), tbn.scale, tbn.shift, Residual::BatchNorm, tx.get(), tbn.scale, tbn.shift, false, ty.get()},
+                   s, t, l, ctx_.stream);
+          break;
+      }
+    });
+    return ms;
+  };
+
+  std::map<std::string, std::shared_ptr<FusedConv>> made;
+  size_t ws = 0;
+  auto fuse = [&](ConvUnit& u, FusedPattern p, float unfused_ms) -> std::shared_ptr<FusedConv> {
+    std::shared_ptr<FusedConv>& f = made[std::to_string(int(p)) + ":" + u.conv->geometry().key()];
+    if (!f) f = std::make_shared<FusedConv>(ctx_.cudnn, p, u.conv->geometry(), o);
+    ++fusion_report_.tried;
+    if (!f->ok()) {
+      fusion_report_.refused.push_back({u.name, p, f->why()});
+      return nullptr;
+    }
+    if (!run_fused({true, f->ms(), unfused_ms})) {
+      fusion_report_.refused.push_back({u.name, p, kSlowerThanUnfused});
+      return nullptr;
+    }
+    ++fusion_report_.fused;
+    const bool has_scale = p == FusedPattern::SbrConvStats || p == FusedPattern::SbrWgrad;
+    fusion_report_.half_coefficients += has_scale && f->scale_type() == DType::F16;
+    ws = std::max(ws, f->workspace());
+    return f;
+  };
+  for (auto& b : blocks_) {
+    const ConvAlgos& a1 = b->c1.conv->algorithms();
+    b->c1.fused_fwd = fuse(b->c1, FusedPattern::ConvStats, total_ms({a1.fwd.ms, pass(BnPass::Stats, b->mid1)}));
+    for (auto [u, in, out] : {std::tuple{&b->c2, b->mid1, b->mid2}, std::tuple{&b->c3, b->mid2, b->out}}) {
+      const ConvAlgos& a = u->conv->algorithms();
+      u->fused_fwd = fuse(*u, FusedPattern::SbrConvStats,
+                          total_ms({pass(BnPass::Apply, in), a.fwd.ms, pass(BnPass::Stats, out)}));
+      // Unfused, the weight gradient reads relu(bn(x)): stored by an unfused forward, else recomputed.
+      u->fused_wgrad = fuse(*u, FusedPattern::SbrWgrad,
+                            total_ms({a.bwd_filter.ms, u->fused_fwd ? pass(BnPass::Apply, in) : 0.f}));
+      // Fused, the data gradient still needs our dx pass: it saves the BN backward's other pass.
+      const float unfused = total_ms({a.bwd_data.ms, pass(BnPass::Backward, in)});
+      const float dx = pass(BnPass::DxApply, in);
+      u->fused_dgrad = fuse(*u, FusedPattern::DgradDreluDbn, unfused < 0 || dx < 0 ? -1 : unfused - dx);
+    }
+    if (b->down) {
+      const ConvAlgos& a = b->down->conv->algorithms();
+      b->down->fused_fwd = fuse(*b->down, FusedPattern::ConvStats, total_ms({a.fwd.ms, pass(BnPass::Stats, b->out)}));
+    }
+  }
+
+  // Per BN of the blocks: sum and sum of squares (fp32), and scale/shift in fp16 (C halves each).
+  size_t floats = 0, widest = 0;
+  for (auto& b : blocks_)
+    for (Bn* bn : {&b->b1, &b->b2, &b->b3, b->bdown ? &*b->bdown : nullptr})
+      if (bn) floats += 3 * size_t(bn->channels), widest = std::max(widest, size_t(bn->channels));
+  fused_state_ = DeviceBuffer(floats * sizeof(float), "fused BN statistics");
+  zeros_ = DeviceBuffer(widest * sizeof(float), "fused BN zero vector");
+  CUDA_CHECK(cudaMemset(zeros_.get(), 0, zeros_.bytes()));
+  float* next = fused_state_.as<float>();
+  const std::string batch = " (batch " + std::to_string(cfg_.batch) + ")";
+  for (auto& b : blocks_) {
+    for (Bn* bn : {&b->b1, &b->b2, &b->b3, b->bdown ? &*b->bdown : nullptr}) {
+      if (!bn) continue;
+      const int C = bn->channels;
+      bn->sum = next;
+      bn->sqsum = next + C;
+      bn->scale_h = next + 2 * C;                                         // C halves
+      bn->shift_h = reinterpret_cast<uint16_t*>(next + 2 * C) + C;        // the next C halves
+      next += 3 * C;
+    }
+    for (auto [u, bn] : {std::pair{&b->c2, &b->b1}, std::pair{&b->c3, &b->b2}})
+      for (const auto& f : {u->fused_fwd, u->fused_wgrad})
+        bn->wants_half |= usable(f) && f->scale_type() == DType::F16;
+    if (needs_stored_input(b->c2.fused_fwd, b->c2.fused_wgrad))
+      b->y1 = DeviceBuffer(b->mid1.count() * es, "activations for an unfused conv" + batch);
+    if (needs_stored_input(b->c3.fused_fwd, b->c3.fused_wgrad))
+      b->y2 = DeviceBuffer(b->mid2.count() * es, "activations for an unfused conv" + batch);
+  }
+  return ws;
+}
+
+// y = conv(x) or conv(relu(bn_prev(x))), then `bn`'s coefficients from y's statistics (training)
+// or its running statistics (evaluation). `stored` receives relu(bn_prev(x)) when the conv cannot
+// read it fused.
+void ResNet50::fused_conv_stats(ConvUnit& c, const void* x, void* y, Bn& bn, Shape4 s, bool train, const Bn* prologue,
+                                void* stored, Shape4 s_prev) {
+  const cudaStream_t stream = ctx_.stream;
+  if (usable(c.fused_fwd)) {
+    FusedArgs a;
+    a.x = x;
+    a.w = params_.working(c.weight);
+    a.y = y;
+    a.sum = bn.sum;
+    a.sqsum = bn.sqsum;
+    if (prologue) set_prologue(a, *c.fused_fwd, *prologue);
+    c.fused_fwd->run(ctx_.cudnn, a, workspace_.get(), workspace_.bytes());
+    if (train) {
+      bn_finalize_sums(bn.sum, bn.sqsum, s.per_channel(), bn.st, bn.channels, bn.wants_half ? bn.scale_h : nullptr,
+                       bn.shift_h, stream);
+      return;  // the fp16 copies are written with the rest
+    }
+    bn_forward_eval_coefs(bn.st, bn.channels, stream);
+  } else {
+    const void* in = x;
+    if (prologue) {
+      bn_apply({x, prologue->st.scale, prologue->st.shift, Residual::None, nullptr, nullptr, nullptr, true, stored},
+               s_prev, cfg_.dtype, cfg_.layout, stream);
+      in = stored;
+    }
+    conv_forward(c, in, y);
+    bn_forward(bn, y, s, train);
+  }
+  if (bn.wants_half) {  // the next conv's prologue reads them in fp16
+    cast_f32_to_f16(bn.st.scale, bn.scale_h, bn.channels, stream);
+    cast_f32_to_f16(bn.st.shift, bn.shift_h, bn.channels, stream);
+  }
+}
+
+void ResNet50::fused_block_forward(Block& b, const void* in, bool train) {
+  fused_conv_stats(b.c1, in, b.a1.get(), b.b1, b.mid1, train, nullptr, nullptr, {});
+  fused_conv_stats(b.c2, b.a1.get(), b.a2.get(), b.b2, b.mid2, train, &b.b1, b.y1.get(), b.mid1);
+  fused_conv_stats(b.c3, b.a2.get(), b.a3.get(), b.b3, b.out, train, &b.b2, b.y2.get(), b.mid2);
+  if (b.down) {  // out = relu(bn3(a3) + bn_down(conv_down(in))), the shortcut's BN output never stored
+    fused_conv_stats(*b.down, in, b.ad.get(), *b.bdown, b.out, train, nullptr, nullptr, {});
+    bn_apply({b.a3.get(), b.b3.st.scale, b.b3.st.shift, Residual::BatchNorm, b.ad.get(), b.bdown->st.scale,
+              b.bdown->st.shift, true, b.out_buf.get()},
+             b.out, cfg_.dtype, cfg_.layout, ctx_.stream);
+  } else {
+    bn_apply({b.a3.get(), b.b3.st.scale, b.b3.st.shift, Residual::Tensor, in, nullptr, nullptr, true, b.out_buf.get()},
+             b.out, cfg_.dtype, cfg_.layout, ctx_.stream);
+  }
+}
+
+// The backward of conv c whose input was relu(bn(x)): its weight gradient, and dx, the gradient of
+// bn's input x, from dy. `stored` is where relu(bn(x)) is (or is recomputed) when a pattern was refused.
+void ResNet50::fused_inner_backward(ConvUnit& c, const void* x, Bn& bn, void* stored, Shape4 s_in, void* dy,
+                                    void* dx) {
+  const DType t = cfg_.dtype;
+  const Layout l = cfg_.layout;
+  const cudaStream_t stream = ctx_.stream;
+  void* ws = workspace_.get();
+  const size_t wsb = workspace_.bytes();
+  if (usable(c.fused_wgrad)) {
+    FusedArgs a;
+    a.x = x;
+    set_prologue(a, *c.fused_wgrad, bn);
+    a.dy = dy;
+    a.dw = params_.weight_grad(c.weight);
+    c.fused_wgrad->run(ctx_.cudnn, a, ws, wsb);
+  } else {
+    if (usable(c.fused_fwd))  // the forward read relu(bn(x)) fused: recompute it
+      bn_apply({x, bn.st.scale, bn.st.shift, Residual::None, nullptr, nullptr, nullptr, true, stored}, s_in, t, l,
+               stream);
+    c.conv->backward_filter(ctx_.cudnn, stored, dy, params_.weight_grad(c.weight), ws, wsb);
+  }
+  float* coef = bn.st.bwd_coef;  // dx = coef[c] * g + coef[C + c] * x + coef[2C + c]
+  const int C = bn.channels;
+  if (usable(c.fused_dgrad)) {
+    FusedArgs a;
+    a.dy = dy;
+    a.w = params_.working(c.weight);
+    a.x = x;
+    a.mean = bn.st.save_mean;
+    a.invstd = bn.st.save_invstd;
+    a.gamma = bn.st.gamma;
+    a.beta = bn.st.beta;
+    a.g = dx;
+    a.dgamma = params_.vector_grad(bn.gamma);
+    a.dbeta = params_.vector_grad(bn.beta);
+    a.eq_dy = coef;
+    a.eq_x = coef + C;
+    a.eq_b = coef + 2 * C;
+    c.fused_dgrad->run(ctx_.cudnn, a, ws, wsb);
+    // dx = eq_dy * g + eq_b + eq_x * x: the join kernel with x as the "second BN" and no ReLU, in place.
+    bn_apply({dx, coef, coef + 2 * C, Residual::BatchNorm, x, coef + C, zeros_.as<float>(), false, dx}, s_in, t, l,
+             stream);
+  } else {
+    c.conv->backward_data(ctx_.cudnn, dy, params_.working(c.weight), dx, false, ws, wsb);
+    BnBackwardArgs mid{};
+    mid.dy = dx;
+    mid.relu = ReluMask::FromInput;
+    mid.x = x;
+    mid.bn = &bn.st;
+    mid.dgamma = params_.vector_grad(bn.gamma);
+    mid.dbeta = params_.vector_grad(bn.beta);
+    mid.dx = dx;
+    bn_backward(mid, s_in, t, l, bn_scratch_.as<float>(), stream);
+  }
+}
+
+// Gradient buffers as in block_backward: g[0] between blocks, g[1..3] inside.
+void ResNet50::fused_block_backward(Block& b, const void* in) {
+  void *gA = grad_[0].get(), *gB = grad_[1].get(), *gC = grad_[2].get(), *gD = grad_[3].get();
+  void* ws = workspace_.get();
+  const size_t wsb = workspace_.bytes();
+
+  join_backward(b);  // ours, as unfused
+  fused_inner_backward(b.c3, b.a2.get(), b.b2, b.y2.get(), b.mid2, gB, gD);  // gD: gradient of a2
+  if (b.down) {
+    b.down->conv->backward_filter(ctx_.cudnn, in, gC, params_.weight_grad(b.down->weight), ws, wsb);
+    b.down->conv->backward_data(ctx_.cudnn, gC, params_.working(b.down->weight), gA, false, ws, wsb);
+  }
+  fused_inner_backward(b.c2, b.a1.get(), b.b1, b.y1.get(), b.mid1, gD, gB);  // gB: gradient of a1
+  b.c1.conv->backward_filter(ctx_.cudnn, in, gB, params_.weight_grad(b.c1.weight), ws, wsb);
+  b.c1.conv->backward_data(ctx_.cudnn, gB, params_.working(b.c1.weight), gA, true, ws, wsb);
+}

@@ -1,0 +1,258 @@
+// The fused batch-norm patterns (model/fused_conv.h) against the CPU references in double, fp16
+// NHWC as the fused rung runs them, at the shapes of the network's convs (1x1, 3x3, stride 2):
+// each output against ||gpu - ref|| / ||ref|| <= 1e-2 (fp16), the per-channel sums and BN
+// gradients too. A pattern cuDNN refuses on this GPU skips its test with cuDNN's reason (the
+// network then runs that conv unfused, which test_layers_gpu.cpp covers); the finalize kernel and
+// the report are checked on their own. Without a GPU every test but the report skips.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "core/handles.h"
+#include "kernels.h"
+#include "model/fused_conv.h"
+#include "support/bn_data.h"
+#include "support/gpu_test_util.h"
+
+namespace {
+
+using namespace gpu_test;
+using ref::Vec;
+
+constexpr double kTol = kTolF16;
+const Layout kL = Layout::NHWC;
+
+GpuContext& ctx() {
+  static GpuContext* c = new GpuContext;
+  return *c;
+}
+
+struct Case {
+  const char* name;
+  ConvGeometry g;
+};
+const Case kCases[] = {{"3x3", {8, 64, 8, 8, 64, 3, 1, 1}},
+                       {"1x1_expand", {8, 64, 8, 8, 256, 1, 1, 0}},
+                       {"1x1_reduce", {8, 256, 8, 8, 64, 1, 1, 0}},
+                       {"3x3_stride2", {8, 128, 8, 8, 128, 3, 2, 1}}};
+
+// The fp16 values the GPU holds, in NCHW, and the device copy in NHWC.
+struct Act {
+  Vec v;
+  DeviceTensor d;
+  Act(Vec nchw, const ref::Dims& dims) : v(quantize(DType::F16, std::move(nchw))), d(upload_activation(v, dims, DType::F16, kL)) {}
+};
+
+std::unique_ptr<FusedConv> build_or_skip(FusedPattern p, const ConvGeometry& g, std::string& skip) {
+  auto f = std::make_unique<FusedConv>(ctx().cudnn, p, g, FusedOptions{});
+  if (!f->ok()) skip = std::string("cuDNN refused ") + fused_pattern_name(p) + " for " + g.key() + ": " + f->why();
+  return f;
+}
+
+#define BUILD_OR_SKIP(var, pattern, g)                  \
+  std::string skip_;                                    \
+  auto var = build_or_skip(pattern, g, skip_);          \
+  if (!skip_.empty()) GTEST_SKIP() << skip_
+
+class FusedGpu : public testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override { SKIP_WITHOUT_GPU("cuDNN's fused patterns"); }
+  DeviceTensor workspace(const FusedConv& f) { return DeviceTensor(f.workspace() + 16, DType::F32, "workspace"); }
+};
+
+// y = conv(x) or conv(relu(x * s + b)), and the channel sums of y, against the reference.
+void check_conv_stats(const FusedConv& f, const ConvGeometry& g, DeviceTensor& ws) {
+  const bool prologue = f.pattern() == FusedPattern::SbrConvStats;
+  auto rng = test_rng();
+  const ref::ConvDims cd = conv_dims(g);
+  Act x(random_normal(rng, cd.input().count(), 0.2, 1.0), cd.input());
+  Filter w(rng, g);
+  const DType st = f.scale_type();
+  const Vec s = quantize(st, random_uniform(rng, g.c, 0.5, 1.5)), b = quantize(st, random_normal(rng, g.c, 0.0, 0.5));
+  DeviceTensor ds(s, st), db(b, st), y(cd.output().count(), DType::F16), sum(g.k, DType::F32), sq(g.k, DType::F32);
+  for (DeviceTensor* t : {&y, &sum, &sq}) t->poison();
+  FusedArgs a;
+  a.x = x.d.get();
+  a.w = w.d.get();
+  if (prologue) {
+    a.scale = ds.get();
+    a.bias = db.get();
+  }
+  a.y = y.get();
+  a.sum = sum.f32();
+  a.sqsum = sq.f32();
+  f.run(ctx().cudnn, a, ws.get(), ws.count() * 4);
+  const Vec got = download_activation(y, cd.output(), kL);
+  EXPECT_CLOSE(got, ref::conv2d_forward(cd, prologue ? sbr(cd.input(), x.v, s, b) : x.v, w.v), kTol);
+  Vec s_want, q_want;
+  channel_sums(cd.output(), got, s_want, q_want);  // of the fp16 values written: what the statistics read
+  EXPECT_CLOSE(sum.download(), s_want, kTol);
+  EXPECT_CLOSE(sq.download(), q_want, kTol);
+}
+
+TEST_P(FusedGpu, ConvStatsMatchesConvAndItsChannelSums) {
+  BUILD_OR_SKIP(f, FusedPattern::ConvStats, GetParam().g);
+  DeviceTensor ws = workspace(*f);
+  check_conv_stats(*f, GetParam().g, ws);
+}
+
+TEST_P(FusedGpu, ScaleBiasReluConvStatsAppliesTheBnOnRead) {
+  BUILD_OR_SKIP(f, FusedPattern::SbrConvStats, GetParam().g);
+  DeviceTensor ws = workspace(*f);
+  check_conv_stats(*f, GetParam().g, ws);
+}
+
+TEST_P(FusedGpu, ScaleBiasReluWgradTakesTheGradientOfTheBnOutput) {
+  const ConvGeometry& g = GetParam().g;
+  BUILD_OR_SKIP(f, FusedPattern::SbrWgrad, g);
+  auto rng = test_rng();
+  const ref::ConvDims cd = conv_dims(g);
+  Act x(random_normal(rng, cd.input().count(), 0.2, 1.0), cd.input());
+  Act dy(random_normal(rng, cd.output().count()), cd.output());
+  const DType st = f->scale_type();
+  const Vec s = quantize(st, random_uniform(rng, g.c, 0.5, 1.5)), b = quantize(st, random_normal(rng, g.c, 0.0, 0.5));
+  DeviceTensor ds(s, st), db(b, st), dw(g.filter_count(), DType::F16), ws = workspace(*f);
+  dw.poison();
+  FusedArgs a;
+  a.x = x.d.get();
+  a.scale = ds.get();
+  a.bias = db.get();
+  a.dy = dy.d.get();
+  a.dw = dw.get();
+  f->run(ctx().cudnn, a, ws.get(), ws.count() * 4);
+  const Vec got = ref::krsc_to_kcrs(g.k, g.c, g.r, g.r, dw.download());
+  EXPECT_CLOSE(got, ref::conv2d_backward_filter(cd, sbr(cd.input(), x.v, s, b), dy.v), kTol);
+}
+
+// dgrad, then the ReLU mask of bn(x) and BN backward weights; dx then comes from our apply kernel
+// (the join kernel with x as its second input), as the network runs it.
+TEST_P(FusedGpu, DgradDreluDbnGivesTheBnInputGradient) {
+  const ConvGeometry& g = GetParam().g;
+  BUILD_OR_SKIP(f, FusedPattern::DgradDreluDbn, g);
+  auto rng = test_rng();
+  const ref::ConvDims cd = conv_dims(g);
+  const ref::Dims in = cd.input();
+  Act x(random_normal(rng, in.count(), 0.3, 1.2), in);
+  Act dy(random_normal(rng, cd.output().count()), cd.output());
+  Filter w(rng, g);
+  const Vec gamma = quantize(DType::F32, random_uniform(rng, g.c, 0.5, 1.5));
+  const Vec beta = quantize(DType::F32, random_normal(rng, g.c, 0.0, 0.5));
+  const ref::BnStats st = saved_stats(in, x.v);
+  DeviceTensor mean(st.mean, DType::F32), invstd(st.invstd, DType::F32), dgamma(gamma, DType::F32),
+      dbeta(beta, DType::F32), gout(in.count(), DType::F16), dg(g.c, DType::F32), db(g.c, DType::F32),
+      coef(3 * size_t(g.c), DType::F32), zeros(Vec(g.c, 0.0), DType::F32), ws = workspace(*f);
+  for (DeviceTensor* t : {&gout, &dg, &db, &coef}) t->poison();
+  FusedArgs a;
+  a.dy = dy.d.get();
+  a.w = w.d.get();
+  a.x = x.d.get();
+  a.mean = mean.f32();
+  a.invstd = invstd.f32();
+  a.gamma = dgamma.f32();
+  a.beta = dbeta.f32();
+  a.g = gout.get();
+  a.dgamma = dg.f32();
+  a.dbeta = db.f32();
+  a.eq_dy = coef.f32();
+  a.eq_x = coef.f32() + g.c;
+  a.eq_b = coef.f32() + 2 * g.c;
+  f->run(ctx().cudnn, a, ws.get(), ws.count() * 4);
+
+  // The reference: the BN output's ReLU mask applied to the conv's data gradient, then BN backward.
+  const Vec bn_out = ref::bn_affine(in, x.v, ref::bn_train_coefs(st, gamma, beta));
+  const Vec g_want = ref::relu_backward(ref::conv2d_backward_data(cd, dy.v, w.v), bn_out);
+  const Vec g_got = download_activation(gout, in, kL);
+  EXPECT_CLOSE(g_got, g_want, kTol);
+  const ref::BnGrads want = ref::bn_backward(in, g_got, x.v, gamma, st);  // from the g written
+  EXPECT_CLOSE(dg.download(), want.dgamma, kTol);
+  EXPECT_CLOSE(db.download(), want.dbeta, kTol);
+  const Shape4 s{in.n, in.c, in.h, in.w};
+  float* k = coef.f32();
+  bn_apply({gout.get(), k, k + 2 * g.c, Residual::BatchNorm, x.d.get(), k + g.c, zeros.f32(), false, gout.get()}, s,
+           DType::F16, kL, ctx().stream);
+  EXPECT_CLOSE(download_activation(gout, in, kL), want.dx, kTol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FusedGpu, testing::ValuesIn(kCases),
+                         [](const testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+// Statistics from sums (a fused conv's) give the batch mean, 1/std, scale, shift and running
+// statistics of the unfused path.
+TEST(FusedBnFinalize, SumsGiveTheBatchStatisticsAndRunningUpdate) {
+  SKIP_WITHOUT_GPU("the finalize kernel");
+  auto rng = test_rng();
+  const ref::Dims d{16, 64, 4, 4};
+  const Vec x = random_normal(rng, d.count(), 1.5, 2.0);
+  Vec sum, sq;
+  channel_sums(d, x, sum, sq);
+  const Vec gamma = quantize(DType::F32, random_uniform(rng, d.c, 0.5, 1.5));
+  const Vec beta = quantize(DType::F32, random_normal(rng, d.c, 0.0, 0.5));
+  Vec run_mean = quantize(DType::F32, random_normal(rng, d.c, 0.0, 0.5));
+  Vec run_var = quantize(DType::F32, random_uniform(rng, d.c, 0.5, 2.0));
+  DeviceTensor dsum(sum, DType::F32), dsq(sq, DType::F32), dgamma(gamma, DType::F32), dbeta(beta, DType::F32),
+      rm(run_mean, DType::F32), rv(run_var, DType::F32), mean(d.c, DType::F32), invstd(d.c, DType::F32),
+      scale(d.c, DType::F32), shift(d.c, DType::F32), coef(3 * size_t(d.c), DType::F32);
+  for (DeviceTensor* t : {&mean, &invstd, &scale, &shift}) t->poison();
+  const BnChannelState bn{dgamma.f32(), dbeta.f32(), rm.f32(), rv.f32(), mean.f32(), invstd.f32(),
+                          scale.f32(), shift.f32(), coef.f32()};
+  DeviceTensor scale_h(d.c, DType::F16), shift_h(d.c, DType::F16);
+  bn_finalize_sums(dsum.f32(), dsq.f32(), d.per_channel(), bn, d.c, scale_h.get(), shift_h.get(), ctx().stream);
+  const ref::BnStats st = ref::bn_batch_stats(d, x, double(kBnEps));
+  const ref::BnCoefs k = ref::bn_train_coefs(st, gamma, beta);
+  ref::bn_update_running(st, d.per_channel(), double(kBnMomentum), run_mean, run_var);
+  EXPECT_CLOSE(mean.download(), st.mean, 1e-5);
+  EXPECT_CLOSE(invstd.download(), st.invstd, 1e-4);
+  EXPECT_CLOSE(scale.download(), k.scale, 1e-4);
+  EXPECT_CLOSE(shift.download(), k.shift, 1e-4);
+  EXPECT_EQ(scale_h.download(), quantize(DType::F16, scale.download())) << "the fp16 copy of scale";
+  EXPECT_EQ(shift_h.download(), quantize(DType::F16, shift.download())) << "the fp16 copy of shift";
+  EXPECT_CLOSE(rm.download(), run_mean, 1e-5);
+  EXPECT_CLOSE(rv.download(), run_var, 1e-4);
+}
+
+// ---- the start-up report (CPU) ------------------------------------------------------------------
+TEST(FusionReport, CountsAndGroupsRefusalsByPatternAndReason) {
+  FusionReport r;
+  r.tried = 10;
+  r.fused = 6;
+  const std::string busy = "its engines need more workspace than --workspace-mb";
+  r.refused = {{"layer1.0.conv2", FusedPattern::SbrWgrad, busy},
+               {"layer2.0.conv2", FusedPattern::DgradDreluDbn, "cuDNN has no engine for it on this GPU"},
+               {"layer1.1.conv2", FusedPattern::SbrWgrad, busy},
+               {"layer1.2.conv2", FusedPattern::SbrWgrad, busy},
+               {"layer3.0.conv2", FusedPattern::SbrWgrad, busy}};
+  const std::vector<std::string> lines = fusion_report_lines(r);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "fused batch norm: 6 of 10 conv patterns run fused through cuDNN; the rest run as the "
+                      "plain conv and our BN kernels:");
+  EXPECT_EQ(lines[1], "  scale-bias-ReLU + weight gradient not fused for 4 convs (layer1.0.conv2, layer1.1.conv2, "
+                      "layer1.2.conv2, ...): " + busy);
+  EXPECT_EQ(lines[2], "  data gradient + ReLU backward + BN backward weights not fused for 1 conv (layer2.0.conv2): "
+                      "cuDNN has no engine for it on this GPU");
+  r.refused.clear();
+  r.fused = 10;
+  r.half_coefficients = 3;
+  EXPECT_EQ(fusion_report_lines(r), std::vector<std::string>{"fused batch norm: 10 of 10 conv patterns run fused "
+                                                             "through cuDNN (3 read the BN scale/bias in fp16)"});
+}
+
+TEST(FusionReport, SaysFusionIsOffUnderDeterministic) {
+  FusionReport r;
+  r.off_for_determinism = true;
+  const std::vector<std::string> lines = fusion_report_lines(r);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("off under --deterministic"), std::string::npos) << lines[0];
+}
+
+TEST(FusionChoice, FusedWhenAcceptedAndNotMeasuredSlower) {
+  EXPECT_FALSE(run_fused({false, -1, -1})) << "refused by cuDNN";
+  EXPECT_FALSE(run_fused({false, 0.1f, 0.5f})) << "refused, whatever was measured";
+  EXPECT_TRUE(run_fused({true, -1, -1})) << "not measured (heuristics): fused saves memory passes";
+  EXPECT_TRUE(run_fused({true, 0.2f, -1})) << "only one side measured";
+  EXPECT_TRUE(run_fused({true, 0.2f, 0.25f}));
+  EXPECT_TRUE(run_fused({true, 0.2f, 0.2f})) << "a tie goes to fusion: less memory";
+  EXPECT_FALSE(run_fused({true, 0.3f, 0.25f})) << "measured slower";
+}
+
+}  // namespace

@@ -1,0 +1,268 @@
+// bin/predict's pieces on the GPU, against the trainer's (each test skips, with its reason, without a
+// GPU): the network built for inference has the tensors ResNet50::tensor_layout() describes and no
+// training state; a model restored from a checkpoint predicts exactly what the trainer's evaluation
+// counts as correct, also with its filters converted to the other layout; the features are the pooled
+// activations the classifier reads (they reproduce its logits); and every rung of the egress ladder
+// delivers, in batch order, the very bytes a synchronous copy after each batch reads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/errors.h"
+#include "pipeline/egress_copy.h"
+#include "predict/outputs.h"
+#include "predict/weights.h"
+#include "support/gpu_test_util.h"
+#include "train/checkpointing.h"
+
+namespace {
+
+constexpr int kBatch = 32, kBatches = 5, kClasses = 10;
+constexpr size_t kImage = 3 * 32 * 32;
+
+NetConfig config(Layout layout, bool inference) {
+  NetConfig cfg;
+  cfg.batch = kBatch;
+  cfg.dtype = DType::F32;
+  cfg.layout = layout;
+  cfg.tf32 = false;  // full fp32: the comparisons below are exact or within 1e-4
+  cfg.conv = {AlgoPolicy::Heuristic, true, size_t(256) << 20};
+  cfg.conv_api = ConvApi::Legacy;
+  cfg.classes = kClasses;
+  cfg.inference = inference;
+  return cfg;
+}
+
+// Random images (NCHW, and the same in NHWC) and labels, kBatches batches resident on the GPU.
+struct Batches {
+  std::vector<DeviceBuffer> nchw, nhwc, labels;
+  Dataset data;  // the labels again, for process_batch
+  Batches() {
+    std::mt19937 rng(11);
+    std::normal_distribution<float> pixel(0.f, 1.f);
+    data.count = kBatch * kBatches;
+    for (int k = 0; k < kBatches; ++k) {
+      std::vector<float> x(kBatch * kImage), y(x.size());
+      for (float& v : x) v = pixel(rng);
+      for (int n = 0; n < kBatch; ++n)
+        for (size_t c = 0; c < 3; ++c)
+          for (size_t p = 0; p < 1024; ++p) y[n * kImage + p * 3 + c] = x[n * kImage + c * 1024 + p];
+      std::vector<int32_t> l(kBatch);
+      for (int32_t& v : l) {
+        v = static_cast<int32_t>(rng() % kClasses);
+        data.labels.push_back(static_cast<uint8_t>(v));
+      }
+      nchw.emplace_back(x.size() * 4, "test images");
+      nhwc.emplace_back(y.size() * 4, "test images");
+      labels.emplace_back(l.size() * 4, "test labels");
+      CUDA_CHECK(cudaMemcpy(nchw.back().get(), x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(nhwc.back().get(), y.data(), y.size() * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(labels.back().get(), l.data(), l.size() * 4, cudaMemcpyHostToDevice));
+    }
+  }
+  const void* images(Layout l, int k) const { return (l == Layout::NCHW ? nchw : nhwc)[k].get(); }
+};
+
+template <class T>
+std::vector<T> download(const void* p, size_t count) {
+  std::vector<T> v(count);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaMemcpy(v.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+class PredictGpu : public testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU("bin/predict's network and egress");
+    ctx_ = std::make_unique<GpuContext>();
+    cache_ = std::make_unique<AutotuneCache>("", "predict-test");
+    batches_ = std::make_unique<Batches>();
+  }
+
+  std::unique_ptr<ResNet50> net(Layout l, bool inference) {
+    return std::make_unique<ResNet50>(config(l, inference), *ctx_, *cache_);
+  }
+
+  // A trained-looking model: initialised, with BN running statistics moved by a few training
+  // forwards, captured as bin/train would save it.
+  Checkpoint trained_checkpoint(ResNet50& a) {
+    a.init_params(5);
+    for (int k = 0; k < kBatches; ++k) a.forward(batches_->images(Layout::NCHW, k), true);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CheckpointMeta m;
+    m.layout = "NCHW";
+    return capture_checkpoint(a, m);
+  }
+
+  // Images of batch k that process_batch counts as correct, from the network's logits.
+  long correct_from_logits(const ResNet50& n, int k, const std::vector<float>& bias) {
+    OutputFormat f;
+    f.batch = kBatch;
+    f.classes = kClasses;
+    f.bias = bias;
+    f.class_names.assign(kClasses, "c");
+    std::vector<uint32_t> images(kBatch);
+    for (int r = 0; r < kBatch; ++r) images[r] = static_cast<uint32_t>(k * kBatch + r);
+    const std::vector<float> logits = download<float>(n.logits(), size_t(kBatch) * kClasses);
+    const BatchResult b = process_batch(f, batches_->data, images.data(), kBatch, logits.data());
+    long correct = 0;
+    for (int c = 0; c < kClasses; ++c) correct += b.confusion[c * kClasses + c];
+    return correct;
+  }
+
+  std::unique_ptr<GpuContext> ctx_;
+  std::unique_ptr<AutotuneCache> cache_;
+  std::unique_ptr<Batches> batches_;
+};
+
+std::vector<float> fc_bias(const Checkpoint& c) {
+  const ParamTensor& b = ResNet50::tensor_layout(kClasses).params.back();
+  return std::vector<float>(c.master.begin() + b.offset, c.master.begin() + b.offset + b.count);
+}
+
+TEST_F(PredictGpu, NetworkHasTheTensorLayout) {
+  const std::unique_ptr<ResNet50> n = net(Layout::NCHW, false);
+  const TensorLayout l = ResNet50::tensor_layout(kClasses);
+  const std::vector<ParamTensor>& got = n->params().tensors();
+  ASSERT_EQ(got.size(), l.params.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].name, l.params[i].name);
+    EXPECT_EQ(got[i].shape, l.params[i].shape) << got[i].name;
+    EXPECT_EQ(got[i].kind, l.params[i].kind) << got[i].name;
+    EXPECT_EQ(got[i].offset, l.params[i].offset) << got[i].name;
+  }
+  std::vector<std::string> running;
+  size_t count = 0;
+  for (const auto& [name, channels] : l.bns) {
+    running.push_back(name + ".running_mean");
+    running.push_back(name + ".running_var");
+    count += 2 * size_t(channels);
+  }
+  EXPECT_EQ(n->running_stats_names(), running);
+  EXPECT_EQ(n->running_stats_count(), count);
+}
+
+TEST_F(PredictGpu, InferenceNetworkKeepsNoTrainingState) {
+  size_t free0 = 0, free1 = 0, free2 = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+  std::unique_ptr<ResNet50> inference = net(Layout::NCHW, true);
+  CUDA_CHECK(cudaMemGetInfo(&free1, &total));
+  std::unique_ptr<ResNet50> training = net(Layout::NCHW, false);
+  CUDA_CHECK(cudaMemGetInfo(&free2, &total));
+  EXPECT_LT(free0 - free1, free1 - free2) << "inference must need less memory than training";
+  EXPECT_EQ(inference->params().momentum_all(), nullptr);
+  EXPECT_THROW(inference->params().weight_grad(0), Fatal);
+  EXPECT_THROW(inference->backward(), Fatal);
+  EXPECT_THROW(inference->forward(batches_->images(Layout::NCHW, 0), true), Fatal);
+  inference->init_params(1);  // works without momentum
+  inference->forward(batches_->images(Layout::NCHW, 0), false);
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+TEST_F(PredictGpu, PredictionsCountWhatTheTrainersEvaluationCounts) {
+  std::unique_ptr<ResNet50> a = net(Layout::NCHW, false);
+  const Checkpoint c = trained_checkpoint(*a);
+  // The trainer's evaluation: forward with running statistics, the loss kernel counts correct ones.
+  DeviceBuffer totals(sizeof(LossTotals), "eval totals");
+  CUDA_CHECK(cudaMemset(totals.get(), 0, sizeof(LossTotals)));
+  for (int k = 0; k < kBatches; ++k) {
+    a->forward(batches_->images(Layout::NCHW, k), false);
+    a->loss(batches_->labels[k].as<int32_t>(), totals.as<LossTotals>(), nullptr, nullptr);
+  }
+  const LossTotals eval = download<LossTotals>(totals.get(), 1)[0];
+  ASSERT_EQ(eval.count, unsigned(kBatch * kBatches));
+  // bin/predict's path: a network built for inference, restored without momentum.
+  std::unique_ptr<ResNet50> b = net(Layout::NCHW, true);
+  restore_checkpoint(*b, c, ctx_->stream);
+  long correct = 0;
+  for (int k = 0; k < kBatches; ++k) {
+    b->forward(batches_->images(Layout::NCHW, k), false);
+    correct += correct_from_logits(*b, k, fc_bias(c));
+  }
+  EXPECT_EQ(correct, long(eval.correct));
+  // The same checkpoint in an NHWC build: filters rearranged on the host, logits within fp32 error.
+  Checkpoint nhwc = c;
+  nhwc.master = convert_filters(c.master, ResNet50::tensor_layout(kClasses), Layout::NCHW, Layout::NHWC);
+  std::unique_ptr<ResNet50> h = net(Layout::NHWC, true);
+  restore_checkpoint(*h, nhwc, ctx_->stream);
+  for (int k = 0; k < kBatches; ++k) {
+    b->forward(batches_->images(Layout::NCHW, k), false);
+    h->forward(batches_->images(Layout::NHWC, k), false);
+    const std::vector<float> want = download<float>(b->logits(), size_t(kBatch) * kClasses);
+    const std::vector<float> got = download<float>(h->logits(), size_t(kBatch) * kClasses);
+    EXPECT_CLOSE(ref::Vec(got.begin(), got.end()), ref::Vec(want.begin(), want.end()), 1e-4);
+  }
+}
+
+TEST_F(PredictGpu, FeaturesAreWhatTheClassifierReads) {
+  std::unique_ptr<ResNet50> a = net(Layout::NCHW, false);
+  const Checkpoint c = trained_checkpoint(*a);
+  std::unique_ptr<ResNet50> b = net(Layout::NCHW, true);
+  restore_checkpoint(*b, c, ctx_->stream);
+  b->forward(batches_->images(Layout::NCHW, 2), false);
+  const int F = b->feature_count();
+  ASSERT_EQ(F, 2048);
+  const std::vector<float> feat = download<float>(b->features(), size_t(kBatch) * F);
+  const std::vector<float> logits = download<float>(b->logits(), size_t(kBatch) * kClasses);
+  const ParamTensor& w = ResNet50::tensor_layout(kClasses).params[ResNet50::tensor_layout(kClasses).params.size() - 2];
+  ASSERT_EQ(w.name, "fc.weight");
+  ref::Vec want(size_t(kBatch) * kClasses);
+  for (int n = 0; n < kBatch; ++n)
+    for (int k = 0; k < kClasses; ++k) {
+      double s = 0;
+      for (int j = 0; j < F; ++j) s += double(feat[size_t(n) * F + j]) * c.master[w.offset + size_t(k) * F + j];
+      want[size_t(n) * kClasses + k] = s;
+    }
+  EXPECT_CLOSE(ref::Vec(logits.begin(), logits.end()), want, 1e-4);
+  for (float v : feat) ASSERT_GE(v, 0.f) << "averages of ReLU outputs";
+}
+
+TEST_F(PredictGpu, EveryEgressRungDeliversEachBatchInOrder) {
+  std::unique_ptr<ResNet50> a = net(Layout::NCHW, false);
+  const Checkpoint c = trained_checkpoint(*a);
+  std::unique_ptr<ResNet50> b = net(Layout::NCHW, true);
+  restore_checkpoint(*b, c, ctx_->stream);
+  const size_t logit_bytes = size_t(kBatch) * kClasses * 4, feat_bytes = size_t(kBatch) * b->feature_count() * 4;
+  // The reference: after each batch, wait and copy.
+  std::vector<std::vector<uint8_t>> want;
+  for (int k = 0; k < kBatches; ++k) {
+    b->forward(batches_->images(Layout::NCHW, k), false);
+    std::vector<uint8_t> bytes = download<uint8_t>(b->logits(), logit_bytes);
+    const std::vector<uint8_t> f = download<uint8_t>(b->features(), feat_bytes);
+    bytes.insert(bytes.end(), f.begin(), f.end());
+    want.push_back(bytes);
+  }
+  const std::vector<EgressRegion> regions = {{b->logits(), logit_bytes}, {b->features(), feat_bytes}};
+  for (const EgressSettings& s : {EgressSettings{false, false, false, false, "baseline"},
+                                  EgressSettings{true, false, false, false, "workers"},
+                                  EgressSettings{true, true, false, false, "pool"},
+                                  EgressSettings{true, true, true, false, "async"},
+                                  EgressSettings{true, true, true, true, "stream"}}) {
+    SCOPED_TRACE(s.variant);
+    const int workers = s.workers ? 3 : 0, slots = workers + 2;
+    std::vector<std::vector<uint8_t>> got(kBatches);
+    std::vector<int> order;
+    {
+      CudaEgressEngine engine(s, slots, regions, ctx_->stream);
+      EgressPipeline pipe(slots, workers, engine, [&](int k, const void* host) -> EgressPipeline::Commit {
+        got[k].assign(static_cast<const uint8_t*>(host), static_cast<const uint8_t*>(host) + logit_bytes + feat_bytes);
+        return [&order, k] { order.push_back(k); };
+      });
+      for (int k = 0; k < kBatches; ++k) {
+        b->forward(batches_->images(Layout::NCHW, k), false);  // overwrites the outputs of batch k - 1
+        pipe.submit(k);
+      }
+      pipe.finish();
+    }
+    EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+    for (int k = 0; k < kBatches; ++k) EXPECT_TRUE(got[k] == want[k]) << "batch " << k << " arrived with other bytes";
+  }
+}
+
+}  // namespace

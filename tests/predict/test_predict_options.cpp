@@ -1,0 +1,136 @@
+// bin/predict's command line: defaults, every flag, the conflicts between flags (each a UsageError
+// naming them), --help listing every flag with its default, and the data flags shared with bin/train
+// (the same rows: the same help lines and the same errors).
+#include <gtest/gtest.h>
+
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "predict/options.h"
+#include "support/test_files.h"  // EXPECT_HAS
+#include "train/options.h"
+
+namespace {
+
+PredictOptions parse(std::vector<std::string> args) {
+  std::vector<const char*> argv = {"predict"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return parse_predict_options(static_cast<int>(argv.size()), argv.data());
+}
+
+std::string usage_error(std::vector<std::string> args) {
+  try {
+    parse(args);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a UsageError";
+  return "";
+}
+
+std::vector<std::string> help_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);)
+    if (l.rfind("  --", 0) == 0) lines.push_back(l);
+  return lines;
+}
+
+TEST(PredictOptions, Defaults) {
+  const PredictOptions o = parse({"--checkpoint", "m.ckpt"});
+  EXPECT_EQ(o.checkpoint, "m.ckpt");
+  EXPECT_EQ(o.data, "auto");
+  EXPECT_EQ(o.split, "test");
+  EXPECT_EQ(o.batch, 128);
+  EXPECT_EQ(o.out, "predictions.csv");
+  EXPECT_EQ(o.top_k, 5);
+  EXPECT_EQ(o.features, "");
+  EXPECT_EQ(o.features_dtype, DType::F32);
+  EXPECT_EQ(o.export_path, "");
+  EXPECT_EQ(o.workers, -1);
+  EXPECT_EQ(o.warmup_batches, 5);
+  EXPECT_FALSE(o.json);
+  EXPECT_FALSE(o.deterministic);
+}
+
+TEST(PredictOptions, EveryFlag) {
+  const PredictOptions o = parse({"--checkpoint=a.ckpt", "--data", "synthetic", "--data-dir", "/d", "--synthetic-size", "640",
+                                  "--split", "train", "--batch", "256", "--out", "p.csv", "--top-k", "3", "--features",
+                                  "f.npy", "--features-dtype", "float16", "--workers", "6", "--deterministic", "--warmup-batches", "0",
+                                  "--trace", "t.json", "--json"});
+  EXPECT_EQ(o.checkpoint, "a.ckpt");
+  EXPECT_EQ(o.data, "synthetic");
+  EXPECT_EQ(o.data_dir, "/d");
+  EXPECT_EQ(o.synthetic_size, 640);
+  EXPECT_EQ(o.split, "train");
+  EXPECT_EQ(o.batch, 256);
+  EXPECT_EQ(o.out, "p.csv");
+  EXPECT_EQ(o.top_k, 3);
+  EXPECT_EQ(o.features, "f.npy");
+  EXPECT_EQ(o.features_dtype, DType::F16);
+  EXPECT_EQ(o.workers, 6);
+  EXPECT_TRUE(o.deterministic);
+  EXPECT_EQ(o.warmup_batches, 0);
+  EXPECT_EQ(o.trace, "t.json");
+  EXPECT_TRUE(o.json);
+  const PredictOptions e = parse({"--checkpoint", "a.ckpt", "--export", "m.safetensors"});
+  EXPECT_EQ(e.export_path, "m.safetensors");
+  EXPECT_EQ(e.out, "") << "an export writes no predictions";
+  EXPECT_TRUE(parse({"--help"}).help) << "--help needs no --checkpoint";
+}
+
+TEST(PredictOptions, UsageErrorsNameTheFlags) {
+  EXPECT_HAS(usage_error({}), "--checkpoint");
+  EXPECT_HAS(usage_error({"--checkpoint", "a", "--split", "val"}), "--split");
+  EXPECT_HAS(usage_error({"--checkpoint", "a", "--features-dtype", "float64", "--features", "f"}), "--features-dtype");
+  EXPECT_HAS(usage_error({"--checkpoint", "a", "--features-dtype", "float16"}), "needs --features");
+  EXPECT_HAS(usage_error({"--checkpoint", "a", "--top-k", "0"}), "--top-k");
+  EXPECT_HAS(usage_error({"--checkpoint", "a", "--workers", "0"}), "--workers");
+  EXPECT_HAS(usage_error({"--checkpoint", "a", "--export", "m", "--out", "p.csv"}), "--export");
+  EXPECT_HAS(usage_error({"--checkpoint", "a", "--export", "m", "--features", "f.npy"}), "--export");
+  EXPECT_HAS(usage_error({"--checkpoint", "a", "--out", "x", "--features", "x"}), "name the same file");
+  EXPECT_HAS(usage_error({"--checkpoint", "a", "--out", "p.csv", "--features", "p.confusion.png"}), "PNG");
+  EXPECT_HAS(usage_error({"--checkpoint", "a", "--json=1"}), "--json");
+  EXPECT_HAS(usage_error({"--checkpoint", "a", "--bach", "8"}), "--bach");
+}
+
+TEST(PredictOptions, DataFlagsAreBinTrainsOwn) {
+  // The same rows: the same help lines, the same checks, the same messages.
+  const std::vector<std::string> train = help_lines(usage_text()), predict = help_lines(predict_usage_text());
+  for (const char* flag : {"--data ", "--data-dir ", "--synthetic-size ", "--batch "}) {
+    std::string in_train, in_predict;
+    for (const auto& l : train)
+      if (l.rfind(std::string("  ") + flag, 0) == 0) in_train = l;
+    for (const auto& l : predict)
+      if (l.rfind(std::string("  ") + flag, 0) == 0) in_predict = l;
+    EXPECT_FALSE(in_train.empty()) << flag;
+    EXPECT_EQ(in_train, in_predict) << flag;
+  }
+  EXPECT_EQ(usage_error({"--checkpoint", "a", "--batch", "1"}), "--batch: 1 is out of range [2, 8192]");
+  EXPECT_HAS(usage_error({"--checkpoint", "a", "--data", "imagenet"}), "not one of auto, cifar10");
+}
+
+TEST(PredictOptions, HelpListsEveryFlagWithItsDefault) {
+  const std::vector<std::string> lines = help_lines(predict_usage_text());
+  std::set<std::string> names;
+  for (const auto& l : lines) {
+    names.insert(l.substr(2, l.find(' ', 2) - 2));
+    if (l.rfind("  --help", 0) != 0) {
+      EXPECT_HAS(l, "[default: ");
+    }
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"--checkpoint", "--data", "--data-dir", "--synthetic-size", "--split", "--batch",
+                                          "--out", "--top-k", "--features", "--features-dtype", "--export", "--workers",
+                                          "--deterministic", "--warmup-batches", "--trace", "--json", "--help"}));
+}
+
+TEST(PredictOptions, ConfusionPngBesideTheCsv) {
+  EXPECT_EQ(confusion_png_path("predictions.csv"), "predictions.confusion.png");
+  EXPECT_EQ(confusion_png_path("out/run 1.csv"), "out/run 1.confusion.png");
+  EXPECT_EQ(confusion_png_path("rows"), "rows.confusion.png");
+  EXPECT_EQ(confusion_png_path(".csv"), ".csv.confusion.png");
+}
+
+}  // namespace

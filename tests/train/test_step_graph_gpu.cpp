@@ -1,0 +1,283 @@
+// The step graph on the GPU: CudaGraph's capture, in-place update, re-instantiation and failure
+// (core/cuda_graph.h); the ring of per-step parameter blocks; and the whole training step replayed
+// as a CUDA graph, bit for bit what the same steps give run eagerly with deterministic algorithms
+// (train/step_graph.h, train/step.h). Every test skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cuda_fp16.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/cuda_graph.h"
+#include "model/autotune_cache.h"
+#include "model/resnet50.h"
+#include "support/gpu_test_util.h"
+#include "train/counters.h"
+#include "train/step.h"
+#include "train/step_graph.h"
+
+namespace {
+
+std::vector<uint8_t> bytes_of(const void* device, size_t n) {
+  std::vector<uint8_t> host(n);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaMemcpy(host.data(), device, n, cudaMemcpyDeviceToHost));
+  return host;
+}
+
+// ---- CudaGraph -----------------------------------------------------------------------------------
+
+TEST(GpuCudaGraph, CapturesWithoutRunningThenReplaysAndUpdatesInPlace) {
+  SKIP_WITHOUT_GPU("CUDA graph capture");
+  Stream stream;
+  constexpr size_t n = 4096;
+  DeviceBuffer a(n, "graph test a"), b(n, "graph test b");
+  CUDA_CHECK(cudaMemset(a.get(), 0, n));
+  CUDA_CHECK(cudaMemset(b.get(), 0, n));
+  int value = 1;
+  auto two_nodes = [&] {
+    CUDA_CHECK(cudaMemsetAsync(a.get(), value, n, stream));
+    CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), n, cudaMemcpyDeviceToDevice, stream));
+  };
+  CudaGraph g;
+  EXPECT_FALSE(g.ready());
+  EXPECT_EQ(g.capture(stream, two_nodes), CudaGraph::Instantiation::New);
+  EXPECT_TRUE(g.ready());
+  EXPECT_EQ(g.nodes(), 2u);
+  EXPECT_EQ(bytes_of(b.get(), n), std::vector<uint8_t>(n, 0)) << "capturing ran the work";
+
+  g.launch(stream);
+  EXPECT_EQ(bytes_of(b.get(), n), std::vector<uint8_t>(n, 1));
+  g.launch(stream);  // a replay runs it again, with what was captured
+  value = 7;
+  EXPECT_EQ(bytes_of(b.get(), n), std::vector<uint8_t>(n, 1));
+
+  EXPECT_EQ(g.capture(stream, two_nodes), CudaGraph::Instantiation::Updated) << "same nodes, another value";
+  g.launch(stream);
+  EXPECT_EQ(bytes_of(b.get(), n), std::vector<uint8_t>(n, 7));
+
+  auto three_nodes = [&] {
+    two_nodes();
+    CUDA_CHECK(cudaMemsetAsync(a.get(), 9, n, stream));
+  };
+  EXPECT_EQ(g.capture(stream, three_nodes), CudaGraph::Instantiation::New) << "another topology";
+  EXPECT_EQ(g.nodes(), 3u);
+  value = 3;
+  g.launch(stream);
+  EXPECT_EQ(bytes_of(b.get(), n), std::vector<uint8_t>(n, 7)) << "the graph holds the value it was captured with";
+  EXPECT_EQ(bytes_of(a.get(), n), std::vector<uint8_t>(n, 9));
+}
+
+TEST(GpuCudaGraph, AForbiddenCallFailsTheCaptureAndLeavesTheStreamUsable) {
+  SKIP_WITHOUT_GPU("CUDA graph capture");
+  Stream stream;
+  constexpr size_t n = 256;
+  DeviceBuffer a(n, "graph test a");
+  CUDA_CHECK(cudaMemset(a.get(), 0, n));
+  CudaGraph g;
+  g.capture(stream, [&] { CUDA_CHECK(cudaMemsetAsync(a.get(), 1, n, stream)); });
+  ASSERT_TRUE(g.ready());
+  // A synchronisation inside a capture is what a library call that is not capture-safe would do.
+  EXPECT_THROW(g.capture(stream,
+                         [&] {
+                           CUDA_CHECK(cudaMemsetAsync(a.get(), 2, n, stream));
+                           CUDA_CHECK(cudaStreamSynchronize(stream));
+                         }),
+               GraphCaptureError);
+  EXPECT_FALSE(g.ready()) << "the graph captured before must not be launched after a failed capture";
+  cudaStreamCaptureStatus status;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the failure's error was left for the next launch check";
+  EXPECT_EQ(bytes_of(a.get(), n), std::vector<uint8_t>(n, 0)) << "work of the failed capture ran";
+  CUDA_CHECK(cudaMemsetAsync(a.get(), 5, n, stream));
+  EXPECT_EQ(bytes_of(a.get(), n), std::vector<uint8_t>(n, 5));
+  EXPECT_THROW(g.launch(stream), Fatal);
+}
+
+TEST(GpuCudaGraph, OtherExceptionsPassThroughAndEndTheCapture) {
+  SKIP_WITHOUT_GPU("CUDA graph capture");
+  Stream stream;
+  DeviceBuffer a(64, "graph test a");
+  CudaGraph g;
+  EXPECT_THROW(g.capture(stream,
+                         [&] {
+                           CUDA_CHECK(cudaMemsetAsync(a.get(), 1, 64, stream));
+                           throw InputError("not a capture problem");
+                         }),
+               InputError);
+  cudaStreamCaptureStatus status;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+// ---- the per-step parameter block ------------------------------------------------------------------
+
+// The host enqueues steps ahead of the GPU: every step must still read its own parameters, also
+// when the host has gone round the ring of pinned slots.
+TEST(GpuStepParams, EveryStepReadsItsOwnBlockWhileTheHostRunsAhead) {
+  SKIP_WITHOUT_GPU("the step parameter upload");
+  Stream stream;
+  StepParamsOnDevice params(stream);
+  constexpr int kSteps = 20;  // more than the ring's slots
+  DeviceBuffer seen(kSteps * sizeof(StepParams), "what each step saw");
+  // Hold the stream back, so that the first uploads are all enqueued before any of them runs.
+  CUDA_CHECK(cudaLaunchHostFunc(
+      stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); }, nullptr));
+  const LrSchedule schedule{0.1, 0.0, 5, 50};
+  for (int i = 0; i < kSteps; ++i) {
+    params.upload(make_step_params(1000 + i, i % 7, schedule));
+    CUDA_CHECK(cudaMemcpyAsync(seen.as<StepParams>() + i, params.device(), sizeof(StepParams),
+                               cudaMemcpyDeviceToDevice, stream));
+  }
+  const std::vector<uint8_t> raw = bytes_of(seen.get(), seen.bytes());
+  for (int i = 0; i < kSteps; ++i) {
+    StepParams got;
+    std::memcpy(&got, raw.data() + i * sizeof(StepParams), sizeof got);
+    const StepParams want = make_step_params(1000 + i, i % 7, schedule);
+    EXPECT_EQ(got.step, want.step) << "step " << i;
+    EXPECT_EQ(got.lr, want.lr) << "step " << i;
+    EXPECT_EQ(got.loss_slot, want.loss_slot) << "step " << i;
+  }
+}
+
+// ---- the whole step: graph replay against eager execution ------------------------------------------
+
+constexpr int kBatch = 8;
+constexpr int kSteps = 7;
+constexpr int kEvalAfter = 4;  // an evaluation pass after this many steps
+
+// One training run on a network of its own, stepping through StepGraph exactly as the trainer does.
+struct TrainingRun {
+  GpuContext ctx;
+  AutotuneCache cache{"", "step graph test"};
+  std::unique_ptr<ResNet50> net;
+  StepGraph graph;
+  StepParamsOnDevice params{ctx.stream};
+  DeviceBuffer images, labels, counters, history;
+
+  TrainingRun(const NetConfig& cfg, bool graphs_on) : graph(ctx, cfg.batch, true, graphs_on) {
+    net = std::make_unique<ResNet50>(cfg, ctx, cache);
+    net->init_params(11);
+    images = DeviceBuffer(size_t(cfg.batch) * 3 * 32 * 32 * dtype_size(cfg.dtype), "test images");
+    labels = DeviceBuffer(size_t(cfg.batch) * sizeof(int32_t), "test labels");
+    counters = DeviceBuffer(sizeof(DeviceCounters), "test counters");
+    history = DeviceBuffer(kSteps * sizeof(float), "test loss history");
+    const DeviceCounters init = initial_counters(cfg.dtype == DType::F16 ? 1024.f : 1.f);
+    CUDA_CHECK(cudaMemcpy(counters.get(), &init, sizeof init, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(history.get(), 0xFF, history.bytes()));
+  }
+
+  DeviceCounters* c() const { return counters.as<DeviceCounters>(); }
+
+  // Step i on batch i: the batch goes into the same buffers every step, as the loaders do.
+  void step(int i, const std::vector<uint8_t>& image_bytes, const std::vector<int32_t>& y, const LrSchedule& s) {
+    CUDA_CHECK(cudaMemcpy(images.get(), image_bytes.data(), image_bytes.size(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(labels.get(), y.data(), y.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    params.upload(make_step_params(i, i, s));
+    const DeviceBatch batch{images.get(), labels.as<int32_t>()};
+    const StepTargets targets{&c()->train, &c()->scaler, params.device(), history.as<float>()};
+    const SgdSettings sgd{0.9f, 5e-4f, true, net->config().dtype == DType::F16, 1000};
+    graph.run(i, {kBatch, images.get(), labels.get()},
+              [&] { enqueue_train_step(*net, batch, targets, sgd, ctx.stream); });
+  }
+
+  void evaluate() {
+    net->forward(images.get(), false);
+    net->loss(labels.as<int32_t>(), &c()->eval, nullptr, nullptr);
+    graph.after_evaluation();
+  }
+};
+
+// A random batch of normalized pixels in the network's element type, and labels.
+void make_batch(int i, DType t, std::vector<uint8_t>& image_bytes, std::vector<int32_t>& y) {
+  std::mt19937_64 rng(1234 + i);
+  std::normal_distribution<float> pixel(0.f, 1.f);
+  const size_t n = size_t(kBatch) * 3 * 32 * 32;
+  image_bytes.resize(n * dtype_size(t));
+  for (size_t e = 0; e < n; ++e) {
+    const float v = pixel(rng);
+    if (t == DType::F32) {
+      std::memcpy(image_bytes.data() + 4 * e, &v, 4);
+    } else {
+      const uint16_t h = gpu_test::half_bits(__float2half(v));
+      std::memcpy(image_bytes.data() + 2 * e, &h, 2);
+    }
+  }
+  y.resize(kBatch);
+  for (int32_t& label : y) label = static_cast<int32_t>(rng() % 10);
+}
+
+struct GraphCase {
+  const char* name;
+  DType t;
+  Layout l;
+  ConvApi api;
+  bool fused_bn = false;
+};
+
+class GpuStepGraphReplay : public testing::TestWithParam<GraphCase> {};
+
+TEST_P(GpuStepGraphReplay, EqualsEagerExecutionBitForBit) {
+  SKIP_WITHOUT_GPU("the training step as a CUDA graph");
+  const GraphCase gc = GetParam();
+  NetConfig cfg;
+  cfg.batch = kBatch;
+  cfg.dtype = gc.t;
+  cfg.layout = gc.l;
+  cfg.tf32 = false;
+  cfg.conv = {AlgoPolicy::Heuristic, true, size_t(256) << 20};  // deterministic algorithms, as --deterministic
+  cfg.conv_api = gc.api;
+  cfg.fused_bn = gc.fused_bn;
+  TrainingRun eager(cfg, false), replayed(cfg, true);
+  // A learning rate that changes every step: a graph that kept the captured one would drift.
+  const LrSchedule schedule{0.05, 0.0, kSteps, 2 * kSteps};
+  std::vector<uint8_t> image_bytes;
+  std::vector<int32_t> y;
+  for (int i = 0; i < kSteps; ++i) {
+    make_batch(i, gc.t, image_bytes, y);
+    eager.step(i, image_bytes, y, schedule);
+    replayed.step(i, image_bytes, y, schedule);
+    if (i + 1 == kEvalAfter) {
+      eager.evaluate();
+      replayed.evaluate();
+    }
+  }
+  EXPECT_EQ(eager.graph.plan().captures(), 0);
+  EXPECT_EQ(replayed.graph.plan().captures(), 2) << "once after the warm-up, once after the evaluation";
+  ASSERT_TRUE(replayed.graph.plan().enabled()) << "the capture failed (a warning says why)";
+
+  const std::vector<uint8_t> losses = bytes_of(replayed.history.get(), replayed.history.bytes());
+  EXPECT_EQ(losses, bytes_of(eager.history.get(), eager.history.bytes())) << "per-step losses";
+  std::vector<float> l(kSteps);
+  std::memcpy(l.data(), losses.data(), losses.size());
+  for (int i = 0; i < kSteps; ++i) EXPECT_TRUE(std::isfinite(l[i])) << "step " << i << " logged no loss";
+  EXPECT_NE(l[0], l[kSteps - 1]) << "the loss history does not follow the steps";
+
+  ParamStore &pe = eager.net->params(), &pr = replayed.net->params();
+  const size_t param_bytes = pe.total() * sizeof(float);
+  EXPECT_TRUE(bytes_of(pr.master_all(), param_bytes) == bytes_of(pe.master_all(), param_bytes)) << "master weights";
+  EXPECT_TRUE(bytes_of(pr.momentum_all(), param_bytes) == bytes_of(pe.momentum_all(), param_bytes)) << "momentum";
+  const size_t running_bytes = eager.net->running_stats_count() * sizeof(float);
+  EXPECT_TRUE(bytes_of(replayed.net->running_stats(), running_bytes) == bytes_of(eager.net->running_stats(), running_bytes))
+      << "BN running statistics";
+  EXPECT_TRUE(bytes_of(replayed.counters.get(), sizeof(DeviceCounters)) ==
+              bytes_of(eager.counters.get(), sizeof(DeviceCounters)))
+      << "loss totals and the loss scaler";
+}
+
+INSTANTIATE_TEST_SUITE_P(Builds, GpuStepGraphReplay,
+                         testing::Values(GraphCase{"fp16_NHWC_graph_api", DType::F16, Layout::NHWC, ConvApi::Graph},
+                                         GraphCase{"fp16_NHWC_fused_bn", DType::F16, Layout::NHWC, ConvApi::Graph, true},
+                                         GraphCase{"fp32_NCHW_legacy_api", DType::F32, Layout::NCHW, ConvApi::Legacy}),
+                         [](const testing::TestParamInfo<GraphCase>& i) { return std::string(i.param.name); });
+
+}  // namespace
