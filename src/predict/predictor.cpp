@@ -136,6 +136,10 @@ void Predictor::load_inputs() {
   if (train.name != m.data)
     throw InputError(opt_.checkpoint + ": trained on " + m.data + ", but --data " + opt_.data + " chose " + train.name +
                      ": pass --data " + m.data + " (and --data-dir where its files are)");
+  if (!m.class_names.empty() && m.class_names != train.class_names)
+    throw InputError(opt_.checkpoint + ": trained on other classes than those of " + data_.dir +
+                     " (the checkpoint's first: " + m.class_names[0] + "; the data set's: " +
+                     (train.class_names.empty() ? std::string("none") : train.class_names[0]) + ")");
   norm_ = compute_normalization(train, default_workers());
   class_names_ = images().class_names;
   if (class_names_.empty())  // a data set without names: the class indices
