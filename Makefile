@@ -6,6 +6,7 @@
 #   make custom NAME=x DEVICE_LOSS=1 PINNED=0 AUTOTUNE=1 FP16=1 NHWC=0 CONV_GRAPH=1 FUSED_BN=0 CUDA_GRAPH=1   any other combination
 #   make predict-variants   bin/predict's egress ladder: bin/predict-{baseline,workers,pool,async,stream}, bin/predict
 #   make kernel-lab [RUN=1 LAB_ARGS=...]   bin/kernel_lab: the BN and fused-conv kernels' versions side by side
+#   make run GPUS=N / make profile GPUS=N / make bench-scaling   data parallel on N GPUs (README "Several GPUs")
 #   make bench / make bench-predict / make bench-folder / make profile / make fuzz / make sanitize / make sanitize-gpu
 #   make data / make data-folder / make deps
 SHELL := /bin/bash
@@ -21,6 +22,11 @@ CUDNN_INC ?= $(call first_dir,$(CUDA_HOME)/include/cudnn.h /usr/include/x86_64-l
 CUDNN_LIB ?= $(call first_dir,$(CUDA_HOME)/lib64/libcudnn.so /usr/lib/x86_64-linux-gnu/libcudnn.so /usr/lib64/libcudnn.so)
 CUPTI_INC ?= $(call first_dir,$(CUDA_HOME)/include/cupti.h $(CUDA_HOME)/extras/CUPTI/include/cupti.h)
 CUPTI_LIB ?= $(call first_dir,$(CUDA_HOME)/lib64/libcupti.so $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so)
+# NCCL ships with the CUDA toolkit on some machines and as Debian/Ubuntu packages (libnccl-dev) on others.
+NCCL_INC  ?= $(call first_dir,$(CUDA_HOME)/include/nccl.h /usr/include/nccl.h /usr/include/x86_64-linux-gnu/nccl.h)
+NCCL_LIB  ?= $(call first_dir,$(CUDA_HOME)/lib64/libnccl.so* /usr/lib/x86_64-linux-gnu/libnccl.so* /usr/lib64/libnccl.so*)
+# Without the development symlink libnccl.so, link the runtime library by its name.
+NCCL_LINK := $(if $(wildcard $(NCCL_LIB)/libnccl.so),-lnccl,-l:libnccl.so.2)
 # Where Debian/Ubuntu's libstb-dev and googletest packages put them (make deps installs them).
 STB_INCLUDE ?= /usr/include/stb
 GTEST_SRC ?= /usr/src/googletest/googletest
@@ -28,13 +34,13 @@ GTEST_SRC ?= /usr/src/googletest/googletest
 # The GPU this machine has, else Hopper (sm_90); CUDA_ARCH=80 etc. overrides.
 CUDA_ARCH ?= $(or $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .),90)
 
-INCLUDES := -Iinclude -I$(CUDA_HOME)/include -I$(CUDNN_INC) -I$(CUPTI_INC) -isystem $(STB_INCLUDE)
+INCLUDES := -Iinclude -I$(CUDA_HOME)/include -I$(CUDNN_INC) -I$(CUPTI_INC) -I$(NCCL_INC) -isystem $(STB_INCLUDE)
 CXXFLAGS := -std=c++20 -O2 -g -Wall -Wextra -Wno-unused-parameter $(INCLUDES)
 NVFLAGS  := -std=c++20 -O3 -g -lineinfo -gencode arch=compute_$(CUDA_ARCH),code=sm_$(CUDA_ARCH) \
             --expt-relaxed-constexpr -Xcompiler -Wall $(INCLUDES)
-LDFLAGS  := -L$(CUDA_HOME)/lib64 -L$(CUDNN_LIB) -L$(CUPTI_LIB) \
-            -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDNN_LIB) -Wl,-rpath,$(CUPTI_LIB)
-LDLIBS   := -lcudnn -lcublas -lcupti -lcudart -lz -lpthread -ldl
+LDFLAGS  := -L$(CUDA_HOME)/lib64 -L$(CUDNN_LIB) -L$(CUPTI_LIB) -L$(NCCL_LIB) \
+            -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDNN_LIB) -Wl,-rpath,$(CUPTI_LIB) -Wl,-rpath,$(NCCL_LIB)
+LDLIBS   := -lcudnn -lcublas -lcupti $(NCCL_LINK) -lcudart -lz -lpthread -ldl
 
 # ---- sources ------------------------------------------------------------------------------------
 # src/<concern>/*.cpp and kernels/*.cu are compiled once and shared by every program and variant.
@@ -63,12 +69,16 @@ OPTS_train      := 1 1 1 1 1 1 1 1
 # Not a rung: the graph rung in fp32, for make sanitize-gpu. Run with --no-tf32, its convs and GEMMs
 # use the library's FMA kernels, which compute-sanitizer's racecheck can run (tests/sanitize_gpu.sh).
 OPTS_fp32-nhwc  := 1 1 1 0 1 1 0 0
+# Not a rung: bin/train with one gradient all-reduce after the whole backward (several GPUs; the
+# seed's single bucket), to measure what overlapping the buckets with backward buys.
+OPTS_ddp-naive  := 1 1 1 1 1 1 1 1 0
 opt_defines = $(shell set -- $(1); echo -DOPT_DEVICE_LOSS=$$1 -DOPT_PINNED=$$2 -DOPT_AUTOTUNE=$$3 -DOPT_FP16=$$4 \
-                -DOPT_NHWC=$$5 -DOPT_CONV_GRAPH=$${6:-1} -DOPT_FUSED_BN=$${7:-1} -DOPT_CUDA_GRAPH=$${8:-1})
+                -DOPT_NHWC=$$5 -DOPT_CONV_GRAPH=$${6:-1} -DOPT_FUSED_BN=$${7:-1} -DOPT_CUDA_GRAPH=$${8:-1} \
+                -DOPT_DDP_OVERLAP=$${9:-1})
 variant_name = $(if $(filter train,$(1)),train,train-$(1))
 
-.PHONY: FORCE all variants predict-variants bench-predict custom run test unit-tests kernel-lab bench bench-folder profile fuzz \
-        fuzz-build sanitize sanitize-gpu data data-folder deps clean
+.PHONY: FORCE all variants predict-variants bench-predict custom run test unit-tests kernel-lab bench bench-scaling \
+        bench-folder profile fuzz fuzz-build sanitize sanitize-gpu data data-folder deps clean
 all: bin/train
 
 # ---- set-up: what a fresh Debian/Ubuntu machine with CUDA and cuDNN may lack -----------------------
@@ -97,6 +107,7 @@ build/.deps-ok:
 	fi
 	@test -x $(NVCC) || { echo "error: nvcc not found under CUDA_HOME=$(CUDA_HOME): install the CUDA toolkit or set CUDA_HOME"; exit 1; }
 	@test -n "$(CUDNN_INC)" || { echo "error: cudnn.h not found (looked in $(CUDA_HOME)/include and /usr/include): install cuDNN 9 or set CUDNN_INC and CUDNN_LIB"; exit 1; }
+	@test -n "$(NCCL_INC)" -a -n "$(NCCL_LIB)" || { echo "error: NCCL not found (nccl.h and libnccl.so in $(CUDA_HOME)/include and lib64, /usr/include and /usr/lib/x86_64-linux-gnu): install NCCL (libnccl-dev) or set NCCL_INC and NCCL_LIB"; exit 1; }
 	@mkdir -p build && touch $@
 deps: build/.deps-ok
 
@@ -123,7 +134,7 @@ bin/$(call variant_name,$(1)): build/$(1)/programs/train.o $(COMMON_OBJ)
 	@mkdir -p bin
 	$$(CXX) $$^ -o $$@ $$(LDFLAGS) $$(LDLIBS)
 endef
-$(foreach v,$(LADDER) train fp32-nhwc,$(eval $(call VARIANT_RULES,$(v))))
+$(foreach v,$(LADDER) train fp32-nhwc ddp-naive,$(eval $(call VARIANT_RULES,$(v))))
 
 variants: $(foreach v,$(LADDER),bin/train-$(v))
 
@@ -162,7 +173,7 @@ predict-variants: $(foreach r,$(EGRESS_LADDER),bin/predict-$(r)) bin/predict
 NAME ?= custom
 OPTS_$(NAME) ?= $(or $(DEVICE_LOSS),1) $(or $(PINNED),1) $(or $(AUTOTUNE),1) $(or $(FP16),1) $(or $(NHWC),1) \
                 $(or $(CONV_GRAPH),1) $(or $(FUSED_BN),1) $(or $(CUDA_GRAPH),1)
-ifeq ($(filter $(NAME),$(LADDER) train fp32-nhwc),)
+ifeq ($(filter $(NAME),$(LADDER) train fp32-nhwc ddp-naive),)
 $(eval $(call VARIANT_RULES,$(NAME)))
 endif
 custom: bin/train-$(NAME)
@@ -286,9 +297,10 @@ fuzz: fuzz-build
 	  grep -E "stat::number_of_executed_units|Done" build/fuzz/logs/$$n.log; done
 
 # ---- running ------------------------------------------------------------------------------------
+# GPUS=N: N ranks on this machine's GPUs (bin/train --gpus N).
 run: bin/train
 	@bash data/prepare.sh --strict
-	./bin/train $(ARGS)
+	./bin/train $(if $(GPUS),--gpus $(GPUS)) $(ARGS)
 
 data: build/.deps-ok
 	@bash data/prepare.sh --strict
@@ -305,9 +317,14 @@ bench: variants
 bench-predict: predict-variants bin/train
 	@python3 bench/bench_predict.py $(BENCH_PREDICT_ARGS)
 
-# make profile PROFILE_ARGS="--program predict" profiles the egress ladder instead.
-profile: $(if $(findstring predict,$(PROFILE_ARGS)),predict-variants bin/train,variants)
-	@python3 bench/profile.py $(PROFILE_ARGS)
+# make profile PROFILE_ARGS="--program predict" profiles the egress ladder instead; GPUS=N profiles
+# bin/train on N GPUs, one nsys report per rank, and how much of the all-reduce backward hides.
+profile: $(if $(GPUS),bin/train,$(if $(findstring predict,$(PROFILE_ARGS)),predict-variants bin/train,variants))
+	@$(if $(GPUS),python3 bench/profile_ranks.py --gpus $(GPUS),python3 bench/profile.py) $(PROFILE_ARGS)
+
+# images/s and scaling efficiency per GPU count at the same per-GPU batch (bench/scaling.py --help).
+bench-scaling: bin/train bin/train-ddp-naive
+	@python3 bench/scaling.py $(SCALING_ARGS)
 
 # Training from an image folder (make data-folder writes one), decoding every epoch, for several
 # --workers, and how fast one core decodes (bench/folder_bench.py; --decode-only needs no GPU).

@@ -16,7 +16,7 @@ import io
 import re
 from pathlib import Path
 
-from timeline import ProfileSummary, Stat, add_phase, api_name
+from timeline import ProfileSummary, Stat, add_phase, api_name, interval_union_ns, merged_intervals
 
 REPORTS = ["nvtx_sum", "cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum", "cuda_api_sum", "cuda_gpu_trace"]
 
@@ -114,6 +114,40 @@ def gpu_intervals(rows: list[dict[str, str]]) -> list[tuple[int, int]]:
         start = time_ns(row, "Start")
         intervals.append((start, start + time_ns(row, "Duration")))
     return intervals
+
+
+# NCCL's kernels: "ncclDevKernel_AllReduce_Sum_f16_RING_LL(...)" (2.19+), "ncclKernel_AllReduce_..." before.
+NCCL_KERNEL = re.compile(r"^nccl", re.IGNORECASE)
+
+
+def intersection_ns(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    """Total length where two sets of intervals overlap (each merged first)."""
+    a, b = merged_intervals(a), merged_intervals(b)
+    i = j = total = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        total += max(0, hi - lo)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def allreduce_time(rows: list[dict[str, str]]) -> tuple[int, int]:
+    """From cuda_gpu_trace: the time NCCL kernels ran (overlaps counted once) and how much of it
+    other kernels ran at the same time, i.e. what backward hid. An NCCL kernel also runs while it
+    waits for the slowest rank, so its time is communication plus waiting."""
+    nccl, compute = [], []
+    for row in rows:
+        name = row.get("Name") or ""
+        start = time_ns(row, "Start")
+        interval = (start, start + time_ns(row, "Duration"))
+        if NCCL_KERNEL.match(name):
+            nccl.append(interval)
+        elif not name.startswith("["):  # "[CUDA memcpy ...]" and "[CUDA memset]" are not compute
+            compute.append(interval)
+    return interval_union_ns(nccl), intersection_ns(nccl, compute)
 
 
 def summarize(prefix: Path | str, variant: str) -> ProfileSummary:

@@ -23,6 +23,9 @@
 //   OPT_EGRESS_POOL     pre-allocated pinned output buffers instead of a new pageable one every batch
 //   OPT_EGRESS_ASYNC    cudaMemcpyAsync with a CUDA event per buffer; the host keeps queuing compute
 //   OPT_EGRESS_STREAM   the copies on their own stream, overlapping the next batch's compute
+//   OPT_DDP_OVERLAP  several GPUs: each gradient bucket is all-reduced as soon as backward has
+//                    produced it, on a communication stream; 0 = one all-reduce after the whole
+//                    backward (bin/train-ddp-naive, the seed's single bucket). Not a rung.
 #pragma once
 
 #include "pipeline/egress.h"
@@ -64,6 +67,9 @@
 #ifndef OPT_EGRESS_STREAM
 #define OPT_EGRESS_STREAM 1
 #endif
+#ifndef OPT_DDP_OVERLAP
+#define OPT_DDP_OVERLAP 1
+#endif
 #ifndef VARIANT_NAME
 #define VARIANT_NAME "train"
 #endif
@@ -78,6 +84,7 @@ inline constexpr BuildSettings kBuild{
     OPT_FUSED_BN != 0,
     OPT_CUDA_GRAPH != 0,
     VARIANT_NAME,
+    OPT_DDP_OVERLAP != 0,
 };
 
 inline constexpr EgressSettings kEgress{

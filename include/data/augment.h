@@ -22,12 +22,22 @@ struct EpochPlan {
   bool augment = false;         // random crop + flip (training) or the image as is (evaluation)
   uint64_t aug_seed = 0;
   int crop_pad = 0;             // crop offsets lie in [-crop_pad, crop_pad]
+  // Data-parallel runs: every rank holds the same order, cut into global batches of shards * batch
+  // samples; this rank's batch k is its slice `shard` of global batch k (shard_plan).
+  int shards = 1, shard = 0;
+  // Position of sample i of batch k in the epoch: it indexes `order` and seeds the crop and flip, so
+  // a sample is augmented the same way whichever rank, and however many ranks, take it.
+  size_t slot(int k, int i) const { return (size_t(k) * shards + shard) * batch + i; }
 };
 
 // Training pass: a fresh permutation from (seed, epoch); the last partial batch is dropped.
 EpochPlan train_plan(const Dataset& d, int batch, uint64_t seed, int epoch);
 // Evaluation pass: samples in order; the last batch is padded to full size with label -1.
 EpochPlan eval_plan(const Dataset& d, int batch);
+// Rank `shard` of `shards`' part of a plan made for the global batch (plan.batch, a multiple of
+// `shards`): the same order and steps, batches of plan.batch / shards. The ranks' parts of a pass
+// are disjoint and together hold every sample of the pass exactly once.
+EpochPlan shard_plan(EpochPlan plan, int shard, int shards);
 
 struct CropFlip {
   int dx, dy;   // crop offset in [-pad, pad]

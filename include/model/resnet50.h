@@ -9,6 +9,7 @@
 // layers as descriptors; nothing here reads the build settings.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -86,6 +87,10 @@ class ResNet50 {
   // (softmax_xent in kernels.h); step nullptr: no step index (evaluation).
   void loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, const long long* step);
   void backward();
+  // Called during backward right after the call that writes a parameter's gradient has been enqueued
+  // (its id in params()), in the order they are produced: data-parallel training starts averaging
+  // a bucket of gradients as soon as all of it is there (dist/data_parallel.h). Unset: nothing.
+  std::function<void(int param_id)> on_grad_ready;
 
   float* logits() const { return logits_.as<float>(); }  // batch x classes, fp32, without the fc bias
   // The global-average-pooled features the classifier reads: batch x feature_count(), in the
@@ -107,6 +112,10 @@ class ResNet50 {
   void join_backward(Block& b);
   void conv_forward(ConvUnit& c, const void* x, void* y);
   void bn_forward(Bn& bn, const void* x, Shape4 s, bool train);
+  void grad_ready(int param_id) const {
+    if (on_grad_ready) on_grad_ready(param_id);
+  }
+  void bn_grads_ready(const Bn& bn) const;
   // Batch norm fused into the convolutions (src/model/resnet50_fused.cpp). Measured on the H100
   // (cuDNN 9.14): two runs of the fused build differ in their first loss even with engines cuDNN
   // does not mark non-deterministic, so --deterministic keeps every conv unfused.

@@ -20,6 +20,7 @@ struct BuildSettings {
   bool fused_bn;    // batch norm fused into the convolutions
   bool cuda_graph;  // the step replayed as one CUDA graph
   const char* variant;
+  bool ddp_overlap = true;  // several GPUs: gradient buckets all-reduced during backward, not after it
 
   // The optimizations that are on, in ladder order, as short names ("devloss", "pinned", ...).
   std::vector<std::string> optimizations() const;

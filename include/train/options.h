@@ -46,6 +46,11 @@ struct Options : DataOptions {
   std::string save;                 // checkpoint file written at the end (and on SIGINT/SIGTERM)
   long save_every = 0;              // also every N steps (0 = never)
   std::string resume;
+  // several GPUs (README "Several GPUs"): --batch is per GPU
+  int gpus = 1;                     // ranks to start on this machine (bin/train --gpus N)
+  double bucket_mb = 25;            // gradient bucket size (after a first bucket of 1 MB)
+  std::string allreduce_dtype;      // fp16 | fp32; "" = the gradients' own type
+  double dist_timeout = 300;        // seconds before a missing, dead or hung rank stops the others
 
   bool help = false;
 };

@@ -31,11 +31,13 @@ struct RunSummary {
   unsigned long params = 0;
   double autotune_s = 0;
   int skipped_steps = 0;
+  double allreduce_exposed_ms = 0;   // several GPUs: per step of the window (NaN: not measured)
 };
 
 class Reporter {
  public:
-  Reporter(const BuildSettings& build, const Options& o, int workers, bool tty);
+  // `ranks`: processes training together (images/s count all of them; --batch is per rank).
+  Reporter(const BuildSettings& build, const Options& o, int workers, bool tty, int ranks = 1);
   bool tty() const { return tty_; }
   void start() const;
   // The live progress line (a terminal only): restarts its rate measurement at `step`.
@@ -49,6 +51,7 @@ class Reporter {
   const Options& opt_;
   int workers_;
   bool tty_;
+  int ranks_;
   std::chrono::steady_clock::time_point t0_;
   long step0_ = 0;
 };

@@ -1,8 +1,11 @@
 // Batch plans, random crop and flip, and batch assembly on the CPU (augment.h).
 #include "data/augment.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <cuda_fp16.h>
@@ -35,6 +38,19 @@ EpochPlan eval_plan(const Dataset& d, int batch) {
   return p;
 }
 
+EpochPlan shard_plan(EpochPlan p, int shard, int shards) {
+  if (shards < 1 || shard < 0 || shard >= shards || p.shards != 1 || p.batch % shards != 0)
+    throw std::invalid_argument("shard_plan: shard " + std::to_string(shard) + " of " + std::to_string(shards) +
+                                " of a plan of batch " + std::to_string(p.batch));
+  const int global = p.batch;
+  p.batch = global / shards;
+  p.shards = shards;
+  p.shard = shard;
+  const long last_start = long(p.steps - 1) * global + long(shard) * p.batch;  // this rank's last batch
+  p.valid_last = static_cast<int>(std::clamp<long>(long(p.order.size()) - last_start, 0, p.batch));
+  return p;
+}
+
 CropFlip crop_flip_for(uint64_t aug_seed, uint64_t sample_slot, int pad) {
   const uint64_t h = mix(aug_seed, sample_slot);
   const int span = 2 * pad + 1;
@@ -48,7 +64,7 @@ void assemble_batch_u8(const Dataset& d, const EpochPlan& plan, int k, Layout la
   std::vector<uint8_t> scratch(d.decoded_on_demand ? img_bytes : 0);
   if (end < 0) end = plan.batch;
   for (int i = first; i < end; ++i) {
-    const size_t slot = size_t(k) * plan.batch + i;
+    const size_t slot = plan.slot(k, i);
     uint8_t* out = images + img_bytes * i;
     if (slot >= plan.order.size()) {  // evaluation padding
       std::memset(out, 0, img_bytes);

@@ -22,7 +22,7 @@ const std::vector<FlagRow<DataOptions>>& data_flag_rows() {
        [](DataOptions& o, const std::string&) { o.skip_bad_images = true; }},
       {"--cache-decoded", "", "--data folder: decode every image once at start into memory (N x N uint8)", [](const DataOptions&) { return std::string("decode every epoch in the loader threads"); },
        [](DataOptions& o, const std::string&) { o.cache_decoded = true; }},
-      {"--batch", "N", "images per step", [](const DataOptions& o) { return std::to_string(o.batch); },
+      {"--batch", "N", "images per step (per GPU when bin/train runs on several: --gpus, torchrun, mpirun, srun)", [](const DataOptions& o) { return std::to_string(o.batch); },
        [](DataOptions& o, const std::string& v) { o.batch = (int)parse_long("--batch", v, 2, 8192); }},
   };
   return rows;

@@ -357,6 +357,11 @@ void ResNet50::loss(const int32_t* labels, LossTotals* totals, const float* loss
 }
 
 // ---- backward -----------------------------------------------------------------------------------
+void ResNet50::bn_grads_ready(const Bn& bn) const {
+  grad_ready(bn.gamma);
+  grad_ready(bn.beta);
+}
+
 // Gradient buffers: g[0] holds the gradient flowing between blocks (a block's output gradient on
 // entry, its input gradient on exit); g[1..3] hold the gradients inside a block.
 // The join: out = relu(bn3(a3) + shortcut). From g[0] (the output's gradient): g[1] = the gradient
@@ -381,6 +386,8 @@ void ResNet50::join_backward(Block& b) {
     last.dres = grad_[0].get();  // identity shortcut: the input's gradient starts as dz
   }
   bn_backward(last, b.out, cfg_.dtype, cfg_.layout, bn_scratch_.as<float>(), ctx_.stream);
+  bn_grads_ready(b.b3);
+  if (b.down) bn_grads_ready(*b.bdown);
 }
 
 void ResNet50::block_backward(Block& b, const void* in) {
@@ -395,9 +402,11 @@ void ResNet50::block_backward(Block& b, const void* in) {
   join_backward(b);
 
   b.c3.conv->backward_filter(ctx_.cudnn, b.y2.get(), gB, params_.weight_grad(b.c3.weight), ws, wsb);
+  grad_ready(b.c3.weight);
   b.c3.conv->backward_data(ctx_.cudnn, gB, params_.working(b.c3.weight), gD, false, ws, wsb);
   if (b.down) {
     b.down->conv->backward_filter(ctx_.cudnn, in, gC, params_.weight_grad(b.down->weight), ws, wsb);
+    grad_ready(b.down->weight);
     b.down->conv->backward_data(ctx_.cudnn, gC, params_.working(b.down->weight), gA, false, ws, wsb);
   }
 
@@ -410,7 +419,9 @@ void ResNet50::block_backward(Block& b, const void* in) {
   mid.dbeta = params_.vector_grad(b.b2.beta);
   mid.dx = gD;
   bn_backward(mid, b.mid2, t, l, scratch, ctx_.stream);
+  bn_grads_ready(b.b2);
   b.c2.conv->backward_filter(ctx_.cudnn, b.y1.get(), gD, params_.weight_grad(b.c2.weight), ws, wsb);
+  grad_ready(b.c2.weight);
   b.c2.conv->backward_data(ctx_.cudnn, gD, params_.working(b.c2.weight), gB, false, ws, wsb);
 
   BnBackwardArgs first{};
@@ -422,7 +433,9 @@ void ResNet50::block_backward(Block& b, const void* in) {
   first.dbeta = params_.vector_grad(b.b1.beta);
   first.dx = gB;
   bn_backward(first, b.mid1, t, l, scratch, ctx_.stream);
+  bn_grads_ready(b.b1);
   b.c1.conv->backward_filter(ctx_.cudnn, in, gB, params_.weight_grad(b.c1.weight), ws, wsb);
+  grad_ready(b.c1.weight);
   b.c1.conv->backward_data(ctx_.cudnn, gB, params_.working(b.c1.weight), gA, true, ws, wsb);
 }
 
@@ -432,6 +445,8 @@ void ResNet50::backward() {
   const Layout l = cfg_.layout;
   linear_backward(ctx_.cublas, {cfg_.batch, features_, cfg_.classes}, t, cfg_.tf32, feat_.get(),
                   params_.working(fc_weight_), dlogits_.get(), params_.weight_grad(fc_weight_), dfeat_.get());
+  grad_ready(fc_weight_);
+  grad_ready(fc_bias_);  // written by loss(), before backward
   global_avgpool_backward(dfeat_.get(), blocks_.back()->out, t, l, grad_[0].get(), ctx_.stream);
   for (size_t i = blocks_.size(); i-- > 0;) {
     const void* in = i == 0 ? stem_y_.get() : blocks_[i - 1]->out_buf.get();
@@ -446,7 +461,9 @@ void ResNet50::backward() {
   stem.dbeta = params_.vector_grad(stem_bn_->beta);
   stem.dx = grad_[0].get();
   bn_backward(stem, {cfg_.batch, 64, cfg_.image_side, cfg_.image_side}, t, l, bn_scratch_.as<float>(), ctx_.stream);
+  bn_grads_ready(*stem_bn_);
   // The images need no gradient: only the stem's filter gradient.
   stem_conv_->conv->backward_filter(ctx_.cudnn, images_, grad_[0].get(), params_.weight_grad(stem_conv_->weight),
                                     workspace_.get(), workspace_.bytes());
+  grad_ready(stem_conv_->weight);
 }

@@ -258,6 +258,7 @@ void ResNet50::fused_inner_backward(ConvUnit& c, const void* x, Bn& bn, void* st
                stream);
     c.conv->backward_filter(ctx_.cudnn, stored, dy, params_.weight_grad(c.weight), ws, wsb);
   }
+  grad_ready(c.weight);
   float* coef = bn.st.bwd_coef;  // dx = coef[c] * g + coef[C + c] * x + coef[2C + c]
   const int C = bn.channels;
   if (usable(c.fused_dgrad)) {
@@ -291,6 +292,7 @@ void ResNet50::fused_inner_backward(ConvUnit& c, const void* x, Bn& bn, void* st
     mid.dx = dx;
     bn_backward(mid, s_in, t, l, bn_scratch_.as<float>(), stream);
   }
+  bn_grads_ready(bn);
 }
 
 // Gradient buffers as in block_backward: g[0] between blocks, g[1..3] inside.
@@ -303,9 +305,11 @@ void ResNet50::fused_block_backward(Block& b, const void* in) {
   fused_inner_backward(b.c3, b.a2.get(), b.b2, b.y2.get(), b.mid2, gB, gD);  // gD: gradient of a2
   if (b.down) {
     b.down->conv->backward_filter(ctx_.cudnn, in, gC, params_.weight_grad(b.down->weight), ws, wsb);
+    grad_ready(b.down->weight);
     b.down->conv->backward_data(ctx_.cudnn, gC, params_.working(b.down->weight), gA, false, ws, wsb);
   }
   fused_inner_backward(b.c2, b.a1.get(), b.b1, b.y1.get(), b.mid1, gD, gB);  // gB: gradient of a1
   b.c1.conv->backward_filter(ctx_.cudnn, in, gB, params_.weight_grad(b.c1.weight), ws, wsb);
+  grad_ready(b.c1.weight);
   b.c1.conv->backward_data(ctx_.cudnn, gB, params_.working(b.c1.weight), gA, true, ws, wsb);
 }

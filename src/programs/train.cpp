@@ -1,9 +1,11 @@
-// bin/train (and each rung of the ladder): parse flags, run, and turn every failure into one line
-// and an exit code: 2 for a bad command line, 1 for anything else (bad data, no GPU, a CUDA error,
-// divergence). This file is compiled once per variant: it alone reads the switchboard.
+// bin/train (and each rung of the ladder): parse flags, run (or, with --gpus N, start N ranks of
+// itself: dist/local_launch.h), and turn every failure into one line and an exit code: 2 for a bad
+// command line, 1 for anything else (bad data, no GPU, a CUDA error, divergence). This file is
+// compiled once per variant: it alone reads the switchboard.
 #include <cstdio>
 
 #include "core/errors.h"
+#include "dist/local_launch.h"
 #include "settings.h"
 #include "train/options.h"
 #include "train/trainer.h"
@@ -21,7 +23,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
+    if (opt.gpus > 1) return launch_local_ranks(argc, argv, opt.gpus, opt.dist_timeout);
     return train_main(kBuild, opt);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -22,5 +22,6 @@ std::string BuildSettings::describe() const {
          algo_policy_name(algo) + " conv algorithms (cuDNN " + conv_api_name(conv_api) + " API), loss read " +
          (device_loss ? "asynchronously from the GPU" : "every step (synchronising)") +
          (fused_bn ? ", batch norm fused into the convolutions" : "") +
-         (cuda_graph ? ", each step replayed as one CUDA graph" : "");
+         (cuda_graph ? ", each step replayed as one CUDA graph" : "") +
+         (ddp_overlap ? "" : ", gradients of several GPUs all-reduced after the whole backward (naive)");
 }

@@ -74,6 +74,17 @@ const std::vector<Flag>& flags() {
        [](Options& o, const std::string& v) { o.save_every = parse_long("--save-every", v, 0, 1000000000L); }},
       {"--resume", "FILE", "continue from a checkpoint", [](const Options&) { return std::string("none"); },
        [](Options& o, const std::string& v) { o.resume = v; }},
+      {"--gpus", "N", "start N ranks on this machine's GPUs (data parallel over NCCL; --batch is per GPU)", [](const Options& o) { return std::to_string(o.gpus); },
+       [](Options& o, const std::string& v) { o.gpus = (int)parse_long("--gpus", v, 1, 1024); }},
+      {"--bucket-mb", "F", "gradient bucket size in MiB for the all-reduce during backward (the first bucket is 1 MiB)", [](const Options& o) { return show(o.bucket_mb); },
+       [](Options& o, const std::string& v) { o.bucket_mb = parse_double("--bucket-mb", v, 0.001, 100000.0); }},
+      {"--allreduce-dtype", "T", "type the weight gradients are averaged in: fp16 or fp32", [](const Options&) { return std::string("fp16 in fp16 builds, fp32 in fp32 builds (the gradients' own type)"); },
+       [](Options& o, const std::string& v) {
+         if (v != "fp16" && v != "fp32") throw UsageError("--allreduce-dtype: '" + v + "' is not fp16 or fp32");
+         o.allreduce_dtype = v;
+       }},
+      {"--dist-timeout", "S", "seconds before a rank that is missing, dead or hung stops the others", [](const Options& o) { return show(o.dist_timeout); },
+       [](Options& o, const std::string& v) { o.dist_timeout = parse_double("--dist-timeout", v, 1.0, 86400.0); }},
       {"--help", "", "print this help and the build's optimizations", [](const Options&) { return std::string(""); },
        [](Options& o, const std::string&) { o.help = true; }},
   };

@@ -27,8 +27,8 @@ JsonLine settings_json(const BuildSettings& b, const Options& o, int workers) {
 
 }  // namespace
 
-Reporter::Reporter(const BuildSettings& build, const Options& o, int workers, bool tty)
-    : build_(build), opt_(o), workers_(workers), tty_(tty) {}
+Reporter::Reporter(const BuildSettings& build, const Options& o, int workers, bool tty, int ranks)
+    : build_(build), opt_(o), workers_(workers), tty_(tty), ranks_(ranks) {}
 
 void Reporter::start() const {
   std::printf("%s\n", build_.describe().c_str());
@@ -47,10 +47,10 @@ void Reporter::begin_progress(long step) {
 void Reporter::progress(int epoch, int k, int steps_per_epoch, long step, double loss, bool final) const {
   if (!tty_) return;
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  const double ips = dt > 0 ? double(step - step0_) * opt_.batch / dt : 0;
+  const double ips = dt > 0 ? double(step - step0_) * opt_.batch * ranks_ / dt : 0;
   const long total = long(opt_.epochs) * steps_per_epoch;
   const long left = (opt_.steps > 0 ? std::min(opt_.steps, total) : total) - step;
-  const double eta = ips > 0 ? double(left) * opt_.batch / ips : 0;
+  const double eta = ips > 0 ? double(left) * opt_.batch * ranks_ / ips : 0;
   std::printf("\r  epoch %d/%d  step %d/%d  %s img/s  loss %.4f  ETA %s   ", epoch + 1, opt_.epochs, k + 1,
               steps_per_epoch, with_commas(std::lround(ips)).c_str(), loss, clock_text(eta).c_str());
   if (final) std::printf("\r%*s\r", 90, "");
@@ -82,7 +82,7 @@ void Reporter::epoch(const EpochResult& r) const {
 
 void Reporter::summary(const RunSummary& s) const {
   const long timed = s.timed_steps;
-  const double ips = timed > 0 ? double(timed) * opt_.batch / (s.window_ms / 1e3) : NAN;
+  const double ips = timed > 0 ? double(timed) * opt_.batch * ranks_ / (s.window_ms / 1e3) : NAN;
   const double ms_step = timed > 0 ? s.window_ms / double(timed) : NAN;
   const double stall = timed > 0 ? 100.0 * s.window_stall_ms / s.window_ms : NAN;
   if (opt_.json) {
@@ -97,6 +97,8 @@ void Reporter::summary(const RunSummary& s) const {
         .add("final_test_loss", s.final_test_loss).add("final_test_acc", s.final_test_acc)
         .add("params", s.params).add("autotune_s", s.autotune_s)
         .add("skipped_steps", s.skipped_steps).add("date", today());
+    if (ranks_ > 1)
+      j.add("gpus", ranks_).add("global_batch", opt_.batch * ranks_).add("allreduce_exposed_ms_per_step", s.allreduce_exposed_ms);
     std::printf("%s\n", j.str().c_str());
     return;
   }
@@ -104,6 +106,12 @@ void Reporter::summary(const RunSummary& s) const {
   if (timed > 0)
     std::printf("; steady state (%ld steps after %d warm-up): %s img/s, %.2f ms/step, data stall %.1f%%", timed,
                 opt_.warmup_steps, with_commas(std::lround(ips)).c_str(), ms_step, stall);
+  if (timed > 0 && ranks_ > 1) {
+    if (std::isnan(s.allreduce_exposed_ms))  // steps replayed as a CUDA graph are not timed by events
+      std::printf(" (%d GPUs)", ranks_);
+    else
+      std::printf(" (%d GPUs, all-reduce exposed %.2f ms/step)", ranks_, s.allreduce_exposed_ms);
+  }
   if (!std::isnan(s.final_test_acc)) std::printf("; test accuracy %.2f%%", 100 * s.final_test_acc);
   std::printf("; peak GPU memory %.0f MiB\n", s.peak_gpu_mem_mb);
 }

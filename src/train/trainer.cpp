@@ -5,9 +5,11 @@
 // BuildSettings here and nowhere else but the loader and network configs. The pieces with a life
 // of their own are units of their own: the step's GPU work (step.h) and its graph (step_graph.h),
 // the counters and divergence (counters.h), saves (checkpointing.h), the steady-state window
-// (window.h) and the printed reports (reports.h).
+// (window.h), the printed reports (reports.h) and, on several GPUs, data parallelism
+// (dist/data_parallel.h: this file only calls it at a few points).
 #include "train/trainer.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -25,6 +27,7 @@
 #include "data/data_choice.h"
 #include "data/image_decode.h"
 #include "data/sample_grid.h"
+#include "dist/data_parallel.h"
 #include "measure/profiling.h"
 #include "measure/step_timing.h"
 #include "model/autotune_cache.h"
@@ -32,6 +35,7 @@
 #include "pipeline/loader.h"
 #include "train/checkpointing.h"
 #include "train/counters.h"
+#include "train/data_parallel_setup.h"
 #include "train/reports.h"
 #include "train/schedule.h"
 #include "train/step.h"
@@ -43,25 +47,43 @@ namespace {
 std::atomic<bool> g_stop_requested{false};
 extern "C" void on_stop_signal(int) { g_stop_requested = true; }
 
+// Ranks other than 0 print nothing but their errors (stderr).
+void silence_stdout() {
+  std::fflush(stdout);
+  const int null_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (null_fd >= 0) {
+    ::dup2(null_fd, STDOUT_FILENO);
+    ::close(null_fd);
+  }
+}
+
 double mean_loss(const LossTotals& t) { return t.count ? t.loss_sum / double(t.count) : NAN; }
 double accuracy(const LossTotals& t) { return t.count ? double(t.correct) / double(t.count) : NAN; }
 
 class Trainer {
  public:
   Trainer(const BuildSettings& b, const Options& o)
-      : build_(b), opt_(o), workers_(o.workers > 0 ? o.workers : default_workers()),
-        report_(b, opt_, workers_, isatty(STDOUT_FILENO) && !o.json), saves_(opt_),
+      : build_(b), opt_(o), launch_(discover_launch()), workers_(o.workers > 0 ? o.workers : default_workers()),
+        report_(b, opt_, workers_, isatty(STDOUT_FILENO) && !o.json, launch_.world), saves_(opt_),
         divergence_(b.precision == DType::F16) {}
   int run();
+  // This rank stops with an error: the other ranks are told; returns the line to print.
+  std::string failed(const std::string& why) {
+    if (dp_) dp_->fail(why);
+    return rank_prefix() + why;
+  }
 
  private:
   void load_data();
+  void join_ranks();
   void setup_gpu();
   void build_network();
   void start_from_checkpoint_or_init();
   bool train_epoch(int epoch);
   void write_sample_png(const EpochPlan& plan, int first) const;
   void train_step(int k);
+  void open_window();
+  void close_window();
   StepTargets step_targets() const;
   SgdSettings sgd_settings() const;
   void loss_stats();
@@ -72,9 +94,20 @@ class Trainer {
   void write_loss_log(long first_step, long count) const;
   RunSummary summary() const;
   bool out_of_steps() const { return opt_.steps > 0 && step_ >= opt_.steps; }
+  // Data parallel: images per step over all ranks, this rank's part of a pass, the signal check
+  // every rank agrees on, and whether this rank writes files (rank 0 alone does).
+  int global_batch() const { return opt_.batch * launch_.world; }
+  EpochPlan my_part(EpochPlan p) const { return launch_.distributed() ? shard_plan(std::move(p), launch_.rank, launch_.world) : p; }
+  bool stop_requested();
+  bool writes() const { return launch_.is_root(); }
+  std::string rank_prefix() const { return launch_.distributed() ? "rank " + std::to_string(launch_.rank) + ": " : ""; }
+  void average_running_stats() {
+    if (dp_) dp_->average(net_->running_stats(), net_->running_stats_count());
+  }
 
   const BuildSettings& build_;
   Options opt_;
+  LaunchInfo launch_;
   int workers_;
   Reporter report_;
   SaveKeeper saves_;
@@ -91,6 +124,7 @@ class Trainer {
   double peak_mem_mb_ = 0;
   std::unique_ptr<AutotuneCache> cache_;
   std::unique_ptr<ResNet50> net_;
+  std::unique_ptr<DataParallel> dp_;  // several ranks only
   CheckpointMeta meta_;  // what this run's checkpoints record
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<StepParamsOnDevice> step_params_;
@@ -109,6 +143,8 @@ class Trainer {
   // results
   double final_test_loss_ = NAN, final_test_acc_ = NAN, final_train_loss_ = NAN, final_train_acc_ = NAN;
   long evaluated_at_ = -1;  // step_ at the last evaluation
+  bool stopping_ = false;   // a signal stops the run (on every rank at the same step)
+  double allreduce_exposed_ms_ = NAN;  // per step of the window, several ranks only
 };
 
 // ---- set-up -------------------------------------------------------------------------------------
@@ -118,13 +154,13 @@ void Trainer::load_data() {
   images.skip_bad = opt_.skip_bad_images;
   images.cache_decoded = opt_.cache_decoded;
   images.threads = workers_;
-  data_ = load_data_set(opt_.data, opt_.data_dir, opt_.synthetic_size, opt_.batch, opt_.seed, images);
+  data_ = load_data_set(opt_.data, opt_.data_dir, opt_.synthetic_size, global_batch(), opt_.seed, images);
   const Dataset& train = data_.split.train;
   if (train.classes() > kSoftmaxMaxClasses)
     throw InputError(data_.dir + ": " + std::to_string(train.classes()) + " classes; the loss kernel takes at most " +
                      std::to_string(kSoftmaxMaxClasses));
   norm_ = compute_normalization(train, workers_);
-  steps_per_epoch_ = train.count / opt_.batch;
+  steps_per_epoch_ = train.count / global_batch();
   for (const std::string& w : data_.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   const char* channels = train.channels == 1 ? "grey (replicated to 3 channels)" : "3 channels";
   if (train.name != "folder") {
@@ -146,15 +182,31 @@ void Trainer::load_data() {
                                          : ("all " + with_commas(train.count) + " training images").c_str());
 }
 
+// Several ranks: meet the others (the run is refused if any was started differently), take this
+// rank's GPU and join the NCCL communicator, before anything else is put on the GPU.
+void Trainer::join_ranks() {
+  if (resume_) check_global_batch(resume_->meta, opt_.batch, launch_.world, opt_.resume);
+  const Fingerprint f = run_fingerprint(build_, opt_, launch_.world, data_.split, norm_, resume_.get());
+  dp_ = std::make_unique<DataParallel>(launch_, f, data_parallel_config(build_, opt_));
+}
+
 void Trainer::setup_gpu() {
   require_cuda_device();
-  CUDA_CHECK(cudaGetDeviceProperties(&prop_, 0));
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaGetDeviceProperties(&prop_, device));
   ctx_ = std::make_unique<GpuContext>();
   size_t total = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_before_, &total));
   std::printf("gpu: %s (sm_%d%d, %d SMs, %s), cuDNN %zu\n", prop_.name, prop_.major, prop_.minor,
               prop_.multiProcessorCount, format_bytes(total).c_str(), cudnnGetVersion());
   build_network();
+  if (dp_) {
+    dp_->attach(net_->params(), ctx_->stream);
+    net_->on_grad_ready = [dp = dp_.get()](int param) { dp->on_grad_ready(param); };
+    std::printf("data parallel: %s; --batch %d per GPU, %d per step\n", dp_->describe().c_str(), opt_.batch,
+                global_batch());
+  }
   LoaderConfig lc{build_.loader, opt_.batch, workers_, build_.precision, build_.layout, norm_,
                   data_.split.train.channels, data_.split.train.side, ctx_->stream};
   loader_ = make_loader(lc);
@@ -189,6 +241,7 @@ void Trainer::build_network() {
 
   net_ = std::make_unique<ResNet50>(cfg, *ctx_, *cache_);
   meta_ = run_meta(build_, *net_, data_.split.train, opt_);
+  meta_.batch = global_batch();  // what a resume on another number of GPUs must keep
   const AlgoReport& ar = net_->algo_report();
   const char* api = conv_api_name(cfg.conv_api);
   const std::string ws = format_bytes(ar.workspace);
@@ -201,7 +254,7 @@ void Trainer::build_network() {
   else {
     std::printf("convs: autotuned %d of %d shapes in %.2f s (saved to %s), %s API, workspace %s\n", ar.searched,
                 ar.shapes, ar.search_s, opt_.autotune_cache.c_str(), api, ws.c_str());
-    cache_->save();
+    if (writes()) cache_->save();
   }
   if (cfg.fused_bn)
     for (const std::string& line : fusion_report_lines(net_->fusion_report())) std::printf("%s\n", line.c_str());
@@ -229,6 +282,13 @@ void Trainer::start_from_checkpoint_or_init() {
   } else {
     net_->init_params(opt_.seed);
   }
+  if (dp_) {  // every rank starts from rank 0's state, bit for bit
+    ParamStore& p = net_->params();
+    dp_->broadcast_from_root(p.master_all(), p.total() * sizeof(float));
+    dp_->broadcast_from_root(p.momentum_all(), p.total() * sizeof(float));
+    dp_->broadcast_from_root(net_->running_stats(), net_->running_stats_count() * sizeof(float));
+    p.refresh_working_copy(ctx_->stream);
+  }
   counters_->set(init);
   last_ = init;
   first_step_ = step_;
@@ -238,19 +298,21 @@ void Trainer::start_from_checkpoint_or_init() {
 // ---- the loop -----------------------------------------------------------------------------------
 int Trainer::run() {
   name_this_thread("main");
+  if (!writes()) silence_stdout();
   report_.start();
   // Everything the user gave is validated before the GPU is touched.
   load_data();
   if (!opt_.resume.empty()) resume_ = std::make_unique<Checkpoint>(load_checkpoint(opt_.resume));
+  if (launch_.distributed()) join_ranks();
   setup_gpu();
   start_from_checkpoint_or_init();
   std::printf("model: ResNet-50 (CIFAR stem), %s parameters; batch %d, %d steps per epoch\n",
-              with_commas(static_cast<long long>(net_->params().total())).c_str(), opt_.batch, steps_per_epoch_);
+              with_commas(static_cast<long long>(net_->params().total())).c_str(), global_batch(), steps_per_epoch_);
 
   const long total_steps = long(opt_.epochs) * steps_per_epoch_;
   schedule_ = {opt_.lr, opt_.min_lr, std::lround(opt_.warmup_epochs * steps_per_epoch_), total_steps};
   window_ = std::make_unique<SteadyStateWindow>(ctx_->stream, first_step_ + opt_.warmup_steps, opt_.profile_steps,
-                                                opt_.trace);
+                                                writes() ? opt_.trace : "");
   loss_history_ = DeviceBuffer(size_t(steps_per_epoch_) * sizeof(float), "loss history");
 
   std::signal(SIGINT, on_stop_signal);
@@ -261,8 +323,8 @@ int Trainer::run() {
     if (saves_.due(step_)) save(opt_.save, true);
     for (int epoch = start_epoch_; epoch < opt_.epochs && !out_of_steps(); ++epoch)
       if (!train_epoch(epoch)) break;
-    if (window_->is_open()) window_->close(step_, *timing_);  // the run ended inside the window
-    if (g_stop_requested) {
+    if (window_->is_open()) close_window();  // the run ended inside the window
+    if (stop_requested()) {
       const std::string path = opt_.save.empty() ? "interrupted.ckpt" : opt_.save;
       save(path, false);
       std::printf("stopped by a signal after step %ld: checkpoint saved to %s (continue with --resume %s)\n", step_,
@@ -277,15 +339,24 @@ int Trainer::run() {
     }
   } catch (const Diverged& d) {
     std::fflush(stdout);
-    std::fprintf(stderr, "error: %s%s\n", d.what(), saves_.after_divergence(first_step_).c_str());
+    const std::string line = failed(std::string(d.what()) + saves_.after_divergence(first_step_));
+    std::fprintf(stderr, "error: %s\n", line.c_str());
     return 1;
   } catch (const ImageDecodeError& e) {
     // An image that passed the header check did not decode: keep what was trained, name the file.
-    const std::string path = opt_.save.empty() ? "interrupted.ckpt" : opt_.save;
-    save(path, false);
+    // On several ranks a save is collective and the others are elsewhere: they are told, nothing is saved.
+    std::string line = e.what();
+    if (dp_) {
+      line = failed(line + "; not saved (the other ranks stop too): fix or remove the file, then resume from the "
+                           "last --save-every checkpoint");
+    } else {
+      const std::string path = opt_.save.empty() ? "interrupted.ckpt" : opt_.save;
+      save(path, false);
+      line += "; the state after step " + std::to_string(step_) + " is saved to " + path +
+              " (fix or remove the file, then --resume " + path + ")";
+    }
     std::fflush(stdout);
-    std::fprintf(stderr, "error: %s; the state after step %ld is saved to %s (fix or remove the file, then --resume %s)\n",
-                 e.what(), step_, path.c_str(), path.c_str());
+    std::fprintf(stderr, "error: %s\n", line.c_str());
     return 1;
   }
   report_.summary(summary());
@@ -296,12 +367,12 @@ int Trainer::run() {
 bool Trainer::train_epoch(int epoch) {
   epoch_now_ = epoch;
   const Dataset& train = data_.split.train;
-  const EpochPlan plan = train_plan(train, opt_.batch, opt_.seed, epoch);
+  const EpochPlan plan = my_part(train_plan(train, global_batch(), opt_.seed, epoch));
   const int first = epoch == start_epoch_ ? start_k_ : 0;
   loader_->begin_pass(train, plan, first);
   // last_ is current: the previous epoch ended with read_counters_now().
   counters_->set_train(fresh_totals(last_.train.last_good_loss));
-  if (!opt_.sample_png.empty() && epoch == start_epoch_) write_sample_png(plan, first);
+  if (!opt_.sample_png.empty() && epoch == start_epoch_ && writes()) write_sample_png(plan, first);
 
   Event start, end;
   const auto wall0 = std::chrono::steady_clock::now();
@@ -309,22 +380,23 @@ bool Trainer::train_epoch(int epoch) {
   report_.begin_progress(step_);
   const long epoch_first_step = step_;
   int k = first;
-  for (; k < plan.steps && !out_of_steps() && !g_stop_requested; ++k) {
+  for (; k < plan.steps && !out_of_steps() && !stop_requested(); ++k) {
     k_now_ = k;
     train_step(k);
     if (saves_.due(step_)) save(opt_.save, true);
   }
   end.record(ctx_->stream);
+  if (dp_) dp_->sum_totals(&counters_->device()->train);  // the epoch's loss and accuracy over every rank
   read_counters_now();
   EpochResult r;
   r.train_ms = end.ms_since(start);
   r.stall_ms = timing_->stall_ms(epoch_first_step, step_ - 1, true);
   timing_->drop_before(window_->done() ? step_ : std::min(step_, window_->first()));
-  if (!opt_.loss_log.empty()) write_loss_log(epoch_first_step, step_ - epoch_first_step);
+  if (!opt_.loss_log.empty() && writes()) write_loss_log(epoch_first_step, step_ - epoch_first_step);
   report_.progress(epoch_now_, k_now_, steps_per_epoch_, step_, mean_loss(last_.train), true);
   final_train_loss_ = mean_loss(last_.train);
   final_train_acc_ = accuracy(last_.train);
-  if (g_stop_requested) return false;
+  if (stop_requested()) return false;
   if (k < plan.steps) return true;  // --steps ended the run inside this epoch
   if (opt_.eval) evaluate();
   r.epoch = epoch;
@@ -353,7 +425,7 @@ void Trainer::write_sample_png(const EpochPlan& plan, int first) const {
 
 void Trainer::train_step(int k) {
   const long s = step_;
-  if (window_->opens_at(s)) window_->open();
+  if (window_->opens_at(s)) open_window();
   {
     NvtxRange step_range("step " + std::to_string(s), phase_color::kGrey);
     timing_->begin_step(s);
@@ -371,13 +443,27 @@ void Trainer::train_step(int k) {
     // forward (+ loss), backward, optimizer step: enqueued now, or replayed as one CUDA graph
     step_graph_->run(s, {opt_.batch, batch.images, batch.labels},
                      [&] { enqueue_train_step(*net_, batch, step_targets(), sgd_settings(), ctx_->stream); });
+    if (dp_) dp_->check_step();  // its gradients were averaged in backward (dist/data_parallel.h)
     ++step_;
+    if (dp_) dp_->progress(step_);
     {
       NvtxRange r("loss stats", phase_color::kCyan);
       loss_stats();
     }
   }
-  if (window_->closes_at(s)) window_->close(step_, *timing_);
+  if (window_->closes_at(s)) close_window();
+}
+
+void Trainer::open_window() {
+  window_->open();
+  if (dp_) dp_->measure_exposure(true);
+}
+
+void Trainer::close_window() {
+  window_->close(step_, *timing_);
+  if (!dp_) return;
+  dp_->measure_exposure(false);
+  allreduce_exposed_ms_ = dp_->exposed_ms_per_step();
 }
 
 StepTargets Trainer::step_targets() const {
@@ -421,18 +507,23 @@ void Trainer::read_counters_now() {
   take(r);
 }
 
+// On several ranks each evaluates its part of the test set (padding counts nowhere) with the BN
+// running statistics averaged over the ranks, and the counts are summed.
 void Trainer::evaluate() {
   NvtxRange range("evaluation", phase_color::kGrey);
   const Dataset& test = data_.split.test;
-  const EpochPlan plan = eval_plan(test, opt_.batch);
+  const EpochPlan plan = my_part(eval_plan(test, global_batch()));
   loader_->begin_pass(test, plan, 0);
+  average_running_stats();
   CUDA_CHECK(cudaMemsetAsync(&counters_->device()->eval, 0, sizeof(LossTotals), ctx_->stream));
   for (int k = 0; k < plan.steps; ++k) {
     loader_->get(k);
     const DeviceBatch b = loader_->copy(k);
     net_->forward(b.images, false);
     net_->loss(b.labels, &counters_->device()->eval, nullptr, nullptr);
+    if (dp_) dp_->progress(step_);
   }
+  if (dp_) dp_->sum_totals(&counters_->device()->eval);
   step_graph_->after_evaluation();
   read_counters_now();
   final_test_loss_ = mean_loss(last_.eval);
@@ -441,8 +532,11 @@ void Trainer::evaluate() {
 }
 
 // ---- checkpoints and the loss log ---------------------------------------------------------------
+// On several ranks every rank comes here at the same step: the BN running statistics are averaged
+// first, and once that all-reduce has finished every rank has finished the step; rank 0 writes.
 void Trainer::save(const std::string& path, bool periodic) {
   NvtxRange range("save checkpoint", phase_color::kGrey);
+  average_running_stats();
   const CounterRead now = counters_->read_now(step_);
   take(now);  // a diverged state is never saved; an older pending save may be proven
   CheckpointMeta m = meta_;
@@ -452,7 +546,13 @@ void Trainer::save(const std::string& path, bool periodic) {
   m.loss_scale = now.counters.scaler.scale;
   m.good_steps = now.counters.scaler.good_steps;
   m.skipped_steps = now.counters.scaler.skipped_steps;
-  saves_.save(capture_checkpoint(*net_, m), path, periodic);
+  if (writes()) saves_.save(capture_checkpoint(*net_, m), path, periodic);
+  if (dp_) dp_->progress(step_);
+}
+
+bool Trainer::stop_requested() {
+  if (!stopping_) stopping_ = dp_ ? dp_->agree_to_stop(step_, g_stop_requested) : g_stop_requested.load();
+  return stopping_;
 }
 
 void Trainer::write_loss_log(long first_step, long count) const {
@@ -485,6 +585,7 @@ RunSummary Trainer::summary() const {
   s.params = static_cast<unsigned long>(net_->params().total());
   s.autotune_s = net_->algo_report().search_s;
   s.skipped_steps = last_.scaler.skipped_steps;
+  s.allreduce_exposed_ms = allreduce_exposed_ms_;
   return s;
 }
 
@@ -492,5 +593,9 @@ RunSummary Trainer::summary() const {
 
 int train_main(const BuildSettings& build, const Options& opt) {
   Trainer t(build, opt);
-  return t.run();
+  try {
+    return t.run();
+  } catch (const std::exception& e) {
+    throw Fatal(t.failed(e.what()));
+  }
 }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <numeric>
 #include <set>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -339,4 +340,114 @@ TEST(NormalizeBatchCpu, GreyIsReplicatedAndValuesAreStandardized) {
     }
 }
 
+// The sample indices rank `shard` takes in a pass, in order (-1 for padding).
+std::vector<long> samples_of(const EpochPlan& p) {
+  std::vector<long> s;
+  for (int k = 0; k < p.steps; ++k)
+    for (int i = 0; i < p.batch; ++i) {
+      const size_t slot = p.slot(k, i);
+      s.push_back(slot < p.order.size() ? long(p.order[slot]) : -1);
+    }
+  return s;
+}
+
 }  // namespace
+
+// ---- data-parallel shards (shard_plan): every rank holds the same order, the ranks' parts are
+// disjoint and together complete, a global batch holds the same samples augmented the same way
+// whatever the number of ranks, and an evaluation counts each test sample once.
+TEST(ShardPlan, RanksTakeDisjointPartsThatTogetherCoverThePass) {
+  const Dataset d = noise_images(1000, 3);
+  for (int world : {1, 2, 3, 4, 8}) {
+    const int global = 24 * world;  // 24 images per GPU
+    const EpochPlan whole = train_plan(d, global, 7, 3);
+    std::multiset<long> seen;
+    for (int r = 0; r < world; ++r) {
+      const EpochPlan part = shard_plan(train_plan(d, global, 7, 3), r, world);  // each rank makes its own
+      EXPECT_EQ(part.order, whole.order) << "rank " << r << " of " << world << ": a different permutation";
+      EXPECT_EQ(part.steps, whole.steps);
+      EXPECT_EQ(part.batch, 24);
+      for (long s : samples_of(part)) seen.insert(s);
+    }
+    // Complete and disjoint: the full global batches of the pass, each sample exactly once.
+    const size_t used = size_t(whole.steps) * global;
+    ASSERT_EQ(seen.size(), used) << world;
+    const std::set<long> distinct(seen.begin(), seen.end());
+    EXPECT_EQ(distinct.size(), used) << "a sample taken by two ranks, " << world << " ranks";
+    const std::set<long> expected(whole.order.begin(), whole.order.begin() + used);
+    EXPECT_EQ(distinct, std::set<long>(expected.begin(), expected.end()));
+  }
+}
+
+TEST(ShardPlan, AGlobalBatchIsTheSameWhateverTheNumberOfRanks) {
+  // What makes a checkpoint resumable on another number of GPUs at the same global batch: the same
+  // images in each global batch, cropped and flipped the same way.
+  const Dataset d = noise_images(300, 3);
+  const int global = 32, k = 5;
+  const EpochPlan one = train_plan(d, global, 11, 2);
+  std::vector<uint8_t> whole(d.image_bytes() * global);
+  std::vector<int32_t> whole_labels(global);
+  assemble_batch_u8(d, one, k, Layout::NHWC, whole.data(), whole_labels.data());
+  for (int world : {2, 4, 8}) {
+    const int b = global / world;
+    for (int r = 0; r < world; ++r) {
+      const EpochPlan part = shard_plan(train_plan(d, global, 11, 2), r, world);
+      std::vector<uint8_t> images(d.image_bytes() * b);
+      std::vector<int32_t> labels(b);
+      assemble_batch_u8(d, part, k, Layout::NHWC, images.data(), labels.data());
+      EXPECT_EQ(0, std::memcmp(images.data(), whole.data() + d.image_bytes() * b * r, images.size()))
+          << "rank " << r << " of " << world;
+      EXPECT_EQ(std::vector<int32_t>(whole_labels.begin() + b * r, whole_labels.begin() + b * (r + 1)), labels);
+    }
+  }
+}
+
+TEST(ShardPlan, EvaluationCountsEveryTestSampleOnce) {
+  const Dataset d = noise_images(1000, 3);
+  for (int world : {2, 3, 5}) {
+    const int global = 21 * world;
+    std::multiset<long> real;
+    int padding = 0;
+    const EpochPlan whole = eval_plan(d, global);
+    for (int r = 0; r < world; ++r) {
+      const EpochPlan part = shard_plan(eval_plan(d, global), r, world);
+      EXPECT_EQ(part.steps, whole.steps);  // every rank runs the same number of batches
+      int valid_in_last = 0;
+      for (int k = 0; k < part.steps; ++k) {
+        std::vector<uint8_t> images(d.image_bytes() * part.batch);
+        std::vector<int32_t> labels(part.batch);
+        assemble_batch_u8(d, part, k, Layout::NCHW, images.data(), labels.data());
+        for (int i = 0; i < part.batch; ++i) {
+          const size_t slot = part.slot(k, i);
+          if (slot < part.order.size()) {
+            real.insert(part.order[slot]);
+            EXPECT_EQ(labels[i], d.labels[part.order[slot]]);
+            valid_in_last += k == part.steps - 1;
+          } else {
+            EXPECT_EQ(labels[i], -1);  // not counted by the loss kernel
+            ++padding;
+          }
+        }
+      }
+      EXPECT_EQ(part.valid_last, valid_in_last) << "rank " << r << " of " << world;
+    }
+    EXPECT_EQ(real.size(), 1000u) << world;
+    EXPECT_EQ(std::set<long>(real.begin(), real.end()).size(), 1000u) << "a test sample counted twice";
+    EXPECT_EQ(padding, whole.steps * global - 1000);
+  }
+}
+
+TEST(ShardPlan, OneShardIsThePlanItself) {
+  const Dataset d = noise_images(100, 3);
+  const EpochPlan p = train_plan(d, 16, 1, 0);
+  const EpochPlan s = shard_plan(p, 0, 1);
+  EXPECT_EQ(samples_of(s), samples_of(p));
+  EXPECT_EQ(s.valid_last, p.valid_last);
+}
+
+TEST(ShardPlan, ABatchThatDoesNotSplitIsRefused) {
+  const Dataset d = noise_images(100, 3);
+  EXPECT_THROW(shard_plan(train_plan(d, 30, 1, 0), 0, 4), std::invalid_argument);
+  EXPECT_THROW(shard_plan(train_plan(d, 32, 1, 0), 4, 4), std::invalid_argument);
+  EXPECT_THROW(shard_plan(shard_plan(train_plan(d, 32, 1, 0), 0, 2), 0, 2), std::invalid_argument);
+}

@@ -81,12 +81,15 @@ class PredictGpu : public testing::Test {
   void SetUp() override {
     SKIP_WITHOUT_GPU("bin/predict's network and egress");
     ctx_ = std::make_unique<GpuContext>();
-    cache_ = std::make_unique<AutotuneCache>("", "predict-test");
+    cache_ = std::make_unique<AutotuneCache>("", "predict-test NCHW");
+    cache_nhwc_ = std::make_unique<AutotuneCache>("", "predict-test NHWC");
     batches_ = std::make_unique<Batches>();
   }
 
+  // One algorithm cache per layout: its entries are keyed by shape alone, and an NCHW choice given
+  // to an NHWC conv is refused by cuDNN (CUDNN_STATUS_NOT_SUPPORTED, seen on the H100).
   std::unique_ptr<ResNet50> net(Layout l, bool inference) {
-    return std::make_unique<ResNet50>(config(l, inference), *ctx_, *cache_);
+    return std::make_unique<ResNet50>(config(l, inference), *ctx_, l == Layout::NCHW ? *cache_ : *cache_nhwc_);
   }
 
   // A trained-looking model: initialised, with BN running statistics moved by a few training
@@ -117,7 +120,7 @@ class PredictGpu : public testing::Test {
   }
 
   std::unique_ptr<GpuContext> ctx_;
-  std::unique_ptr<AutotuneCache> cache_;
+  std::unique_ptr<AutotuneCache> cache_, cache_nhwc_;
   std::unique_ptr<Batches> batches_;
 };
 

@@ -53,7 +53,8 @@ const std::vector<std::string> kFlags = {
     "--seed", "--no-eval", "--workers", "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic",
     "--no-cuda-graph", "--loss-scale",
     "--loss-scale-window", "--warmup-steps", "--profile-steps", "--trace", "--progress-every", "--json",
-    "--loss-log", "--sample-png", "--save", "--save-every", "--resume", "--help"};
+    "--loss-log", "--sample-png", "--save", "--save-every", "--resume", "--gpus", "--bucket-mb",
+    "--allreduce-dtype", "--dist-timeout", "--help"};
 
 TEST(Options, DefaultsWithoutFlags) {
   const Options o = parse({}), d;
@@ -276,6 +277,20 @@ TEST(Options, UsageListsEveryFlagAndEachListedFlagParses) {
   }
   for (const std::string& f : kFlags) EXPECT_EQ(mentioned.count(f), 1u) << f;
   EXPECT_EQ(rows.size(), kFlags.size()) << "the help lists a flag this test does not know";
+}
+
+TEST(Options, SeveralGpuFlags) {
+  const Options d = parse({});
+  EXPECT_EQ(d.gpus, 1);
+  EXPECT_EQ(d.allreduce_dtype, "");  // the gradients' own type
+  const Options o = parse({"--gpus", "4", "--bucket-mb", "50", "--allreduce-dtype=fp32", "--dist-timeout", "30"});
+  EXPECT_EQ(o.gpus, 4);
+  EXPECT_EQ(o.bucket_mb, 50);
+  EXPECT_EQ(o.allreduce_dtype, "fp32");
+  EXPECT_EQ(o.dist_timeout, 30);
+  EXPECT_THROW(parse({"--allreduce-dtype", "bf16"}), UsageError);
+  EXPECT_THROW(parse({"--gpus", "0"}), UsageError);
+  EXPECT_THROW(parse({"--dist-timeout", "0.5"}), UsageError);
 }
 
 TEST(Options, DefaultWorkersIsBetweenOneAndEight) {

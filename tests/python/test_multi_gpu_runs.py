@@ -1,0 +1,195 @@
+"""bin/train on two GPUs end to end (issue 17): `--gpus 2` and torchrun-style variables train with
+rank 0 alone printing and saving; SIGTERM saves once and every rank exits 0; a rank that is killed
+or stopped makes the other stop within --dist-timeout with one line naming it; ranks started with
+different flags are refused with what differs; a checkpoint of two GPUs resumes on one at the same
+global batch, and says which --batch otherwise.
+
+Every test needs two CUDA devices and skips otherwise, saying why. The runs are tiny (synthetic
+data, 32 images per GPU, 5 steps an epoch on two GPUs) and --deterministic (heuristic conv
+algorithms, no autotune search), a few seconds each on H100/H200s.
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+from tests.python import REPO
+from tests.python.test_cli import CRASH_SIGNS
+from tests.python.test_training_runs import no_gpu_reason
+
+TRAIN = REPO / "bin" / "train"
+SMALL = ["--data", "synthetic", "--synthetic-size", "320", "--batch", "32", "--seed", "7", "--no-eval",
+         "--deterministic", "--dist-timeout", "20"]
+RUN_TIMEOUT_S = 300
+STOP_MARGIN_S = 15  # beyond --dist-timeout: heartbeat period, NCCL abort, process exit
+
+
+def two_gpu_reason():
+    reason = no_gpu_reason()
+    if reason:
+        return reason
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60).stdout
+    n = sum(line.startswith("GPU ") for line in out.splitlines())
+    return None if n >= 2 else f"needs 2 CUDA devices: two ranks train on two GPUs (nvidia-smi lists {n})"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MultiGpuRuns(unittest.TestCase):
+    def setUp(self):
+        reason = two_gpu_reason()
+        if reason:
+            self.skipTest(reason)
+        if not TRAIN.exists():
+            self.skipTest("bin/train is not built (make)")
+        self.tmp = tempfile.TemporaryDirectory(prefix="test-multi-gpu-")
+        self.addCleanup(self.tmp.cleanup)
+        self.dir = Path(self.tmp.name)
+
+    # ---- helpers -------------------------------------------------------------------------------
+
+    def run_gpus(self, *args):
+        p = subprocess.run([str(TRAIN), "--gpus", "2", *SMALL, *map(str, args)], cwd=self.dir, capture_output=True,
+                           text=True, timeout=RUN_TIMEOUT_S)
+        for sign in CRASH_SIGNS:
+            self.assertNotIn(sign, p.stdout + p.stderr)
+        return p
+
+    def start_ranks(self, per_rank_args):
+        """Two ranks as torchrun starts them; their output goes to files (read while they run)."""
+        port = str(free_port())
+        procs = []
+        for rank, args in enumerate(per_rank_args):
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=port)
+            out = open(self.dir / f"rank{rank}.out", "w")
+            err = open(self.dir / f"rank{rank}.err", "w")
+            self.addCleanup(out.close)
+            self.addCleanup(err.close)
+            p = subprocess.Popen([str(TRAIN), *SMALL, *map(str, args)], cwd=self.dir, env=env, stdout=out, stderr=err)
+            self.addCleanup(lambda p=p: p.poll() is None and (p.kill(), p.wait()))
+            procs.append(p)
+        return procs
+
+    def output(self, rank, which="out"):
+        return (self.dir / f"rank{rank}.{which}").read_text()
+
+    def wait_for(self, condition, what, timeout=RUN_TIMEOUT_S):
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                self.fail(f"timed out waiting for {what}")
+            time.sleep(0.05)
+
+    def wait_for_training(self, procs):
+        """Until rank 0 has made steps (its --save-every checkpoint exists)."""
+        self.wait_for(lambda: (self.dir / "run.ckpt").exists() or any(p.poll() is not None for p in procs),
+                      "the first periodic checkpoint")
+        self.assertTrue(all(p.poll() is None for p in procs), f"a rank ended early: {self.output(0, 'err')}")
+
+    def assert_one_error_line(self, text, *parts):
+        lines = text.splitlines()
+        self.assertEqual(len(lines), 1, f"expected one line on stderr, got {lines!r}")
+        self.assertTrue(lines[0].startswith("error: "), lines[0])
+        for part in parts:
+            self.assertIn(part, lines[0])
+
+    # ---- tests ---------------------------------------------------------------------------------
+
+    def test_gpus_2_trains_with_rank_0_alone_printing_and_saving(self):
+        ck = self.dir / "two.ckpt"
+        p = self.run_gpus("--epochs", "2", "--json", "--save", ck)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("error:", p.stderr)
+        events = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+        self.assertEqual([e["event"] for e in events], ["start", "epoch", "epoch", "summary"], p.stdout)
+        summary = events[-1]
+        self.assertEqual(summary["gpus"], 2)
+        self.assertEqual(summary["global_batch"], 64)
+        self.assertEqual(summary["steps"], 10)  # 320 images / 64 a step, 2 epochs
+        self.assertIn("data parallel: 2 ranks", p.stdout)
+        self.assertTrue(ck.exists())
+        self.assertEqual(sorted(x.name for x in self.dir.iterdir()), ["two.ckpt"])  # no .tmp, no other rank's file
+
+    def test_torchrun_style_ranks_train_and_only_rank_0_prints(self):
+        procs = self.start_ranks([["--epochs", "1"], ["--epochs", "1"]])
+        for p in procs:
+            p.wait(timeout=RUN_TIMEOUT_S)
+        self.assertEqual([p.returncode for p in procs], [0, 0], self.output(0, "err") + self.output(1, "err"))
+        self.assertIn("summary:", self.output(0))
+        self.assertEqual(self.output(1), "")
+        self.assertEqual(self.output(1, "err"), "")
+
+    def test_sigterm_saves_once_and_every_rank_exits_0(self):
+        ck = self.dir / "run.ckpt"
+        proc = subprocess.Popen([str(TRAIN), "--gpus", "2", *SMALL, "--epochs", "400", "--save", str(ck),
+                                 "--save-every", "5"], cwd=self.dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        self.addCleanup(lambda: proc.poll() is None and (proc.kill(), proc.wait()))
+        self.wait_for(lambda: ck.exists() or proc.poll() is not None, "the first periodic checkpoint")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+        self.assertEqual(proc.returncode, 0, err)
+        stops = re.findall(r"^stopped by a signal after step (\d+): checkpoint saved to", out, re.M)
+        self.assertEqual(len(stops), 1, out)
+        step = int(stops[0])
+        resumed = self.run_gpus("--epochs", "400", "--resume", ck, "--steps", step + 5)
+        self.assertEqual(resumed.returncode, 0, resumed.stderr)
+        self.assertIn(f"resumed from {ck} at step {step}", resumed.stdout)
+
+    def test_a_killed_rank_stops_the_other_with_one_line_naming_it(self):
+        long_run = ["--epochs", "400", "--save", "run.ckpt", "--save-every", "5"]  # rank 0 alone writes it
+        procs = self.start_ranks([long_run, long_run])
+        self.wait_for_training(procs)
+        procs[1].kill()
+        t0 = time.monotonic()
+        procs[0].wait(timeout=20 + STOP_MARGIN_S)
+        self.assertLess(time.monotonic() - t0, 20 + STOP_MARGIN_S)
+        self.assertEqual(procs[0].returncode, 1)
+        self.assert_one_error_line(self.output(0, "err"), "rank 0", "rank 1")
+
+    def test_a_stopped_rank_is_named_within_the_timeout(self):
+        long_run = ["--epochs", "400", "--save", "run.ckpt", "--save-every", "5"]  # rank 0 alone writes it
+        procs = self.start_ranks([long_run, long_run])
+        self.wait_for_training(procs)
+        procs[1].send_signal(signal.SIGSTOP)  # hangs: alive, silent
+        t0 = time.monotonic()
+        procs[0].wait(timeout=20 + STOP_MARGIN_S)
+        self.assertGreaterEqual(time.monotonic() - t0, 15)  # not before the timeout (less the heartbeat lag)
+        self.assertEqual(procs[0].returncode, 1)
+        self.assert_one_error_line(self.output(0, "err"), "rank 0: stopping: rank 1")
+
+    def test_ranks_with_different_flags_are_refused_saying_what_differs(self):
+        procs = self.start_ranks([["--epochs", "1", "--lr", "0.02"], ["--epochs", "1", "--lr", "0.05"]])
+        for p in procs:
+            p.wait(timeout=60)
+        self.assertEqual([p.returncode for p in procs], [1, 1])
+        self.assert_one_error_line(self.output(0, "err"), "--lr is '0.02' on rank 0 but '0.05' on rank 1")
+        self.assert_one_error_line(self.output(1, "err"), "rank 1", "refused by rank 0", "--lr")
+
+    def test_a_two_gpu_checkpoint_resumes_on_one_gpu_at_the_same_global_batch(self):
+        ck = self.dir / "two.ckpt"
+        self.assertEqual(self.run_gpus("--epochs", "3", "--steps", "5", "--save", ck).returncode, 0)
+        one = [str(TRAIN), *SMALL, "--epochs", "3", "--resume", str(ck)]
+        wrong = subprocess.run(one, cwd=self.dir, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        self.assertEqual(wrong.returncode, 1)
+        self.assert_one_error_line(wrong.stderr, "--batch 64")
+        right = subprocess.run([*one, "--batch", "64", "--steps", "8"], cwd=self.dir, capture_output=True, text=True,
+                               timeout=RUN_TIMEOUT_S)
+        self.assertEqual(right.returncode, 0, right.stderr)
+        self.assertIn("at step 5 (epoch 2, step 0 of it)", right.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

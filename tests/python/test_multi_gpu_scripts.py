@@ -1,0 +1,161 @@
+"""The several-GPU bench scripts: bench/scaling.py (`make bench-scaling`) and bench/profile_ranks.py
+(`make profile GPUS=N`), and the all-reduce overlap read from an nsys kernel trace
+(nsys_summary.allreduce_time). Pure parts on hand-made data; the scripts end to end against fake
+nvidia-smi and fake trainer binaries (no GPU needed).
+"""
+
+import sys
+import tempfile
+import textwrap
+import unittest
+from pathlib import Path
+
+import nsys_summary
+import profile_ranks
+import scaling
+from tests.python.fakes import FakeMachine, _write_executable
+from timeline import ProfileSummary, Stat
+
+# A trainer stand-in: its --json summary reports images/s that scale by 0.9 per added GPU for
+# bin/train and by 0.8 for bin/train-ddp-naive, and an exposed all-reduce time.
+FAKE_DDP_TRAINER = textwrap.dedent('''
+    import json, sys
+    args = sys.argv[1:]
+    gpus = int(args[args.index("--gpus") + 1]) if "--gpus" in args else 1
+    batch = int(args[args.index("--batch") + 1])
+    per_gpu = 1000.0 * ({factor} if gpus > 1 else 1.0)
+    print(json.dumps({{"event": "summary", "variant": "{variant}", "images_per_s": per_gpu * gpus,
+                      "ms_per_step": 1000.0 * batch / per_gpu, "allreduce_exposed_ms_per_step": 0.25 * (gpus > 1),
+                      "gpu": "NVIDIA H200", "date": "2026-11-24"}}))
+''')
+
+
+def trace_row(name, start, duration):
+    return {"Start (ns)": str(start), "Duration (ns)": str(duration), "Name": name}
+
+
+class AllReduceTime(unittest.TestCase):
+    def test_hidden_is_the_overlap_with_other_kernels(self):
+        rows = [trace_row("ncclDevKernel_AllReduce_Sum_f16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 0, 100),
+                trace_row("ncclKernel_AllReduce_RING_LL_Sum_half(ncclWorkElem)", 200, 100),
+                trace_row("sm90_xmma_dgrad_implicit_gemm", 50, 200),   # backward: 50..250
+                trace_row("[CUDA memcpy Host-to-Device]", 0, 300)]      # a copy hides nothing
+        total, hidden = nsys_summary.allreduce_time(rows)
+        self.assertEqual(total, 200)
+        self.assertEqual(hidden, 100)
+
+    def test_overlapping_nccl_kernels_count_once_and_no_nccl_is_zero(self):
+        rows = [trace_row("ncclDevKernel_AllReduce", 0, 100), trace_row("ncclDevKernel_AllReduce", 50, 100)]
+        self.assertEqual(nsys_summary.allreduce_time(rows), (150, 0))
+        self.assertEqual(nsys_summary.allreduce_time([trace_row("bn_apply", 0, 10)]), (0, 0))
+
+    def test_intersection(self):
+        self.assertEqual(nsys_summary.intersection_ns([(0, 10), (20, 30)], [(5, 25)]), 10)
+        self.assertEqual(nsys_summary.intersection_ns([], [(0, 5)]), 0)
+
+
+class ScalingTable(unittest.TestCase):
+    def test_default_gpu_counts(self):
+        self.assertEqual(scaling.default_counts(1), [1])
+        self.assertEqual(scaling.default_counts(8), [1, 2, 4, 8])
+        self.assertEqual(scaling.default_counts(6), [1, 2, 4, 6])
+
+    def test_command_starts_ranks_only_for_several_gpus(self):
+        args = scaling.parse_args(["--batch", "64", "--extra", "--allreduce-dtype fp32"])
+        one = scaling.command(Path("bin/train"), 1, args)
+        two = scaling.command(Path("bin/train"), 2, args)
+        self.assertNotIn("--gpus", one)
+        self.assertEqual(two[1:3], ["--gpus", "2"])
+        self.assertIn("--json", two)
+        self.assertEqual(two[-2:], ["--allreduce-dtype", "fp32"])
+        self.assertEqual(two[two.index("--batch") + 1], "64")  # per GPU
+
+    def test_efficiency_is_against_n_times_one_gpu_of_the_same_binary(self):
+        def summary(ips, exposed=None):
+            return {"images_per_s": ips, "ms_per_step": 10.0, "allreduce_exposed_ms_per_step": exposed}
+        points = [scaling.make_point("train", 1, 128, [summary(1000), summary(1010), summary(990)]),
+                  scaling.make_point("train", 2, 128, [summary(1900, 0.2), summary(1950, 0.3)]),
+                  scaling.make_point("train-ddp-naive", 1, 128, [summary(1000)]),
+                  scaling.make_point("train-ddp-naive", 2, 128, ["exit code 1", summary(1600, 0.9)])]
+        self.assertAlmostEqual(scaling.efficiency(points[1], points), 1925 / 2000)
+        self.assertAlmostEqual(scaling.efficiency(points[3], points), 0.8)
+        md = scaling.markdown(points)
+        self.assertIn("| train | 2 | 256 | 1,925 (1,900–1,950) | 962 | 96.2% | 10.00 | 0.250 |", md)
+        self.assertIn("1 of 2 runs failed: exit code 1", md)
+        self.assertIn("| train | 1 | 128 | 1,000 (990–1,010) | 1,000 | 100.0% | 10.00 | — |", md)
+
+
+class Scripts(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="test-multi-gpu-scripts-")
+        self.addCleanup(self.tmp.cleanup)
+        self.machine = FakeMachine(Path(self.tmp.name))
+
+    def gpus(self, n):
+        listing = "".join(f"echo 'GPU {i}: NVIDIA H200 (UUID: GPU-{i}-fake)'\n" for i in range(n))
+        _write_executable(self.machine.tools / "nvidia-smi", "#!/bin/sh\n" + listing)
+
+    def fake_binary(self, variant, factor):
+        _write_executable(self.machine.bin_dir / variant, f"#!{sys.executable}\n" +
+                          FAKE_DDP_TRAINER.format(variant=variant, factor=factor))
+
+    def test_scaling_end_to_end(self):
+        self.gpus(2)
+        self.fake_binary("train", 0.9)
+        self.fake_binary("train-ddp-naive", 0.8)
+        out = Path(self.tmp.name) / "results"
+        p = self.machine.run_script("scaling.py", "--runs", "1", "--bin-dir", str(self.machine.bin_dir),
+                                    "--out", str(out))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        md = next(out.glob("scaling-nvidia-h200-*.md")).read_text()
+        self.assertIn("| train | 2 | 256 | 1,800 | 900 | 90.0% |", md)
+        self.assertIn("| train-ddp-naive | 2 | 256 | 1,600 | 800 | 80.0% |", md)
+        self.assertTrue(next(out.glob("scaling-*.csv")).read_text().startswith("variant,GPUs,"))
+
+    def test_scaling_refuses_more_gpus_than_the_machine_has(self):
+        self.gpus(1)
+        self.fake_binary("train", 0.9)
+        p = self.machine.run_script("scaling.py", "--gpus", "1,2", "--bin-dir", str(self.machine.bin_dir))
+        self.assertEqual(p.returncode, 2)
+        self.assertEqual(p.stderr.strip(), "bench-scaling: --gpus 2 needs 2 GPUs; this machine has 1")
+
+    def test_profile_ranks_refuses_more_gpus_than_the_machine_has_and_needs_nsys(self):
+        self.gpus(1)
+        self.fake_binary("train", 0.9)
+        p = self.machine.run_script("profile_ranks.py", "--gpus", "2", "--bin-dir", str(self.machine.bin_dir))
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--gpus 2 needs 2 GPUs; this machine has 1", p.stderr)
+        self.gpus(2)
+        p = self.machine.run_script("profile_ranks.py", "--gpus", "2", "--bin-dir", str(self.machine.bin_dir))
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("nsys not found", p.stderr)
+
+
+class ProfileRanks(unittest.TestCase):
+    def test_each_rank_gets_torchruns_variables(self):
+        envs = profile_ranks.rank_environments(2, 29600, {"PATH": "/bin"})
+        self.assertEqual([e["RANK"] for e in envs], ["0", "1"])
+        self.assertEqual({e["WORLD_SIZE"] for e in envs}, {"2"})
+        self.assertEqual([e["LOCAL_RANK"] for e in envs], ["0", "1"])
+        self.assertEqual({(e["MASTER_ADDR"], e["MASTER_PORT"], e["PATH"]) for e in envs}, {("127.0.0.1", "29600", "/bin")})
+
+    def test_one_report_per_rank_over_the_window(self):
+        args = profile_ranks.parse_args(["--gpus", "2", "--out", "/tmp/p", "--extra", "--bucket-mb 50"])
+        cmd = profile_ranks.profile_command(Path("/usr/bin/nsys"), Path("bin/train"), args)
+        self.assertEqual(cmd[:2], ["/usr/bin/nsys", "profile"])
+        self.assertIn("--capture-range=cudaProfilerApi", cmd)
+        self.assertIn("--cuda-graph-trace=node", cmd)  # bin/train replays its step as a CUDA graph
+        self.assertEqual(cmd[cmd.index("-o") + 1], "/tmp/p/train-2gpu_%q{RANK}")
+        self.assertIn("bin/train", cmd)
+        self.assertEqual(cmd[-2:], ["--bucket-mb", "50"])
+
+    def test_allreduce_table_per_step(self):
+        s = ProfileSummary(variant="rank 0", source="nsys")
+        s.phases["step"] = Stat("step", 300_000_000, 30)  # 30 steps, 10 ms each
+        s.busy_ns, s.window_ns = 90, 100
+        table = profile_ranks.allreduce_table([profile_ranks.RankProfile(0, s, 30_000_000, 24_000_000)])
+        self.assertIn("| 0 | 10.000 | 90.0 | 1.000 | 0.800 | 0.200 | 80 |", table)
+
+
+if __name__ == "__main__":
+    unittest.main()
