@@ -7,7 +7,8 @@
 #   make predict-variants   bin/predict's egress ladder: bin/predict-{baseline,workers,pool,async,stream}, bin/predict
 #   make kernel-lab [RUN=1 LAB_ARGS=...]   bin/kernel_lab: the BN and fused-conv kernels' versions side by side
 #   make run GPUS=N / make profile GPUS=N / make bench-scaling   data parallel on N GPUs (README "Several GPUs")
-#   make bench / make bench-predict / make profile / make fuzz / make sanitize / make sanitize-gpu / make data / make deps
+#   make bench / make bench-predict / make bench-folder / make profile / make fuzz / make sanitize / make sanitize-gpu
+#   make data / make data-folder / make deps
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
 
@@ -84,7 +85,8 @@ opt_defines = $(shell set -- $(1); echo -DOPT_DEVICE_LOSS=$$1 -DOPT_PINNED=$$2 -
                 -DOPT_DDP_OVERLAP=$${9:-1})
 variant_name = $(if $(filter train,$(1)),train,train-$(1))
 
-.PHONY: FORCE all variants predict-variants bench-predict custom run test unit-tests kernel-lab bench bench-scaling profile fuzz fuzz-build sanitize sanitize-gpu data deps clean
+.PHONY: FORCE all variants predict-variants bench-predict custom run test unit-tests kernel-lab bench bench-scaling \
+        bench-folder profile fuzz fuzz-build sanitize sanitize-gpu data data-folder deps clean
 all: bin/train
 
 # ---- set-up: what a fresh Debian/Ubuntu machine with CUDA and cuDNN may lack -----------------------
@@ -281,13 +283,14 @@ FUZZ_CXX   ?= $(shell command -v clang++ 2>/dev/null)
 FUZZ_RUNS  ?= 1000000
 FUZZ_SRC   := src/core/file_io.cpp src/core/format.cpp src/data/cifar10.cpp src/data/fashion_mnist.cpp \
               src/train/checkpoint.cpp src/model/autotune_cache.cpp src/train/options.cpp src/core/flags.cpp \
-              src/data/data_flags.cpp src/predict/options.cpp
+              src/data/data_flags.cpp src/predict/options.cpp src/data/image_decode.cpp src/data/image_resize.cpp
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.cpp,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.cpp))
-FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude
+FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude \
+              -isystem $(STB_INCLUDE)
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.cpp $(FUZZ_SRC) $(wildcard include/*.h include/*/*.h)
 	@mkdir -p build/fuzz
 	$(FUZZ_CXX) $(FUZZ_FLAGS) $< $(FUZZ_SRC) -o $@ -lz
-build/fuzz/corpus: tests/fuzz/make_corpus.py
+build/fuzz/corpus: tests/fuzz/make_corpus.py $(wildcard tests/fixtures/images/*)
 	python3 $< $@
 	@touch $@
 ifeq ($(FUZZ_CXX),)
@@ -319,6 +322,10 @@ run: bin/train
 data: build/.deps-ok
 	@bash data/prepare.sh --strict
 
+# Fashion-MNIST (and CIFAR-10 once `make data` fetched it) as PNG image folders for --data folder.
+data-folder: build/.deps-ok
+	@python3 data/make_folder.py
+
 bench: variants
 	@python3 bench/bench.py $(BENCH_ARGS)
 
@@ -335,6 +342,12 @@ profile: $(if $(GPUS),bin/train,$(if $(findstring predict,$(PROFILE_ARGS)),predi
 # images/s and scaling efficiency per GPU count at the same per-GPU batch (bench/scaling.py --help).
 bench-scaling: bin/train bin/train-ddp-naive
 	@python3 bench/scaling.py $(SCALING_ARGS)
+
+# Training from an image folder (make data-folder writes one), decoding every epoch, for several
+# --workers, and how fast one core decodes (bench/folder_bench.py; --decode-only needs no GPU).
+FOLDER_DIR ?= data/fashion-mnist-png
+bench-folder: bin/train bin/train-baseline
+	@python3 bench/folder_bench.py --data-dir $(FOLDER_DIR) $(FOLDER_BENCH_ARGS)
 
 clean:
 	rm -rf build bin

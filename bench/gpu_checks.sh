@@ -11,7 +11,8 @@
 # bench-predict, and a trained model's export evaluated in PyTorch against bin/predict), bench
 # (make bench at batch 128 and 256 with PyTorch's baseline and best rungs), accuracy (the new rungs
 # and the baseline on Fashion-MNIST, 15 epochs, side by side), profile (nsys of the fused and graph
-# rungs).
+# rungs), folder (make data-folder, make bench-folder, and 15 epochs on the Fashion-MNIST PNG folder
+# beside the idx reader).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGS=${LOGS:-bench/out/gpu-checks}
@@ -82,6 +83,19 @@ section_accuracy() {
   wait
   for v in train-baseline train-fusedbn train-cudagraph; do
     echo "$v: $(grep '"summary"' "$d/$v.jsonl" | python3 -c 'import json,sys; s=json.load(sys.stdin); print("test acc %.2f%%" % (100*s["final_test_acc"]))' 2>/dev/null || tail -1 "$d/$v.err")"
+  done
+}
+
+section_folder() {  # training from an image folder: the PNG export of Fashion-MNIST against the idx reader
+  run data-folder make data-folder
+  run bench-folder make bench-folder
+  grep -E "^\|" "$LOGS/bench-folder.log" | tail -12
+  local d=$LOGS/folder
+  mkdir -p "$d"
+  ./bin/train --data folder --data-dir data/fashion-mnist-png --epochs 15 --json >"$d/folder.jsonl" 2>"$d/folder.err" &&
+    ./bin/train --data fashion-mnist --epochs 15 --json >"$d/idx.jsonl" 2>"$d/idx.err"
+  for r in folder idx; do
+    echo "$r: $(grep '"summary"' "$d/$r.jsonl" | python3 -c 'import json,sys; s=json.load(sys.stdin); print("test acc %.2f%%, %.0f images/s, data stall %.1f%%" % (100*s["final_test_acc"], s["images_per_s"], s["data_stall_pct"]))' 2>/dev/null || tail -1 "$d/$r.err")"
   done
 }
 

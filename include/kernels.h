@@ -116,7 +116,8 @@ struct LossTotals {
 // null, writes dlogits = (softmax - onehot) * loss_scale / valid and dbias (fp32, overwritten).
 // loss_scale and step (the step index a non-finite loss is recorded as the first bad step) are read
 // from device memory, so that a step replayed as a CUDA graph uses its own; nullptr: a scale of 1,
-// and no step recorded (evaluation).
+// and no step recorded (evaluation). At most kSoftmaxMaxClasses classes.
+constexpr int kSoftmaxMaxClasses = 16;
 void softmax_xent(float* logits, const float* bias, const int32_t* labels, int n, int classes,
                   void* dlogits, DType dlogits_type, float* dbias, const float* loss_scale,
                   LossTotals* totals, const long long* step, cudaStream_t stream);
@@ -154,13 +155,13 @@ void sgd_update(const SgdArgs& a, const ScalerState* state, cudaStream_t stream)
 void loss_scale_update(ScalerState* state, bool dynamic, int window, cudaStream_t stream);
 
 // ---- input normalization (kernels/normalize.cu) --------------------------------------------------
-// uint8 batch [N, in_channels, 32, 32] in layout -> (x/255 - mean)/std as type t with 3 channels;
-// grey input is replicated to all three.
+// uint8 batch [N, in_channels, side, side] in layout -> (x/255 - mean)/std as type t with 3
+// channels; grey input is replicated to all three.
 struct NormalizeParams {
   float scale[3];   // 1 / (255 * std)
   float shift[3];   // -mean / std
 };
-void normalize_u8(const uint8_t* in, int n, int in_channels, Layout l, const NormalizeParams& p,
+void normalize_u8(const uint8_t* in, int n, int in_channels, int side, Layout l, const NormalizeParams& p,
                   void* out, DType t, cudaStream_t stream);
 
 // ---- casts (kernels/cast.cu) ---------------------------------------------------------------------

@@ -11,7 +11,7 @@ namespace trainer_kernels {  // why: kernels/common.cuh
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMaxClasses = 16;
+constexpr int kMaxClasses = kSoftmaxMaxClasses;  // per-thread arrays of logits and bias gradients
 
 template <class T>
 __global__ void __launch_bounds__(kThreads)

@@ -9,11 +9,10 @@ namespace trainer_kernels {  // why: kernels/common.cuh
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kSide = 32;
 
 template <class T, Layout L>
-__global__ void normalize_kernel(const uint8_t* in, int n, int in_channels, NormalizeParams p, T* out) {
-  const size_t plane = kSide * kSide, total = size_t(n) * 3 * plane;
+__global__ void normalize_kernel(const uint8_t* in, int n, int in_channels, int side, NormalizeParams p, T* out) {
+  const size_t plane = size_t(side) * side, total = size_t(n) * 3 * plane;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
     // i indexes the output in its own layout
     size_t img, pix;
@@ -38,14 +37,14 @@ __global__ void normalize_kernel(const uint8_t* in, int n, int in_channels, Norm
 }  // namespace trainer_kernels
 using namespace trainer_kernels;
 
-void normalize_u8(const uint8_t* in, int n, int in_channels, Layout l, const NormalizeParams& p,
+void normalize_u8(const uint8_t* in, int n, int in_channels, int side, Layout l, const NormalizeParams& p,
                   void* out, DType t, cudaStream_t stream) {
-  const unsigned grid = grid_for(size_t(n) * 3 * kSide * kSide, kThreads);
+  const unsigned grid = grid_for(size_t(n) * 3 * side * side, kThreads);
   dispatch_dtype(t, [&]<class T>() {
     if (l == Layout::NCHW)
-      normalize_kernel<T, Layout::NCHW><<<grid, kThreads, 0, stream>>>(in, n, in_channels, p, static_cast<T*>(out));
+      normalize_kernel<T, Layout::NCHW><<<grid, kThreads, 0, stream>>>(in, n, in_channels, side, p, static_cast<T*>(out));
     else
-      normalize_kernel<T, Layout::NHWC><<<grid, kThreads, 0, stream>>>(in, n, in_channels, p, static_cast<T*>(out));
+      normalize_kernel<T, Layout::NHWC><<<grid, kThreads, 0, stream>>>(in, n, in_channels, side, p, static_cast<T*>(out));
   });
   CUDA_CHECK_LAUNCH();
 }

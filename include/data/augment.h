@@ -10,7 +10,9 @@
 #include "data/dataset.h"
 #include "core/types.h"
 
-constexpr int kCropPad = 4;  // pad-4 random crop
+// The random crop pads by side / 8 on each side: 4 at 32x32 (the CIFAR recipe's pad-4 crop), and
+// the same shift relative to the image at any other size.
+inline int crop_pad_for(int side) { return side / 8; }
 
 struct EpochPlan {
   std::vector<uint32_t> order;  // sample indices; batch k is order[k*batch .. (k+1)*batch)
@@ -19,6 +21,7 @@ struct EpochPlan {
   int valid_last = 0;           // real samples in the last batch (the rest are padding, label -1)
   bool augment = false;         // random crop + flip (training) or the image as is (evaluation)
   uint64_t aug_seed = 0;
+  int crop_pad = 0;             // crop offsets lie in [-crop_pad, crop_pad]
   // Data-parallel runs: every rank holds the same order, cut into global batches of shards * batch
   // samples; this rank's batch k is its slice `shard` of global batch k (shard_plan).
   int shards = 1, shard = 0;
@@ -37,19 +40,21 @@ EpochPlan eval_plan(const Dataset& d, int batch);
 EpochPlan shard_plan(EpochPlan plan, int shard, int shards);
 
 struct CropFlip {
-  int dx, dy;   // crop offset in [-kCropPad, kCropPad]
+  int dx, dy;   // crop offset in [-pad, pad]
   bool flip;    // horizontal flip after the crop
 };
-CropFlip crop_flip_for(uint64_t aug_seed, uint64_t sample_slot);
+CropFlip crop_flip_for(uint64_t aug_seed, uint64_t sample_slot, int pad);
 
 // Writes samples [first, end) of batch k (end = -1: to the end of the batch) as uint8 in `layout`
-// (NCHW: [B][C][32][32], NHWC: [B][32][32][C], C = the data set's stored channels) and their labels;
-// `images` and `labels` point at the start of the whole batch. Padding samples are zero images with
-// label -1. Parts written by different threads make the same batch as one call.
+// (NCHW: [B][C][S][S], NHWC: [B][S][S][C], C = the data set's stored channels, S its side) and their
+// labels; `images` and `labels` point at the start of the whole batch. Padding samples are zero
+// images with label -1. Parts written by different threads make the same batch as one call. Images
+// decoded on demand are decoded here, on the calling thread: ImageDecodeError naming a file that
+// does not decode.
 void assemble_batch_u8(const Dataset& d, const EpochPlan& plan, int k, Layout layout,
                        uint8_t* images, int32_t* labels, int first = 0, int end = -1);
 
-// The baseline loader's normalization on the CPU: uint8 batch (as assembled) to `dtype` values
-// (x/255 - mean) / std with kModelChannels channels in `layout`; grey is replicated.
-void normalize_batch_cpu(const uint8_t* images, int batch, int channels, Layout layout,
+// The baseline loader's normalization on the CPU: uint8 batch (as assembled, side x side) to `dtype`
+// values (x/255 - mean) / std with kModelChannels channels in `layout`; grey is replicated.
+void normalize_batch_cpu(const uint8_t* images, int batch, int channels, int side, Layout layout,
                          const Normalization& norm, DType dtype, void* out);

@@ -1,5 +1,6 @@
-// The data flags every program takes (--data, --data-dir, --synthetic-size, --batch): one struct
-// and one row per flag, shared by bin/train and bin/predict so that both read data the same way.
+// The data flags every program takes (--data, --data-dir, --synthetic-size, --image-size,
+// --skip-bad-images, --cache-decoded, --batch): one struct and one row per flag, shared by bin/train
+// and bin/predict so that both read data the same way.
 //
 // A program's options struct derives from DataOptions and takes these rows into its own table
 // (data_flag<Opts>(name)), in the place its --help lists them.
@@ -11,14 +12,20 @@
 #include "core/flags.h"
 
 struct DataOptions {
-  std::string data = "auto";        // auto | cifar10 | fashion-mnist | synthetic
+  std::string data = "auto";        // auto | cifar10 | fashion-mnist | synthetic | folder
   std::string data_dir;             // "" = the data set's usual place
   int synthetic_size = 50000;       // training images of --data synthetic (test: a fifth)
+  int image_size = 32;              // images are served at image_size x image_size (folder, synthetic)
+  bool skip_bad_images = false;     // folder: leave out files that fail the header check
+  bool cache_decoded = false;       // folder: decode once into memory instead of every epoch
   int batch = 128;                  // images per step
 };
 
 // The rows, in the order bin/train lists them.
 const std::vector<FlagRow<DataOptions>>& data_flag_rows();
+// The rules between data flags, after parsing: UsageError for --data folder without --data-dir, an
+// --image-size that is not a multiple of 8, or one other than 32 for CIFAR-10 or Fashion-MNIST.
+void check_data_options(const DataOptions& o);
 
 // The row of one data flag ("--batch") as a row of Opts, a struct deriving from DataOptions.
 template <class Opts>

@@ -1,4 +1,6 @@
-// Data sets held in host memory as 32x32 uint8 images (CHW) with labels 0..9.
+// Data sets as side x side uint8 images (CHW) with labels 0..K-1: held in host memory (CIFAR-10,
+// Fashion-MNIST and synthetic data at 32x32 with 10 classes; an image folder with --cache-decoded),
+// or decoded from their files whenever a batch needs them (an image folder, image_folder.h).
 //
 // Readers validate everything before the GPU is touched: a missing, unreadable, truncated or
 // wrong-sized file, a bad magic number or a label out of range throws an InputError that names the
@@ -10,22 +12,30 @@
 #include <string>
 #include <vector>
 
-constexpr int kImageSide = 32;    // every data set is served at 32x32
-constexpr int kModelChannels = 3; // the model's stem takes 3 channels; grey is replicated
-constexpr int kClasses = 10;
+constexpr int kDefaultImageSide = 32;  // CIFAR-10 and Fashion-MNIST are served at 32x32
+constexpr int kModelChannels = 3;      // the model's stem takes 3 channels; grey is replicated
+constexpr int kArrayClasses = 10;      // classes of CIFAR-10, Fashion-MNIST and synthetic data
 
 struct Dataset {
-  std::string name;                // "cifar10", "fashion-mnist", "synthetic"
+  std::string name;                // "cifar10", "fashion-mnist", "synthetic", "folder"
   int count = 0;
   int channels = 0;                // stored channels: 3 (colour) or 1 (grey)
-  std::vector<uint8_t> images;     // count x channels x 32 x 32
-  std::vector<uint8_t> labels;     // count, each < kClasses
+  int side = kDefaultImageSide;    // images are side x side
+  std::vector<uint8_t> images;     // count x channels x side x side; empty when decoded_on_demand
+  std::vector<uint8_t> labels;     // count, each < classes()
   std::vector<std::string> class_names;  // label -> name ("airplane", "T-shirt/top", ...)
   std::vector<std::string> paths;  // per image, where it came from (image folders); empty for array files
+  bool decoded_on_demand = false;  // images are decoded from paths[i] when a batch needs them
 
-  size_t image_bytes() const { return static_cast<size_t>(channels) * kImageSide * kImageSide; }
+  int classes() const { return static_cast<int>(class_names.size()); }
+  size_t image_bytes() const { return static_cast<size_t>(channels) * side * side; }
   const uint8_t* image(int i) const { return images.data() + image_bytes() * i; }
 };
+
+// Image i's pixels (channels x side x side): from memory, or decoded into `scratch` (image_bytes()
+// of room) for a data set decoded on demand; ImageDecodeError (image_decode.h) naming the file when
+// it does not decode. Safe to call from several threads with their own scratch.
+const uint8_t* image_pixels(const Dataset& d, int i, uint8_t* scratch);
 
 struct DataSplit {
   Dataset train, test;
@@ -36,8 +46,12 @@ struct DataSplit {
 struct Normalization {
   float mean[kModelChannels];
   float stdev[kModelChannels];
+  int images = 0;  // training images the statistics came from
 };
-Normalization compute_normalization(const Dataset& train);
+// From every training image held in memory; from kNormalizationSample images spread evenly over the
+// set (index j * count / sample) when the images are decoded on demand, decoded on `threads` threads.
+constexpr int kNormalizationSample = 10000;
+Normalization compute_normalization(const Dataset& train, int threads = 1);
 
 // CIFAR-10 binary version: data_batch_1..5.bin and test_batch.bin, 10000 records of
 // 1 label byte + 3072 pixel bytes (R, G, B planes of 32x32).
@@ -58,8 +72,8 @@ DataSplit load_fashion_mnist(const std::string& dir);
 Dataset parse_idx(const uint8_t* images, size_t images_size, const std::string& images_file,
                   const uint8_t* labels, size_t labels_size, const std::string& labels_file);
 
-// Random uint8 images and labels for throughput runs (never for accuracy claims).
-DataSplit make_synthetic(int train_count, int test_count, uint64_t seed);
+// Random uint8 images (side x side) and labels for throughput runs (never for accuracy claims).
+DataSplit make_synthetic(int train_count, int test_count, uint64_t seed, int side = kDefaultImageSide);
 
 // Where a data set lives when --data-dir is not given ("" when nowhere).
 std::string find_cifar10_dir();

@@ -1,7 +1,8 @@
 // ResNet-50 with the CIFAR stem (../shared/anchors.md): 3x3 conv 3->64 + BN + ReLU, no max-pool,
 // bottleneck stages [3, 4, 6, 3] of widths 64/128/256/512 (x4 expansion), stride 2 on the 3x3 conv
 // of the first block of stages 2-4, projection shortcut (1x1 conv + BN) where the shape changes,
-// global average pool, linear 2048 -> 10. 23,520,842 parameters.
+// global average pool, linear 2048 -> classes (23,520,842 parameters with 10). Any image side that is
+// a multiple of 8 (32 for CIFAR-10; the global pool makes the parameters independent of it).
 //
 // The network owns its activations (what backward needs), four gradient buffers it rotates through
 // (training only), the cuDNN workspace and the parameters. Precision and layout come from NetConfig and reach the
@@ -28,6 +29,7 @@ struct NetConfig {
   ConvPolicy conv;
   ConvApi conv_api = ConvApi::Legacy;
   int classes = 10;
+  int image_side = 32;  // a multiple of 8: the stages run at side, side/2, side/4, side/8
   // Batch norm fused into the convolutions where cuDNN accepts the patterns (model/fused_conv.h):
   // statistics from the conv that writes a tensor, scale/bias + ReLU applied as the next conv reads it.
   bool fused_bn = false;
@@ -78,7 +80,7 @@ class ResNet50 {
   size_t running_stats_count() const { return running_count_; }
   std::vector<std::string> running_stats_names() const;
 
-  // images: batch x 3 x 32 x 32 in the configured type and layout. train=false uses running stats.
+  // images: batch x 3 x side x side in the configured type and layout. train=false uses running stats.
   void forward(const void* images, bool train);
   // Softmax cross-entropy on the logits; with loss_scale != nullptr also the gradients of the logits
   // and the bias (training). Accumulates into totals. loss_scale and step are device memory

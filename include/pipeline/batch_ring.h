@@ -8,9 +8,15 @@
 //
 // Slot life: free -> claimed by batch b (its first worker waits for the slot's previous copy) ->
 // parts filled -> filled -> released by the consumer (copy started) -> claimed by batch b + slots.
+//
+// A fill that throws (an image that does not decode) does not end the worker thread: the workers
+// stop claiming batches, and the consumer gets the exception, on its own thread, from acquire() of
+// that batch (batches before it are served as usual). Nothing waits for a batch that will never
+// come, so nothing hangs.
 #pragma once
 
 #include <condition_variable>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -39,7 +45,8 @@ class BatchRing {
   // a run resumed inside an epoch). Batches of an unfinished pass are dropped (after their workers
   // finish).
   void begin_pass(int first, int end);
-  // Waits until batch k is filled; returns its slot.
+  // Waits until batch k is filled; returns its slot. Rethrows the exception of a fill of batch k (or
+  // of an earlier one, which stopped the workers before they reached k).
   int acquire(int k);
   // Starts the copy of batch k (acquired before); its slot may be refilled once the copy has ended.
   void release(int k);
@@ -56,6 +63,7 @@ class BatchRing {
   };
   void worker_loop(int index);
   bool claimable() const;
+  bool failed_before(int k) const { return failed_batch_ >= 0 && k >= failed_batch_; }
 
   const int slots_, parts_, batch_size_;
   FillFn fill_;
@@ -65,6 +73,8 @@ class BatchRing {
   long next_task_ = 0;       // task t = (batch t / parts, part t % parts)
   int in_flight_ = 0;        // parts claimed but not finished
   bool stop_ = false;
+  int failed_batch_ = -1;            // the earliest batch of this pass whose fill threw; -1: none
+  std::exception_ptr failure_;       // what it threw
   double wait_s_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -18,6 +18,9 @@ struct CheckpointMeta {
   std::string model = "resnet50-cifar";
   uint64_t model_signature = 0;  // hash of every parameter's name and shape
   uint64_t params = 0, running = 0;
+  // data: a resume needs the same image side and classes (older files lack both: 32, names unknown)
+  int image_side = 32;
+  std::vector<std::string> class_names;
   // run
   std::string data;
   int batch = 0, epochs = 0;
@@ -46,8 +49,8 @@ void save_checkpoint(const std::string& path, const Checkpoint& c);
 // before it is read.
 Checkpoint load_checkpoint(const std::string& path);
 
-// InputError explaining why a checkpoint cannot continue this run (another model, precision,
-// layout, batch size or data set).
+// InputError explaining why a checkpoint cannot continue this run (other classes or image size,
+// another model, precision, layout, batch size or data set).
 void check_checkpoint_fits(const CheckpointMeta& file_meta, const CheckpointMeta& here, const std::string& file);
 
 // InputError unless the checkpoint's step, epoch and step_in_epoch are a position of a run with

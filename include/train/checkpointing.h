@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include "data/dataset.h"
 #include "model/resnet50.h"
 #include "model/resnet50_spec.h"
 #include "train/build.h"
@@ -16,9 +17,9 @@
 
 // The build, model and run that a checkpoint of this run records; a resume must match it
 // (check_checkpoint_fits). The model comes from its CPU listing (resnet50_params), so a resume is
-// checked before the GPU is touched. The position and the loss scaler are filled in when saving.
-CheckpointMeta run_meta(const BuildSettings& build, const ParamListing& params, const std::string& data,
-                        const Options& o);
+// checked before the GPU is touched; the data set gives its name, image side and class names. The
+// position and the loss scaler are filled in when saving.
+CheckpointMeta run_meta(const BuildSettings& build, const ParamListing& params, const Dataset& train, const Options& o);
 
 // The network's master weights, momentum and BN running statistics, with `meta`.
 Checkpoint capture_checkpoint(const ResNet50& net, const CheckpointMeta& meta);

@@ -11,7 +11,8 @@
 #include "core/flags.h"
 #include "data/data_flags.h"
 
-// The data flags (data, data_dir, synthetic_size, batch) come from DataOptions, shared with bin/predict.
+// The data flags (data, data_dir, synthetic_size, image_size, skip_bad_images, cache_decoded, batch)
+// come from DataOptions, shared with bin/predict.
 struct Options : DataOptions {
   // training
   int epochs = 15;

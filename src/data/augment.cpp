@@ -6,6 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <cuda_fp16.h>
 
@@ -18,6 +19,7 @@ EpochPlan train_plan(const Dataset& d, int batch, uint64_t seed, int epoch) {
   p.valid_last = batch;
   p.augment = true;
   p.aug_seed = mix(seed, 0xA06u, static_cast<uint64_t>(epoch));
+  p.crop_pad = crop_pad_for(d.side);
   p.order.resize(d.count);
   for (int i = 0; i < d.count; ++i) p.order[i] = static_cast<uint32_t>(i);
   Rng rng(mix(seed, 0x5EEDu, static_cast<uint64_t>(epoch)));
@@ -49,17 +51,17 @@ EpochPlan shard_plan(EpochPlan p, int shard, int shards) {
   return p;
 }
 
-CropFlip crop_flip_for(uint64_t aug_seed, uint64_t sample_slot) {
+CropFlip crop_flip_for(uint64_t aug_seed, uint64_t sample_slot, int pad) {
   const uint64_t h = mix(aug_seed, sample_slot);
-  const int span = 2 * kCropPad + 1;
-  return {static_cast<int>(h % span) - kCropPad, static_cast<int>((h >> 16) % span) - kCropPad,
-          ((h >> 32) & 1) != 0};
+  const int span = 2 * pad + 1;
+  return {static_cast<int>(h % span) - pad, static_cast<int>((h >> 16) % span) - pad, ((h >> 32) & 1) != 0};
 }
 
 void assemble_batch_u8(const Dataset& d, const EpochPlan& plan, int k, Layout layout,
                        uint8_t* images, int32_t* labels, int first, int end) {
-  const int C = d.channels, S = kImageSide;
+  const int C = d.channels, S = d.side;
   const size_t img_bytes = d.image_bytes();
+  std::vector<uint8_t> scratch(d.decoded_on_demand ? img_bytes : 0);
   if (end < 0) end = plan.batch;
   for (int i = first; i < end; ++i) {
     const size_t slot = plan.slot(k, i);
@@ -71,8 +73,8 @@ void assemble_batch_u8(const Dataset& d, const EpochPlan& plan, int k, Layout la
     }
     const uint32_t idx = plan.order[slot];
     labels[i] = d.labels[idx];
-    const uint8_t* src = d.image(static_cast<int>(idx));
-    const CropFlip cf = plan.augment ? crop_flip_for(plan.aug_seed, slot) : CropFlip{0, 0, false};
+    const uint8_t* src = image_pixels(d, static_cast<int>(idx), scratch.data());
+    const CropFlip cf = plan.augment ? crop_flip_for(plan.aug_seed, slot, plan.crop_pad) : CropFlip{0, 0, false};
     for (int c = 0; c < C; ++c) {
       const uint8_t* plane = src + size_t(c) * S * S;
       for (int y = 0; y < S; ++y) {
@@ -89,9 +91,9 @@ void assemble_batch_u8(const Dataset& d, const EpochPlan& plan, int k, Layout la
   }
 }
 
-void normalize_batch_cpu(const uint8_t* images, int batch, int channels, Layout layout,
+void normalize_batch_cpu(const uint8_t* images, int batch, int channels, int side, Layout layout,
                          const Normalization& norm, DType dtype, void* out) {
-  const int S = kImageSide, M = kModelChannels;
+  const int S = side, M = kModelChannels;
   const size_t in_img = size_t(channels) * S * S, out_img = size_t(M) * S * S;
   float scale[M], shift[M];
   for (int c = 0; c < M; ++c) {

@@ -22,7 +22,7 @@ void parse_cifar10_batch(const uint8_t* bytes, size_t size, const std::string& f
   out.images.reserve(out.images.size() + pixels * records);
   for (int r = 0; r < records; ++r) {
     const uint8_t* rec = bytes + kCifarRecordBytes * r;
-    if (rec[0] >= kClasses)
+    if (rec[0] >= kArrayClasses)
       throw InputError(file + ": record " + std::to_string(r) + " has label " +
                        std::to_string(rec[0]) + ", expected 0..9");
     out.labels.push_back(rec[0]);

@@ -6,11 +6,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "core/errors.h"
 #include "core/format.h"
 #include "core/host_memory.h"
+#include "core/memory.h"
+#include "data/image_folder.h"
 
 namespace {
 
@@ -47,19 +51,47 @@ std::string resolve_auto(const std::string& dir) {
 // Host memory a data set takes while it is read, from its format: CIFAR-10's six files held as
 // images plus the one being read; synthetic data as generated. (Fashion-MNIST is bounded by the
 // reader's per-file limit, a few hundred MiB at most.)
-size_t host_bytes_needed(const std::string& which, long train_count, long test_count) {
+size_t host_bytes_needed(const std::string& which, long train_count, long test_count, int side) {
   if (which == "cifar10") return (6 + 1) * kCifarRecordBytes * kCifarRecordsPerFile;
-  if (which == "synthetic") return size_t(train_count + test_count) * (kModelChannels * kImageSide * kImageSide + 1);
+  if (which == "synthetic") return size_t(train_count + test_count) * (size_t(kModelChannels) * side * side + 1);
   return 0;
+}
+
+// An image folder, and what the start-up lines say about it.
+void load_folder(const std::string& dir, const ImageOptions& images, ChosenData& d) {
+  if (dir.empty()) throw InputError("--data folder needs --data-dir DIR");
+  d.dir = dir;
+  FolderData f = load_image_folder(dir, images);
+  d.split = std::move(f.split);
+  const FolderReport& r = f.report;
+  std::string names;
+  for (const std::string& n : d.split.train.class_names) names += (names.empty() ? "" : ", ") + n;
+  d.notes.push_back("classes: " + names);
+  if (r.test_split == "val") d.notes.push_back("test split: " + dir + "/val");
+  if (r.ignored > 0) d.notes.push_back("ignored " + with_commas(r.ignored) + " files without an image extension");
+  if (images.cache_decoded) {
+    char rate[160];
+    const double per_s = r.decode_seconds > 0 ? r.decoded_images / r.decode_seconds : 0;
+    std::snprintf(rate, sizeof(rate), " in %.2f s with %d thread%s: %s images/s (%s per thread)", r.decode_seconds,
+                  r.decode_threads, r.decode_threads == 1 ? "" : "s", with_commas(std::llround(per_s)).c_str(),
+                  with_commas(std::llround(per_s / std::max(1, r.decode_threads))).c_str());
+    d.notes.push_back("cache: decoded " + with_commas(r.decoded_images) + " images into " + format_bytes(r.cache_bytes) + rate);
+  }
+  if (r.skipped > 0) {
+    std::string examples;
+    for (const std::string& e : r.skipped_examples) examples += (examples.empty() ? "" : "; ") + e;
+    d.warnings.push_back("--skip-bad-images: left out " + with_commas(r.skipped) + " bad image file" +
+                         (r.skipped == 1 ? "" : "s") + " (" + examples + (r.skipped > int(r.skipped_examples.size()) ? "; ..." : "") + ")");
+  }
 }
 
 }  // namespace
 
 ChosenData load_data_set(const std::string& which_flag, const std::string& dir, int synthetic_size, int batch,
-                         uint64_t seed) {
+                         uint64_t seed, const ImageOptions& images) {
   const std::string which = which_flag == "auto" ? resolve_auto(dir) : which_flag;
   const int synthetic_test = std::max(synthetic_size / 5, batch);
-  const size_t need = host_bytes_needed(which, synthetic_size, synthetic_test);
+  const size_t need = host_bytes_needed(which, synthetic_size, synthetic_test, images.side);
   if (which == "synthetic")
     require_host_memory(need, "--synthetic-size " + std::to_string(synthetic_size) + " (" +
                                   with_commas(synthetic_size + long(synthetic_test)) + " generated images)");
@@ -73,9 +105,11 @@ ChosenData load_data_set(const std::string& which_flag, const std::string& dir, 
   } else if (which == "fashion-mnist") {
     d.dir = dir.empty() ? find_fashion_mnist_dir() : dir;
     d.split = load_fashion_mnist(d.dir);
+  } else if (which == "folder") {
+    load_folder(dir, images, d);
   } else {
     d.dir = "(generated)";
-    d.split = make_synthetic(synthetic_size, synthetic_test, seed);
+    d.split = make_synthetic(synthetic_size, synthetic_test, seed, images.side);
   }
   if (d.split.train.count < batch)
     throw InputError("--batch " + std::to_string(batch) + " is larger than the training set (" +

@@ -5,19 +5,34 @@
 const std::vector<FlagRow<DataOptions>>& data_flag_rows() {
   using Row = FlagRow<DataOptions>;
   static const std::vector<Row> rows = {
-      {"--data", "NAME", "data set: auto, cifar10, fashion-mnist or synthetic (auto: CIFAR-10 if `make data` fetched it, else Fashion-MNIST)",
+      {"--data", "NAME", "data set: auto, cifar10, fashion-mnist, synthetic or folder (auto: CIFAR-10 if `make data` fetched it, else Fashion-MNIST; folder: your images in --data-dir)",
        [](const DataOptions& o) { return o.data; },
        [](DataOptions& o, const std::string& v) {
-         if (v != "auto" && v != "cifar10" && v != "fashion-mnist" && v != "synthetic")
-           throw UsageError("--data: '" + v + "' is not one of auto, cifar10, fashion-mnist, synthetic");
+         if (v != "auto" && v != "cifar10" && v != "fashion-mnist" && v != "synthetic" && v != "folder")
+           throw UsageError("--data: '" + v + "' is not one of auto, cifar10, fashion-mnist, synthetic, folder");
          o.data = v;
        }},
       {"--data-dir", "DIR", "where the data set's files are", [](const DataOptions&) { return std::string("data/cifar-10-batches-bin, or $FASHION_MNIST_DIR, data/fashion-mnist, /usr/share/datasets/fashion-mnist"); },
        [](DataOptions& o, const std::string& v) { o.data_dir = v; }},
       {"--synthetic-size", "N", "training images of --data synthetic (the test set is a fifth)", [](const DataOptions& o) { return std::to_string(o.synthetic_size); },
        [](DataOptions& o, const std::string& v) { o.synthetic_size = (int)parse_long("--synthetic-size", v, 1, 10000000); }},
+      {"--image-size", "N", "side of the images the model sees, a multiple of 8 (--data folder: resized and centre-cropped; synthetic)", [](const DataOptions& o) { return std::to_string(o.image_size); },
+       [](DataOptions& o, const std::string& v) { o.image_size = (int)parse_long("--image-size", v, 8, 1024); }},
+      {"--skip-bad-images", "", "--data folder: leave out files that fail the header check (a warning gives their count) instead of stopping", [](const DataOptions&) { return std::string("a bad file is an error"); },
+       [](DataOptions& o, const std::string&) { o.skip_bad_images = true; }},
+      {"--cache-decoded", "", "--data folder: decode every image once at start into memory (N x N uint8)", [](const DataOptions&) { return std::string("decode every epoch in the loader threads"); },
+       [](DataOptions& o, const std::string&) { o.cache_decoded = true; }},
       {"--batch", "N", "images per step (per GPU when bin/train runs on several: --gpus, torchrun, mpirun, srun)", [](const DataOptions& o) { return std::to_string(o.batch); },
        [](DataOptions& o, const std::string& v) { o.batch = (int)parse_long("--batch", v, 2, 8192); }},
   };
   return rows;
+}
+
+void check_data_options(const DataOptions& o) {
+  if (o.image_size % 8 != 0) throw UsageError("--image-size " + std::to_string(o.image_size) + " is not a multiple of 8");
+  if (o.image_size != 32 && o.data != "folder" && o.data != "synthetic")
+    throw UsageError("--image-size applies to --data folder and synthetic: CIFAR-10 and Fashion-MNIST are 32x32 "
+                     "(`make data-folder` writes them as image folders)");
+  if (o.data == "folder" && o.data_dir.empty())
+    throw UsageError("--data folder needs --data-dir DIR (DIR/train/<class>/..., DIR/test/<class>/...)");
 }

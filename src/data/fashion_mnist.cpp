@@ -14,7 +14,7 @@ namespace {
 constexpr uint32_t kIdxImagesMagic = 0x00000803;  // unsigned byte, 3 dimensions
 constexpr uint32_t kIdxLabelsMagic = 0x00000801;  // unsigned byte, 1 dimension
 constexpr int kMnistSide = 28;
-constexpr int kPad = (kImageSide - kMnistSide) / 2;
+constexpr int kPad = (kDefaultImageSide - kMnistSide) / 2;
 // The largest idx file read (decompressed): 340,000 images of 28x28, over five times Fashion-MNIST's
 // training set. A .gz may be slightly larger than its content (stored blocks add 5 bytes per 64 KiB).
 constexpr size_t kMaxIdxBytes = size_t(256) << 20;
@@ -92,14 +92,14 @@ Dataset parse_idx(const uint8_t* images, size_t images_size, const std::string& 
   d.channels = 1;
   d.labels.assign(labels + 8, labels + 8 + n);
   for (uint32_t i = 0; i < n; ++i)
-    if (d.labels[i] >= kClasses)
+    if (d.labels[i] >= kArrayClasses)
       throw InputError(labels_file + ": label " + std::to_string(d.labels[i]) + " at index " + std::to_string(i) + ", expected 0..9");
   d.images.assign(d.image_bytes() * n, 0);
   for (uint32_t i = 0; i < n; ++i) {
     const uint8_t* src = images + 16 + pix * i;
     uint8_t* dst = d.images.data() + d.image_bytes() * i;
     for (int y = 0; y < kMnistSide; ++y)
-      std::memcpy(dst + (y + kPad) * kImageSide + kPad, src + y * kMnistSide, kMnistSide);
+      std::memcpy(dst + (y + kPad) * kDefaultImageSide + kPad, src + y * kMnistSide, kMnistSide);
   }
   return d;
 }

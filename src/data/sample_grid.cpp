@@ -6,11 +6,12 @@
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #include <stb_image_write.h>
 
-#include "data/dataset.h"
 #include "core/errors.h"
 
-void write_sample_grid(const std::string& path, const uint8_t* images, int count, int channels, Layout layout) {
-  constexpr int kCols = 8, kGap = 2, S = kImageSide;
+void write_sample_grid(const std::string& path, const uint8_t* images, int count, int channels, int side,
+                       Layout layout) {
+  constexpr int kCols = 8, kGap = 2;
+  const int S = side;
   const int rows = (count + kCols - 1) / kCols;
   const int width = kCols * (S + kGap) + kGap, height = rows * (S + kGap) + kGap;
   std::vector<uint8_t> rgb(size_t(width) * height * 3, 255);

@@ -17,6 +17,9 @@ constexpr int kStateVectors = 7;  // save_mean, save_invstd, scale, shift, 3 bac
 }  // namespace
 
 ResNet50::ResNet50(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache) : cfg_(cfg), ctx_(ctx) {
+  // Three stride-2 stages: the side must halve exactly three times.
+  if (cfg.image_side < 8 || cfg.image_side % 8 != 0)
+    throw Fatal("ResNet50: image side " + std::to_string(cfg.image_side) + " is not a positive multiple of 8");
   build();
   allocate();
   choose_algorithms(cache);
@@ -81,7 +84,7 @@ void ResNet50::build() {
 void ResNet50::allocate() {
   const DType t = cfg_.dtype;
   const size_t es = dtype_size(t);
-  const Shape4 stem{cfg_.batch, 64, 32, 32};
+  const Shape4 stem{cfg_.batch, 64, cfg_.image_side, cfg_.image_side};
 
   // Sizes first, so that a batch too large for the GPU is one clear message, not a failed cudaMalloc.
   size_t act = 2 * stem.count(), largest = stem.count(), scratch = bn_scratch_floats(stem, t, cfg_.layout);
@@ -304,7 +307,7 @@ void ResNet50::block_forward(Block& b, const void* in, bool train) {
 void ResNet50::forward(const void* images, bool train) {
   if (train && cfg_.inference) throw Fatal("ResNet50: training forward on a network built for inference");
   images_ = images;
-  const Shape4 stem{cfg_.batch, 64, 32, 32};
+  const Shape4 stem{cfg_.batch, 64, cfg_.image_side, cfg_.image_side};
   conv_forward(*stem_conv_, images, stem_a_.get());
   bn_forward(*stem_bn_, stem_a_.get(), stem, train);
   bn_apply({stem_a_.get(), stem_bn_->st.scale, stem_bn_->st.shift, Residual::None, nullptr, nullptr, nullptr, true,
@@ -432,7 +435,7 @@ void ResNet50::backward() {
   stem.dgamma = params_.vector_grad(stem_bn_->gamma);
   stem.dbeta = params_.vector_grad(stem_bn_->beta);
   stem.dx = grad_[0].get();
-  bn_backward(stem, {cfg_.batch, 64, 32, 32}, t, l, bn_scratch_.as<float>(), ctx_.stream);
+  bn_backward(stem, {cfg_.batch, 64, cfg_.image_side, cfg_.image_side}, t, l, bn_scratch_.as<float>(), ctx_.stream);
   bn_grads_ready(*stem_bn_);
   // The images need no gradient: only the stem's filter gradient.
   stem_conv_->conv->backward_filter(ctx_.cudnn, images_, grad_[0].get(), params_.weight_grad(stem_conv_->weight),

@@ -5,16 +5,15 @@ namespace {
 constexpr int kStageWidths[4] = {64, 128, 256, 512};
 constexpr int kStageBlocks[4] = {3, 4, 6, 3};
 constexpr int kExpansion = 4;
-constexpr int kInputSide = 32;  // every data set is served at 32x32
 constexpr int kStemChannels = 64;
 }  // namespace
 
 NetSpec resnet50_spec(const NetConfig& cfg) {
-  const int N = cfg.batch;
+  const int N = cfg.batch, S = cfg.image_side;
   NetSpec n;
-  n.stem = {"conv1", {N, 3, kInputSide, kInputSide, kStemChannels, 3, 1, 1}};
+  n.stem = {"conv1", {N, 3, S, S, kStemChannels, 3, 1, 1}};
   n.stem_bn = {"bn1", kStemChannels};
-  int in_c = kStemChannels, side = kInputSide;
+  int in_c = kStemChannels, side = S;
   for (int s = 0; s < 4; ++s) {
     for (int i = 0; i < kStageBlocks[s]; ++i) {
       const int stride = (s > 0 && i == 0) ? 2 : 1, w = kStageWidths[s], out_c = w * kExpansion;

@@ -27,10 +27,11 @@ BatchRing::~BatchRing() {
   for (auto& t : workers_) t.join();
 }
 
-// The next task's batch may start when its slot is free or its previous batch has been released.
+// The next task's batch may start when its slot is free or its previous batch has been released,
+// unless a fill has failed.
 bool BatchRing::claimable() const {
   const long b = next_task_ / parts_;
-  if (b >= batches_) return false;
+  if (b >= batches_ || failed_batch_ >= 0) return false;
   if (next_task_ % parts_ != 0) return true;  // later parts follow the first
   const Slot& s = slot_[b % slots_];
   return s.owner == -1 || (s.owner == b - slots_ && s.released);
@@ -56,9 +57,14 @@ void BatchRing::worker_loop(int index) {
       s.ready = !must_wait;
     }
     cv_.notify_all();  // the next task may be claimable now
+    std::exception_ptr error;  // handed to the consumer, never out of this thread
     if (must_wait) {
       lock.unlock();
-      engine_.wait_copy(si);
+      try {
+        engine_.wait_copy(si);
+      } catch (...) {
+        error = std::current_exception();
+      }
       lock.lock();
       s.copy_pending = false;
       s.ready = true;
@@ -70,11 +76,19 @@ void BatchRing::worker_loop(int index) {
     const int first = static_cast<int>(int64_t(batch_size_) * part / parts_);
     const int end = static_cast<int>(int64_t(batch_size_) * (part + 1) / parts_);
     lock.unlock();
-    {
+    if (!error) {
       NvtxRange r("fill batch " + std::to_string(b), phase_color::kGrey);
-      fill_(si, b, first, end);
+      try {
+        fill_(si, b, first, end);
+      } catch (...) {
+        error = std::current_exception();
+      }
     }
     lock.lock();
+    if (error && (failed_batch_ < 0 || b < failed_batch_)) {
+      failed_batch_ = b;
+      failure_ = error;
+    }
     ++s.parts_done;
     --in_flight_;
     cv_.notify_all();
@@ -87,6 +101,8 @@ void BatchRing::begin_pass(int first, int end) {
   first_ = first;
   batches_ = end;
   next_task_ = long(first) * parts_;
+  failed_batch_ = -1;
+  failure_ = nullptr;
   for (Slot& s : slot_) {  // unconsumed batches are dropped; pending copies still block refills
     s.owner = -1;
     s.parts_done = 0;
@@ -100,8 +116,9 @@ int BatchRing::acquire(int k) {
   if (k < first_ || k >= batches_) throw Fatal("BatchRing: batch " + std::to_string(k) + " is not in the pass");
   Slot& s = slot_[k % slots_];
   const auto t0 = std::chrono::steady_clock::now();
-  cv_.wait(lock, [&] { return s.owner == k && s.parts_done == parts_; });
+  cv_.wait(lock, [&] { return failed_before(k) || (s.owner == k && s.parts_done == parts_); });
   wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (failed_before(k)) std::rethrow_exception(failure_);
   return k % slots_;
 }
 

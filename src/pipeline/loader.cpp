@@ -14,17 +14,18 @@ namespace {
 constexpr int kRingSlots = 3;      // triple buffering: fill one, copy one, one to spare
 constexpr int kDeviceStaging = 2;  // device-side uint8 buffers: one being copied, one being normalized
 
-size_t image_elems(int batch) { return size_t(batch) * kModelChannels * kImageSide * kImageSide; }
+size_t image_elems(const LoaderConfig& c) { return size_t(c.batch) * kModelChannels * c.side * c.side; }
+size_t batch_u8_bytes(const LoaderConfig& c) { return size_t(c.batch) * c.channels * c.side * c.side; }
 
 // ---- the baseline --------------------------------------------------------------------------------
 class SynchronousLoader : public BatchLoader {
  public:
   explicit SynchronousLoader(const LoaderConfig& c)
       : c_(c),
-        u8_(size_t(c.batch) * c.channels * kImageSide * kImageSide),
-        host_images_(image_elems(c.batch) * dtype_size(c.dtype)),
+        u8_(batch_u8_bytes(c)),
+        host_images_(image_elems(c) * dtype_size(c.dtype)),
         host_labels_(c.batch),
-        images_(image_elems(c.batch) * dtype_size(c.dtype), "input batch"),
+        images_(image_elems(c) * dtype_size(c.dtype), "input batch"),
         labels_(c.batch * sizeof(int32_t), "input labels") {}
 
   void begin_pass(const Dataset& data, const EpochPlan& plan, int) override {
@@ -34,7 +35,7 @@ class SynchronousLoader : public BatchLoader {
 
   void get(int k) override {
     assemble_batch_u8(*data_, *plan_, k, c_.layout, u8_.data(), host_labels_.data());
-    normalize_batch_cpu(u8_.data(), c_.batch, c_.channels, c_.layout, c_.norm, c_.dtype, host_images_.data());
+    normalize_batch_cpu(u8_.data(), c_.batch, c_.channels, c_.side, c_.layout, c_.norm, c_.dtype, host_images_.data());
   }
 
   DeviceBatch copy(int) override {
@@ -62,10 +63,9 @@ class CudaCopyEngine : public CopyEngine {
  public:
   CudaCopyEngine(const LoaderConfig& c, const std::vector<PinnedBuffer>& u8, const std::vector<PinnedBuffer>& labels)
       : c_(c), host_u8_(u8), host_labels_(labels), copy_(false) {
-    const size_t u8_bytes = size_t(c.batch) * c.channels * kImageSide * kImageSide;
     for (int i = 0; i < kRingSlots; ++i) copied_.emplace_back(false);
     for (int j = 0; j < kDeviceStaging; ++j) {
-      dev_u8_.emplace_back(u8_bytes, "loader staging images");
+      dev_u8_.emplace_back(batch_u8_bytes(c), "loader staging images");
       dev_labels_.emplace_back(c.batch * sizeof(int32_t), "loader staging labels");
       consumed_.emplace_back(false);
       consumed_[j].record(c.compute);  // nothing to wait for on the first use
@@ -93,7 +93,7 @@ class CudaCopyEngine : public CopyEngine {
       p.scale[ch] = 1.f / (255.f * c_.norm.stdev[ch]);
       p.shift[ch] = -c_.norm.mean[ch] / c_.norm.stdev[ch];
     }
-    normalize_u8(dev_u8_[j].as<uint8_t>(), c_.batch, c_.channels, c_.layout, p, images, c_.dtype, c_.compute);
+    normalize_u8(dev_u8_[j].as<uint8_t>(), c_.batch, c_.channels, c_.side, c_.layout, p, images, c_.dtype, c_.compute);
     CUDA_CHECK(cudaMemcpyAsync(labels, dev_labels_[j].get(), dev_labels_[j].bytes(), cudaMemcpyDeviceToDevice, c_.compute));
     consumed_[j].record(c_.compute);
     return {images, labels};
@@ -114,11 +114,10 @@ class PinnedRingLoader : public BatchLoader {
  public:
   explicit PinnedRingLoader(const LoaderConfig& c)
       : c_(c),
-        images_(image_elems(c.batch) * dtype_size(c.dtype), "input batch"),
+        images_(image_elems(c) * dtype_size(c.dtype), "input batch"),
         labels_(c.batch * sizeof(int32_t), "input labels") {
-    const size_t img_bytes = size_t(c.channels) * kImageSide * kImageSide;
     for (int i = 0; i < kRingSlots; ++i) {
-      host_u8_.emplace_back(img_bytes * c.batch, "loader ring images");
+      host_u8_.emplace_back(batch_u8_bytes(c), "loader ring images");
       host_labels_.emplace_back(sizeof(int32_t) * c.batch, "loader ring labels");
     }
     engine_ = std::make_unique<CudaCopyEngine>(c, host_u8_, host_labels_);
@@ -146,7 +145,7 @@ class PinnedRingLoader : public BatchLoader {
   double take_wait_seconds() override { return ring_->take_wait_seconds(); }
 
  private:
-  // Worker threads: crop and flip samples [first, end) of batch k into the slot.
+  // Worker threads: decode (image folders), crop and flip samples [first, end) of batch k into the slot.
   void fill(int slot, int k, int first, int end) {
     assemble_batch_u8(*data_, *plan_, k, c_.layout, host_u8_[slot].as<uint8_t>(), host_labels_[slot].as<int32_t>(),
                       first, end);

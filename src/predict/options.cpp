@@ -17,6 +17,8 @@ const std::vector<Flag>& flags() {
       data_flag<P>("--data"),
       data_flag<P>("--data-dir"),
       data_flag<P>("--synthetic-size"),
+      data_flag<P>("--skip-bad-images"),
+      data_flag<P>("--cache-decoded"),
       {"--split", "NAME", "which images of the data set: test or train", [](const P& o) { return o.split; },
        [](P& o, const std::string& v) {
          if (v != "test" && v != "train") throw UsageError("--split: '" + v + "' is not one of test, train");
@@ -61,6 +63,7 @@ PredictOptions parse_predict_options(int argc, const char* const* argv) {
   parse_flags(flags(), argc, argv, o);
   if (o.help) return o;
   if (o.checkpoint.empty()) throw UsageError("--checkpoint FILE is required (a checkpoint bin/train wrote with --save)");
+  check_data_options(o);
   if (!o.export_path.empty()) {
     if (!o.out.empty() || !o.features.empty() || !o.trace.empty())
       throw UsageError("--export writes the model only; run bin/predict again without it for --out, --features or --trace");

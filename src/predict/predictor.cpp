@@ -34,7 +34,7 @@ namespace {
 
 // The side of the data set's images, which the network's input is. (One place to change when image
 // sizes become a property of the data set.)
-int image_side(const Dataset&) { return kImageSide; }
+int image_side(const Dataset& d) { return d.side; }
 
 std::string json_numbers(const float* v, int n) {
   std::string s = "[";
@@ -124,16 +124,26 @@ void Predictor::check_output_paths() const {
 void Predictor::load_inputs() {
   ckpt_ = std::make_unique<Checkpoint>(load_checkpoint(opt_.checkpoint));
   const CheckpointMeta& m = ckpt_->meta;
-  // Synthetic images come from the checkpoint's seed: the images its run was evaluated on.
-  data_ = load_data_set(opt_.data, opt_.data_dir, opt_.synthetic_size, opt_.batch, m.seed);
+  // Synthetic images come from the checkpoint's seed: the images its run was evaluated on; every data
+  // set is served at the image side the checkpoint was trained at.
+  ImageOptions served;
+  served.side = m.image_side;
+  served.skip_bad = opt_.skip_bad_images;
+  served.cache_decoded = opt_.cache_decoded;
+  served.threads = default_workers();
+  data_ = load_data_set(opt_.data, opt_.data_dir, opt_.synthetic_size, opt_.batch, m.seed, served);
   const Dataset& train = data_.split.train;
   if (train.name != m.data)
     throw InputError(opt_.checkpoint + ": trained on " + m.data + ", but --data " + opt_.data + " chose " + train.name +
                      ": pass --data " + m.data + " (and --data-dir where its files are)");
-  norm_ = compute_normalization(train);
+  if (!m.class_names.empty() && m.class_names != train.class_names)
+    throw InputError(opt_.checkpoint + ": trained on other classes than those of " + data_.dir +
+                     " (the checkpoint's first: " + m.class_names[0] + "; the data set's: " +
+                     (train.class_names.empty() ? std::string("none") : train.class_names[0]) + ")");
+  norm_ = compute_normalization(train, default_workers());
   class_names_ = images().class_names;
   if (class_names_.empty())  // a data set without names: the class indices
-    for (int c = 0; c < kClasses; ++c) class_names_.push_back(std::to_string(c));
+    for (int c = 0; c < kArrayClasses; ++c) class_names_.push_back(std::to_string(c));
   tensors_ = ResNet50::tensor_layout(classes());
   check_checkpoint_model(m, tensors_, opt_.checkpoint);
   stored_layout_ = checkpoint_layout(m, opt_.checkpoint);
@@ -181,7 +191,7 @@ void Predictor::setup_gpu() {
               prop_.multiProcessorCount, format_bytes(total_b).c_str(), cudnnGetVersion());
   build_network();
   const LoaderConfig lc{build_.loader, opt_.batch, default_workers(), build_.precision, build_.layout, norm_,
-                        images().channels, ctx_->stream};
+                        images().channels, images().side, ctx_->stream};
   loader_ = make_loader(lc);
 }
 
@@ -199,6 +209,7 @@ void Predictor::build_network() {
   cfg.conv.workspace_limit = size_t(trainer_defaults.workspace_mb) << 20;
   cfg.conv_api = build_.conv_api;
   cfg.classes = classes();
+  cfg.image_side = images().side;
   cfg.inference = true;
   const bool measure = cfg.conv.policy == AlgoPolicy::Autotune;
   AutotuneCache cache(measure ? trainer_defaults.autotune_cache : "",

@@ -33,12 +33,46 @@ void put_floats(std::vector<uint8_t>& out, const std::vector<float>& v) {
   out.insert(out.end(), p, p + v.size() * sizeof(float));
 }
 
+// Class names in one header value: comma-separated, with '%', ',' and control bytes as %XX (a
+// directory name may hold any of them).
+std::string encode_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i) out += ',';
+    for (unsigned char ch : names[i]) {
+      char esc[4];
+      std::snprintf(esc, sizeof(esc), "%%%02X", ch);
+      out += ch == '%' || ch == ',' || ch < 0x20 || ch == 0x7f ? std::string(esc) : std::string(1, char(ch));
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> decode_names(const std::string& text, const std::string& file) {
+  std::vector<std::string> names(1);
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == ',') {
+      names.emplace_back();
+    } else if (text[i] == '%') {
+      unsigned value = 0;
+      if (i + 2 >= text.size() || std::sscanf(text.substr(i + 1, 2).c_str(), "%2X", &value) != 1)
+        throw InputError(file + ": malformed class names in the header");
+      names.back() += static_cast<char>(value);
+      i += 2;
+    } else {
+      names.back() += text[i];
+    }
+  }
+  return names;
+}
+
 std::string header_text(const CheckpointMeta& m) {
   std::ostringstream h;
   char scale[32];
   std::snprintf(scale, sizeof(scale), "%a", m.loss_scale);  // hex float: exact
   h << "precision=" << m.precision << "\nlayout=" << m.layout << "\nmodel=" << m.model
     << "\nmodel_signature=" << m.model_signature << "\nparams=" << m.params << "\nrunning=" << m.running
+    << "\nimage_side=" << m.image_side << "\nclasses=" << encode_names(m.class_names)
     << "\ndata=" << m.data << "\nbatch=" << m.batch << "\nepochs=" << m.epochs << "\nseed=" << m.seed
     << "\nstep=" << m.step << "\nepoch=" << m.epoch << "\nstep_in_epoch=" << m.step_in_epoch
     << "\nloss_scale=" << scale << "\ngood_steps=" << m.good_steps << "\nskipped_steps=" << m.skipped_steps << "\n";
@@ -111,7 +145,7 @@ std::string parse_string(const std::map<std::string, std::string>& kv, const std
 // step_in_epoch < steps_per_epoch; check_checkpoint_position checks it against this run's).
 void check_header_values(const CheckpointMeta& m, const std::string& file) {
   if (m.step < 0 || m.epoch < 0 || m.step_in_epoch < 0 || m.batch <= 0 || m.epochs <= 0 || !(m.loss_scale > 0) ||
-      m.good_steps < 0 || m.skipped_steps < 0 || m.skipped_steps > m.step)
+      m.good_steps < 0 || m.skipped_steps < 0 || m.skipped_steps > m.step || m.image_side <= 0)
     throw InputError(file + ": header holds out-of-range values");
   const int64_t before_epoch = m.step - m.step_in_epoch;  // steps of the epochs done
   const bool explained = m.epoch == 0 ? before_epoch == 0
@@ -166,6 +200,8 @@ Checkpoint parse_checkpoint(const uint8_t* bytes, size_t size, const std::string
   m.model_signature = parse_number<uint64_t>(kv, "model_signature", file);
   m.params = parse_number<uint64_t>(kv, "params", file);
   m.running = parse_number<uint64_t>(kv, "running", file);
+  if (kv.count("image_side")) m.image_side = parse_number<int>(kv, "image_side", file);
+  if (kv.count("classes") && !kv["classes"].empty()) m.class_names = decode_names(kv["classes"], file);
   m.data = parse_string(kv, "data", file);
   m.batch = parse_number<int>(kv, "batch", file);
   m.epochs = parse_number<int>(kv, "epochs", file);
@@ -203,6 +239,14 @@ Checkpoint load_checkpoint(const std::string& path) {
 }
 
 void check_checkpoint_fits(const CheckpointMeta& f, const CheckpointMeta& here, const std::string& file) {
+  // Classes and image size first: they explain a model mismatch better than the model check would.
+  if (!f.class_names.empty() && f.class_names != here.class_names)
+    throw InputError(file + ": trained on " + std::to_string(f.class_names.size()) + " classes (" +
+                     encode_names(f.class_names) + ") but the data set has " + std::to_string(here.class_names.size()) +
+                     " (" + encode_names(here.class_names) + "); resume on a data set with the same classes");
+  if (f.image_side != here.image_side)
+    throw InputError(file + ": trained at --image-size " + std::to_string(f.image_side) + "; resume with --image-size " +
+                     std::to_string(f.image_side));
   if (f.model != here.model || f.model_signature != here.model_signature || f.params != here.params ||
       f.running != here.running)
     throw InputError(file + ": checkpoint of another model (" + f.model + ", " + std::to_string(f.params) +

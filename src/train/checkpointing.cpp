@@ -10,8 +10,7 @@
 
 #include "core/check.h"
 
-CheckpointMeta run_meta(const BuildSettings& build, const ParamListing& params, const std::string& data,
-                        const Options& o) {
+CheckpointMeta run_meta(const BuildSettings& build, const ParamListing& params, const Dataset& train, const Options& o) {
   std::vector<std::pair<std::string, std::vector<int>>> sig;
   for (const ParamSpec& t : params.tensors) sig.emplace_back(t.name, t.shape);
   CheckpointMeta m;
@@ -20,7 +19,9 @@ CheckpointMeta run_meta(const BuildSettings& build, const ParamListing& params, 
   m.model_signature = model_signature(sig);
   m.params = params.total;
   m.running = params.running;
-  m.data = data;
+  m.image_side = train.side;
+  m.class_names = train.class_names;
+  m.data = train.name;
   m.batch = o.batch;
   m.epochs = o.epochs;
   m.seed = o.seed;

@@ -54,6 +54,7 @@ Fingerprint run_fingerprint(const BuildSettings& b, const Options& o, int world,
   Fingerprint f;
   f.add("build", b.describe()).add("NCCL", nccl_version_text()).add("ranks", std::to_string(world));
   f.add("data", data_identity(data, norm)).add("--synthetic-size", std::to_string(o.synthetic_size));
+  f.add("--image-size", std::to_string(o.image_size));
   f.add("--epochs", std::to_string(o.epochs)).add("--steps", std::to_string(o.steps));
   f.add("--batch", std::to_string(o.batch)).add("--lr", number(o.lr)).add("--min-lr", number(o.min_lr));
   f.add("--warmup-epochs", number(o.warmup_epochs)).add("--momentum", number(o.momentum));

@@ -14,6 +14,9 @@ const std::vector<Flag>& flags() {
       data_flag<Options>("--data"),
       data_flag<Options>("--data-dir"),
       data_flag<Options>("--synthetic-size"),
+      data_flag<Options>("--image-size"),
+      data_flag<Options>("--skip-bad-images"),
+      data_flag<Options>("--cache-decoded"),
       {"--epochs", "N", "passes over the training set", [](const Options& o) { return std::to_string(o.epochs); },
        [](Options& o, const std::string& v) { o.epochs = (int)parse_long("--epochs", v, 1, 100000); }},
       {"--steps", "N", "stop after N steps in all (0: run every epoch)", [](const Options& o) { return std::to_string(o.steps); },
@@ -101,11 +104,12 @@ Options parse_options(int argc, const char* const* argv) {
   parse_flags(flags(), argc, argv, o);
   if (o.save_every > 0 && o.save.empty()) throw UsageError("--save-every needs --save FILE");
   if (o.min_lr > o.lr) throw UsageError("--min-lr must not exceed --lr");
+  check_data_options(o);
   return o;
 }
 
 std::string usage_text() {
   return "usage: train [flags]\n"
-         "Trains ResNet-50 (CIFAR stem) on CIFAR-10, Fashion-MNIST or synthetic data.\n\nflags:\n" +
+         "Trains ResNet-50 (CIFAR stem) on CIFAR-10, Fashion-MNIST, synthetic data or a folder of your images.\n\nflags:\n" +
          flags_help(flags());
 }

@@ -26,6 +26,7 @@
 #include "core/handles.h"
 #include "data/augment.h"
 #include "data/data_choice.h"
+#include "data/image_decode.h"
 #include "data/sample_grid.h"
 #include "dist/data_parallel.h"
 #include "measure/profiling.h"
@@ -172,13 +173,37 @@ void Trainer::check_output_paths() const {
 }
 
 void Trainer::load_data() {
-  data_ = load_data_set(opt_.data, opt_.data_dir, opt_.synthetic_size, global_batch(), opt_.seed);
+  ImageOptions images;
+  images.side = opt_.image_size;
+  images.skip_bad = opt_.skip_bad_images;
+  images.cache_decoded = opt_.cache_decoded;
+  images.threads = workers_;
+  data_ = load_data_set(opt_.data, opt_.data_dir, opt_.synthetic_size, global_batch(), opt_.seed, images);
   const Dataset& train = data_.split.train;
-  norm_ = compute_normalization(train);
+  if (train.classes() > kSoftmaxMaxClasses)
+    throw InputError(data_.dir + ": " + std::to_string(train.classes()) + " classes; the loss kernel takes at most " +
+                     std::to_string(kSoftmaxMaxClasses));
+  norm_ = compute_normalization(train, workers_);
   steps_per_epoch_ = train.count / global_batch();
-  std::printf("data: %s from %s: %d train, %d test images, %s, mean %.4f std %.4f\n", train.name.c_str(),
-              data_.dir.c_str(), train.count, data_.split.test.count,
-              train.channels == 1 ? "grey (replicated to 3 channels)" : "3 channels", norm_.mean[0], norm_.stdev[0]);
+  for (const std::string& w : data_.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  const char* channels = train.channels == 1 ? "grey (replicated to 3 channels)" : "3 channels";
+  if (train.name != "folder") {
+    std::printf("data: %s from %s: %d train, %d test images, %s, mean %.4f std %.4f\n", train.name.c_str(),
+                data_.dir.c_str(), train.count, data_.split.test.count, channels, norm_.mean[0], norm_.stdev[0]);
+    return;
+  }
+  std::printf("data: folder %s: %s train, %s test images, %d classes, %dx%d, %s, %s\n", data_.dir.c_str(),
+              with_commas(train.count).c_str(), with_commas(data_.split.test.count).c_str(), train.classes(), train.side,
+              train.side, channels,
+              train.decoded_on_demand ? (build_.loader == LoaderKind::PinnedRing ? "decoded every epoch by the loader threads"
+                                                                                 : "decoded every epoch on the main thread")
+                                      : "decoded once into memory");
+  for (const std::string& n : data_.notes) std::printf("%s\n", n.c_str());
+  std::printf("normalisation: mean %.4f %.4f %.4f, std %.4f %.4f %.4f, from %s\n", norm_.mean[0], norm_.mean[1],
+              norm_.mean[2], norm_.stdev[0], norm_.stdev[1], norm_.stdev[2],
+              norm_.images < train.count ? ("a sample of " + with_commas(norm_.images) + " of the " +
+                                            with_commas(train.count) + " training images").c_str()
+                                         : ("all " + with_commas(train.count) + " training images").c_str());
 }
 
 // Several ranks: meet the others (the run is refused if any was started differently), take this
@@ -192,7 +217,7 @@ void Trainer::join_ranks() {
 // The checkpoint to resume from must fit this build, model, batch, data set and training set size:
 // all of it is known without the GPU (the model from its CPU listing).
 void Trainer::check_resume() {
-  meta_ = run_meta(build_, resnet50_params(net_config()), data_.split.train.name, opt_);
+  meta_ = run_meta(build_, resnet50_params(net_config()), data_.split.train, opt_);
   meta_.batch = global_batch();  // what a resume on another number of GPUs must keep
   if (opt_.resume.empty()) return;
   resume_ = std::make_unique<Checkpoint>(load_checkpoint(opt_.resume));
@@ -211,6 +236,8 @@ NetConfig Trainer::net_config() const {
   cfg.conv.workspace_limit = size_t(opt_.workspace_mb) << 20;
   cfg.conv_api = build_.conv_api;
   cfg.fused_bn = build_.fused_bn;
+  cfg.classes = data_.split.train.classes();
+  cfg.image_side = data_.split.train.side;
   return cfg;
 }
 
@@ -232,7 +259,7 @@ void Trainer::setup_gpu() {
                 global_batch());
   }
   LoaderConfig lc{build_.loader, opt_.batch, workers_, build_.precision, build_.layout, norm_,
-                  data_.split.train.channels, ctx_->stream};
+                  data_.split.train.channels, data_.split.train.side, ctx_->stream};
   loader_ = make_loader(lc);
   step_params_ = std::make_unique<StepParamsOnDevice>(ctx_->stream);
   step_graph_ = std::make_unique<StepGraph>(*ctx_, opt_.batch, build_.cuda_graph, opt_.cuda_graph);
@@ -358,6 +385,22 @@ int Trainer::run() {
     save(path, false);  // a save that fails too is rescued, and says so
     throw Fatal(std::string(e.what()) + "; the state of step " + std::to_string(step_) + " was saved to " + path +
                 " (continue with --resume " + path + ")");
+  } catch (const ImageDecodeError& e) {
+    // An image that passed the header check did not decode: keep what was trained, name the file.
+    // On several ranks a save is collective and the others are elsewhere: they are told, nothing is saved.
+    std::string line = e.what();
+    if (dp_) {
+      line = failed(line + "; not saved (the other ranks stop too): fix or remove the file, then resume from the "
+                           "last --save-every checkpoint");
+    } else {
+      const std::string path = opt_.save.empty() ? "interrupted.ckpt" : opt_.save;
+      save(path, false);
+      line += "; the state after step " + std::to_string(step_) + " is saved to " + path +
+              " (fix or remove the file, then --resume " + path + ")";
+    }
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", line.c_str());
+    return 1;
   }
   report_.summary(summary());
   return 0;
@@ -419,7 +462,7 @@ void Trainer::write_sample_png(const EpochPlan& plan, int first) const {
   std::vector<uint8_t> u8(train.image_bytes() * opt_.batch);
   std::vector<int32_t> labels(opt_.batch);
   assemble_batch_u8(train, plan, first, build_.layout, u8.data(), labels.data());
-  write_sample_grid(opt_.sample_png, u8.data(), std::min(opt_.batch, 64), train.channels, build_.layout);
+  write_sample_grid(opt_.sample_png, u8.data(), std::min(opt_.batch, 64), train.channels, train.side, build_.layout);
   std::printf("wrote the first augmented batch to %s\n", opt_.sample_png.c_str());
 }
 

@@ -1,7 +1,8 @@
 // Batch assembly and CPU augmentation. The images here encode their own coordinates (channel 0 holds
 // x + 1, channel 1 holds y + 1, 0 is padding), so the crop offset and flip that were applied can be
 // read back from the output alone and checked against the rule, independently of how the code drew
-// them.
+// them. The rules are checked at 32x32 and at other sides (--image-size), where the crop pads by
+// side / 8.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,36 +19,39 @@
 
 namespace {
 
-constexpr int S = kImageSide;
+constexpr int S = kDefaultImageSide;
 
 uint8_t identity_of(int idx) { return static_cast<uint8_t>(1 + idx % 251); }
 
 // Colour images: channel 0 = x + 1, channel 1 = y + 1, channel 2 = a value naming the sample.
-Dataset coordinate_images(int count) {
+Dataset coordinate_images(int count, int side = S) {
   Dataset d;
   d.name = "coords";
   d.count = count;
   d.channels = 3;
+  d.side = side;
   d.images.resize(d.image_bytes() * count);
   d.labels.resize(count);
+  const int N = side;
   for (int i = 0; i < count; ++i) {
     uint8_t* img = d.images.data() + d.image_bytes() * i;
-    for (int y = 0; y < S; ++y)
-      for (int x = 0; x < S; ++x) {
-        img[0 * S * S + y * S + x] = static_cast<uint8_t>(x + 1);
-        img[1 * S * S + y * S + x] = static_cast<uint8_t>(y + 1);
-        img[2 * S * S + y * S + x] = identity_of(i);
+    for (int y = 0; y < N; ++y)
+      for (int x = 0; x < N; ++x) {
+        img[0 * N * N + y * N + x] = static_cast<uint8_t>(x + 1);
+        img[1 * N * N + y * N + x] = static_cast<uint8_t>(y + 1);
+        img[2 * N * N + y * N + x] = identity_of(i);
       }
-    d.labels[i] = static_cast<uint8_t>((i * 7 + 3) % kClasses);
+    d.labels[i] = static_cast<uint8_t>((i * 7 + 3) % kArrayClasses);
   }
   return d;
 }
 
 // Pseudo-random pixels, `channels` 1 or 3.
-Dataset noise_images(int count, int channels) {
+Dataset noise_images(int count, int channels, int side = S) {
   Dataset d;
   d.count = count;
   d.channels = channels;
+  d.side = side;
   d.images.resize(d.image_bytes() * count);
   d.labels.resize(count);
   uint32_t x = 12345;
@@ -55,7 +59,7 @@ Dataset noise_images(int count, int channels) {
     x = x * 1664525u + 1013904223u;
     p = static_cast<uint8_t>(x >> 24);
   }
-  for (int i = 0; i < count; ++i) d.labels[i] = static_cast<uint8_t>(i % kClasses);
+  for (int i = 0; i < count; ++i) d.labels[i] = static_cast<uint8_t>(i % kArrayClasses);
   return d;
 }
 
@@ -70,50 +74,47 @@ Batch assemble(const Dataset& d, const EpochPlan& plan, int k, Layout layout) {
   return b;
 }
 
-// What sample i of an NCHW coordinate batch shows: the crop offset and flip that map it back onto
-// its source. Pixel (x, y) of the output must come from (sx, sy) = ((flip ? 31 - x : x) + dx, y + dy).
+// What sample i of an NCHW coordinate batch (side N) shows: the crop offset and flip that map it back
+// onto its source. Pixel (x, y) of the output must come from (sx, sy) = ((flip ? N-1 - x : x) + dx, y + dy).
 struct Decoded {
   int dx, dy;
   bool flip;
 };
-Decoded decode(const uint8_t* img) {
-  // The centre pixels are never padding for offsets within 4.
-  const int a = img[16 * S + 15] - 1, b = img[16 * S + 16] - 1;  // source x of output x = 15, 16
-  const int sy = img[S * S + 16 * S + 16] - 1;
+Decoded decode(const uint8_t* img, int N = S) {
+  // The centre pixels are never padding for offsets within N / 8.
+  const int h = N / 2;
+  const int a = img[h * N + h - 1] - 1, b = img[h * N + h] - 1;  // source x of output x = h - 1, h
+  const int sy = img[N * N + h * N + h] - 1;
   const bool flip = b < a;
-  return {flip ? b - (S - 1 - 16) : b - 16, sy - 16, flip};
+  return {flip ? b - (N - 1 - h) : b - h, sy - h, flip};
 }
 
 // The whole image must be the source shifted by (dx, dy) after the flip, zeros outside.
-void expect_matches_rule(const uint8_t* img, const Decoded& t, uint8_t identity, const char* where) {
-  for (int y = 0; y < S; ++y)
-    for (int x = 0; x < S; ++x) {
-      const int sx = (t.flip ? S - 1 - x : x) + t.dx, sy = y + t.dy;
-      const bool inside = sx >= 0 && sx < S && sy >= 0 && sy < S;
-      ASSERT_EQ(img[y * S + x], inside ? sx + 1 : 0) << where << " x " << x << " y " << y;
-      ASSERT_EQ(img[S * S + y * S + x], inside ? sy + 1 : 0) << where << " x " << x << " y " << y;
-      ASSERT_EQ(img[2 * S * S + y * S + x], inside ? identity : 0) << where << " x " << x << " y " << y;
+void expect_matches_rule(const uint8_t* img, const Decoded& t, uint8_t identity, const char* where, int N = S) {
+  for (int y = 0; y < N; ++y)
+    for (int x = 0; x < N; ++x) {
+      const int sx = (t.flip ? N - 1 - x : x) + t.dx, sy = y + t.dy;
+      const bool inside = sx >= 0 && sx < N && sy >= 0 && sy < N;
+      ASSERT_EQ(img[y * N + x], inside ? sx + 1 : 0) << where << " x " << x << " y " << y;
+      ASSERT_EQ(img[N * N + y * N + x], inside ? sy + 1 : 0) << where << " x " << x << " y " << y;
+      ASSERT_EQ(img[2 * N * N + y * N + x], inside ? identity : 0) << where << " x " << x << " y " << y;
     }
 }
 
-TEST(Augment, EveryCropOffsetAndBothFlipsOccurAndFollowTheRule) {
-  const Dataset d = coordinate_images(2000);
-  const EpochPlan plan = train_plan(d, 100, 42, 0);
-  std::set<std::pair<int, int>> offsets;
-  std::set<bool> flips;
+// Checks every sample of every batch of `plan` against the rule, the pad and the transform the plan
+// names for its slot; adds the offsets and flips seen.
+void check_every_sample(const Dataset& d, const EpochPlan& plan, std::set<std::pair<int, int>>& offsets,
+                        std::set<bool>& flips) {
   for (int k = 0; k < plan.steps; ++k) {
     const Batch b = assemble(d, plan, k, Layout::NCHW);
     for (int i = 0; i < plan.batch; ++i) {
       const uint8_t* img = b.images.data() + d.image_bytes() * i;
-      const Decoded t = decode(img);
-      ASSERT_GE(t.dx, -kCropPad);
-      ASSERT_LE(t.dx, kCropPad);
-      ASSERT_GE(t.dy, -kCropPad);
-      ASSERT_LE(t.dy, kCropPad);
-      expect_matches_rule(img, t, identity_of(plan.order[size_t(k) * plan.batch + i]), "sample");
+      const Decoded t = decode(img, d.side);
+      ASSERT_LE(std::abs(t.dx), plan.crop_pad);
+      ASSERT_LE(std::abs(t.dy), plan.crop_pad);
+      expect_matches_rule(img, t, identity_of(plan.order[size_t(k) * plan.batch + i]), "sample", d.side);
       if (testing::Test::HasFatalFailure()) return;
-      // And it is the transform the plan names for that slot.
-      const CropFlip cf = crop_flip_for(plan.aug_seed, size_t(k) * plan.batch + i);
+      const CropFlip cf = crop_flip_for(plan.aug_seed, size_t(k) * plan.batch + i, plan.crop_pad);
       ASSERT_EQ(cf.dx, t.dx);
       ASSERT_EQ(cf.dy, t.dy);
       ASSERT_EQ(cf.flip, t.flip);
@@ -121,8 +122,44 @@ TEST(Augment, EveryCropOffsetAndBothFlipsOccurAndFollowTheRule) {
       flips.insert(t.flip);
     }
   }
+}
+
+TEST(Augment, EveryCropOffsetAndBothFlipsOccurAndFollowTheRule) {
+  const Dataset d = coordinate_images(2000);
+  const EpochPlan plan = train_plan(d, 100, 42, 0);
+  ASSERT_EQ(plan.crop_pad, 4) << "pad-4 at 32x32";
+  std::set<std::pair<int, int>> offsets;
+  std::set<bool> flips;
+  check_every_sample(d, plan, offsets, flips);
   EXPECT_EQ(offsets.size(), 81u) << "every (dx, dy) in [-4, 4]^2 should occur over 2000 samples";
   EXPECT_EQ(flips.size(), 2u);
+}
+
+// --image-size: the crop pads by side / 8 (5 at 40, 8 at 64), every sample follows the rule, and the
+// offsets cover the whole range.
+TEST(Augment, OtherSidesCropByAnEighthAndFollowTheRule) {
+  for (const int side : {40, 64}) {
+    SCOPED_TRACE("side " + std::to_string(side));
+    const int pad = side / 8;
+    const Dataset d = coordinate_images(side == 40 ? 3000 : 1000, side);
+    const EpochPlan plan = train_plan(d, 100, 17, 1);
+    ASSERT_EQ(plan.crop_pad, pad);
+    std::set<std::pair<int, int>> offsets;
+    std::set<bool> flips;
+    check_every_sample(d, plan, offsets, flips);
+    if (HasFatalFailure()) return;
+    std::set<int> dxs, dys;
+    for (const auto& [dx, dy] : offsets) {
+      dxs.insert(dx);
+      dys.insert(dy);
+    }
+    EXPECT_EQ(dxs.size(), size_t(2 * pad + 1));
+    EXPECT_EQ(dys.size(), size_t(2 * pad + 1));
+    if (side == 40) {
+      EXPECT_EQ(offsets.size(), size_t((2 * pad + 1) * (2 * pad + 1)));
+    }
+    EXPECT_EQ(flips.size(), 2u);
+  }
 }
 
 TEST(Augment, OneSampleMatchesADirectComputation) {
@@ -132,7 +169,7 @@ TEST(Augment, OneSampleMatchesADirectComputation) {
   int i = 0;
   CropFlip cf{};
   for (; i < 64; ++i) {
-    cf = crop_flip_for(plan.aug_seed, i);
+    cf = crop_flip_for(plan.aug_seed, i, plan.crop_pad);
     if (cf.dx != 0 && cf.dy != 0) break;
   }
   ASSERT_LT(i, 64);
@@ -178,8 +215,9 @@ TEST(Augment, WithoutAugmentationImagesAreCopiedExactly) {
 }
 
 TEST(Augment, NhwcIsTheTransposeOfNchw) {
+  for (int S : {32, 48})
   for (int channels : {1, 3}) {
-    const Dataset d = noise_images(100, channels);
+    const Dataset d = noise_images(100, channels, S);
     const EpochPlan plan = train_plan(d, 32, 1, 0);
     const Batch nchw = assemble(d, plan, 1, Layout::NCHW), nhwc = assemble(d, plan, 1, Layout::NHWC);
     EXPECT_EQ(nchw.labels, nhwc.labels);
@@ -277,15 +315,16 @@ float half_bits_to_float(uint16_t h) {
 
 TEST(NormalizeBatchCpu, GreyIsReplicatedAndValuesAreStandardized) {
   const Normalization norm{{0.25f, 0.5f, 0.75f}, {0.5f, 0.25f, 0.125f}};  // per-channel on purpose
+  for (int S : {32, 40})  // the default side and another (--image-size)
   for (int channels : {1, 3})
     for (Layout layout : {Layout::NCHW, Layout::NHWC}) {
-      const Dataset d = noise_images(4, channels);
+      const Dataset d = noise_images(4, channels, S);
       const EpochPlan plan = eval_plan(d, 4);
       const Batch b = assemble(d, plan, 0, layout);
       std::vector<float> f32(4 * 3 * S * S);
       std::vector<uint16_t> f16(4 * 3 * S * S);
-      normalize_batch_cpu(b.images.data(), 4, channels, layout, norm, DType::F32, f32.data());
-      normalize_batch_cpu(b.images.data(), 4, channels, layout, norm, DType::F16, f16.data());
+      normalize_batch_cpu(b.images.data(), 4, channels, S, layout, norm, DType::F32, f32.data());
+      normalize_batch_cpu(b.images.data(), 4, channels, S, layout, norm, DType::F16, f16.data());
       for (int n = 0; n < 4; ++n)
         for (int c = 0; c < 3; ++c)
           for (int y = 0; y < S; ++y)

@@ -34,7 +34,7 @@ void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
 
 // ---- CIFAR-10 -----------------------------------------------------------------------------------
 
-uint8_t cifar_label(int file, int r) { return static_cast<uint8_t>((r * 7 + file) % kClasses); }
+uint8_t cifar_label(int file, int r) { return static_cast<uint8_t>((r * 7 + file) % kArrayClasses); }
 uint8_t cifar_pixel(int file, int r, int p) { return static_cast<uint8_t>(r * 31 + p * 7 + file * 101); }
 
 // One batch file's bytes: 10000 records of label + R, G, B planes, from the two functions above.
@@ -215,7 +215,7 @@ std::vector<uint8_t> idx_labels(int n, uint32_t magic = 0x801) {
   std::vector<uint8_t> b;
   put_be32(b, magic);
   put_be32(b, n);
-  for (int i = 0; i < n; ++i) b.push_back(static_cast<uint8_t>((i * 3) % kClasses));
+  for (int i = 0; i < n; ++i) b.push_back(static_cast<uint8_t>((i * 3) % kArrayClasses));
   return b;
 }
 
@@ -240,7 +240,7 @@ void expect_mnist_set(const Dataset& d, int n) {
   ASSERT_EQ(d.channels, 1);
   ASSERT_EQ(d.images.size(), size_t(n) * 32 * 32);
   for (int i = 0; i < n; ++i) {
-    EXPECT_EQ(d.labels[i], (i * 3) % kClasses);
+    EXPECT_EQ(d.labels[i], (i * 3) % kArrayClasses);
     for (int y = 0; y < 32; ++y)
       for (int x = 0; x < 32; ++x) {
         const bool inside = y >= 2 && y < 30 && x >= 2 && x < 30;
@@ -414,10 +414,10 @@ TEST(FashionMnistReader, RealDataSetHasBalancedClasses) {
   const DataSplit s = load_fashion_mnist(dir);
   ASSERT_EQ(s.train.count, 60000);
   ASSERT_EQ(s.test.count, 10000);
-  std::array<int, kClasses> train_hist{}, test_hist{};
+  std::array<int, kArrayClasses> train_hist{}, test_hist{};
   for (uint8_t l : s.train.labels) train_hist[l]++;
   for (uint8_t l : s.test.labels) test_hist[l]++;
-  for (int c = 0; c < kClasses; ++c) {
+  for (int c = 0; c < kArrayClasses; ++c) {
     EXPECT_EQ(train_hist[c], 6000) << "class " << c;
     EXPECT_EQ(test_hist[c], 1000) << "class " << c;
   }
@@ -479,12 +479,12 @@ TEST(SyntheticData, DeterministicForASeedAndDifferentForAnother) {
   // The test split is drawn independently, not a copy of the training split's start.
   EXPECT_NE(std::vector<uint8_t>(a.train.images.begin(), a.train.images.begin() + a.test.images.size()),
             a.test.images);
-  std::array<int, kClasses> hist{};
+  std::array<int, kArrayClasses> hist{};
   for (uint8_t l : a.train.labels) {
-    ASSERT_LT(l, kClasses);
+    ASSERT_LT(l, kArrayClasses);
     hist[l]++;
   }
-  for (int k = 0; k < kClasses; ++k) EXPECT_GT(hist[k], 10) << "class " << k << " (labels should be uniform)";
+  for (int k = 0; k < kArrayClasses; ++k) EXPECT_GT(hist[k], 10) << "class " << k << " (labels should be uniform)";
 }
 
 }  // namespace

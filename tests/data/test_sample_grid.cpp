@@ -1,8 +1,7 @@
 // The --sample-png grid: written, read back with stb_image, and compared pixel by pixel with the
-// images it was given (grey and colour, NCHW and NHWC).
+// images it was given (grey and colour, NCHW and NHWC, 32x32 and other sides).
 #include <gtest/gtest.h>
 
-#define STB_IMAGE_IMPLEMENTATION
 #include <stb_image.h>
 
 #include <memory>
@@ -17,12 +16,12 @@ namespace {
 
 using test_files::TempDir;
 
-constexpr int S = 32, kCols = 8, kGap = 2;
+constexpr int kCols = 8, kGap = 2;
 
 // Value of image i, channel c, pixel (x, y): distinct across images, channels and positions.
 uint8_t value(int i, int c, int y, int x) { return static_cast<uint8_t>(i * 37 + c * 80 + y * 5 + x * 3); }
 
-std::vector<uint8_t> images(int count, int channels, Layout layout) {
+std::vector<uint8_t> images(int count, int channels, Layout layout, int S = 32) {
   std::vector<uint8_t> b(size_t(count) * channels * S * S);
   for (int i = 0; i < count; ++i)
     for (int c = 0; c < channels; ++c)
@@ -51,7 +50,7 @@ Png read_png(const std::string& path) {
 }
 
 // Tile i sits at column i % 8, row i / 8, after a 2-pixel gap; gaps and unused tiles are white.
-void expect_grid(const Png& png, int count, int channels) {
+void expect_grid(const Png& png, int count, int channels, int S) {
   const int rows = (count + kCols - 1) / kCols;
   ASSERT_EQ(png.width, kCols * (S + kGap) + kGap);
   ASSERT_EQ(png.height, rows * (S + kGap) + kGap);
@@ -75,14 +74,16 @@ void expect_grid(const Png& png, int count, int channels) {
 
 TEST(SampleGrid, ColourAndGreyInBothLayouts) {
   TempDir dir;
+  for (int side : {32, 24, 64})
   for (int channels : {1, 3})
     for (Layout layout : {Layout::NCHW, Layout::NHWC})
       for (int count : {1, 8, 11}) {
-        SCOPED_TRACE(std::to_string(channels) + " channels, " + layout_name(layout) + ", " + std::to_string(count) + " images");
+        SCOPED_TRACE(std::to_string(side) + "x" + std::to_string(side) + ", " + std::to_string(channels) +
+                     " channels, " + layout_name(layout) + ", " + std::to_string(count) + " images");
         const std::string path = dir / "grid.png";
-        const std::vector<uint8_t> imgs = images(count, channels, layout);
-        write_sample_grid(path, imgs.data(), count, channels, layout);
-        expect_grid(read_png(path), count, channels);
+        const std::vector<uint8_t> imgs = images(count, channels, layout, side);
+        write_sample_grid(path, imgs.data(), count, channels, side, layout);
+        expect_grid(read_png(path), count, channels, side);
         if (HasFatalFailure()) return;
       }
 }
@@ -92,7 +93,7 @@ TEST(SampleGrid, UnwritablePathIsFatalNamingIt) {
   const std::string path = dir / "missing-dir/grid.png";
   const std::vector<uint8_t> imgs = images(2, 3, Layout::NCHW);
   try {
-    write_sample_grid(path, imgs.data(), 2, 3, Layout::NCHW);
+    write_sample_grid(path, imgs.data(), 2, 3, 32, Layout::NCHW);
     ADD_FAILURE() << "writing into a missing directory succeeded";
   } catch (const Fatal& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();

@@ -39,6 +39,10 @@ def main(out):
     for n in (1, 3):
         images, labels = idx_pair(n)
         seeds["idx"].append(struct.pack(">H", len(images)) + images + labels)
+    # Every format of the image fixtures, each behind the byte that picks the side and channels.
+    fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "images")
+    seeds["image_folder"] = [bytes([i * 37 % 256]) + open(os.path.join(fixtures, name), "rb").read()
+                             for i, name in enumerate(sorted(os.listdir(fixtures))) if not name.endswith(".py")]
     for target, items in seeds.items():
         d = os.path.join(out, target)
         os.makedirs(d, exist_ok=True)

@@ -1127,10 +1127,11 @@ TEST(GpuNormalize, MatchesCpuInEveryLayoutAndType) {
     p.scale[c] = static_cast<float>(1.0 / (255.0 * stdev[c]));
     p.shift[c] = static_cast<float>(-mean[c] / stdev[c]);
   }
-  const int n = 3, side = 32;
+  const int n = 3;
+  for (const int side : {32, 64})  // the default and another --image-size
   for (const int in_channels : {1, 3})
     for (const Variant v : kVariants) {
-      SCOPED_TRACE(variant_name(v) + (in_channels == 1 ? ", grey" : ", colour"));
+      SCOPED_TRACE(variant_name(v) + (in_channels == 1 ? ", grey" : ", colour") + ", side " + std::to_string(side));
       const ref::Dims in_d{n, in_channels, side, side}, out_d{n, 3, side, side};
       std::uniform_int_distribution<int> pixel(0, 255);
       Vec in(in_d.count());
@@ -1141,7 +1142,7 @@ TEST(GpuNormalize, MatchesCpuInEveryLayoutAndType) {
       CUDA_CHECK(cudaMemcpy(in_dev.get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
       DeviceTensor out(out_d.count(), v.t);
       out.poison();
-      normalize_u8(in_dev.as<uint8_t>(), n, in_channels, v.l, p, out.get(), v.t, stream);
+      normalize_u8(in_dev.as<uint8_t>(), n, in_channels, side, v.l, p, out.get(), v.t, stream);
 
       Vec want(out_d.count());
       for (int i = 0; i < n; ++i)

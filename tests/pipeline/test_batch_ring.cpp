@@ -2,8 +2,8 @@
 // "copies" each released slot on its own thread after a random 0-2 ms, re-checking the slot's bytes
 // as it reads them. Checked: batch order and content over several passes, that no slot is written
 // while its copy is in flight, several worker counts (also more workers than samples), a shutdown in
-// the middle of a pass, and a pass abandoned halfway. Every scenario runs under a watchdog, so a
-// deadlock fails the test instead of hanging the suite.
+// the middle of a pass, a pass abandoned halfway, and a fill that throws. Every scenario runs under a
+// watchdog, so a deadlock fails the test instead of hanging the suite.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,6 +13,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <initializer_list>
 #include <mutex>
 #include <random>
 #include <set>
@@ -37,6 +38,18 @@ uint8_t pattern(int p, int b, int i, int j) {
 }
 
 using test_threads::run_with_watchdog;
+
+// Runs scenario(workers) under the watchdog for each worker count, traced with it.
+void for_each_worker_count(std::initializer_list<int> counts, const std::function<void(int)>& scenario) {
+  for (int workers : counts) {
+    const std::string config = "workers " + std::to_string(workers);
+    SCOPED_TRACE(config);
+    run_with_watchdog([&] {
+      SCOPED_TRACE(config);  // traces are per thread
+      scenario(workers);
+    });
+  }
+}
 
 struct Delivery {
   int pass, batch;
@@ -200,6 +213,17 @@ std::vector<int> iota(int n) {
   return v;
 }
 
+// Once the ring is gone: pass p delivered exactly batches[p], in order, all with the right bytes,
+// and nothing was written or released out of turn.
+void expect_deliveries(Harness& h, const std::vector<std::vector<int>>& batches) {
+  const std::vector<Delivery> d = h.engine.drain();
+  bool ok = true;
+  for (size_t p = 0; p < batches.size(); ++p)
+    EXPECT_EQ(batches_of_pass(d, static_cast<int>(p), &ok), batches[p]) << "pass " << p;
+  EXPECT_TRUE(ok) << "a copy read wrong bytes";
+  h.expect_clean();
+}
+
 TEST(BatchRing, OrderAndContentOverSeveralPasses) {
   for (int workers : {1, 2, 3, 8})
     for (int batch : {1, 2, 5, 16})
@@ -254,14 +278,9 @@ TEST(BatchRing, PassStartingInsideTheEpoch) {
           ring.begin_pass(0, 4);
           for (int k = 0; k < 4; ++k) h.consume(ring, k);
         }
-        bool ok = true;
-        const std::vector<Delivery> d = h.engine.drain();
         std::vector<int> expected;
         for (int k = first; k < 10; ++k) expected.push_back(k);
-        EXPECT_EQ(batches_of_pass(d, 0, &ok), expected);
-        EXPECT_EQ(batches_of_pass(d, 1, &ok), iota(4));
-        EXPECT_TRUE(ok);
-        h.expect_clean();
+        expect_deliveries(h, {expected, iota(4)});
       });
     }
 }
@@ -324,40 +343,28 @@ TEST(BatchRing, ShutdownBeforeAnyPassAndAfterAFullOne) {
 }
 
 TEST(BatchRing, BeginPassMidwayDropsTheRestAndRestartsAtBatchZero) {
-  for (int workers : {1, 3, 8}) {
-    const std::string config = "workers " + std::to_string(workers);
-    SCOPED_TRACE(config);
-    run_with_watchdog([&] {
-      SCOPED_TRACE(config);
-      Harness h(3, 6);
-      {
-        BatchRing ring(3, workers, 6, h.fill_fn(), h.engine);
-        h.pass = 0;
-        ring.begin_pass(0, 20);
-        for (int k = 0; k < 5; ++k) h.consume(ring, k);
-        h.pass = 1;  // the new pass fills different bytes, so a stale batch would be caught
-        ring.begin_pass(0, 20);
-        for (int k = 0; k < 20; ++k) {
-          h.consume(ring, k);
-          if (testing::Test::HasFatalFailure()) return;
-        }
-        // Abandon again without consuming anything, then a short pass.
-        h.pass = 2;
-        ring.begin_pass(0, 50);
-        h.pass = 3;
-        ring.begin_pass(0, 4);
-        for (int k = 0; k < 4; ++k) h.consume(ring, k);
+  for_each_worker_count({1, 3, 8}, [](int workers) {
+    Harness h(3, 6);
+    {
+      BatchRing ring(3, workers, 6, h.fill_fn(), h.engine);
+      h.pass = 0;
+      ring.begin_pass(0, 20);
+      for (int k = 0; k < 5; ++k) h.consume(ring, k);
+      h.pass = 1;  // the new pass fills different bytes, so a stale batch would be caught
+      ring.begin_pass(0, 20);
+      for (int k = 0; k < 20; ++k) {
+        h.consume(ring, k);
+        if (testing::Test::HasFatalFailure()) return;
       }
-      const std::vector<Delivery> d = h.engine.drain();
-      bool ok = true;
-      EXPECT_EQ(batches_of_pass(d, 0, &ok), iota(5));
-      EXPECT_EQ(batches_of_pass(d, 1, &ok), iota(20));
-      EXPECT_EQ(batches_of_pass(d, 2, &ok), std::vector<int>{});
-      EXPECT_EQ(batches_of_pass(d, 3, &ok), iota(4));
-      EXPECT_TRUE(ok);
-      h.expect_clean();
-    });
-  }
+      // Abandon again without consuming anything, then a short pass.
+      h.pass = 2;
+      ring.begin_pass(0, 50);
+      h.pass = 3;
+      ring.begin_pass(0, 4);
+      for (int k = 0; k < 4; ++k) h.consume(ring, k);
+    }
+    expect_deliveries(h, {iota(5), iota(20), {}, iota(4)});
+  });
 }
 
 TEST(BatchRing, WaitSecondsMeasureTheConsumersWaits) {
@@ -376,6 +383,54 @@ TEST(BatchRing, WaitSecondsMeasureTheConsumersWaits) {
       EXPECT_EQ(ring.take_wait_seconds(), 0.0) << "taking the wait time resets it";
     }
     h.engine.drain();
+  });
+}
+
+// A fill that throws (an image that does not decode) reaches the consumer as that exception from
+// acquire() of its batch; the batches before it come as usual, nothing hangs, and the next pass
+// runs normally.
+TEST(BatchRing, AFillThatThrowsReachesTheConsumerOfItsBatch) {
+  for_each_worker_count({1, 3, 8}, [](int workers) {
+    Harness h(3, 6);
+    const BatchRing::FillFn fill = h.fill_fn();
+    auto failing = [&](int slot, int b, int first, int end) {
+      if (h.pass == 0 && b == 5 && first <= 2 && 2 < end) throw InputError("cls/5-2.png: cannot decode");
+      fill(slot, b, first, end);
+    };
+    {
+      BatchRing ring(3, workers, 6, failing, h.engine);
+      ring.begin_pass(0, 20);
+      for (int k = 0; k < 5; ++k) h.consume(ring, k);
+      try {
+        ring.acquire(5);
+        ADD_FAILURE() << "batch 5 was handed out";
+      } catch (const InputError& e) {
+        EXPECT_STREQ(e.what(), "cls/5-2.png: cannot decode");
+      }
+      EXPECT_THROW(ring.acquire(6), InputError) << "the workers stopped at the failure";
+      h.pass = 1;
+      ring.begin_pass(0, 7);
+      for (int k = 0; k < 7; ++k) h.consume(ring, k);
+    }
+    expect_deliveries(h, {iota(5), iota(7)});
+  });
+}
+
+// The ring goes away while a failed batch is unclaimed and other fills may be waiting: no hang.
+TEST(BatchRing, ShutdownAfterAFailedFill) {
+  run_with_watchdog([] {
+    Harness h(3, 4, 1000);
+    const BatchRing::FillFn fill = h.fill_fn();
+    {
+      BatchRing ring(3, 4, 4, [&](int slot, int b, int first, int end) {
+        if (b == 1) throw InputError("bad");
+        fill(slot, b, first, end);
+      }, h.engine);
+      ring.begin_pass(0, 100);
+      h.consume(ring, 0);
+    }
+    h.engine.drain();
+    h.expect_clean();
   });
 }
 

@@ -57,13 +57,15 @@ TEST(PredictOptions, Defaults) {
 
 TEST(PredictOptions, EveryFlag) {
   const PredictOptions o = parse({"--checkpoint=a.ckpt", "--data", "synthetic", "--data-dir", "/d", "--synthetic-size", "640",
-                                  "--split", "train", "--batch", "256", "--out", "p.csv", "--top-k", "3", "--features",
+                                  "--skip-bad-images", "--cache-decoded", "--split", "train", "--batch", "256", "--out", "p.csv", "--top-k", "3", "--features",
                                   "f.npy", "--features-dtype", "float16", "--workers", "6", "--deterministic", "--warmup-batches", "0",
                                   "--trace", "t.json", "--json"});
   EXPECT_EQ(o.checkpoint, "a.ckpt");
   EXPECT_EQ(o.data, "synthetic");
   EXPECT_EQ(o.data_dir, "/d");
   EXPECT_EQ(o.synthetic_size, 640);
+  EXPECT_TRUE(o.skip_bad_images);
+  EXPECT_TRUE(o.cache_decoded);
   EXPECT_EQ(o.split, "train");
   EXPECT_EQ(o.batch, 256);
   EXPECT_EQ(o.out, "p.csv");
@@ -121,7 +123,8 @@ TEST(PredictOptions, HelpListsEveryFlagWithItsDefault) {
       EXPECT_HAS(l, "[default: ");
     }
   }
-  EXPECT_EQ(names, (std::set<std::string>{"--checkpoint", "--data", "--data-dir", "--synthetic-size", "--split", "--batch",
+  EXPECT_EQ(names, (std::set<std::string>{"--checkpoint", "--data", "--data-dir", "--synthetic-size", "--skip-bad-images",
+                                          "--cache-decoded", "--split", "--batch",
                                           "--out", "--top-k", "--features", "--features-dtype", "--export", "--workers",
                                           "--deterministic", "--warmup-batches", "--trace", "--json", "--help"}));
 }

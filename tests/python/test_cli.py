@@ -25,12 +25,12 @@ CIFAR_FILES = ["data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data
                "data_batch_5.bin", "test_batch.bin"]
 CIFAR_FILE_BYTES = 10000 * 3073
 
-FLAGS = ["--data", "--data-dir", "--synthetic-size", "--epochs", "--steps", "--batch", "--lr", "--min-lr",
-         "--warmup-epochs", "--momentum", "--wd", "--no-nesterov", "--seed", "--no-eval", "--workers",
-         "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic", "--no-cuda-graph", "--loss-scale",
-         "--loss-scale-window", "--warmup-steps", "--profile-steps", "--trace", "--progress-every", "--json",
-         "--loss-log", "--sample-png", "--save", "--save-every", "--resume", "--gpus", "--bucket-mb",
-         "--allreduce-dtype", "--dist-timeout", "--help"]
+FLAGS = ["--data", "--data-dir", "--synthetic-size", "--image-size", "--skip-bad-images", "--cache-decoded",
+         "--epochs", "--steps", "--batch", "--lr", "--min-lr", "--warmup-epochs", "--momentum", "--wd", "--no-nesterov",
+         "--seed", "--no-eval", "--workers", "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic",
+         "--no-cuda-graph", "--loss-scale", "--loss-scale-window", "--warmup-steps", "--profile-steps", "--trace",
+         "--progress-every", "--json", "--loss-log", "--sample-png", "--save", "--save-every", "--resume", "--gpus",
+         "--bucket-mb", "--allreduce-dtype", "--dist-timeout", "--help"]
 
 # What a crash or an unhandled exception would leave in the output.
 CRASH_SIGNS = ["Traceback", "Segmentation fault", "core dumped", "Aborted", "terminate called",
@@ -149,6 +149,59 @@ class TrainCli(CliAssertions, unittest.TestCase):
     def test_missing_cifar_directory_exits_1(self):
         missing = self.dir / "no-such-dir"
         self.assert_one_error_line(self.run_train("--data", "cifar10", "--data-dir", str(missing)), 1, str(missing))
+
+    # ---- image folders (--data folder) ---------------------------------------------------------
+
+    def write_folder(self, truncate=None):
+        """train/ and test/ with classes cat and dog, three fixture images each; `truncate` (a name under
+        train/) loses its last 20 bytes."""
+        fixtures = REPO / "tests" / "fixtures" / "images"
+        root = self.dir / "images"
+        for split in ("train", "test"):
+            for cls in ("cat", "dog"):
+                (root / split / cls).mkdir(parents=True)
+                for name in ("rgb.png", "rgb.jpg", "grey.pgm"):
+                    (root / split / cls / name).write_bytes((fixtures / name).read_bytes())
+        if truncate:
+            path = root / "train" / truncate
+            path.write_bytes(path.read_bytes()[:-20])
+        return root
+
+    def test_folder_prints_its_data_line_and_classes_then_stops_at_the_gpu(self):
+        root = self.write_folder()
+        p = self.run_train("--data", "folder", "--data-dir", str(root), "--batch", "2", "--image-size", "64")
+        self.assert_one_error_line(p, 1, "no CUDA device")
+        self.assertIn(f"data: folder {root}: 6 train, 6 test images, 2 classes, 64x64, 3 channels", p.stdout)
+        self.assertIn("classes: cat, dog", p.stdout)
+        self.assertIn("normalisation: mean", p.stdout)
+        p = self.run_train("--data", "folder", "--data-dir", str(root), "--batch", "2", "--cache-decoded")
+        self.assert_one_error_line(p, 1, "no CUDA device")
+        self.assertRegex(p.stdout, r"cache: decoded 12 images into .* with \d+ threads?: [\d,]+ images/s")
+
+    def test_truncated_png_in_a_folder_is_one_line_naming_it_before_the_gpu(self):
+        root = self.write_folder(truncate="dog/rgb.png")
+        p = self.run_train("--data", "folder", "--data-dir", str(root), "--batch", "2")
+        line = self.assert_one_error_line(p, 1, str(root / "train" / "dog" / "rgb.png"), "truncated")
+        self.assertNotIn("CUDA", line)
+        self.assertNotIn("data: folder", p.stdout)
+
+    def test_skip_bad_images_warns_with_the_count_and_goes_on(self):
+        root = self.write_folder(truncate="dog/rgb.png")
+        p = self.run_train("--data", "folder", "--data-dir", str(root), "--batch", "2", "--skip-bad-images")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        lines = p.stderr.splitlines()
+        self.assertEqual(len(lines), 2, lines)
+        self.assertTrue(lines[0].startswith("warning: --skip-bad-images: left out 1 bad image file ("), lines[0])
+        self.assertIn(str(root / "train" / "dog" / "rgb.png"), lines[0])
+        self.assertIn("no CUDA device", lines[1])
+        self.assertIn("5 train, 6 test images", p.stdout)
+
+    def test_folder_without_data_dir_exits_2(self):
+        self.assert_one_error_line(self.run_train("--data", "folder"), 2, "--data-dir")
+
+    def test_missing_folder_exits_1_naming_it(self):
+        missing = self.dir / "no-such-folder"
+        self.assert_one_error_line(self.run_train("--data", "folder", "--data-dir", str(missing)), 1, str(missing))
 
     def test_missing_resume_file_exits_1_naming_it(self):
         missing = self.dir / "missing.ckpt"

@@ -8,11 +8,14 @@ run with valid inputs gets as far as "no CUDA device", which is what proves that
 other runs came first.
 """
 
+import json
 import os
 import re
+import struct
 import subprocess
 import tempfile
 import unittest
+import zlib
 from pathlib import Path
 
 from tests.python import REPO
@@ -20,9 +23,9 @@ from tests.python.predict_samples import PREDICT, UNIT_TESTS, samples
 from tests.python import test_cli  # the module, not its test class: that would run its tests here too
 from tests.python.test_cli import CRASH_SIGNS
 
-FLAGS = ["--checkpoint", "--data", "--data-dir", "--synthetic-size", "--split", "--batch", "--out", "--top-k",
-         "--features", "--features-dtype", "--export", "--workers", "--deterministic", "--warmup-batches", "--trace",
-         "--json", "--help"]
+FLAGS = ["--checkpoint", "--data", "--data-dir", "--synthetic-size", "--skip-bad-images", "--cache-decoded", "--split",
+         "--batch", "--out", "--top-k", "--features", "--features-dtype", "--export", "--workers", "--deterministic",
+         "--warmup-batches", "--trace", "--json", "--help"]
 # The egress ladder, cumulative, as `make predict-variants` builds it.
 RUNGS = {"predict-baseline": [], "predict-workers": ["workers"], "predict-pool": ["workers", "pool"],
          "predict-async": ["workers", "pool", "async"], "predict-stream": ["workers", "pool", "async", "stream"],
@@ -198,6 +201,61 @@ class PredictWithASampleCheckpoint(PredictCliBase):
         self.assertIn("exported 320 tensors", p.stdout)
         self.assertTrue((self.dir / "m.safetensors").is_file())
         self.assertFalse((self.dir / "m.safetensors.tmp").exists())
+
+
+@unittest.skipUnless(PREDICT.exists() and UNIT_TESTS.exists(), "bin/predict and bin/unit_tests are not both built")
+class PredictOnAnImageFolder(PredictCliBase):
+    """A checkpoint trained on an image folder at 64x64 (the sample checkpoint with its header saying so):
+    bin/predict serves the folder at the checkpoint's side and refuses a folder of other classes."""
+
+    CLASSES = [f"c{k}" for k in range(10)]
+
+    def setUp(self):
+        super().setUp()
+        self.ckpt = self.dir / "folder.ckpt"
+        self.ckpt.write_bytes(self.with_header(Path(samples() / "sample.ckpt").read_bytes(),
+                                               {"data": "folder", "image_side": "64", "classes": ",".join(self.CLASSES)}))
+
+    @staticmethod
+    def with_header(ckpt: bytes, changes: dict) -> bytes:
+        """A checkpoint with header keys set (include/train/checkpoint.h: magic, u32 version, u32 header
+        length, header, arrays, CRC-32 of everything before it)."""
+        (length,) = struct.unpack_from("<I", ckpt, 12)
+        header = dict(line.split("=", 1) for line in ckpt[16:16 + length].decode().splitlines())
+        header.update(changes)
+        text = "".join(f"{k}={v}\n" for k, v in header.items()).encode()
+        body = ckpt[:12] + struct.pack("<I", len(text)) + text + ckpt[16 + length:-4]
+        return body + struct.pack("<I", zlib.crc32(body))
+
+    def write_folder(self, classes):
+        fixture = (REPO / "tests" / "fixtures" / "images" / "rgb.png").read_bytes()
+        root = self.dir / "images"
+        for split in ("train", "test"):
+            for cls in classes:
+                (root / split / cls).mkdir(parents=True, exist_ok=True)
+                (root / split / cls / "x.png").write_bytes(fixture)
+        return root
+
+    def test_the_folder_is_served_at_the_checkpoints_image_side(self):
+        root = self.write_folder(self.CLASSES)
+        p = self.run_predict("--checkpoint", str(self.ckpt), "--data", "folder", "--data-dir", str(root), "--batch", "4",
+                             "--export", "m.safetensors")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        data = (self.dir / "m.safetensors").read_bytes()
+        (length,) = struct.unpack_from("<Q", data, 0)
+        meta = json.loads(data[8:8 + length])["__metadata__"]
+        self.assertEqual(meta["input_side"], "64")
+        self.assertEqual(meta["data"], "folder")
+        self.assertEqual(json.loads(meta["class_names"]), self.CLASSES)
+
+    def test_a_folder_of_other_classes_exits_1(self):
+        root = self.write_folder([f"d{k}" for k in range(10)])
+        line = self.assert_one_error_line(self.run_predict("--checkpoint", str(self.ckpt), "--data", "folder",
+                                                           "--data-dir", str(root), "--batch", "4", "--export",
+                                                           "m.safetensors"), 1,
+                                          str(self.ckpt), "trained on other classes", "c0", "d0")
+        self.assertNotIn("CUDA", line)
+        self.assert_no_outputs()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ those of the same binary with --no-cuda-graph, which launches every kernel from 
 """
 
 import functools
+import importlib.util
 import json
 import math
 import os
@@ -280,6 +281,48 @@ class TrainingRuns:
         self.assertTrue(math.isfinite(summary["final_loss"]), r.stdout)
         self.assertEqual(summary["skipped_steps"], int(header["skipped_steps"]),
                          f"the step from the kept state was skipped\n{r.stdout}")
+
+    # ---- (e) an image that does not decode during training ------------------------------------
+
+    def test_an_image_that_does_not_decode_stops_the_run_after_saving(self):
+        # A folder of 40 training and 6 test PNGs; one test PNG passes the header check (signature,
+        # IHDR, IEND all fine) but its compressed pixels are garbage, so it fails when the first
+        # evaluation decodes it: on the main thread in train-baseline, in a loader thread in train.
+        # The training images are all decoded for the normalisation at start (fewer than 10,000),
+        # which is why the bad one is a test image.
+        spec = importlib.util.spec_from_file_location("make_folder", REPO / "data" / "make_folder.py")
+        make_folder = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(make_folder)
+        root = self.dir / "images"
+        for split, n in (("train", 20), ("test", 3)):
+            for k, cls in enumerate(("a", "b")):
+                (root / split / cls).mkdir(parents=True)
+                for i in range(n):
+                    pixels = bytes((x * 7 + i * 13 + k * 50) % 256 for x in range(16 * 16 * 3))
+                    (root / split / cls / f"{i}.png").write_bytes(make_folder.png_bytes(16, 16, 3, pixels))
+        bad = root / "test" / "b" / "1.png"
+        data = bytearray(bad.read_bytes())
+        idat = data.index(b"IDAT")
+        data[idat + 4:idat + 12] = b"\xff" * 8
+        bad.write_bytes(bytes(data))
+        ck = self.dir / "run.ckpt"
+        args = ["--data", "folder", "--data-dir", root, "--image-size", "16", "--batch", "8", "--epochs", "2",
+                "--seed", "7", "--deterministic", "--save", ck]
+        p = subprocess.run([str(self.train), *map(str, args)], cwd=self.dir, capture_output=True, text=True,
+                           timeout=RUN_TIMEOUT_S)
+        context = f"bin/{self.BINARY} {' '.join(map(str, args))}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+        for sign in CRASH_SIGNS:
+            self.assertNotIn(sign, p.stdout + p.stderr, f"crash-like output\n{context}")
+        self.assertEqual(p.returncode, 1, context)
+        lines = p.stderr.splitlines()
+        self.assertEqual(len(lines), 1, context)
+        self.assertRegex(lines[0], rf"^error: {re.escape(str(bad))}: cannot decode the PNG .*; the state after step 5 is "
+                                   rf"saved to {re.escape(str(ck))} \(fix or remove the file, then --resume ", context)
+        self.assertEqual(self.checkpoint_header(ck)["step"], "5", context)
+        bad.unlink()  # and the run goes on from there
+        r = self.run_train(*args[:-2], "--resume", ck)
+        self.assertRegex(r.stdout, rf"(?m)^resumed from {re.escape(str(ck))} at step 5 ", r.stdout)
+
 
 class GraphRuns:
     """For builds that replay the step as a CUDA graph (a mixin after TrainingRuns)."""

@@ -1,8 +1,7 @@
 // Helpers shared by the unit tests that write files or check error messages: a scratch directory,
-// the InputError a call must raise (also in a child process), a substring check on messages, and
-// gzip compression. Each test
-// file once had its own copy; this is the one copy. Header-only (inline), so any tests/*.cpp may
-// include it and nothing changes in the Makefile.
+// the InputError a call must raise (also in a child process), a substring check on messages,
+// repository paths, and gzip compression. Each test file once had its own copy; this is the one copy.
+// Header-only (inline), so any tests/*.cpp may include it and nothing changes in the Makefile.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -70,6 +69,12 @@ inline std::string input_error_of(const std::function<void()>& fn) {
     _exit(0);
   }
   _exit(1);
+}
+
+// A path in the repository (tests run from its root, and so are they compiled: __FILE__ is relative).
+inline std::string repo_path(const std::string& relative) {
+  const std::string here = __FILE__, me = "tests/support/test_files.h";
+  return here.substr(0, here.size() - me.size()) + relative;
 }
 
 // A gzip stream (zlib's gzip wrapper, maximum compression), as in the distributed .gz files.

@@ -40,6 +40,8 @@ Checkpoint sample(size_t params = 1000, size_t running = 100, int version = 0) {
   m.model_signature = 0xFEDCBA9876543210ull;
   m.params = params;
   m.running = running;
+  m.image_side = 224;
+  m.class_names = {"T-shirt/top", "a,b", "100%", "new\nline", "x=y", "tab\there"};  // what a header line must survive
   m.data = "fashion-mnist";
   m.batch = 256;
   m.epochs = 17;
@@ -69,6 +71,8 @@ void expect_same(const Checkpoint& a, const Checkpoint& b) {
   EXPECT_EQ(a.meta.model_signature, b.meta.model_signature);
   EXPECT_EQ(a.meta.params, b.meta.params);
   EXPECT_EQ(a.meta.running, b.meta.running);
+  EXPECT_EQ(a.meta.image_side, b.meta.image_side);
+  EXPECT_EQ(a.meta.class_names, b.meta.class_names);
   EXPECT_EQ(a.meta.data, b.meta.data);
   EXPECT_EQ(a.meta.batch, b.meta.batch);
   EXPECT_EQ(a.meta.epochs, b.meta.epochs);
@@ -149,6 +153,21 @@ TEST(Checkpoint, ReadsAFileBuiltFromTheDocumentedLayout) {
   EXPECT_EQ(c.master, (std::vector<float>{1.f, 2.f, 3.f}));
   EXPECT_EQ(c.momentum, (std::vector<float>{-1.f, -2.f, -3.f}));
   EXPECT_EQ(c.running, (std::vector<float>{0.5f, 0.25f}));
+}
+
+// Files written before the image side and the classes were recorded: 32x32, classes not known.
+TEST(Checkpoint, AFileWithoutImageSideOrClassesIs32WithClassesUnknown) {
+  const Checkpoint c = parse(build_file(kHeader, {{1.f, 2.f, 3.f}, {-1.f, -2.f, -3.f}, {0.5f, 0.25f}}));
+  EXPECT_EQ(c.meta.image_side, 32);
+  EXPECT_TRUE(c.meta.class_names.empty());
+  Checkpoint one = sample(4, 2);
+  one.meta.class_names = {"only"};
+  EXPECT_EQ(parse(serialize_checkpoint(one)).meta.class_names, (std::vector<std::string>{"only"}));
+  std::string h = std::string(kHeader) + "classes=a,%4\n";
+  EXPECT_HAS(input_error_of([&] { parse(build_file(h, {{1, 2, 3}, {1, 2, 3}, {1, 2}}), "names.ck"); }),
+             "names.ck: malformed class names");
+  h = std::string(kHeader) + "image_side=0\n";
+  EXPECT_HAS(input_error_of([&] { parse(build_file(h, {{1, 2, 3}, {1, 2, 3}, {1, 2}}), "side.ck"); }), "side.ck");
 }
 
 TEST(Checkpoint, SaveLoadRoundTripThroughAFile) {
@@ -393,6 +412,23 @@ TEST(CheckpointFits, BatchAndDataMismatchAreNamed) {
   m = input_error_of([&] { check_checkpoint_fits(f, here, "ck.bin"); });
   EXPECT_HAS(m, "cifar10");
   EXPECT_HAS(m, "--data");
+}
+
+TEST(CheckpointFits, OtherClassesOrImageSizeAreNamed) {
+  const CheckpointMeta here = sample(4, 2).meta;
+  CheckpointMeta f = here;
+  f.class_names = {"cat", "dog"};
+  std::string m = input_error_of([&] { check_checkpoint_fits(f, here, "ck.bin"); });
+  EXPECT_HAS(m, "ck.bin: trained on 2 classes (cat,dog) but the data set has 6");
+  f.params += 1;  // another class count is another model too: the classes are what the user must see
+  EXPECT_HAS(input_error_of([&] { check_checkpoint_fits(f, here, "ck.bin"); }), "trained on 2 classes");
+  f = here;
+  f.image_side = 32;
+  m = input_error_of([&] { check_checkpoint_fits(f, here, "ck.bin"); });
+  EXPECT_HAS(m, "ck.bin: trained at --image-size 32; resume with --image-size 32");
+  f = here;
+  f.class_names.clear();  // an older file: its classes are not known, nothing to compare
+  EXPECT_NO_THROW(check_checkpoint_fits(f, here, "ck.bin"));
 }
 
 TEST(ModelSignature, ChangesWithANameOrAShape) {

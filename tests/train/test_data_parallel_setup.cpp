@@ -57,6 +57,10 @@ TEST(DataParallelSetup, FlagsThatShapeTheComputationDiffer) {
   o = base;
   o.batch = 64;
   EXPECT_NE(differences(f0, run_fingerprint(kTrain, o, 2, d, norm(), nullptr)).find("--batch"), std::string::npos);
+  o = base;
+  o.image_size = 64;
+  EXPECT_EQ(differences(f0, run_fingerprint(kTrain, o, 2, d, norm(), nullptr)),
+            "--image-size is '32' on rank 0 but '64' on rank 1");
 }
 
 TEST(DataParallelSetup, ThisRanksOwnFilesAndThreadsMayDiffer) {

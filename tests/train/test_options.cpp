@@ -48,9 +48,10 @@ std::string usage_error(std::initializer_list<const char*> args) {
 
 // Every flag bin/train documents (the header's Options, one flag each).
 const std::vector<std::string> kFlags = {
-    "--data", "--data-dir", "--synthetic-size", "--epochs", "--steps", "--batch", "--lr", "--min-lr",
-    "--warmup-epochs", "--momentum", "--wd", "--no-nesterov", "--seed", "--no-eval", "--workers",
-    "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic", "--no-cuda-graph", "--loss-scale",
+    "--data", "--data-dir", "--synthetic-size", "--image-size", "--skip-bad-images", "--cache-decoded",
+    "--epochs", "--steps", "--batch", "--lr", "--min-lr", "--warmup-epochs", "--momentum", "--wd", "--no-nesterov",
+    "--seed", "--no-eval", "--workers", "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic",
+    "--no-cuda-graph", "--loss-scale",
     "--loss-scale-window", "--warmup-steps", "--profile-steps", "--trace", "--progress-every", "--json",
     "--loss-log", "--sample-png", "--save", "--save-every", "--resume", "--gpus", "--bucket-mb",
     "--allreduce-dtype", "--dist-timeout", "--help"};
@@ -80,13 +81,17 @@ TEST(Options, DefaultsWithoutFlags) {
   EXPECT_EQ(o.resume, "");
   EXPECT_EQ(o.save_every, 0);
   EXPECT_EQ(o.synthetic_size, d.synthetic_size);
+  EXPECT_EQ(o.image_size, 32);
+  EXPECT_FALSE(o.skip_bad_images);
+  EXPECT_FALSE(o.cache_decoded);
   EXPECT_DOUBLE_EQ(o.loss_scale, 65536.0);
   EXPECT_EQ(o.loss_scale_window, 1000);
   EXPECT_EQ(o.autotune_cache, d.autotune_cache);
 }
 
 TEST(Options, EveryFlagSetsItsField) {
-  const Options o = parse({"--data", "synthetic", "--data-dir", "/d", "--synthetic-size", "640", "--epochs", "3",
+  const Options o = parse({"--data", "synthetic", "--data-dir", "/d", "--synthetic-size", "640", "--image-size", "64",
+                           "--skip-bad-images", "--cache-decoded", "--epochs", "3",
                            "--steps", "77", "--batch", "256", "--lr", "0.05", "--min-lr", "0.001",
                            "--warmup-epochs", "2.5", "--momentum", "0.8", "--wd", "1e-4", "--no-nesterov",
                            "--seed", "123456789012", "--no-eval", "--workers", "5", "--workspace-mb", "64",
@@ -97,6 +102,9 @@ TEST(Options, EveryFlagSetsItsField) {
   EXPECT_EQ(o.data, "synthetic");
   EXPECT_EQ(o.data_dir, "/d");
   EXPECT_EQ(o.synthetic_size, 640);
+  EXPECT_EQ(o.image_size, 64);
+  EXPECT_TRUE(o.skip_bad_images);
+  EXPECT_TRUE(o.cache_decoded);
   EXPECT_EQ(o.epochs, 3);
   EXPECT_EQ(o.steps, 77);
   EXPECT_EQ(o.batch, 256);
@@ -210,6 +218,24 @@ TEST(Options, OutOfRangeValuesAreNamed) {
     EXPECT_HAS(m, "out of range");
     EXPECT_HAS(m, "[");  // the range
   }
+}
+
+TEST(Options, FolderDataNeedsItsDirectory) {
+  EXPECT_HAS(usage_error({"--data", "folder"}), "--data folder needs --data-dir");
+  EXPECT_EQ(parse({"--data", "folder", "--data-dir", "imgs"}).data, "folder");
+}
+
+// --image-size: a multiple of 8 (the model halves the side three times), for the data sets that can
+// be served at any size (an image folder is resized, synthetic data generated at it).
+TEST(Options, ImageSizeIsAMultipleOfEightForFolderOrSyntheticData) {
+  EXPECT_EQ(parse({"--data", "folder", "--data-dir", "d", "--image-size", "224"}).image_size, 224);
+  EXPECT_EQ(parse({"--data", "synthetic", "--image-size", "8"}).image_size, 8);
+  EXPECT_HAS(usage_error({"--data", "folder", "--data-dir", "d", "--image-size", "100"}), "--image-size 100 is not a multiple of 8");
+  EXPECT_HAS(usage_error({"--data", "synthetic", "--image-size", "0"}), "--image-size");
+  EXPECT_HAS(usage_error({"--data", "synthetic", "--image-size", "1032"}), "out of range");
+  for (const char* data : {"auto", "cifar10", "fashion-mnist"})
+    EXPECT_HAS(usage_error({"--data", data, "--image-size", "64"}), "--image-size applies to --data folder and synthetic");
+  EXPECT_EQ(parse({"--data", "cifar10", "--image-size", "32"}).image_size, 32);
 }
 
 TEST(Options, BadDataNameIsNamed) {

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""`make bench-folder`: training from an image folder, decoding every epoch (seed 000's CPU-bound
+case), for several loader thread counts, and how fast one core decodes.
+
+1. Decode rate (CPU only, no GPU needed): `bin/train --data folder --cache-decoded --workers W`
+   decodes the whole folder before it looks for the GPU and prints the rate; with W = 1 that is the
+   rate of one core (read + stb_image decode + resize/crop), with W = all cores the machine's.
+2. Training (GPU): images/s and data stall % of the steady-state window for --workers 1, 2, 4, 8 and
+   cores - 1, each decoding every epoch in the pinned loader's threads; then the same with
+   --cache-decoded (decoded once), and bin/train-baseline (decoding on the main thread) when built.
+
+The table goes to stdout and to bench/results/folder-<gpu>-<date>.md (or decode-<host>-<date>.md with
+--decode-only).
+
+    python3 bench/folder_bench.py --data-dir data/fashion-mnist-png [--image-size 32] [--decode-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import runner
+import table
+
+TOOL = "bench-folder"
+DECODE_LINE = re.compile(r"cache: decoded ([\d,]+) images into .* in ([\d.]+) s with (\d+) threads?: "
+                         r"([\d,]+) images/s \(([\d,]+) per thread\)")
+
+
+@dataclass
+class DecodeRate:
+    threads: int
+    images: int
+    seconds: float
+    images_per_s: float
+    per_thread: float
+
+
+def parse_decode_line(stdout: str) -> DecodeRate | None:
+    """The `cache: decoded ...` line bin/train prints with --cache-decoded (None when absent)."""
+    m = DECODE_LINE.search(stdout)
+    if not m:
+        return None
+    num = lambda s: float(s.replace(",", ""))
+    return DecodeRate(int(m.group(3)), int(num(m.group(1))), float(m.group(2)), num(m.group(4)), num(m.group(5)))
+
+
+def worker_counts(spec: str, cores: int) -> list[int]:
+    """"1,2,4,8,cores-1" -> distinct counts in order; "cores-1" and "cores" are this machine's."""
+    counts = []
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        n = {"cores-1": max(1, cores - 1), "cores": cores}.get(part)
+        if n is None:
+            n = int(part)
+        if n < 1:
+            raise ValueError(f"a worker count must be at least 1, not {part}")
+        if n not in counts:
+            counts.append(n)
+    return counts
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", type=Path, required=True, help="the image folder (DIR/train/<class>/..., DIR/test/...)")
+    p.add_argument("--image-size", type=int, default=32, help="--image-size of the runs (32)")
+    p.add_argument("--workers", default="1,2,4,8,cores-1", help="loader thread counts (1,2,4,8,cores-1)")
+    p.add_argument("--batch", type=int, default=128, help="batch size (128)")
+    p.add_argument("--warmup-steps", type=int, default=30, help="steps before the timed window (30)")
+    p.add_argument("--timed-steps", type=int, default=100, help="steps in the timed window (100)")
+    p.add_argument("--decode-only", action="store_true", help="only the decode rate (no GPU needed)")
+    p.add_argument("--bin-dir", type=Path, default=runner.BIN_DIR, help="where the binaries are (bin)")
+    p.add_argument("--out", type=Path, default=runner.REPO_ROOT / "bench" / "results", help="where the .md goes")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds before a run counts as failed (1800)")
+    args = p.parse_args(argv)
+    try:
+        args.worker_counts = worker_counts(args.workers, os.cpu_count() or 1)
+    except ValueError as e:
+        p.error(f"--workers: {e}")
+    return args
+
+
+def folder_flags(args: argparse.Namespace) -> list[str]:
+    return ["--data", "folder", "--data-dir", str(args.data_dir), "--image-size", str(args.image_size),
+            "--batch", str(args.batch)]
+
+
+def decode_rates(args: argparse.Namespace, train: Path) -> list[str]:
+    """Rows of the decode table: one thread, then every core."""
+    rows = []
+    for threads in dict.fromkeys([1, os.cpu_count() or 1]):
+        out = runner.run([str(train), *folder_flags(args), "--cache-decoded", "--workers", str(threads)], args.timeout)
+        rate = parse_decode_line(out.stdout)
+        if rate is None:
+            runner.die(TOOL, f"no decode line from {train} ({runner.last_line(out.stderr) or 'no output'})", 1)
+        rows.append(f"| {rate.threads} | {rate.images:,} | {rate.seconds:.2f} | {rate.images_per_s:,.0f} | "
+                    f"{rate.per_thread:,.0f} |")
+    return rows
+
+
+def training_row(label: str, out: runner.RunOutput) -> str:
+    reason = table.failure_reason(out)
+    if reason:
+        return f"| {label} | {table.MISSING} | {table.MISSING} | failed: {reason} |"
+    s = table.summaries(out.stdout)[-1]
+    return (f"| {label} | {table.fmt(table.number(s.get('images_per_s')), 0, thousands=True)} | "
+            f"{table.fmt(table.number(s.get('data_stall_pct')), 1)} | |")
+
+
+def training_rows(args: argparse.Namespace, train: Path) -> list[str]:
+    steps = ["--steps", str(args.warmup_steps + args.timed_steps), "--warmup-steps", str(args.warmup_steps),
+             "--profile-steps", str(args.timed_steps), "--epochs", "1000", "--no-eval", "--json"]
+    guard = runner.GuardedRunner(TOOL)
+    rows = []
+    for w in args.worker_counts:
+        out = guard.run([str(train), *folder_flags(args), *steps, "--workers", str(w)], args.timeout)
+        rows.append(training_row(f"bin/train, decoding every epoch, --workers {w}", out))
+    out = guard.run([str(train), *folder_flags(args), *steps, "--cache-decoded"], args.timeout)
+    rows.append(training_row("bin/train, --cache-decoded (decoded once)", out))
+    baseline = args.bin_dir / "train-baseline"
+    if baseline.exists():
+        out = guard.run([str(baseline), *folder_flags(args), *steps], args.timeout)
+        rows.append(training_row("bin/train-baseline, decoding on the main thread", out))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    train = args.bin_dir / "train"
+    if not train.exists():
+        runner.die(TOOL, f"{train} is not built: run `make` first")
+    cpu = platform.processor() or platform.machine()
+    lines = [f"# Image folder: {args.data_dir} at {args.image_size}x{args.image_size}, batch {args.batch}", "",
+             f"Decode rate (read + stb_image + resize/crop), {os.cpu_count()} cores ({cpu}), {runner.today()}:", "",
+             "| threads | images | seconds | images/s | images/s per thread |", "| --- | --- | --- | --- | --- |"]
+    lines += decode_rates(args, train)
+    print("\n".join(lines), flush=True)
+    name = f"decode-{runner.slug(platform.node())}-{runner.today()}.md"
+    if not args.decode_only:
+        gpus = runner.gpu_names()
+        if not gpus:
+            runner.die(TOOL, runner.NO_GPU_LINE)
+        more = ["", f"Training on {gpus[0]}: steady-state window of {args.timed_steps} steps after "
+                f"{args.warmup_steps}:", "", "| run | images/s | data stall % | notes |", "| --- | --- | --- | --- |"]
+        more += training_rows(args, train)
+        print("\n".join(more))
+        lines += more
+        name = f"folder-{runner.slug(gpus[0])}-{runner.today()}.md"
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / name).write_text("\n".join(lines) + "\n")
+    print(f"\nwritten to {args.out / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

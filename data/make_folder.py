@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""`make data-folder`: writes Fashion-MNIST (and CIFAR-10 when `make data` has fetched it) as image
+folders of PNG files, the format of `bin/train --data folder`:
+
+    data/fashion-mnist-png/train/<k>_<class>/<index>.png   60,000 files
+    data/fashion-mnist-png/test/<k>_<class>/<index>.png    10,000 files
+    data/cifar-10-png/{train,test}/...                      50,000 + 10,000 files
+
+Each PNG holds exactly the pixels the array reader serves: Fashion-MNIST's 28x28 grey images on the
+32x32 zero canvas (8-bit grey PNGs), CIFAR-10's 32x32 colour images (8-bit RGB PNGs). So at the
+default --image-size 32 the folder reader sees the same pixels and labels as the idx/binary reader,
+and the accuracies of the two can be compared. Class directories are prefixed with their label
+(`0_T-shirt_top` ... `9_Ankle_boot`), so that their sorted order is the label order; <index> is the
+image's position in its original file.
+
+A set is written into a temporary directory and renamed at the end, so an interrupted run leaves no
+half-written folder under the final name; a set already there is left alone. No third-party modules:
+the PNGs are written with zlib.
+
+    python3 data/make_folder.py [--out data] [--fashion-mnist-dir DIR] [--cifar-dir DIR] [--limit N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import shutil
+import struct
+import sys
+import zlib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                   "Ankle boot"]
+CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+SIDE, MNIST_SIDE = 32, 28
+CIFAR_RECORD = 1 + 3 * SIDE * SIDE
+
+
+def png_bytes(width: int, height: int, channels: int, pixels: bytes) -> bytes:
+    """An 8-bit grey (channels 1) or RGB (3) PNG of interleaved rows, filter 0 on every row."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    stride = width * channels
+    raw = b"".join(b"\x00" + pixels[y * stride:(y + 1) * stride] for y in range(height))
+    colour_type = 0 if channels == 1 else 2
+    header = struct.pack(">IIBBBBB", width, height, 8, colour_type, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
+
+
+def class_dir(label: int, name: str) -> str:
+    return f"{label}_" + name.replace("/", "_").replace(" ", "_")
+
+
+def read_maybe_gz(directory: Path, base: str) -> bytes:
+    if (directory / (base + ".gz")).exists():
+        return gzip.decompress((directory / (base + ".gz")).read_bytes())
+    return (directory / base).read_bytes()
+
+
+def fashion_split(directory: Path, images: str, labels: str, limit: int | None):
+    """(label, 32x32 grey pixels) of one idx pair, each 28x28 image centred on a zero canvas."""
+    img, lab = read_maybe_gz(directory, images), read_maybe_gz(directory, labels)
+    magic, count, rows, cols = struct.unpack(">IIII", img[:16])
+    if magic != 0x803 or (rows, cols) != (MNIST_SIDE, MNIST_SIDE) or struct.unpack(">II", lab[:8]) != (0x801, count):
+        sys.exit(f"data-folder: {directory}: not the Fashion-MNIST idx files")
+    pad = (SIDE - MNIST_SIDE) // 2
+    for i in range(count if limit is None else min(limit, count)):
+        src = img[16 + i * MNIST_SIDE * MNIST_SIDE:16 + (i + 1) * MNIST_SIDE * MNIST_SIDE]
+        canvas = bytearray(SIDE * SIDE)
+        for y in range(MNIST_SIDE):
+            canvas[(y + pad) * SIDE + pad:(y + pad) * SIDE + pad + MNIST_SIDE] = src[y * MNIST_SIDE:(y + 1) * MNIST_SIDE]
+        yield lab[8 + i], bytes(canvas)
+
+
+def cifar_split(directory: Path, files: list[str], limit: int | None):
+    """(label, 32x32 RGB interleaved pixels) of CIFAR-10 batch files (label byte, R, G, B planes)."""
+    done = 0
+    for name in files:
+        data = (directory / name).read_bytes()
+        if len(data) % CIFAR_RECORD:
+            sys.exit(f"data-folder: {directory / name}: not a CIFAR-10 batch file ({len(data)} bytes)")
+        for r in range(len(data) // CIFAR_RECORD):
+            if limit is not None and done >= limit:
+                return
+            rec = data[r * CIFAR_RECORD:(r + 1) * CIFAR_RECORD]
+            planes = [rec[1 + c * SIDE * SIDE:1 + (c + 1) * SIDE * SIDE] for c in range(3)]
+            yield rec[0], bytes(v for p in zip(*planes) for v in p)
+            done += 1
+
+
+def write_set(out: Path, classes: list[str], channels: int, splits: dict) -> tuple[int, int]:
+    """Writes each split's images into out (through out.tmp); returns the image counts."""
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    counts = []
+    for split, items in splits.items():
+        dirs = [tmp / split / class_dir(k, name) for k, name in enumerate(classes)]
+        for d in dirs:
+            d.mkdir(parents=True)
+        n = 0
+        for index, (label, pixels) in enumerate(items):
+            (dirs[label] / f"{index:05d}.png").write_bytes(png_bytes(SIDE, SIDE, channels, pixels))
+            n += 1
+        counts.append(n)
+    os.rename(tmp, out)
+    return counts[0], counts[1]
+
+
+def default_fashion_dir() -> Path | None:
+    for d in [os.environ.get("FASHION_MNIST_DIR"), REPO / "data" / "fashion-mnist", "/usr/share/datasets/fashion-mnist"]:
+        if d and any((Path(d) / f).exists() for f in ("train-images-idx3-ubyte.gz", "train-images-idx3-ubyte")):
+            return Path(d)
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=REPO / "data", help="where the folders go (data/)")
+    p.add_argument("--fashion-mnist-dir", type=Path, help="the idx files (default: where bin/train looks)")
+    p.add_argument("--cifar-dir", type=Path, default=REPO / "data" / "cifar-10-batches-bin",
+                   help="CIFAR-10's binary batches (data/cifar-10-batches-bin); skipped when absent")
+    p.add_argument("--limit", type=int, help="only the first N images of each split (for tests)")
+    args = p.parse_args(argv)
+
+    fashion = args.fashion_mnist_dir or default_fashion_dir()
+    if fashion is None:
+        print("data-folder: error: Fashion-MNIST not found: install the Debian package dataset-fashion-mnist "
+              "or pass --fashion-mnist-dir", file=sys.stderr)
+        return 1
+    out = args.out / "fashion-mnist-png"
+    if out.exists():
+        print(f"data-folder: {out} is already there")
+    else:
+        n, m = write_set(out, FASHION_CLASSES, 1, {
+            "train": fashion_split(fashion, "train-images-idx3-ubyte", "train-labels-idx1-ubyte", args.limit),
+            "test": fashion_split(fashion, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", args.limit)})
+        print(f"data-folder: wrote {n:,} train and {m:,} test PNGs of Fashion-MNIST (from {fashion}) to {out}")
+
+    out = args.out / "cifar-10-png"
+    if not (args.cifar_dir / "data_batch_1.bin").exists():
+        print(f"data-folder: CIFAR-10 is not in {args.cifar_dir} (`make data` fetches it): not written")
+    elif out.exists():
+        print(f"data-folder: {out} is already there")
+    else:
+        n, m = write_set(out, CIFAR_CLASSES, 3, {
+            "train": cifar_split(args.cifar_dir, [f"data_batch_{i}.bin" for i in range(1, 6)], args.limit),
+            "test": cifar_split(args.cifar_dir, ["test_batch.bin"], args.limit)})
+        print(f"data-folder: wrote {n:,} train and {m:,} test PNGs of CIFAR-10 (from {args.cifar_dir}) to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

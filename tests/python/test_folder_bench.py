@@ -1,0 +1,83 @@
+"""bench/folder_bench.py: its parsers and table rows on given text, and its decode part run for real
+against bin/train on a small image folder made of the committed fixtures (no GPU needed for that
+part; without a GPU the training part stops with one line).
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+from tests.python import BENCH, FIXTURES, REPO
+
+import folder_bench  # noqa: E402  (bench/ is on sys.path: tests/python/__init__.py)
+import runner  # noqa: E402
+
+TRAIN = REPO / "bin" / "train"
+
+
+class Parsers(unittest.TestCase):
+    def test_decode_line(self):
+        line = ("cache: decoded 70,000 images into 68.4 MiB in 5.00 s with 2 threads: "
+                "14,000 images/s (7,000 per thread)")
+        rate = folder_bench.parse_decode_line("data: folder x: ...\n" + line + "\nnormalisation: ...")
+        self.assertEqual(rate, folder_bench.DecodeRate(2, 70000, 5.0, 14000.0, 7000.0))
+        self.assertIsNone(folder_bench.parse_decode_line("data: folder x: 1 train, 1 test images"))
+        one = folder_bench.parse_decode_line(line.replace("2 threads", "1 thread"))
+        self.assertEqual(one.threads, 1)
+
+    def test_worker_counts(self):
+        self.assertEqual(folder_bench.worker_counts("1,2,4,8,cores-1", 16), [1, 2, 4, 8, 15])
+        self.assertEqual(folder_bench.worker_counts("1,2,4,8,cores-1", 2), [1, 2, 4, 8])
+        self.assertEqual(folder_bench.worker_counts("cores, 3", 6), [6, 3])
+        with self.assertRaises(ValueError):
+            folder_bench.worker_counts("0", 4)
+
+    def test_training_rows(self):
+        ok = runner.RunOutput(0, 'start\n{"event": "summary", "images_per_s": 12345.6, "data_stall_pct": 37.25}\n', "")
+        self.assertEqual(folder_bench.training_row("w 4", ok), "| w 4 | 12,346 | 37.2 | |")
+        failed = runner.RunOutput(1, "", "error: cls/x.png: cannot decode the PNG (bad zlib header)\n")
+        row = folder_bench.training_row("w 8", failed)
+        self.assertIn("failed: error: cls/x.png: cannot decode", row)
+
+
+@unittest.skipUnless(TRAIN.exists(), f"{TRAIN} is not built (make bin/train)")
+class DecodeRun(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.tmp = Path(self._tmp.name)
+        for split in ("train", "test"):
+            for cls in ("a", "b"):
+                (self.tmp / "images" / split / cls).mkdir(parents=True)
+                for name in ("rgb.png", "rgb.jpg", "palette.gif"):
+                    shutil.copy(FIXTURES / "images" / name, self.tmp / "images" / split / cls / name)
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def run_bench(self, *extra):
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PATH="/usr/bin:/bin")  # no nvidia-smi: no GPU
+        return subprocess.run([sys.executable, str(BENCH / "folder_bench.py"), "--data-dir", str(self.tmp / "images"),
+                               "--batch", "2", "--out", str(self.tmp / "out"), *extra],
+                              capture_output=True, text=True, env=env, timeout=300)
+
+    def test_decode_only_measures_one_thread_and_writes_the_table(self):
+        p = self.run_bench("--decode-only")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stdout, r"\| 1 \| 12 \| [\d.]+ \| [\d,]+ \| [\d,]+ \|")
+        written = list((self.tmp / "out").glob("decode-*.md"))
+        self.assertEqual(len(written), 1)
+        self.assertIn("| threads | images |", written[0].read_text())
+
+    def test_without_a_gpu_the_training_part_stops_with_one_line(self):
+        p = self.run_bench()
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("| 1 | 12 |", p.stdout)  # the decode part ran
+        self.assertEqual(p.stderr.strip().splitlines(), [f"bench-folder: {runner.NO_GPU_LINE}"])
+
+
+if __name__ == "__main__":
+    unittest.main()
