@@ -8,6 +8,9 @@
 
 // MemAvailable of /proc/meminfo text, in bytes; nullopt when the line is absent or malformed.
 std::optional<size_t> parse_mem_available(const std::string& meminfo);
+// MemAvailable of the file at `path` (/proc/meminfo; tests point it elsewhere); nullopt when the
+// file cannot be read or has no such line.
+std::optional<size_t> read_mem_available(const std::string& path = "/proc/meminfo");
 
 // InputError "<what> needs N of host memory, but only M are available ..." when need > available.
 void require_host_memory(size_t need, const std::string& what, size_t available);

@@ -68,7 +68,5 @@ FolderListing list_images(const std::string& split_dir, const std::vector<std::s
 // The header check of one file from bounded reads of its start and end (the whole file only when
 // its header lies deeper than kImageHeadBytes).
 ImageCheck check_image_file(const std::string& path);
-// MemAvailable of a /proc/meminfo-style file in bytes; 0 when it cannot be read.
-uint64_t mem_available_bytes(const std::string& meminfo);
 // InputError unless `need` bytes of decoded images fit in 3/4 of `available` (0: not known, no check).
 void check_cache_fits(uint64_t need, uint64_t available, int images, int side);

@@ -27,10 +27,14 @@ void require_host_memory(size_t need, const std::string& what, size_t available)
                    " are available (MemAvailable in /proc/meminfo)");
 }
 
-void require_host_memory(size_t need, const std::string& what) {
-  std::ifstream f("/proc/meminfo");
+std::optional<size_t> read_mem_available(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return std::nullopt;
   std::stringstream text;
   text << f.rdbuf();
-  if (const std::optional<size_t> available = parse_mem_available(text.str()))
-    require_host_memory(need, what, *available);
+  return parse_mem_available(text.str());
+}
+
+void require_host_memory(size_t need, const std::string& what) {
+  if (const std::optional<size_t> available = read_mem_available()) require_host_memory(need, what, *available);
 }

@@ -11,11 +11,10 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "core/format.h"
+#include "core/host_memory.h"
 #include "core/memory.h"
 #include "core/parallel.h"
 
@@ -185,7 +184,7 @@ std::vector<std::pair<std::string, std::string>> decode_into_memory(Dataset& d, 
 // --cache-decoded: both splits decoded into memory, once the memory check has passed.
 void decode_cache(FolderData& f, const ImageOptions& o) {
   const int images = f.split.train.count + f.split.test.count;
-  check_cache_fits(uint64_t(images) * f.split.train.image_bytes(), mem_available_bytes(o.meminfo), images, o.side);
+  check_cache_fits(uint64_t(images) * f.split.train.image_bytes(), read_mem_available(o.meminfo).value_or(0), images, o.side);
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::pair<std::string, std::string>> failed = decode_into_memory(f.split.train, o.threads);
   const auto test_failed = decode_into_memory(f.split.test, o.threads);
@@ -260,17 +259,6 @@ ImageCheck check_image_file(const std::string& path) {
     close(fd);
     return {{}, e.what()};
   }
-}
-
-uint64_t mem_available_bytes(const std::string& meminfo) {
-  std::ifstream in(meminfo);
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream fields(line);
-    std::string key, unit;
-    uint64_t value = 0;
-    if (fields >> key >> value >> unit && key == "MemAvailable:" && unit == "kB") return value * 1024;
-  }
-  return 0;
 }
 
 void check_cache_fits(uint64_t need, uint64_t available, int images, int side) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/file_io.h"
+#include "core/host_memory.h"
 #include "data/augment.h"
 #include "data/dataset.h"
 #include "data/image_folder.h"
@@ -242,8 +243,8 @@ TEST(ImageFolder, AFileThatFailsToDecodeInABatchIsAnImageDecodeErrorNamingIt) {
 TEST(ImageFolder, TheCacheMustFitInThreeQuartersOfMemAvailable) {
   TempDir dir;
   std::ofstream(dir / "meminfo") << "MemTotal:       16000000 kB\nMemFree:         1000 kB\nMemAvailable:    4 kB\n";
-  EXPECT_EQ(mem_available_bytes(dir / "meminfo"), 4096u);
-  EXPECT_EQ(mem_available_bytes(dir / "missing"), 0u);
+  EXPECT_EQ(read_mem_available(dir / "meminfo"), std::optional<size_t>(4096));
+  EXPECT_EQ(read_mem_available(dir / "missing"), std::nullopt);
   EXPECT_NO_THROW(check_cache_fits(3072, 4096, 1, 32));
   EXPECT_HAS(input_error_of([] { check_cache_fits(3073, 4096, 1, 32); }), "--cache-decoded: 1 images at 32x32 need");
   EXPECT_NO_THROW(check_cache_fits(uint64_t(1) << 40, 0, 1, 32)) << "unknown memory: no check";

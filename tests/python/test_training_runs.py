@@ -88,14 +88,15 @@ class TrainingRuns:
         self.assertNotIn("error:", stderr, context)
         self.assertNotIn("warning:", stderr, context)  # e.g. a resume with other --seed/--epochs
 
-    def run_train(self, *args):
-        p = self.run_unchecked(*args)
+    def run_train(self, *args, small=True):
+        p = self.run_unchecked(*args, small=small)
         self.check_output(p.args[1:], p.returncode, p.stdout, p.stderr)
         return p
 
-    def run_unchecked(self, *args):
-        """Runs the binary with SMALL + args and returns the CompletedProcess, whatever its exit."""
-        args = [*SMALL, *map(str, args)]
+    def run_unchecked(self, *args, small=True):
+        """Runs the binary with SMALL + args (args alone when not `small`) and returns the
+        CompletedProcess, whatever its exit. (A flag may be given once: SMALL's cannot be overridden.)"""
+        args = [*(SMALL if small else []), *map(str, args)]
         return subprocess.run([str(self.train), *args], cwd=self.dir, capture_output=True, text=True,
                               timeout=RUN_TIMEOUT_S)
 
@@ -308,8 +309,7 @@ class TrainingRuns:
         ck = self.dir / "run.ckpt"
         args = ["--data", "folder", "--data-dir", root, "--image-size", "16", "--batch", "8", "--epochs", "2",
                 "--seed", "7", "--deterministic", "--save", ck]
-        p = subprocess.run([str(self.train), *map(str, args)], cwd=self.dir, capture_output=True, text=True,
-                           timeout=RUN_TIMEOUT_S)
+        p = self.run_unchecked(*args, small=False)
         context = f"bin/{self.BINARY} {' '.join(map(str, args))}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
         for sign in CRASH_SIGNS:
             self.assertNotIn(sign, p.stdout + p.stderr, f"crash-like output\n{context}")
@@ -320,7 +320,7 @@ class TrainingRuns:
                                    rf"saved to {re.escape(str(ck))} \(fix or remove the file, then --resume ", context)
         self.assertEqual(self.checkpoint_header(ck)["step"], "5", context)
         bad.unlink()  # and the run goes on from there
-        r = self.run_train(*args[:-2], "--resume", ck)
+        r = self.run_train(*args[:-2], "--resume", ck, small=False)
         self.assertRegex(r.stdout, rf"(?m)^resumed from {re.escape(str(ck))} at step 5 ", r.stdout)
 
 
