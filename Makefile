@@ -43,11 +43,14 @@ PTX_ARCH   := $(shell echo $(SASS_ARCHS) | tr ' ' '\n' | sort -n | tail -1)
 GENCODE    := $(foreach a,$(SASS_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
               -gencode arch=compute_$(PTX_ARCH),code=compute_$(PTX_ARCH)
 
-INCLUDES := -Iinclude -I$(CUDA_HOME)/include -I$(CUDNN_INC) -I$(CUPTI_INC) -I$(NCCL_INC) -isystem $(STB_INCLUDE)
+# The libraries often share a directory (all in /usr/local/cuda): each is named once, in this order.
+uniq      = $(if $(1),$(firstword $(1)) $(call uniq,$(filter-out $(firstword $(1)),$(1))))
+INC_DIRS := $(call uniq,$(CUDA_HOME)/include $(CUDNN_INC) $(CUPTI_INC) $(NCCL_INC))
+LIB_DIRS := $(call uniq,$(CUDA_HOME)/lib64 $(CUDNN_LIB) $(CUPTI_LIB) $(NCCL_LIB))
+INCLUDES := -Iinclude $(addprefix -I,$(INC_DIRS)) -isystem $(STB_INCLUDE)
 CXXFLAGS := -std=c++20 -O2 -g -Wall -Wextra -Wno-unused-parameter $(INCLUDES)
 NVFLAGS  := -std=c++20 -O3 -g -lineinfo $(GENCODE) --expt-relaxed-constexpr -Xcompiler -Wall $(INCLUDES)
-LDFLAGS  := -L$(CUDA_HOME)/lib64 -L$(CUDNN_LIB) -L$(CUPTI_LIB) -L$(NCCL_LIB) \
-            -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDNN_LIB) -Wl,-rpath,$(CUPTI_LIB) -Wl,-rpath,$(NCCL_LIB)
+LDFLAGS  := $(addprefix -L,$(LIB_DIRS)) $(addprefix -Wl$(comma)-rpath$(comma),$(LIB_DIRS))
 LDLIBS   := -lcudnn -lcublas -lcupti $(NCCL_LINK) -lcudart -lz -lpthread -ldl
 
 # ---- sources ------------------------------------------------------------------------------------

@@ -214,8 +214,11 @@ def to_markdown(summary: ProfileSummary, top_kernels: int = 10, top_api: int = 6
     head += ")\n\n"
     lines = [head + where_the_time_goes(s) + "\n"]
     if run.get("images_per_s"):
-        lines.append(f"Under the profiler: {run['images_per_s']:,.0f} images/s, "
-                     f"{run.get('ms_per_step') or 0:.2f} ms per step (the bench table has the unprofiled numbers).\n")
+        # bin/train's summary says ms_per_step, bin/predict's ms_per_batch; a run with neither gets none.
+        ms = run.get("ms_per_step") or run.get("ms_per_batch")
+        per_step = f", {ms:.2f} ms per step" if ms else ""
+        lines.append(f"Under the profiler: {run['images_per_s']:,.0f} images/s{per_step} "
+                     f"(the bench table has the unprofiled numbers).\n")
 
     per_step = steps or 1
     lines.append("| phase (host, NVTX) | total ms | ms per step | % of step | instances |")

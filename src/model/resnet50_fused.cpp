@@ -59,6 +59,8 @@ float total_ms(std::initializer_list<float> parts) {
 // that shape) and keeps it where cuDNN accepts it and, when autotuning, where it measures no slower
 // than the plain conv with the BN passes it saves; then gives each BN its fused state and each
 // block the buffers its unfused convs need. Returns the largest workspace a fused plan needs.
+// Long (about 120 lines): the three steps share the per-shape plan table and the timing scratch; like
+// FusedConv::try_build it is left whole until a GPU run can check a split.
 size_t ResNet50::build_fusion() {
   const bool measure = cfg_.conv.policy == AlgoPolicy::Autotune;
   const FusedOptions o{cfg_.dtype, cfg_.layout, cfg_.conv.deterministic, cfg_.conv.workspace_limit, measure};

@@ -333,6 +333,8 @@ void Trainer::start_from_checkpoint_or_init() {
 }
 
 // ---- the loop -----------------------------------------------------------------------------------
+// The run's whole life in order, and each way it stops (done, signal, divergence, a failed output, an
+// image that does not decode) beside the others: about 70 lines, kept together to be read as one.
 int Trainer::run() {
   name_this_thread("main");
   if (!writes()) silence_stdout();

@@ -146,6 +146,14 @@ class Markdown(unittest.TestCase):
         self.assertIn("| cudaMemcpy (blocks) |", md)
         self.assertEqual(md.count("| sm90_xmma_"), 3)
 
+    def test_the_profiled_rate_line_takes_either_programs_time_per_step(self):
+        for run, expected in (({"images_per_s": 69630.0, "ms_per_batch": 3.68}, "69,630 images/s, 3.68 ms per step ("),
+                              ({"images_per_s": 15000.0, "ms_per_step": 8.5}, "15,000 images/s, 8.50 ms per step ("),
+                              ({"images_per_s": 15000.0}, "15,000 images/s (")):
+            s = summary("predict-stream")
+            s.run = run
+            self.assertIn(f"Under the profiler: {expected}", timeline.to_markdown(s))
+
 
 if __name__ == "__main__":
     unittest.main()
