@@ -17,6 +17,8 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,16 +57,18 @@ def first_at_target(stamped: list[tuple[float, str]], target: float, total_s: fl
 
 
 def run_stamped(cmd: list[str], timeout_s: float) -> tuple[list[tuple[float, str]], int | None, str]:
+    """Runs cmd, stamping each stdout line as it arrives; a timer kills a run that outlasts timeout_s
+    (silent or not). stderr goes to a file, so a chatty stderr cannot block the stdout reader."""
     t0 = time.monotonic()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    stamped = []
-    for line in p.stdout:
-        stamped.append((time.monotonic() - t0, line.strip()))
-        if time.monotonic() - t0 > timeout_s:
-            p.kill()
-            break
-    err = p.stderr.read()
-    return stamped, p.wait(), err
+    with tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+        timer = threading.Timer(timeout_s, p.kill)
+        timer.start()
+        stamped = [(time.monotonic() - t0, line.strip()) for line in p.stdout]
+        code = p.wait()
+        timer.cancel()
+        err.seek(0)
+        return stamped, code, err.read()
 
 
 def row(name: str, r: Reached, code: int | None, err: str) -> str:

@@ -13,7 +13,6 @@
 #include "core/errors.h"
 #include "core/format.h"
 #include "core/host_memory.h"
-#include "core/memory.h"
 #include "data/image_folder.h"
 
 namespace {

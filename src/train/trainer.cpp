@@ -105,6 +105,8 @@ class Trainer {
   void write_loss_log(long first_step, long count) const;
   RunSummary summary() const;
   bool out_of_steps() const { return opt_.steps > 0 && step_ >= opt_.steps; }
+  // Where a run that stops early (a signal, a failed output, an image that does not decode) saves.
+  std::string stop_save_path() const { return opt_.save.empty() ? "interrupted.ckpt" : opt_.save; }
   // Data parallel: images per step over all ranks, this rank's part of a pass, the signal check
   // every rank agrees on, and whether this rank writes files (rank 0 alone does).
   int global_batch() const { return opt_.batch * launch_.world; }
@@ -365,7 +367,7 @@ int Trainer::run() {
       if (!train_epoch(epoch)) break;
     if (window_->is_open()) close_window();  // the run ended inside the window
     if (stop_requested()) {
-      const std::string path = opt_.save.empty() ? "interrupted.ckpt" : opt_.save;
+      const std::string path = stop_save_path();
       save(path, false);
       std::printf("stopped by a signal after step %ld: checkpoint saved to %s (continue with --resume %s)\n", step_,
                   path.c_str(), path.c_str());
@@ -383,7 +385,7 @@ int Trainer::run() {
     std::fprintf(stderr, "error: %s\n", line.c_str());
     return 1;
   } catch (const OutputFailed& e) {
-    const std::string path = opt_.save.empty() ? "interrupted.ckpt" : opt_.save;
+    const std::string path = stop_save_path();
     save(path, false);  // a save that fails too is rescued, and says so
     throw Fatal(std::string(e.what()) + "; the state of step " + std::to_string(step_) + " was saved to " + path +
                 " (continue with --resume " + path + ")");
@@ -395,7 +397,7 @@ int Trainer::run() {
       line = failed(line + "; not saved (the other ranks stop too): fix or remove the file, then resume from the "
                            "last --save-every checkpoint");
     } else {
-      const std::string path = opt_.save.empty() ? "interrupted.ckpt" : opt_.save;
+      const std::string path = stop_save_path();
       save(path, false);
       line += "; the state after step " + std::to_string(step_) + " is saved to " + path +
               " (fix or remove the file, then --resume " + path + ")";
