@@ -11,6 +11,7 @@
 //     -> the commit that process returned runs once every batch before b has committed.
 #pragma once
 
+#include <climits>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -65,9 +66,10 @@ class EgressPipeline {
   EgressPipeline& operator=(const EgressPipeline&) = delete;
 
   // Main thread, batches 0, 1, 2, ... in order, each after its compute was enqueued. Rethrows the
-  // first error a worker met.
+  // error of the earliest batch that failed, once every batch before it has committed: the output
+  // written is always a whole prefix of the batches, the failed one and everything after left out.
   void submit(int batch);
-  // Waits until every submitted batch has been committed; rethrows the first error.
+  // Waits until every submitted batch has been committed; rethrows an error as submit does.
   void finish();
   // Seconds the main thread spent waiting for a free slot since the last call.
   double take_wait_seconds();
@@ -79,8 +81,8 @@ class EgressPipeline {
   void worker_loop(int index);
   void run_job(const Job& job);
   void hand_over(int batch, Commit commit);
-  void fail(std::exception_ptr e);
-  void rethrow_if_failed();
+  void fail(int batch, std::exception_ptr e);
+  void rethrow_if_failed(std::unique_lock<std::mutex>& lock);
 
   EgressEngine& engine_;
   Process process_;
@@ -89,7 +91,8 @@ class EgressPipeline {
   std::map<int, Commit> ready_;   // processed batches waiting for the ones before them
   int submitted_ = 0, next_commit_ = 0;
   bool committing_ = false, stop_ = false;
-  std::exception_ptr error_;
+  std::exception_ptr error_;       // the error of batch error_batch_, the earliest that failed
+  int error_batch_ = INT_MAX;      // commits stop before it
   double wait_s_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -49,7 +49,7 @@ void EgressPipeline::submit(int batch) {
     const auto t0 = std::chrono::steady_clock::now();
     cv_.wait(lock, [&] { return !free_slots_.empty() || error_; });
     wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rethrow_if_failed();
+    rethrow_if_failed(lock);
     slot = free_slots_.front();
     free_slots_.pop_front();
     ++submitted_;
@@ -60,8 +60,8 @@ void EgressPipeline::submit(int batch) {
   }
   if (workers_.empty()) {
     run_job({batch, slot});
-    std::lock_guard<std::mutex> lock(mu_);
-    rethrow_if_failed();
+    std::unique_lock<std::mutex> lock(mu_);
+    rethrow_if_failed(lock);
     return;
   }
   {
@@ -95,7 +95,7 @@ void EgressPipeline::run_job(const Job& job) {
     commit = process_(job.batch, engine_.host(job.slot));
     engine_.release(job.slot);
   } catch (...) {
-    fail(std::current_exception());
+    fail(job.batch, std::current_exception());
     return;
   }
   {
@@ -107,13 +107,15 @@ void EgressPipeline::run_job(const Job& job) {
 }
 
 // Queues batch b's commit and runs every commit that is due, in order, on this thread; a thread that
-// finds another one committing leaves its commit to it.
+// finds another one committing leaves its commit to it. After an error at batch f the batches before
+// f still commit (a worker may finish batch f-1 after f failed); none from f on.
 void EgressPipeline::hand_over(int batch, Commit commit) {
   std::unique_lock<std::mutex> lock(mu_);
   ready_.emplace(batch, std::move(commit));
   if (committing_) return;
   committing_ = true;
-  for (auto it = ready_.find(next_commit_); it != ready_.end() && !error_; it = ready_.find(next_commit_)) {
+  for (auto it = ready_.find(next_commit_); it != ready_.end() && next_commit_ < error_batch_;
+       it = ready_.find(next_commit_)) {
     Commit due = std::move(it->second);
     ready_.erase(it);
     lock.unlock();
@@ -122,8 +124,9 @@ void EgressPipeline::hand_over(int batch, Commit commit) {
     } catch (...) {
       lock.lock();
       committing_ = false;
+      const int failed = next_commit_;
       lock.unlock();
-      fail(std::current_exception());
+      fail(failed, std::current_exception());
       return;
     }
     lock.lock();
@@ -133,22 +136,30 @@ void EgressPipeline::hand_over(int batch, Commit commit) {
   cv_.notify_all();
 }
 
-void EgressPipeline::fail(std::exception_ptr e) {
+// Keeps the error of the earliest failed batch: a worker may fail at batch 7 before another fails at 5.
+void EgressPipeline::fail(int batch, std::exception_ptr e) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!error_) error_ = e;
+    if (batch < error_batch_) {
+      error_batch_ = batch;
+      error_ = e;
+    }
   }
   cv_.notify_all();
 }
 
-void EgressPipeline::rethrow_if_failed() {
-  if (error_) std::rethrow_exception(error_);
+// Every batch before the failed one was submitted, so each either commits or fails itself (which
+// lowers error_batch_): the wait ends.
+void EgressPipeline::rethrow_if_failed(std::unique_lock<std::mutex>& lock) {
+  if (!error_) return;
+  cv_.wait(lock, [&] { return next_commit_ >= error_batch_ && !committing_; });
+  std::rethrow_exception(error_);
 }
 
 void EgressPipeline::finish() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return (next_commit_ == submitted_ && !committing_) || error_; });
-  rethrow_if_failed();
+  rethrow_if_failed(lock);
 }
 
 double EgressPipeline::take_wait_seconds() {

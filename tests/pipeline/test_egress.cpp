@@ -193,7 +193,10 @@ TEST(EgressPipeline, AnErrorInProcessingReachesTheMainThread) {
     run_with_watchdog([&] {
       StandInEngine engine(3, true);
       std::vector<int> committed;
+      // Batch 4 is slow, so with workers batch 5 fails while 4 is still being processed: 4 must
+      // still be written (the output is a whole prefix), and the error reported after it.
       auto process = [&](int batch, const void*) -> EgressPipeline::Commit {
+        if (batch == 4) std::this_thread::sleep_for(std::chrono::milliseconds(30));
         if (batch == 5) throw InputError("disk full at batch 5");
         return [&committed, batch] { committed.push_back(batch); };
       };
@@ -208,6 +211,32 @@ TEST(EgressPipeline, AnErrorInProcessingReachesTheMainThread) {
       EXPECT_EQ(committed, iota(5)) << "nothing after the failed batch is committed";
     });
   }
+}
+
+TEST(EgressPipeline, TheEarliestFailedBatchIsTheErrorReported) {
+  run_with_watchdog([] {
+    StandInEngine engine(4, true);
+    std::vector<int> committed;
+    // Batch 7 fails first in time, batch 5 later: the error of 5 is the one the user sees, and 0..4
+    // are written.
+    auto process = [&](int batch, const void*) -> EgressPipeline::Commit {
+      if (batch == 5) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        throw InputError("batch 5 failed");
+      }
+      if (batch == 7) throw InputError("batch 7 failed");
+      return [&committed, batch] { committed.push_back(batch); };
+    };
+    EgressPipeline pipe(4, 4, engine, process);
+    try {
+      for (int b = 0; b < 30; ++b) pipe.submit(b);
+      pipe.finish();
+      ADD_FAILURE() << "the error was lost";
+    } catch (const InputError& e) {
+      EXPECT_STREQ(e.what(), "batch 5 failed");
+    }
+    EXPECT_EQ(committed, iota(5));
+  });
 }
 
 TEST(EgressPipeline, AnErrorInACommitReachesTheMainThread) {
