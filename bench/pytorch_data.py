@@ -4,7 +4,8 @@
   crop, horizontal flip, normalize), batched by a DataLoader: the usual PyTorch input pipeline.
 - GpuResidentData: the whole set as uint8 on the GPU, a batch drawn and augmented with a handful of
   batched tensor ops: no loader, no host-to-device copy per step.
-Both produce float32 NCHW batches normalized with CIFAR-10's channel statistics.
+Both produce float32 NCHW batches of the images' own side, normalized with given channel statistics
+(CIFAR-10's by default; bench/pytorch_train.py passes Fashion-MNIST's).
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ def random_images(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class HostDataset(torch.utils.data.Dataset):
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor):
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, mean=MEAN, std=STD):
         self.images, self.labels = images, labels
-        self.mean = torch.tensor(MEAN).view(3, 1, 1)
-        self.std = torch.tensor(STD).view(3, 1, 1)
+        self.side = images.shape[-1]
+        self.mean = torch.tensor(mean).view(3, 1, 1)
+        self.std = torch.tensor(std).view(3, 1, 1)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -40,7 +42,7 @@ class HostDataset(torch.utils.data.Dataset):
         # DataLoader seeds `random` per worker, so workers do not repeat each other's crops.
         x = F.pad(self.images[i].float().div_(255), (PAD, PAD, PAD, PAD))
         dy, dx = random.randint(0, 2 * PAD), random.randint(0, 2 * PAD)
-        x = x[:, dy:dy + 32, dx:dx + 32]
+        x = x[:, dy:dy + self.side, dx:dx + self.side]
         if random.random() < 0.5:
             x = x.flip(2)
         return (x - self.mean) / self.std, self.labels[i]
@@ -49,16 +51,18 @@ class HostDataset(torch.utils.data.Dataset):
 class GpuResidentData:
     """Draws shuffled batches from images kept on the GPU and augments them there."""
 
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch: int, device: torch.device):
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch: int, device: torch.device,
+                 mean=MEAN, std=STD):
         self.images = images.to(device)
         self.labels = labels.to(device)
         self.batch = batch
         self.device = device
-        self.mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
-        self.std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
+        self.side = images.shape[-1]
+        self.mean = torch.tensor(mean, device=device).view(1, 3, 1, 1)
+        self.std = torch.tensor(std, device=device).view(1, 3, 1, 1)
         self.order = torch.randperm(len(labels), device=device)
         self.pos = 0
-        self.base = torch.arange(32, device=device)
+        self.base = torch.arange(self.side, device=device)
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.pos + self.batch > len(self.order):  # new epoch: reshuffle, drop the ragged tail
@@ -72,9 +76,10 @@ class GpuResidentData:
         dy = torch.randint(0, 2 * PAD + 1, (b, 1), device=self.device)
         dx = torch.randint(0, 2 * PAD + 1, (b, 1), device=self.device)
         flip = torch.rand(b, 1, device=self.device) < 0.5
+        s = self.side
         rows = dy + self.base
-        cols = torch.where(flip, dx + 31 - self.base, dx + self.base)
+        cols = torch.where(flip, dx + s - 1 - self.base, dx + self.base)
         n = torch.arange(b, device=self.device).view(b, 1, 1, 1)
         c = torch.arange(3, device=self.device).view(1, 3, 1, 1)
-        x = x[n, c, rows.view(b, 1, 32, 1), cols.view(b, 1, 1, 32)]
+        x = x[n, c, rows.view(b, 1, s, 1), cols.view(b, 1, 1, s)]
         return (x - self.mean) / self.std, self.labels[idx]

@@ -6,9 +6,12 @@ prints is stamped with the seconds since the process was started, and the first 
 test_acc reaches --target gives the time: start-up, data loading, autotuning, training and every
 evaluation up to that one included. The run goes on to its end (its final accuracy is reported too).
 
-    python3 bench/time_to_accuracy.py --target 0.94 bin/train bin/train-baseline -- --data fashion-mnist --epochs 15
+    python3 bench/time_to_accuracy.py --target 0.94 --pytorch resident-amp-cl-graphs \
+        bin/train bin/train-baseline -- --data fashion-mnist --epochs 15
 
-The table goes to stdout and to bench/results/time-to-<target>-<gpu>-<date>.md.
+--pytorch adds a row per rung of the PyTorch reference trained with bin/train's recipe
+(bench/pytorch_train.py, given the same flags). The table goes to stdout and to
+bench/results/time-to-<target>-<gpu>-<date>.md.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytorch_reference
 import runner
 
 TOOL = "time-to-accuracy"
+PYTORCH_TRAIN = Path(__file__).resolve().parent / "pytorch_train.py"
 
 
 @dataclass
@@ -86,20 +91,30 @@ def main(argv: list[str]) -> int:
     p.add_argument("--target", type=float, default=0.94, help="test accuracy to reach (0.94)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds before a run is stopped (1800)")
     p.add_argument("--out", type=Path, default=runner.REPO_ROOT / "bench" / "results")
-    p.add_argument("binaries", nargs="+", help="the programs to run, each with the flags after --")
+    p.add_argument("--pytorch", default="", metavar="RUNGS",
+                   help="a comma list of PyTorch reference rungs to time too (bench/pytorch_train.py)")
+    p.add_argument("binaries", nargs="*", help="the programs to run, each with the flags after --")
     args = p.parse_args(argv[:args_end])
     flags = argv[args_end + 1:]
+    try:
+        rungs = pytorch_reference.parse_rungs(args.pytorch) if args.pytorch else []
+    except ValueError as e:
+        p.error(f"--pytorch: {e}")
+    runs = [(b, [b]) for b in args.binaries] + [
+        (pytorch_reference.variant_label(r), [sys.executable, str(PYTORCH_TRAIN), "--rung", r.name]) for r in rungs]
+    if not runs:
+        p.error("nothing to run: give binaries, --pytorch RUNGS or both")
     gpus = runner.gpu_names()
     if not gpus:
         runner.die(TOOL, runner.NO_GPU_LINE)
     lines = [f"# Time to {100 * args.target:g}% test accuracy on {gpus[0]}, {runner.today()}", "",
              f"Flags: `{' '.join(flags)}`; each run alone, time from process start.", "",
              "| program | seconds to target | epoch | final accuracy | run seconds |", "| --- | --- | --- | --- | --- |"]
-    for b in args.binaries:
+    for name, cmd in runs:
         t0 = time.monotonic()
-        stamped, code, err = run_stamped([b, *flags, "--json"], args.timeout)
+        stamped, code, err = run_stamped([*cmd, *flags, "--json"], args.timeout)
         r = first_at_target(stamped, args.target, time.monotonic() - t0)
-        lines.append(row(b, r, code, err))
+        lines.append(row(name, r, code, err))
         print(lines[-1], flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     name = f"time-to-{round(100 * args.target)}-{runner.slug(gpus[0])}-{runner.today()}.md"
