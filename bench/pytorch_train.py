@@ -209,6 +209,8 @@ def train(args: argparse.Namespace) -> dict:
             with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
                 logits = net(x)
                 loss = criterion(logits.float(), y) / args.batch
+            # Read the compiled network's output now: a CUDA-graph rung reuses its memory.
+            correct += (logits.detach().argmax(1) == y).sum()
             optimizer.zero_grad(set_to_none=True)
             if scaler:
                 scaler.scale(loss).backward()
@@ -217,7 +219,6 @@ def train(args: argparse.Namespace) -> dict:
             else:
                 loss.backward()
                 optimizer.step()
-            correct += (logits.detach().argmax(1) == y).sum()
             if rung.device_loss:
                 loss_sum += loss.detach()
             else:
