@@ -191,14 +191,7 @@ def measure(rung: Rung, args: argparse.Namespace, images, labels) -> dict:
         x = x.contiguous(memory_format=memory_format)
         with torch.autocast("cuda", dtype=torch.float16, enabled=rung.amp is not None):
             loss = criterion(net(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        if scaler:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            optimizer.step()
+        optimizer_step(loss, optimizer, scaler)
         if rung.device_loss:
             loss_sum += loss.detach().float()
         else:
@@ -245,6 +238,28 @@ def measure(rung: Rung, args: argparse.Namespace, images, labels) -> dict:
     }
 
 
+def optimizer_step(loss, optimizer, scaler) -> None:
+    """Backward and the SGD step; through the GradScaler on the rung that has one (scaler not None)."""
+    optimizer.zero_grad(set_to_none=True)
+    if scaler:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        optimizer.step()
+
+
+def look_here_last() -> None:
+    """Python puts a script's folder first on sys.path, where bench/profile.py would stand in for the
+    standard library's `profile` module, which torch imports (through cProfile). Looking here last
+    still finds pytorch_data and pytorch_resnet."""
+    here = str(Path(__file__).resolve().parent)
+    if here in sys.path:
+        sys.path.remove(here)
+    sys.path.append(here)
+
+
 def release_memory() -> None:
     """Between rungs: drop compiled graphs and cached blocks so each rung starts from the same state."""
     import gc
@@ -257,13 +272,7 @@ def release_memory() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # Python puts this script's folder first on sys.path, where bench/profile.py would stand in for
-    # the standard library's `profile` module, which torch imports (through cProfile). Looking here
-    # last still finds pytorch_data and pytorch_resnet.
-    here = str(Path(__file__).resolve().parent)
-    if here in sys.path:
-        sys.path.remove(here)
-        sys.path.append(here)
+    look_here_last()
     try:
         import torch
     except ImportError:

@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from pytorch_reference import RUNGS, look_here_last, optimizer_step
+
 TOOL = "pytorch_train"
 SIDE, MNIST_SIDE = 32, 28
 CLASSES = 10
@@ -91,7 +93,6 @@ def lr_at(step: int, peak: float, low: float, warmup: int, total: int) -> float:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from pytorch_reference import RUNGS
     names = [r.name for r in RUNGS]
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default="fashion-mnist", choices=["fashion-mnist"],
@@ -211,14 +212,7 @@ def train(args: argparse.Namespace) -> dict:
                 loss = criterion(logits.float(), y) / args.batch
             # Read the compiled network's output now: a CUDA-graph rung reuses its memory.
             correct += (logits.detach().argmax(1) == y).sum()
-            optimizer.zero_grad(set_to_none=True)
-            if scaler:
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                loss.backward()
-                optimizer.step()
+            optimizer_step(loss, optimizer, scaler)
             if rung.device_loss:
                 loss_sum += loss.detach()
             else:
@@ -245,12 +239,7 @@ def train(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # As in pytorch_reference.py: this folder last on sys.path, so bench/profile.py does not stand in
-    # for the standard library's `profile`, which torch imports.
-    here = str(Path(__file__).resolve().parent)
-    if here in sys.path:
-        sys.path.remove(here)
-    sys.path.append(here)
+    look_here_last()
     args = parse_args(argv)
     try:
         import torch

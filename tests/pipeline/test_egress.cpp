@@ -144,6 +144,19 @@ std::vector<int> iota(int n) {
   return v;
 }
 
+// Submits batches 0..batches-1 and finishes; the message of the InputError that came out of it
+// ("" and a test failure when none did).
+std::string input_error_of_run(EgressPipeline& pipe, int batches) {
+  try {
+    for (int b = 0; b < batches; ++b) pipe.submit(b);
+    pipe.finish();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "the error was lost";
+  return "";
+}
+
 TEST(EgressPipeline, CommitsInBatchOrderWhateverTheWorkers) {
   for (bool async : {false, true})
     for (int workers : {0, 1, 2, 3, 8, 16})
@@ -201,13 +214,7 @@ TEST(EgressPipeline, AnErrorInProcessingReachesTheMainThread) {
         return [&committed, batch] { committed.push_back(batch); };
       };
       EgressPipeline pipe(3, workers, engine, process);
-      try {
-        for (int b = 0; b < 50; ++b) pipe.submit(b);
-        pipe.finish();
-        ADD_FAILURE() << "the error was lost";
-      } catch (const InputError& e) {
-        EXPECT_STREQ(e.what(), "disk full at batch 5");
-      }
+      EXPECT_EQ(input_error_of_run(pipe, 50), "disk full at batch 5");
       EXPECT_EQ(committed, iota(5)) << "nothing after the failed batch is committed";
     });
   }
@@ -228,13 +235,7 @@ TEST(EgressPipeline, TheEarliestFailedBatchIsTheErrorReported) {
       return [&committed, batch] { committed.push_back(batch); };
     };
     EgressPipeline pipe(4, 4, engine, process);
-    try {
-      for (int b = 0; b < 30; ++b) pipe.submit(b);
-      pipe.finish();
-      ADD_FAILURE() << "the error was lost";
-    } catch (const InputError& e) {
-      EXPECT_STREQ(e.what(), "batch 5 failed");
-    }
+    EXPECT_EQ(input_error_of_run(pipe, 30), "batch 5 failed");
     EXPECT_EQ(committed, iota(5));
   });
 }
