@@ -26,6 +26,7 @@ import math
 import os
 import sys
 import time
+import zlib
 from pathlib import Path
 
 from pytorch_reference import RUNGS, look_here_last, optimizer_step
@@ -52,7 +53,10 @@ def read_idx(path_base: Path, magic: int, dims: int) -> tuple[bytes, list[int]]:
     """An idx file (or its .gz): its payload and its dimensions; ValueError names the file."""
     path = path_base.with_name(path_base.name + ".gz")
     if path.exists():
-        raw = gzip.open(path).read()
+        try:
+            raw = gzip.open(path).read()
+        except (EOFError, gzip.BadGzipFile, zlib.error) as e:  # truncated or not gzip at all
+            raise ValueError(f"{path}: not a whole gzip file ({e})") from None
     else:
         path = path_base
         raw = path.read_bytes()

@@ -56,6 +56,18 @@ class IdxFiles(unittest.TestCase):
             write_idx(base.with_name(base.name + ".gz"), 0x801, (3,), b"\0\1\2")
             self.assertEqual(pt.read_idx(base, 0x801, 1), (b"\0\1\2", [3]))
 
+    def test_a_truncated_or_foreign_gz_names_the_file(self):
+        with tempfile.TemporaryDirectory() as d:
+            base = Path(d) / "t10k-images-idx3-ubyte"
+            gz = base.with_name(base.name + ".gz")
+            write_idx(gz, 0x803, (2, 28, 28), bytes(2 * 784))
+            gz.write_bytes(gz.read_bytes()[:30])
+            with self.assertRaisesRegex(ValueError, r"t10k-images-idx3-ubyte.gz: not a whole gzip file"):
+                pt.read_idx(base, 0x803, 3)
+            gz.write_bytes(b"plain text, not gzip")
+            with self.assertRaisesRegex(ValueError, r"t10k-images-idx3-ubyte.gz: not a whole gzip file"):
+                pt.read_idx(base, 0x803, 3)
+
     def test_a_missing_data_dir_says_what_to_install(self):
         with tempfile.TemporaryDirectory() as d:
             with self.assertRaisesRegex(ValueError, "install the Debian package dataset-fashion-mnist"):
