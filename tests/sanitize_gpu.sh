@@ -5,6 +5,13 @@
 #   synccheck (barriers used wrongly)                   every kernel    bin/train, bin/train-baseline
 #   racecheck (shared-memory races)                     our kernels     bin/train-baseline and
 #             bin/train-fp32-nhwc with --no-tf32; the GPU unit tests of our kernel families
+#   memcheck                                            every kernel    the GPU unit tests of the
+#             fused batch-norm patterns (training and inference) and of the networks that run them
+#
+# The training runs take --deterministic (the same algorithms every run, no search under the
+# sanitizer), and --deterministic runs every conv unfused (src/model/resnet50.h says why); so the
+# fused patterns, bin/train's and bin/predict's, are checked through their unit tests, which build
+# them with the heuristics' engines and no determinism asked.
 #
 # Why racecheck is run that way (compute-sanitizer 2025.3.1, driver 580.159.04, cuDNN 9.14, H100,
 # 2026-11-23): racecheck cannot run cuDNN's and cuBLAS's tensor-core kernels for Hopper. With every
@@ -49,6 +56,7 @@ RACECHECK_CLEAN="RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
 # The GPU unit tests of our kernel families, on more shapes than a training run has (partial tiles,
 # short last chunks); the conv and linear tests are left out: they run only library kernels.
 GPU_TESTS='*GpuBatchNorm*:*GpuPool*:*GpuSoftmaxXent*:GpuSgd*:GpuLossScale*:GpuNormalize*:GpuCast*'
+FUSED_TESTS='Shapes/FusedGpu*:FusedBnFinalize*:FusedParityGpu*:PredictGpu.BatchNormInTheConvEpiloguesGivesTheUnfusedLogits'
 failed=0
 
 # check NAME CLEAN_LINE -- sanitizer arguments and program: passes when the sanitizer printed
@@ -88,6 +96,7 @@ for bin in train-baseline train-fp32-nhwc; do
   check "racecheck-$bin" "$RACECHECK_CLEAN" -- "${RACECHECK[@]}" "$BIN/$bin" "${RUN[@]}" --no-tf32
 done
 check "racecheck-unit-tests" "$RACECHECK_CLEAN" -- "${RACECHECK[@]}" "$BIN/unit_tests" --gtest_filter="$GPU_TESTS" --gtest_brief=1
+check "memcheck-fused-unit-tests" "ERROR SUMMARY: 0 errors" -- --tool memcheck "$BIN/unit_tests" --gtest_filter="$FUSED_TESTS" --gtest_brief=1
 
 if [ $failed -ne 0 ]; then echo "sanitize-gpu: FAILED"; exit 1; fi
 echo "sanitize-gpu: passed, no reports"

@@ -7,6 +7,12 @@
 //   DgradDreluDbn   g = dgrad(dy, w) * (bn(x) > 0); dgamma, dbeta and the coefficients of
 //                   dx = eq_dy * g + eq_x * x + eq_b                   (ReLU and BN backward on write)
 //
+// and, for inference (bin/predict), where a BN's coefficients come from its running statistics and
+// so are known before the conv runs, the BN applied in the conv's epilogue:
+//   ConvBn          y = conv(x) * s + b                 (the projection shortcut)
+//   ConvBnRelu      y = relu(conv(x) * s + b)
+//   ConvBnAddRelu   y = relu(conv(x) * s + b + z)       (the residual join, z the shortcut)
+//
 // cuDNN decides at run time which of these it can run for a shape, type and GPU; a pattern it
 // refuses is reported by ok()/why() and never throws, so the network falls back layer by layer to
 // the plain convolution and our own batch-norm kernels (kernels/batchnorm.cu). Finalizing the
@@ -23,8 +29,10 @@
 #include "core/memory.h"
 #include "model/conv.h"
 
-enum class FusedPattern { ConvStats, SbrConvStats, SbrWgrad, DgradDreluDbn };
+enum class FusedPattern { ConvStats, SbrConvStats, SbrWgrad, DgradDreluDbn, ConvBn, ConvBnRelu, ConvBnAddRelu };
 const char* fused_pattern_name(FusedPattern p);
+// Patterns that read a per-channel scale and bias: the prologue's (training) or the epilogue's (inference).
+bool has_scale_bias(FusedPattern p);
 
 struct FusedOptions {
   DType io = DType::F16;      // activations and filters
@@ -41,8 +49,9 @@ struct FusedArgs {
   void* y = nullptr;             // conv output (forward)
   const void* dy = nullptr;      // gradient of the conv output (wgrad, dgrad)
   void* dw = nullptr;            // filter gradient (wgrad)
-  const void* scale = nullptr;   // per-channel s, b of the prologue, in scale_type()
+  const void* scale = nullptr;   // per-channel s, b of the prologue or the epilogue, in scale_type()
   const void* bias = nullptr;
+  const void* z = nullptr;       // ConvBnAddRelu: the residual added before the ReLU (io type, y's shape)
   float* sum = nullptr;          // per-channel statistics of y (forward), fp32
   float* sqsum = nullptr;
   const float* mean = nullptr;   // dgrad: the BN's batch mean, 1/std, gamma, beta
@@ -106,6 +115,9 @@ class FusedConv {
  private:
   struct Graph;
   bool try_build(cudnnHandle_t h, DType scale_type, DType intermediate);
+  // The pattern's tensors and operations into `gr` (throws Fatal where cuDNN refuses a node).
+  void add_training_ops(Graph& gr, cudnnDataType_t scale_type, cudnnDataType_t intermediate) const;
+  void add_epilogue_ops(Graph& gr, cudnnDataType_t scale_type, cudnnDataType_t intermediate) const;
   std::vector<int64_t> uids() const;
   // Every tensor the pattern has, in scratch memory filled with non-zero bytes, for measuring.
   FusedArgs scratch_args(DeviceBuffer& scratch) const;

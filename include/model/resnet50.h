@@ -31,7 +31,9 @@ struct NetConfig {
   int classes = 10;
   int image_side = 32;  // a multiple of 8: the stages run at side, side/2, side/4, side/8
   // Batch norm fused into the convolutions where cuDNN accepts the patterns (model/fused_conv.h):
-  // statistics from the conv that writes a tensor, scale/bias + ReLU applied as the next conv reads it.
+  // statistics from the conv that writes a tensor, scale/bias + ReLU applied as the next conv reads it;
+  // with `inference`, each BN (running statistics), the residual add and the ReLU in the epilogue of
+  // the conv before it.
   bool fused_bn = false;
   // Forward with running statistics only (bin/predict): no gradient, momentum or backward buffers
   // are allocated, and training calls (forward(x, true), a loss with gradients, backward) throw.
@@ -120,12 +122,17 @@ class ResNet50 {
   // (cuDNN 9.14): two runs of the fused build differ in their first loss even with engines cuDNN
   // does not mark non-deterministic, so --deterministic keeps every conv unfused.
   bool fused() const { return cfg_.fused_bn && !cfg_.conv.deterministic; }
+  bool fused_inference() const { return fused() && cfg_.inference; }
   size_t build_fusion();
+  void allocate_fused_state();
   void fused_block_forward(Block& b, const void* in, bool train);
   void fused_block_backward(Block& b, const void* in);
   void fused_conv_stats(ConvUnit& c, const void* x, void* y, Bn& bn, Shape4 s, bool train, const Bn* prologue,
                         void* y_prev, Shape4 s_prev);
   void fused_inner_backward(ConvUnit& c, const void* x, Bn& bn, void* y_in, Shape4 s_in, void* dy, void* dx);
+  // Inference: y = relu?(bn(conv(x)) + z?), with the BN in the conv's epilogue where it was chosen.
+  void inference_conv(ConvUnit& c, const void* x, void* y, Bn& bn, Shape4 s, bool relu, const void* z);
+  void inference_block_forward(Block& b, const void* in);
 
   NetConfig cfg_;
   GpuContext& ctx_;

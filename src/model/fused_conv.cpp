@@ -15,7 +15,7 @@ namespace {
 // Tensor ids by role; the virtual tensors inside a pattern count up from kVirtual.
 enum Uid : int64_t {
   kX = 1, kW, kY, kDy, kDw, kScale, kBias, kSum, kSqSum, kMean, kInvstd, kGamma, kBeta, kG, kDgamma, kDbeta,
-  kEqDy, kEqX, kEqB, kVirtual = 100
+  kEqDy, kEqX, kEqB, kZ, kVirtual = 100
 };
 constexpr size_t kMeasuredCandidates = 4;  // how many of the heuristics' first acceptable engines are timed
 constexpr int kTimedRuns = 3;
@@ -70,8 +70,15 @@ const char* fused_pattern_name(FusedPattern p) {
     case FusedPattern::ConvStats: return "conv + statistics";
     case FusedPattern::SbrConvStats: return "scale-bias-ReLU + conv + statistics";
     case FusedPattern::SbrWgrad: return "scale-bias-ReLU + weight gradient";
-    default: return "data gradient + ReLU backward + BN backward weights";
+    case FusedPattern::DgradDreluDbn: return "data gradient + ReLU backward + BN backward weights";
+    case FusedPattern::ConvBn: return "conv + BN";
+    case FusedPattern::ConvBnRelu: return "conv + BN + ReLU";
+    default: return "conv + BN + residual add + ReLU";
   }
+}
+
+bool has_scale_bias(FusedPattern p) {
+  return p != FusedPattern::ConvStats && p != FusedPattern::DgradDreluDbn;
 }
 
 bool run_fused(const PatternCost& c) {
@@ -143,10 +150,9 @@ FusedConv::FusedConv(cudnnHandle_t h, FusedPattern p, const ConvGeometry& g, con
   // (no rounding of BN's per-channel coefficients), then the activation type as the cudnn-frontend
   // samples of these patterns use.
   const DType io = o.io;
-  const bool has_scale = p == FusedPattern::SbrConvStats || p == FusedPattern::SbrWgrad;
   const std::pair<DType, DType> tries[] = {{DType::F32, DType::F32}, {io, DType::F32}, {DType::F32, io}, {io, io}};
   for (const auto& [scale, inter] : tries) {
-    if (!has_scale && scale != DType::F32) continue;  // nothing to type
+    if (!has_scale_bias(p) && scale != DType::F32) continue;  // nothing to type
     if (p == FusedPattern::ConvStats && inter != DType::F32) continue;  // no intermediate tensors either
     if (try_build(h, scale, inter)) return;
   }
@@ -154,10 +160,8 @@ FusedConv::FusedConv(cudnnHandle_t h, FusedPattern p, const ConvGeometry& g, con
 
 FusedConv::~FusedConv() = default;
 
-// Long (about 140 lines) for a reason: it is one cuDNN operation graph written out node by node,
-// then the choice of its engine, and the nodes refer to each other by reference into `gr`. Splitting
-// it by pattern is the next clean-up; it was measured on the H100 as it stands, so it was left whole
-// until a GPU run can check the split.
+// One try at a scale/bias type and an intermediate type: the operation graph, then the choice of
+// its engine (the fastest of the first few the heuristics offer, when measuring).
 bool FusedConv::try_build(cudnnHandle_t h, DType scale_type, DType intermediate) {
   // Keep the (so far) first reason: later tries usually fail for the same one.
   auto refuse = [&](const std::string& why) {
@@ -166,86 +170,12 @@ bool FusedConv::try_build(cudnnHandle_t h, DType scale_type, DType intermediate)
     return false;
   };
   auto gr = std::make_unique<Graph>();
-  const cudnnDataType_t io = cudnn_type(o_.io), sb = cudnn_type(scale_type), inter = cudnn_type(intermediate);
-  const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
-  const Layout l = o_.layout;
-  const std::array<int64_t, 4> in{g_.n, g_.c, g_.h, g_.w}, out{g_.n, g_.k, g_.out_h(), g_.out_w()},
-      filt{g_.k, g_.c, g_.r, g_.r}, cin{1, g_.c, 1, 1}, cout{1, g_.k, 1, 1};
-  const bool prologue = pattern_ == FusedPattern::SbrConvStats || pattern_ == FusedPattern::SbrWgrad;
+  const cudnnDataType_t sb = cudnn_type(scale_type), inter = cudnn_type(intermediate);
+  const bool epilogue = pattern_ == FusedPattern::ConvBn || pattern_ == FusedPattern::ConvBnRelu ||
+                        pattern_ == FusedPattern::ConvBnAddRelu;
   try {
-    const Backend& conv = gr->add(convolution_descriptor(g_.stride, g_.pad));
-    // The conv's input: x itself, or relu(x * s + b) computed as it is read.
-    const Backend* conv_in = nullptr;
-    if (pattern_ != FusedPattern::DgradDreluDbn) {
-      const Backend& x = gr->tensor(kX, io, in, l);
-      conv_in = &x;
-      if (prologue) {
-        const Backend& s = gr->tensor(kScale, sb, cin, l);
-        const Backend& b = gr->tensor(kBias, sb, cin, l);
-        const Backend &xs = gr->virtual_tensor(inter, in, l), &xb = gr->virtual_tensor(inter, in, l),
-                      &xr = gr->virtual_tensor(inter, in, l);
-        const Backend& mul = gr->add(pointwise_desc(CUDNN_POINTWISE_MUL));
-        const Backend& add = gr->add(pointwise_desc(CUDNN_POINTWISE_ADD));
-        const Backend& relu = gr->add(pointwise_desc(CUDNN_POINTWISE_RELU_FWD));
-        gr->op(pointwise_op(mul, x, &s, xs));
-        gr->op(pointwise_op(add, xs, &b, xb));
-        gr->op(pointwise_op(relu, xb, nullptr, xr));
-        conv_in = &xr;
-      }
-    }
-    if (pattern_ == FusedPattern::ConvStats || pattern_ == FusedPattern::SbrConvStats) {
-      const Backend& w = gr->tensor(kW, io, filt, l);
-      const Backend& y = gr->tensor(kY, io, out, l);
-      const Backend& sum = gr->tensor(kSum, f32, cout, l);
-      const Backend& sqsum = gr->tensor(kSqSum, f32, cout, l);
-      gr->op(convolution_op(ConvDirection::Forward, *conv_in, w, y, conv));
-      gr->op(genstats_op(y, sum, sqsum, io));
-    } else if (pattern_ == FusedPattern::SbrWgrad) {
-      const Backend& dy = gr->tensor(kDy, io, out, l);
-      const Backend& dw = gr->tensor(kDw, io, filt, l);
-      gr->op(convolution_op(ConvDirection::BackwardFilter, *conv_in, dw, dy, conv));
-    } else {  // DgradDreluDbn: bn(x) recomputed from x, then ReLU backward and BN backward weights
-      const Backend& dy = gr->tensor(kDy, io, out, l);
-      const Backend& w = gr->tensor(kW, io, filt, l);
-      const Backend& dx = gr->virtual_tensor(inter, in, l);
-      gr->op(convolution_op(ConvDirection::BackwardData, dx, w, dy, conv));
-      const Backend& x = gr->tensor(kX, io, in, l);
-      const Backend& mean = gr->tensor(kMean, f32, cin, l);
-      const Backend& invstd = gr->tensor(kInvstd, f32, cin, l);
-      const Backend& gamma = gr->tensor(kGamma, f32, cin, l);
-      const Backend& beta = gr->tensor(kBeta, f32, cin, l);
-      const Backend &xm = gr->virtual_tensor(inter, in, l), &xn = gr->virtual_tensor(inter, in, l),
-                    &xg = gr->virtual_tensor(inter, in, l), &xb = gr->virtual_tensor(inter, in, l);
-      const Backend& sub = gr->add(pointwise_desc(CUDNN_POINTWISE_SUB));
-      const Backend& mul = gr->add(pointwise_desc(CUDNN_POINTWISE_MUL));
-      const Backend& add = gr->add(pointwise_desc(CUDNN_POINTWISE_ADD));
-      const Backend& drelu = gr->add(pointwise_desc(CUDNN_POINTWISE_RELU_BWD));
-      gr->op(pointwise_op(sub, x, &mean, xm));
-      gr->op(pointwise_op(mul, xm, &invstd, xn));
-      gr->op(pointwise_op(mul, xn, &gamma, xg));
-      gr->op(pointwise_op(add, xg, &beta, xb));
-      const Backend& g = gr->tensor(kG, io, in, l);
-      gr->op(relu_backward_op(drelu, dx, xb, g));
-      const Backend& dgamma = gr->tensor(kDgamma, f32, cin, l);
-      const Backend& dbeta = gr->tensor(kDbeta, f32, cin, l);
-      const Backend& eq_dy = gr->tensor(kEqDy, f32, cin, l);
-      const Backend& eq_x = gr->tensor(kEqX, f32, cin, l);
-      const Backend& eq_b = gr->tensor(kEqB, f32, cin, l);
-      Backend op(CUDNN_BACKEND_OPERATION_BN_BWD_WEIGHTS_DESCRIPTOR);
-      op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, &f32);
-      op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_X_DESC, x);
-      op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DY_DESC, g);
-      op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MEAN_DESC, mean);
-      op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_INVSTD_DESC, invstd);
-      op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_BN_SCALE_DESC, gamma);
-      op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_SCALE_DESC, dgamma);
-      op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_BIAS_DESC, dbeta);
-      op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_DY_SCALE_DESC, eq_dy);
-      op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_X_SCALE_DESC, eq_x);
-      op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_BIAS, eq_b);
-      op.finalize();
-      gr->op(std::move(op));
-    }
+    if (epilogue) add_epilogue_ops(*gr, sb, inter);
+    else add_training_ops(*gr, sb, inter);
     gr->graph = operation_graph(h, gr->ops);
   } catch (const Fatal& e) {
     return refuse(std::string("cuDNN refused the operation graph: ") + e.what());
@@ -299,6 +229,129 @@ bool FusedConv::try_build(cudnnHandle_t h, DType scale_type, DType intermediate)
   return true;
 }
 
+// The training patterns: the conv's input read through the previous BN (SbrConvStats, SbrWgrad),
+// statistics of its output (ConvStats, SbrConvStats), or the data gradient with the ReLU and BN
+// backward in its epilogue (DgradDreluDbn).
+void FusedConv::add_training_ops(Graph& gr, cudnnDataType_t sb, cudnnDataType_t inter) const {
+  const cudnnDataType_t io = cudnn_type(o_.io), f32 = CUDNN_DATA_FLOAT;
+  const Layout l = o_.layout;
+  const std::array<int64_t, 4> in{g_.n, g_.c, g_.h, g_.w}, out{g_.n, g_.k, g_.out_h(), g_.out_w()},
+      filt{g_.k, g_.c, g_.r, g_.r}, cin{1, g_.c, 1, 1}, cout{1, g_.k, 1, 1};
+  const bool prologue = pattern_ == FusedPattern::SbrConvStats || pattern_ == FusedPattern::SbrWgrad;
+  const Backend& conv = gr.add(convolution_descriptor(g_.stride, g_.pad));
+  // The conv's input: x itself, or relu(x * s + b) computed as it is read.
+  const Backend* conv_in = nullptr;
+  if (pattern_ != FusedPattern::DgradDreluDbn) {
+    const Backend& x = gr.tensor(kX, io, in, l);
+    conv_in = &x;
+    if (prologue) {
+      const Backend& s = gr.tensor(kScale, sb, cin, l);
+      const Backend& b = gr.tensor(kBias, sb, cin, l);
+      const Backend &xs = gr.virtual_tensor(inter, in, l), &xb = gr.virtual_tensor(inter, in, l),
+                    &xr = gr.virtual_tensor(inter, in, l);
+      const Backend& mul = gr.add(pointwise_desc(CUDNN_POINTWISE_MUL));
+      const Backend& add = gr.add(pointwise_desc(CUDNN_POINTWISE_ADD));
+      const Backend& relu = gr.add(pointwise_desc(CUDNN_POINTWISE_RELU_FWD));
+      gr.op(pointwise_op(mul, x, &s, xs));
+      gr.op(pointwise_op(add, xs, &b, xb));
+      gr.op(pointwise_op(relu, xb, nullptr, xr));
+      conv_in = &xr;
+    }
+  }
+  if (pattern_ == FusedPattern::ConvStats || pattern_ == FusedPattern::SbrConvStats) {
+    const Backend& w = gr.tensor(kW, io, filt, l);
+    const Backend& y = gr.tensor(kY, io, out, l);
+    const Backend& sum = gr.tensor(kSum, f32, cout, l);
+    const Backend& sqsum = gr.tensor(kSqSum, f32, cout, l);
+    gr.op(convolution_op(ConvDirection::Forward, *conv_in, w, y, conv));
+    gr.op(genstats_op(y, sum, sqsum, io));
+  } else if (pattern_ == FusedPattern::SbrWgrad) {
+    const Backend& dy = gr.tensor(kDy, io, out, l);
+    const Backend& dw = gr.tensor(kDw, io, filt, l);
+    gr.op(convolution_op(ConvDirection::BackwardFilter, *conv_in, dw, dy, conv));
+  } else {  // DgradDreluDbn: bn(x) recomputed from x, then ReLU backward and BN backward weights
+    const Backend& dy = gr.tensor(kDy, io, out, l);
+    const Backend& w = gr.tensor(kW, io, filt, l);
+    const Backend& dx = gr.virtual_tensor(inter, in, l);
+    gr.op(convolution_op(ConvDirection::BackwardData, dx, w, dy, conv));
+    const Backend& x = gr.tensor(kX, io, in, l);
+    const Backend& mean = gr.tensor(kMean, f32, cin, l);
+    const Backend& invstd = gr.tensor(kInvstd, f32, cin, l);
+    const Backend& gamma = gr.tensor(kGamma, f32, cin, l);
+    const Backend& beta = gr.tensor(kBeta, f32, cin, l);
+    const Backend &xm = gr.virtual_tensor(inter, in, l), &xn = gr.virtual_tensor(inter, in, l),
+                  &xg = gr.virtual_tensor(inter, in, l), &xb = gr.virtual_tensor(inter, in, l);
+    const Backend& sub = gr.add(pointwise_desc(CUDNN_POINTWISE_SUB));
+    const Backend& mul = gr.add(pointwise_desc(CUDNN_POINTWISE_MUL));
+    const Backend& add = gr.add(pointwise_desc(CUDNN_POINTWISE_ADD));
+    const Backend& drelu = gr.add(pointwise_desc(CUDNN_POINTWISE_RELU_BWD));
+    gr.op(pointwise_op(sub, x, &mean, xm));
+    gr.op(pointwise_op(mul, xm, &invstd, xn));
+    gr.op(pointwise_op(mul, xn, &gamma, xg));
+    gr.op(pointwise_op(add, xg, &beta, xb));
+    const Backend& g = gr.tensor(kG, io, in, l);
+    gr.op(relu_backward_op(drelu, dx, xb, g));
+    const Backend& dgamma = gr.tensor(kDgamma, f32, cin, l);
+    const Backend& dbeta = gr.tensor(kDbeta, f32, cin, l);
+    const Backend& eq_dy = gr.tensor(kEqDy, f32, cin, l);
+    const Backend& eq_x = gr.tensor(kEqX, f32, cin, l);
+    const Backend& eq_b = gr.tensor(kEqB, f32, cin, l);
+    Backend op(CUDNN_BACKEND_OPERATION_BN_BWD_WEIGHTS_DESCRIPTOR);
+    op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, &f32);
+    op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_X_DESC, x);
+    op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DY_DESC, g);
+    op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MEAN_DESC, mean);
+    op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_INVSTD_DESC, invstd);
+    op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_BN_SCALE_DESC, gamma);
+    op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_SCALE_DESC, dgamma);
+    op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_BIAS_DESC, dbeta);
+    op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_DY_SCALE_DESC, eq_dy);
+    op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_X_SCALE_DESC, eq_x);
+    op.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_BIAS, eq_b);
+    op.finalize();
+    gr.op(std::move(op));
+  }
+}
+
+// The inference patterns: conv, then the BN's running-statistics scale and bias, the residual and
+// the ReLU applied to each output value before it is written (y is the only tensor stored).
+void FusedConv::add_epilogue_ops(Graph& gr, cudnnDataType_t sb, cudnnDataType_t inter) const {
+  const cudnnDataType_t io = cudnn_type(o_.io);
+  const Layout l = o_.layout;
+  const std::array<int64_t, 4> in{g_.n, g_.c, g_.h, g_.w}, out{g_.n, g_.k, g_.out_h(), g_.out_w()},
+      filt{g_.k, g_.c, g_.r, g_.r}, cout{1, g_.k, 1, 1};
+  const bool add_z = pattern_ == FusedPattern::ConvBnAddRelu, relu = pattern_ != FusedPattern::ConvBn;
+  const Backend& conv = gr.add(convolution_descriptor(g_.stride, g_.pad));
+  const Backend& x = gr.tensor(kX, io, in, l);
+  const Backend& w = gr.tensor(kW, io, filt, l);
+  const Backend& s = gr.tensor(kScale, sb, cout, l);
+  const Backend& b = gr.tensor(kBias, sb, cout, l);
+  const Backend* z = add_z ? &gr.tensor(kZ, io, out, l) : nullptr;
+  // Each step's output: y where it is the last step, else a virtual tensor.
+  const int steps = 2 + add_z + relu;
+  int step = 0;
+  auto next = [&]() -> const Backend& {
+    return ++step == steps ? gr.tensor(kY, io, out, l) : gr.virtual_tensor(inter, out, l);
+  };
+  const Backend& c = gr.virtual_tensor(inter, out, l);
+  gr.op(convolution_op(ConvDirection::Forward, x, w, c, conv));
+  const Backend& mul = gr.add(pointwise_desc(CUDNN_POINTWISE_MUL));
+  const Backend& add = gr.add(pointwise_desc(CUDNN_POINTWISE_ADD));
+  const Backend& cs = next();
+  gr.op(pointwise_op(mul, c, &s, cs));
+  const Backend* last = &next();
+  gr.op(pointwise_op(add, cs, &b, *last));
+  if (add_z) {
+    const Backend& sum = next();
+    gr.op(pointwise_op(add, *last, z, sum));
+    last = &sum;
+  }
+  if (relu) {
+    const Backend& mode = gr.add(pointwise_desc(CUDNN_POINTWISE_RELU_FWD));
+    gr.op(pointwise_op(mode, *last, nullptr, next()));
+  }
+}
+
 std::vector<int64_t> FusedConv::uids() const {
   std::vector<int64_t> u;
   for (Uid x : graph_->uids) u.push_back(x);
@@ -308,8 +361,10 @@ std::vector<int64_t> FusedConv::uids() const {
 FusedArgs FusedConv::scratch_args(DeviceBuffer& scratch) const {
   const size_t es = dtype_size(o_.io);
   const size_t in = g_.input().count() * es, out = g_.output().count() * es, filt = g_.filter_count() * es;
-  const size_t vc = size_t(g_.c) * 4, vk = size_t(g_.k) * 4;
-  const size_t sizes[] = {in, filt, out, out, filt, vc, vc, vk, vk, vc, vc, vc, vc, in, vc, vc, vc, vc, vc};
+  // Per-channel vectors of the input's channels or (the epilogue's scale and bias) the output's.
+  const size_t vc = size_t(g_.c) * 4, vk = size_t(g_.k) * 4, vs = std::max(vc, vk);
+  const size_t sizes[] = {in, filt, out, out, filt, vs, vs, vk, vk, vc, vc, vc, vc, in, vc, vc, vc, vc, vc, out};
+  constexpr int kTensors = sizeof(sizes) / sizeof(sizes[0]);
   auto round_up = [](size_t b) { return (b + 255) / 256 * 256; };
   size_t total = 0;
   for (size_t b : sizes) total += round_up(b);
@@ -317,8 +372,8 @@ FusedArgs FusedConv::scratch_args(DeviceBuffer& scratch) const {
   // Non-zero data, never zeros (0x3C bytes: about 1.06 in fp16, 0.0115 in fp32).
   CUDA_CHECK(cudaMemset(scratch.get(), 0x3C, total));
   char* p = scratch.as<char>();
-  void* at[19];
-  for (int i = 0; i < 19; ++i) at[i] = p, p += round_up(sizes[i]);
+  void* at[kTensors];
+  for (int i = 0; i < kTensors; ++i) at[i] = p, p += round_up(sizes[i]);
   FusedArgs a;
   a.x = at[0], a.w = at[1], a.y = at[2], a.dy = at[3], a.dw = at[4], a.scale = at[5], a.bias = at[6];
   a.sum = static_cast<float*>(at[7]), a.sqsum = static_cast<float*>(at[8]);
@@ -326,6 +381,7 @@ FusedArgs FusedConv::scratch_args(DeviceBuffer& scratch) const {
   a.gamma = static_cast<float*>(at[11]), a.beta = static_cast<float*>(at[12]), a.g = at[13];
   a.dgamma = static_cast<float*>(at[14]), a.dbeta = static_cast<float*>(at[15]);
   a.eq_dy = static_cast<float*>(at[16]), a.eq_x = static_cast<float*>(at[17]), a.eq_b = static_cast<float*>(at[18]);
+  a.z = at[19];
   return a;
 }
 
@@ -350,6 +406,7 @@ const void* FusedConv::pointer_of(int64_t uid, const FusedArgs& a) const {
     case kEqDy: return a.eq_dy;
     case kEqX: return a.eq_x;
     case kEqB: return a.eq_b;
+    case kZ: return a.z;
     default: return nullptr;
   }
 }

@@ -279,6 +279,7 @@ void ResNet50::bn_forward(Bn& bn, const void* x, Shape4 s, bool train) {
 }
 
 void ResNet50::block_forward(Block& b, const void* in, bool train) {
+  if (fused_inference()) return inference_block_forward(b, in);
   if (fused()) return fused_block_forward(b, in, train);
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
@@ -308,11 +309,15 @@ void ResNet50::forward(const void* images, bool train) {
   if (train && cfg_.inference) throw Fatal("ResNet50: training forward on a network built for inference");
   images_ = images;
   const Shape4 stem{cfg_.batch, 64, cfg_.image_side, cfg_.image_side};
-  conv_forward(*stem_conv_, images, stem_a_.get());
-  bn_forward(*stem_bn_, stem_a_.get(), stem, train);
-  bn_apply({stem_a_.get(), stem_bn_->st.scale, stem_bn_->st.shift, Residual::None, nullptr, nullptr, nullptr, true,
-            stem_y_.get()},
-           stem, cfg_.dtype, cfg_.layout, ctx_.stream);
+  if (fused_inference()) {
+    inference_conv(*stem_conv_, images, stem_y_.get(), *stem_bn_, stem, true, nullptr);
+  } else {
+    conv_forward(*stem_conv_, images, stem_a_.get());
+    bn_forward(*stem_bn_, stem_a_.get(), stem, train);
+    bn_apply({stem_a_.get(), stem_bn_->st.scale, stem_bn_->st.shift, Residual::None, nullptr, nullptr, nullptr, true,
+              stem_y_.get()},
+             stem, cfg_.dtype, cfg_.layout, ctx_.stream);
+  }
   const void* cur = stem_y_.get();
   for (auto& b : blocks_) {
     block_forward(*b, cur, train);

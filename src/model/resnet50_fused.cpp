@@ -9,11 +9,16 @@
 //             BN output recomputed as they read (SbrWgrad) and their data gradient with the ReLU and
 //             BN backward weights in its epilogue (DgradDreluDbn), after which one elementwise pass
 //             of ours applies dx = eq_dy * g + eq_x * x + eq_b.
+//   inference the BN's coefficients come from its running statistics, known before the conv runs:
+//             every conv (the stem's too) applies its BN, the ReLU and at conv3 the residual in its
+//             epilogue (ConvBnRelu, ConvBn, ConvBnAddRelu), so no BN pass of ours remains.
 // A pattern cuDNN refused for a conv runs as the plain conv and our BN kernels instead (unfused,
 // as src/model/resnet50.cpp runs every block), storing y1/y2 where that needs them.
 #include <algorithm>
 #include <initializer_list>
 #include <map>
+#include <string>
+#include <vector>
 #include <tuple>
 
 #include "core/check.h"
@@ -24,9 +29,9 @@ namespace {
 
 bool usable(const std::shared_ptr<FusedConv>& f) { return f && f->ok(); }
 
-// The prologue's scale and bias: bn's coefficients in the type the pattern's engine takes.
+// The prologue's or epilogue's scale and bias: bn's coefficients in the type the pattern's engine takes.
 template <class Bn>
-void set_prologue(FusedArgs& a, const FusedConv& f, const Bn& bn) {
+void set_coefficients(FusedArgs& a, const FusedConv& f, const Bn& bn) {
   const bool half = f.scale_type() == DType::F16;
   a.scale = half ? bn.scale_h : bn.st.scale;
   a.bias = half ? bn.shift_h : bn.st.shift;
@@ -43,7 +48,7 @@ bool needs_stored_input(const std::shared_ptr<FusedConv>& fwd, const std::shared
 // The time of one pass of our BN kernels at a shape, measured on scratch memory: what a fused
 // pattern saves (or, for the data gradient, what it adds). -1 when not measuring.
 namespace {
-enum class BnPass { Apply, Stats, Backward, DxApply };
+enum class BnPass { Apply, ApplyAdd, Stats, Backward, DxApply };
 
 float total_ms(std::initializer_list<float> parts) {
   float t = 0;
@@ -53,66 +58,83 @@ float total_ms(std::initializer_list<float> parts) {
   }
   return t;
 }
+
+class BnPassTimer {
+ public:
+  // Scratch: two activations of `largest` elements and one BN's vectors; `bn_scratch` is the
+  // network's BN partial sums (training only: the statistics passes need it).
+  BnPassTimer(bool measure, size_t largest, DType t, Layout l, float* bn_scratch, cudaStream_t stream)
+      : measure_(measure), t_(t), l_(l), bn_scratch_(bn_scratch), stream_(stream) {
+    if (!measure) return;
+    const size_t es = dtype_size(t);
+    tx_ = DeviceBuffer(largest * es, "fusion timing");
+    ty_ = DeviceBuffer(largest * es, "fusion timing");
+    tv_ = DeviceBuffer(9 * kWidest * sizeof(float), "fusion timing");
+    for (DeviceBuffer* d : {&tx_, &ty_, &tv_}) CUDA_CHECK(cudaMemset(d->get(), 0x3C, d->bytes()));
+    float* v = tv_.as<float>();
+    bn_ = {v, v + kWidest, v + 2 * kWidest, v + 3 * kWidest, v + 4 * kWidest, v + 5 * kWidest, v + 6 * kWidest,
+           v + 7 * kWidest, v + 8 * kWidest};
+  }
+
+  float operator()(BnPass p, Shape4 s) {
+    if (!measure_) return -1;
+    float& ms = ms_[{p, s.count() * 65536 + s.c}];
+    if (ms > 0) return ms;
+    ms = fastest_ms(stream_, 3, [&] { run(p, s); });
+    return ms;
+  }
+
+ private:
+  static constexpr size_t kWidest = 2048;  // channels
+  void run(BnPass p, Shape4 s) {
+    void *x = tx_.get(), *y = ty_.get();
+    switch (p) {
+      case BnPass::Apply:
+        bn_apply({x, bn_.scale, bn_.shift, Residual::None, nullptr, nullptr, nullptr, true, y}, s, t_, l_, stream_);
+        break;
+      case BnPass::ApplyAdd:
+        bn_apply({x, bn_.scale, bn_.shift, Residual::Tensor, x, nullptr, nullptr, true, y}, s, t_, l_, stream_);
+        break;
+      case BnPass::Stats: bn_forward_train_stats(x, s, t_, l_, bn_, bn_scratch_, stream_); break;
+      case BnPass::Backward: {
+        BnBackwardArgs a{};
+        a.dy = x;
+        a.relu = ReluMask::FromInput;
+        a.x = x;
+        a.bn = &bn_;
+        a.dgamma = bn_.save_mean;
+        a.dbeta = bn_.save_invstd;
+        a.dx = y;
+        bn_backward(a, s, t_, l_, bn_scratch_, stream_);
+        break;
+      }
+      case BnPass::DxApply:
+        bn_apply({x, bn_.scale, bn_.shift, Residual::BatchNorm, x, bn_.scale, bn_.shift, false, y}, s, t_, l_, stream_);
+        break;
+    }
+  }
+  bool measure_;
+  DType t_;
+  Layout l_;
+  float* bn_scratch_;
+  cudaStream_t stream_;
+  DeviceBuffer tx_, ty_, tv_;
+  BnChannelState bn_{};
+  std::map<std::pair<BnPass, size_t>, float> ms_;
+};
 }  // namespace
 
 // Tries every pattern each conv needs (one FusedConv per pattern and shape, shared by the convs of
 // that shape) and keeps it where cuDNN accepts it and, when autotuning, where it measures no slower
 // than the plain conv with the BN passes it saves; then gives each BN its fused state and each
 // block the buffers its unfused convs need. Returns the largest workspace a fused plan needs.
-// Long (about 120 lines): the three steps share the per-shape plan table and the timing scratch; like
-// FusedConv::try_build it is left whole until a GPU run can check a split.
 size_t ResNet50::build_fusion() {
   const bool measure = cfg_.conv.policy == AlgoPolicy::Autotune;
   const FusedOptions o{cfg_.dtype, cfg_.layout, cfg_.conv.deterministic, cfg_.conv.workspace_limit, measure};
-  const DType t = cfg_.dtype;
-  const Layout l = cfg_.layout;
-  const size_t es = dtype_size(t);
-
-  // Scratch for timing our BN passes: two activations of the largest shape and one BN's vectors.
-  size_t largest = 0;
+  const Shape4 stem{cfg_.batch, 64, cfg_.image_side, cfg_.image_side};
+  size_t largest = stem.count();
   for (const auto& b : blocks_) largest = std::max({largest, b->mid1.count(), b->mid2.count(), b->out.count()});
-  DeviceBuffer tx, ty, tv;
-  BnChannelState tbn{};
-  if (measure) {
-    tx = DeviceBuffer(largest * es, "fusion timing");
-    ty = DeviceBuffer(largest * es, "fusion timing");
-    tv = DeviceBuffer(9 * 2048 * sizeof(float), "fusion timing");
-    for (DeviceBuffer* d : {&tx, &ty, &tv}) CUDA_CHECK(cudaMemset(d->get(), 0x3C, d->bytes()));
-    float* v = tv.as<float>();
-    tbn = {v, v + 2048, v + 2 * 2048, v + 3 * 2048, v + 4 * 2048, v + 5 * 2048, v + 6 * 2048, v + 7 * 2048, v + 8 * 2048};
-  }
-  std::map<std::pair<BnPass, size_t>, float> pass_ms;
-  auto pass = [&](BnPass p, Shape4 s) -> float {
-    if (!measure) return -1;
-    float& ms = pass_ms[{p, s.count() * 65536 + s.c}];
-    if (ms > 0) return ms;
-    ms = fastest_ms(ctx_.stream, 3, [&] {
-      switch (p) {
-        case BnPass::Apply:
-          bn_apply({tx.get(), tbn.scale, tbn.shift, Residual::None, nullptr, nullptr, nullptr, true, ty.get()}, s, t, l,
-                   ctx_.stream);
-          break;
-        case BnPass::Stats: bn_forward_train_stats(tx.get(), s, t, l, tbn, bn_scratch_.as<float>(), ctx_.stream); break;
-        case BnPass::Backward: {
-          BnBackwardArgs a{};
-          a.dy = tx.get();
-          a.relu = ReluMask::FromInput;
-          a.x = tx.get();
-          a.bn = &tbn;
-          a.dgamma = tbn.save_mean;
-          a.dbeta = tbn.save_invstd;
-          a.dx = ty.get();
-          bn_backward(a, s, t, l, bn_scratch_.as<float>(), ctx_.stream);
-          break;
-        }
-        case BnPass::DxApply:
-          bn_apply({tx.get(), tbn.scale, tbn.shift, Residual::BatchNorm, tx.get(), tbn.scale, tbn.shift, false, ty.get()},
-                   s, t, l, ctx_.stream);
-          break;
-      }
-    });
-    return ms;
-  };
+  BnPassTimer pass(measure, largest, cfg_.dtype, cfg_.layout, bn_scratch_.as<float>(), ctx_.stream);
 
   std::map<std::string, std::shared_ptr<FusedConv>> made;
   size_t ws = 0;
@@ -129,61 +151,92 @@ size_t ResNet50::build_fusion() {
       return nullptr;
     }
     ++fusion_report_.fused;
-    const bool has_scale = p == FusedPattern::SbrConvStats || p == FusedPattern::SbrWgrad;
-    fusion_report_.half_coefficients += has_scale && f->scale_type() == DType::F16;
+    fusion_report_.half_coefficients += has_scale_bias(p) && f->scale_type() == DType::F16;
     ws = std::max(ws, f->workspace());
     return f;
   };
-  for (auto& b : blocks_) {
-    const ConvAlgos& a1 = b->c1.conv->algorithms();
-    b->c1.fused_fwd = fuse(b->c1, FusedPattern::ConvStats, total_ms({a1.fwd.ms, pass(BnPass::Stats, b->mid1)}));
-    for (auto [u, in, out] : {std::tuple{&b->c2, b->mid1, b->mid2}, std::tuple{&b->c3, b->mid2, b->out}}) {
-      const ConvAlgos& a = u->conv->algorithms();
-      u->fused_fwd = fuse(*u, FusedPattern::SbrConvStats,
-                          total_ms({pass(BnPass::Apply, in), a.fwd.ms, pass(BnPass::Stats, out)}));
-      // Unfused, the weight gradient reads relu(bn(x)): stored by an unfused forward, else recomputed.
-      u->fused_wgrad = fuse(*u, FusedPattern::SbrWgrad,
-                            total_ms({a.bwd_filter.ms, u->fused_fwd ? pass(BnPass::Apply, in) : 0.f}));
-      // Fused, the data gradient still needs our dx pass: it saves the BN backward's other pass.
-      const float unfused = total_ms({a.bwd_data.ms, pass(BnPass::Backward, in)});
-      const float dx = pass(BnPass::DxApply, in);
-      u->fused_dgrad = fuse(*u, FusedPattern::DgradDreluDbn, unfused < 0 || dx < 0 ? -1 : unfused - dx);
+  if (cfg_.inference) {
+    // Each BN in the epilogue of the conv that writes its input: saves the apply pass (conv3's also
+    // reads the residual). The projection shortcut's BN has no ReLU: the join's comes after the add.
+    auto epilogue = [&](ConvUnit& u, FusedPattern p, Shape4 out) {
+      const BnPass saved = p == FusedPattern::ConvBnAddRelu ? BnPass::ApplyAdd : BnPass::Apply;
+      u.fused_fwd = fuse(u, p, total_ms({u.conv->algorithms().fwd.ms, pass(saved, out)}));
+    };
+    epilogue(*stem_conv_, FusedPattern::ConvBnRelu, stem);
+    for (auto& b : blocks_) {
+      epilogue(b->c1, FusedPattern::ConvBnRelu, b->mid1);
+      epilogue(b->c2, FusedPattern::ConvBnRelu, b->mid2);
+      if (b->down) epilogue(*b->down, FusedPattern::ConvBn, b->out);
+      epilogue(b->c3, FusedPattern::ConvBnAddRelu, b->out);
     }
-    if (b->down) {
-      const ConvAlgos& a = b->down->conv->algorithms();
-      b->down->fused_fwd = fuse(*b->down, FusedPattern::ConvStats, total_ms({a.fwd.ms, pass(BnPass::Stats, b->out)}));
+  } else {
+    for (auto& b : blocks_) {
+      const ConvAlgos& a1 = b->c1.conv->algorithms();
+      b->c1.fused_fwd = fuse(b->c1, FusedPattern::ConvStats, total_ms({a1.fwd.ms, pass(BnPass::Stats, b->mid1)}));
+      for (auto [u, in, out] : {std::tuple{&b->c2, b->mid1, b->mid2}, std::tuple{&b->c3, b->mid2, b->out}}) {
+        const ConvAlgos& a = u->conv->algorithms();
+        u->fused_fwd = fuse(*u, FusedPattern::SbrConvStats,
+                            total_ms({pass(BnPass::Apply, in), a.fwd.ms, pass(BnPass::Stats, out)}));
+        // Unfused, the weight gradient reads relu(bn(x)): stored by an unfused forward, else recomputed.
+        u->fused_wgrad = fuse(*u, FusedPattern::SbrWgrad,
+                              total_ms({a.bwd_filter.ms, u->fused_fwd ? pass(BnPass::Apply, in) : 0.f}));
+        // Fused, the data gradient still needs our dx pass: it saves the BN backward's other pass.
+        const float unfused = total_ms({a.bwd_data.ms, pass(BnPass::Backward, in)});
+        const float dx = pass(BnPass::DxApply, in);
+        u->fused_dgrad = fuse(*u, FusedPattern::DgradDreluDbn, unfused < 0 || dx < 0 ? -1 : unfused - dx);
+      }
+      if (b->down) {
+        const ConvAlgos& a = b->down->conv->algorithms();
+        b->down->fused_fwd =
+            fuse(*b->down, FusedPattern::ConvStats, total_ms({a.fwd.ms, pass(BnPass::Stats, b->out)}));
+      }
     }
   }
+  allocate_fused_state();
+  return ws;
+}
 
-  // Per BN of the blocks: sum and sum of squares (fp32), and scale/shift in fp16 (C halves each).
+// Per BN of the blocks (and the stem's, in inference): sum and sum of squares (fp32), and
+// scale/shift in fp16 (C halves each) for the patterns whose engines take them so; and, training,
+// the stored BN outputs an unfused conv of a block needs.
+void ResNet50::allocate_fused_state() {
+  std::vector<Bn*> bns = all_bns();
+  if (!cfg_.inference) bns.erase(bns.begin());  // the stem's BN is ours in training
   size_t floats = 0, widest = 0;
-  for (auto& b : blocks_)
-    for (Bn* bn : {&b->b1, &b->b2, &b->b3, b->bdown ? &*b->bdown : nullptr})
-      if (bn) floats += 3 * size_t(bn->channels), widest = std::max(widest, size_t(bn->channels));
+  for (const Bn* bn : bns) floats += 3 * size_t(bn->channels), widest = std::max(widest, size_t(bn->channels));
   fused_state_ = DeviceBuffer(floats * sizeof(float), "fused BN statistics");
   zeros_ = DeviceBuffer(widest * sizeof(float), "fused BN zero vector");
   CUDA_CHECK(cudaMemset(zeros_.get(), 0, zeros_.bytes()));
   float* next = fused_state_.as<float>();
-  const std::string batch = " (batch " + std::to_string(cfg_.batch) + ")";
-  for (auto& b : blocks_) {
-    for (Bn* bn : {&b->b1, &b->b2, &b->b3, b->bdown ? &*b->bdown : nullptr}) {
-      if (!bn) continue;
-      const int C = bn->channels;
-      bn->sum = next;
-      bn->sqsum = next + C;
-      bn->scale_h = next + 2 * C;                                         // C halves
-      bn->shift_h = reinterpret_cast<uint16_t*>(next + 2 * C) + C;        // the next C halves
-      next += 3 * C;
+  for (Bn* bn : bns) {
+    const int C = bn->channels;
+    bn->sum = next;
+    bn->sqsum = next + C;
+    bn->scale_h = next + 2 * C;                                   // C halves
+    bn->shift_h = reinterpret_cast<uint16_t*>(next + 2 * C) + C;  // the next C halves
+    next += 3 * C;
+  }
+  auto reads_half = [](const std::shared_ptr<FusedConv>& f) { return usable(f) && f->scale_type() == DType::F16; };
+  if (cfg_.inference) {  // each conv's epilogue reads its own BN's coefficients
+    stem_bn_->wants_half = reads_half(stem_conv_->fused_fwd);
+    for (auto& b : blocks_) {
+      b->b1.wants_half = reads_half(b->c1.fused_fwd);
+      b->b2.wants_half = reads_half(b->c2.fused_fwd);
+      b->b3.wants_half = reads_half(b->c3.fused_fwd);
+      if (b->down) b->bdown->wants_half = reads_half(b->down->fused_fwd);
     }
+    return;
+  }
+  const size_t es = dtype_size(cfg_.dtype);
+  const std::string batch = " (batch " + std::to_string(cfg_.batch) + ")";
+  for (auto& b : blocks_) {  // conv2 and conv3 read the previous BN's coefficients in their prologue
     for (auto [u, bn] : {std::pair{&b->c2, &b->b1}, std::pair{&b->c3, &b->b2}})
-      for (const auto& f : {u->fused_fwd, u->fused_wgrad})
-        bn->wants_half |= usable(f) && f->scale_type() == DType::F16;
+      for (const auto& f : {u->fused_fwd, u->fused_wgrad}) bn->wants_half |= reads_half(f);
     if (needs_stored_input(b->c2.fused_fwd, b->c2.fused_wgrad))
       b->y1 = DeviceBuffer(b->mid1.count() * es, "activations for an unfused conv" + batch);
     if (needs_stored_input(b->c3.fused_fwd, b->c3.fused_wgrad))
       b->y2 = DeviceBuffer(b->mid2.count() * es, "activations for an unfused conv" + batch);
   }
-  return ws;
 }
 
 // y = conv(x) or conv(relu(bn_prev(x))), then `bn`'s coefficients from y's statistics (training)
@@ -199,7 +252,7 @@ void ResNet50::fused_conv_stats(ConvUnit& c, const void* x, void* y, Bn& bn, Sha
     a.y = y;
     a.sum = bn.sum;
     a.sqsum = bn.sqsum;
-    if (prologue) set_prologue(a, *c.fused_fwd, *prologue);
+    if (prologue) set_coefficients(a, *c.fused_fwd, *prologue);
     c.fused_fwd->run(ctx_.cudnn, a, workspace_.get(), workspace_.bytes());
     if (train) {
       bn_finalize_sums(bn.sum, bn.sqsum, s.per_channel(), bn.st, bn.channels, bn.wants_half ? bn.scale_h : nullptr,
@@ -238,6 +291,43 @@ void ResNet50::fused_block_forward(Block& b, const void* in, bool train) {
   }
 }
 
+// Inference: the BN's coefficients from its running statistics, then conv + BN (+ z) (+ ReLU) in
+// one cuDNN kernel, or the plain conv and our apply pass in place over its output.
+void ResNet50::inference_conv(ConvUnit& c, const void* x, void* y, Bn& bn, Shape4 s, bool relu, const void* z) {
+  const cudaStream_t stream = ctx_.stream;
+  bn_forward_eval_coefs(bn.st, bn.channels, stream);
+  if (usable(c.fused_fwd)) {
+    if (bn.wants_half) {
+      cast_f32_to_f16(bn.st.scale, bn.scale_h, bn.channels, stream);
+      cast_f32_to_f16(bn.st.shift, bn.shift_h, bn.channels, stream);
+    }
+    FusedArgs a;
+    a.x = x;
+    a.w = params_.working(c.weight);
+    a.y = y;
+    a.z = z;
+    set_coefficients(a, *c.fused_fwd, bn);
+    c.fused_fwd->run(ctx_.cudnn, a, workspace_.get(), workspace_.bytes());
+    return;
+  }
+  conv_forward(c, x, y);
+  bn_apply({y, bn.st.scale, bn.st.shift, z ? Residual::Tensor : Residual::None, z, nullptr, nullptr, relu, y}, s,
+           cfg_.dtype, cfg_.layout, stream);
+}
+
+// out = relu(bn3(conv3(a2)) + shortcut), the shortcut bn_down(conv_down(in)) or in itself; a1 and a2
+// hold the BN + ReLU outputs (inference stores no conv output it will not read again).
+void ResNet50::inference_block_forward(Block& b, const void* in) {
+  inference_conv(b.c1, in, b.a1.get(), b.b1, b.mid1, true, nullptr);
+  inference_conv(b.c2, b.a1.get(), b.a2.get(), b.b2, b.mid2, true, nullptr);
+  const void* shortcut = in;
+  if (b.down) {
+    inference_conv(*b.down, in, b.ad.get(), *b.bdown, b.out, false, nullptr);
+    shortcut = b.ad.get();
+  }
+  inference_conv(b.c3, b.a2.get(), b.out_buf.get(), b.b3, b.out, true, shortcut);
+}
+
 // The backward of conv c whose input was relu(bn(x)): its weight gradient, and dx, the gradient of
 // bn's input x, from dy. `stored` is where relu(bn(x)) is (or is recomputed) when a pattern was refused.
 void ResNet50::fused_inner_backward(ConvUnit& c, const void* x, Bn& bn, void* stored, Shape4 s_in, void* dy,
@@ -250,7 +340,7 @@ void ResNet50::fused_inner_backward(ConvUnit& c, const void* x, Bn& bn, void* st
   if (usable(c.fused_wgrad)) {
     FusedArgs a;
     a.x = x;
-    set_prologue(a, *c.fused_wgrad, bn);
+    set_coefficients(a, *c.fused_wgrad, bn);
     a.dy = dy;
     a.dw = params_.weight_grad(c.weight);
     c.fused_wgrad->run(ctx_.cudnn, a, ws, wsb);

@@ -211,6 +211,7 @@ void Predictor::build_network() {
   cfg.classes = classes();
   cfg.image_side = images().side;
   cfg.inference = true;
+  cfg.fused_bn = build_.fused_bn;  // each BN, the residual add and the ReLU in the conv before them
   const bool measure = cfg.conv.policy == AlgoPolicy::Autotune;
   AutotuneCache cache(measure ? trainer_defaults.autotune_cache : "",
                       AutotuneContext{prop_.name, cudnnGetVersion(), cfg.dtype, cfg.layout, cfg.tf32, cfg.conv_api,
@@ -218,6 +219,8 @@ void Predictor::build_network() {
   for (const std::string& w : cache.load()) std::fprintf(stderr, "warning: %s\n", w.c_str());
   net_ = std::make_unique<ResNet50>(cfg, *ctx_, cache);
   if (measure && net_->algo_report().searched > 0) cache.save();
+  if (cfg.fused_bn)
+    for (const std::string& line : fusion_report_lines(net_->fusion_report())) std::printf("%s\n", line.c_str());
 
   Checkpoint weights;
   weights.master = convert_filters(ckpt_->master, tensors_, stored_layout_, build_.layout);
@@ -347,7 +350,8 @@ void Predictor::report() const {
 std::string network_description(const BuildSettings& b) {
   return std::string(dtype_name(b.precision)) + ", " + layout_name(b.layout) + ", " + loader_name(b.loader) +
          " loader, " + algo_policy_name(b.algo) + " conv algorithms (cuDNN " + conv_api_name(b.conv_api) +
-         " API), batch norm with running statistics";
+         " API), batch norm with running statistics" +
+         (b.fused_bn ? " in the conv epilogues (cuDNN fused, where it is faster)" : "");
 }
 
 int predict_main(const BuildSettings& build, const EgressSettings& egress, const PredictOptions& opt) {

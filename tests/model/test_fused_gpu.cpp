@@ -1,5 +1,6 @@
-// The fused batch-norm patterns (model/fused_conv.h) against the CPU references in double, fp16
-// NHWC as the fused rung runs them, at the shapes of the network's convs (1x1, 3x3, stride 2):
+// The fused batch-norm patterns (model/fused_conv.h), training and inference, against the CPU
+// references in double, fp16 NHWC as the fused rungs run them, at the shapes of the network's convs
+// (1x1, 3x3, stride 2):
 // each output against ||gpu - ref|| / ||ref|| <= 1e-2 (fp16), the per-channel sums and BN
 // gradients too. A pattern cuDNN refuses on this GPU skips its test with cuDNN's reason (the
 // network then runs that conv unfused, which test_layers_gpu.cpp covers); the finalize kernel and
@@ -172,6 +173,50 @@ TEST_P(FusedGpu, DgradDreluDbnGivesTheBnInputGradient) {
   bn_apply({gout.get(), k, k + 2 * g.c, Residual::BatchNorm, x.d.get(), k + g.c, zeros.f32(), false, gout.get()}, s,
            DType::F16, kL, ctx().stream);
   EXPECT_CLOSE(download_activation(gout, in, kL), want.dx, kTol);
+}
+
+// Inference: y = relu?(conv(x) * s + b + z?), the BN (running statistics) in the conv's epilogue.
+void check_epilogue(FusedPattern p, const ConvGeometry& g, const FusedConv& f, DeviceTensor& ws) {
+  auto rng = test_rng();
+  const ref::ConvDims cd = conv_dims(g);
+  Act x(random_normal(rng, cd.input().count(), 0.2, 1.0), cd.input());
+  Filter w(rng, g);
+  // z of the join's size: the shortcut's BN output, about as large as the conv's
+  Act z(random_normal(rng, cd.output().count(), 0.0, 1.0), cd.output());
+  const DType st = f.scale_type();
+  const ref::BnCoefs k{quantize(st, random_uniform(rng, g.k, 0.5, 1.5)), quantize(st, random_normal(rng, g.k, 0.0, 0.5))};
+  DeviceTensor ds(k.scale, st), db(k.shift, st), y(cd.output().count(), DType::F16);
+  y.poison();
+  FusedArgs a;
+  a.x = x.d.get();
+  a.w = w.d.get();
+  a.scale = ds.get();
+  a.bias = db.get();
+  if (p == FusedPattern::ConvBnAddRelu) a.z = z.d.get();
+  a.y = y.get();
+  f.run(ctx().cudnn, a, ws.get(), ws.count() * 4);
+  Vec want = ref::bn_affine(cd.output(), ref::conv2d_forward(cd, x.v, w.v), k);
+  if (p == FusedPattern::ConvBnAddRelu) want = ref::add(want, z.v);
+  if (p != FusedPattern::ConvBn) want = ref::relu(want);
+  EXPECT_CLOSE(download_activation(y, cd.output(), kL), want, kTol);
+}
+
+TEST_P(FusedGpu, ConvBnAppliesTheBnInTheEpilogue) {
+  BUILD_OR_SKIP(f, FusedPattern::ConvBn, GetParam().g);
+  DeviceTensor ws = workspace(*f);
+  check_epilogue(FusedPattern::ConvBn, GetParam().g, *f, ws);
+}
+
+TEST_P(FusedGpu, ConvBnReluAppliesTheBnAndReluInTheEpilogue) {
+  BUILD_OR_SKIP(f, FusedPattern::ConvBnRelu, GetParam().g);
+  DeviceTensor ws = workspace(*f);
+  check_epilogue(FusedPattern::ConvBnRelu, GetParam().g, *f, ws);
+}
+
+TEST_P(FusedGpu, ConvBnAddReluAddsTheResidualBeforeTheRelu) {
+  BUILD_OR_SKIP(f, FusedPattern::ConvBnAddRelu, GetParam().g);
+  DeviceTensor ws = workspace(*f);
+  check_epilogue(FusedPattern::ConvBnAddRelu, GetParam().g, *f, ws);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, FusedGpu, testing::ValuesIn(kCases),

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "kernels.h"
 #include "pipeline/egress_copy.h"
 #include "predict/outputs.h"
 #include "predict/weights.h"
@@ -224,6 +226,43 @@ TEST_F(PredictGpu, FeaturesAreWhatTheClassifierReads) {
     }
   EXPECT_CLOSE(ref::Vec(logits.begin(), logits.end()), want, 1e-4);
   for (float v : feat) ASSERT_GE(v, 0.f) << "averages of ReLU outputs";
+}
+
+// bin/predict's fp16 build with fused batch norm: each BN (running statistics), the residual add and
+// the ReLU in the epilogue of the conv before them gives the logits of the same network run with the
+// plain convs and our BN passes, within fp16 rounding.
+TEST_F(PredictGpu, BatchNormInTheConvEpiloguesGivesTheUnfusedLogits) {
+  std::unique_ptr<ResNet50> a = net(Layout::NCHW, false);
+  Checkpoint c = trained_checkpoint(*a);
+  c.master = convert_filters(c.master, ResNet50::tensor_layout(kClasses), Layout::NCHW, Layout::NHWC);
+  AutotuneCache half_cache("", "predict-test fp16 NHWC graph");
+  auto half_net = [&](bool fused) {
+    NetConfig cfg = config(Layout::NHWC, true);
+    cfg.dtype = DType::F16;
+    cfg.conv_api = ConvApi::Graph;
+    cfg.conv.deterministic = false;  // fusion is off under --deterministic
+    cfg.fused_bn = fused;
+    auto n = std::make_unique<ResNet50>(cfg, *ctx_, half_cache);
+    restore_checkpoint(*n, c, ctx_->stream);
+    return n;
+  };
+  const std::unique_ptr<ResNet50> plain = half_net(false), fused = half_net(true);
+  const FusionReport& r = fused->fusion_report();
+  EXPECT_EQ(r.tried, 53) << "the stem conv and the 52 convs of the blocks";
+  if (r.fused == 0) GTEST_SKIP() << "cuDNN fused no conv here: " << fusion_report_lines(r).back();
+  std::printf("[ fusion ] %s\n", fusion_report_lines(r)[0].c_str());
+  DeviceBuffer half_images(kBatch * kImage * 2, "fp16 test images");
+  for (int k = 0; k < kBatches; ++k) {
+    cast_f32_to_f16(static_cast<const float*>(batches_->images(Layout::NHWC, k)), half_images.get(), kBatch * kImage,
+                    ctx_->stream);
+    plain->forward(half_images.get(), false);
+    fused->forward(half_images.get(), false);
+    const std::vector<float> want = download<float>(plain->logits(), size_t(kBatch) * kClasses);
+    const std::vector<float> got = download<float>(fused->logits(), size_t(kBatch) * kClasses);
+    EXPECT_CLOSE(ref::Vec(got.begin(), got.end()), ref::Vec(want.begin(), want.end()), 2e-2) << "batch " << k;
+    const std::vector<uint16_t> fa = download<uint16_t>(fused->features(), size_t(kBatch) * fused->feature_count());
+    for (uint16_t h : fa) ASSERT_FALSE((h & 0x8000) && (h & 0x7fff)) << "pooled ReLU outputs are never negative";
+  }
 }
 
 TEST_F(PredictGpu, EveryEgressRungDeliversEachBatchInOrder) {

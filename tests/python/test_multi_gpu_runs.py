@@ -28,6 +28,14 @@ TRAIN = REPO / "bin" / "train"
 SMALL = ["--data", "synthetic", "--synthetic-size", "320", "--batch", "32", "--seed", "7", "--no-eval",
          "--deterministic", "--dist-timeout", "20"]
 RUN_TIMEOUT_S = 300
+
+
+def small_flags(batch: int) -> list[str]:
+    """SMALL at another --batch (a flag given twice is refused)."""
+    flags = list(SMALL)
+    flags[flags.index("--batch") + 1] = str(batch)
+    return flags
+
 STOP_MARGIN_S = 15  # beyond --dist-timeout: heartbeat period, NCCL abort, process exit
 
 
@@ -185,8 +193,8 @@ class MultiGpuRuns(unittest.TestCase):
         wrong = subprocess.run(one, cwd=self.dir, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
         self.assertEqual(wrong.returncode, 1)
         self.assert_one_error_line(wrong.stderr, "--batch 64")
-        right = subprocess.run([*one, "--batch", "64", "--steps", "8"], cwd=self.dir, capture_output=True, text=True,
-                               timeout=RUN_TIMEOUT_S)
+        right = subprocess.run([str(TRAIN), *small_flags(64), "--epochs", "3", "--resume", str(ck), "--steps", "8"],
+                               cwd=self.dir, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
         self.assertEqual(right.returncode, 0, right.stderr)
         self.assertIn("at step 5 (epoch 2, step 0 of it)", right.stdout)
 

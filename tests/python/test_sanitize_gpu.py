@@ -101,13 +101,18 @@ class SanitizeGpuScript(unittest.TestCase):
         result = self.run_script()
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         self.assertEqual(result.stdout.strip().splitlines()[-1], "sanitize-gpu: passed, no reports")
-        self.assertEqual(result.stdout.count(" ok "), 8, result.stdout)  # the probe and 7 checks
+        self.assertEqual(result.stdout.count(" ok "), 9, result.stdout)  # the probe and 8 checks
         calls = self.calls()
-        self.assertEqual(len(calls), 8)
+        self.assertEqual(len(calls), 9)
         for call in calls:
             filtered = "--kernel-name kns=trainer_kernels" in call
             self.assertEqual(filtered, "--tool racecheck" in call, call)
         self.assertTrue(any("unit_tests --gtest_filter=*GpuBatchNorm*:" in c for c in calls), calls)
+        # the fused patterns (off under --deterministic) are memchecked through their unit tests
+        fused = [c for c in calls if "--tool memcheck" in c and "unit_tests" in c]
+        self.assertEqual(len(fused), 1, calls)
+        self.assertIn("Shapes/FusedGpu*", fused[0])
+        self.assertIn("PredictGpu.BatchNormInTheConvEpiloguesGivesTheUnfusedLogits", fused[0])
         # the training runs under racecheck are the fp32 builds with --no-tf32 (no tensor-core kernels)
         race_runs = [c for c in calls if "--tool racecheck" in c and "--data synthetic" in c]
         self.assertEqual([Path(c.split(" --data")[0].split()[-1]).name for c in race_runs],
