@@ -114,6 +114,15 @@ class Trainer {
   bool stop_requested();
   bool writes() const { return launch_.is_root(); }
   std::string rank_prefix() const { return launch_.distributed() ? "rank " + std::to_string(launch_.rank) + ": " : ""; }
+  // A warning every rank finds alike (about the data, the checkpoint) is printed by rank 0 alone: N
+  // ranks would print it N times. One about a file of this machine (the autotune cache) is printed
+  // by each machine's first rank, with its rank.
+  void warn_once(const std::string& w) const {
+    if (launch_.is_root()) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  }
+  void warn_once_per_machine(const std::string& w) const {
+    if (launch_.local_rank == 0) std::fprintf(stderr, "%swarning: %s\n", rank_prefix().c_str(), w.c_str());
+  }
   void average_running_stats() {
     if (dp_) dp_->average(net_->running_stats(), net_->running_stats_count());
   }
@@ -187,7 +196,7 @@ void Trainer::load_data() {
                      std::to_string(kSoftmaxMaxClasses));
   norm_ = compute_normalization(train, workers_);
   steps_per_epoch_ = train.count / global_batch();
-  for (const std::string& w : data_.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  for (const std::string& w : data_.warnings) warn_once(w);
   const char* channels = train.channels == 1 ? "grey (replicated to 3 channels)" : "3 channels";
   if (train.name != "folder") {
     std::printf("data: %s from %s: %d train, %d test images, %s, mean %.4f std %.4f\n", train.name.c_str(),
@@ -279,7 +288,7 @@ void Trainer::build_network() {
   const AutotuneContext context{prop_.name, cudnnGetVersion(), cfg.dtype, cfg.layout, cfg.tf32, cfg.conv_api,
                                 opt_.workspace_mb};
   cache_ = std::make_unique<AutotuneCache>(measure ? opt_.autotune_cache : "", context);
-  for (const std::string& w : cache_->load()) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  for (const std::string& w : cache_->load()) warn_once_per_machine(w);
 
   net_ = std::make_unique<ResNet50>(cfg, *ctx_, *cache_);
   const AlgoReport& ar = net_->algo_report();
@@ -312,9 +321,9 @@ void Trainer::start_from_checkpoint_or_init() {
     init.scaler.good_steps = c.meta.good_steps;
     init.scaler.skipped_steps = c.meta.skipped_steps;
     if (c.meta.seed != opt_.seed || c.meta.epochs != opt_.epochs)
-      std::fprintf(stderr, "warning: the checkpoint was made with --seed %llu --epochs %d; continuing with --seed %llu "
-                   "--epochs %d changes the data order or learning rate\n", (unsigned long long)c.meta.seed,
-                   c.meta.epochs, (unsigned long long)opt_.seed, opt_.epochs);
+      warn_once("the checkpoint was made with --seed " + std::to_string(c.meta.seed) + " --epochs " +
+                std::to_string(c.meta.epochs) + "; continuing with --seed " + std::to_string(opt_.seed) + " --epochs " +
+                std::to_string(opt_.epochs) + " changes the data order or learning rate");
     std::printf("resumed from %s at step %ld (epoch %d, step %d of it)\n", opt_.resume.c_str(), step_,
                 start_epoch_ + 1, start_k_);
     resume_.reset();

@@ -199,5 +199,18 @@ class MultiGpuRuns(unittest.TestCase):
         self.assertIn("at step 5 (epoch 2, step 0 of it)", right.stdout)
 
 
+    def test_a_one_gpu_checkpoint_resumes_on_two_gpus_and_warns_once(self):
+        ck = self.dir / "one.ckpt"
+        one = subprocess.run([str(TRAIN), *small_flags(64), "--epochs", "2", "--steps", "5", "--save", str(ck)],
+                             cwd=self.dir, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        self.assertEqual(one.returncode, 0, one.stderr)
+        two = self.run_gpus("--epochs", "3", "--resume", ck, "--steps", "8")  # 2 x 32: the same global batch
+        self.assertEqual(two.returncode, 0, two.stderr)
+        self.assertIn("at step 5 (epoch 2, step 0 of it)", two.stdout)
+        # --epochs differs from the checkpoint's: one warning, from rank 0, not one per rank
+        warnings = [line for line in two.stderr.splitlines() if "the checkpoint was made with" in line]
+        self.assertEqual(warnings, ["warning: the checkpoint was made with --seed 7 --epochs 2; continuing with "
+                                    "--seed 7 --epochs 3 changes the data order or learning rate"], two.stderr)
+
 if __name__ == "__main__":
     unittest.main()
