@@ -37,6 +37,14 @@ void set_coefficients(FusedArgs& a, const FusedConv& f, const Bn& bn) {
   a.bias = half ? bn.shift_h : bn.st.shift;
 }
 
+// bn's scale and shift in fp16, where a fused pattern's engine reads them so (Bn::wants_half).
+template <class Bn>
+void copy_coefficients_to_half(const Bn& bn, cudaStream_t stream) {
+  if (!bn.wants_half) return;
+  cast_f32_to_f16(bn.st.scale, bn.scale_h, bn.channels, stream);
+  cast_f32_to_f16(bn.st.shift, bn.shift_h, bn.channels, stream);
+}
+
 // What the fallbacks of a block need stored: relu(bn1(a1)) when conv2 cannot read it fused, and
 // likewise relu(bn2(a2)) for conv3.
 bool needs_stored_input(const std::shared_ptr<FusedConv>& fwd, const std::shared_ptr<FusedConv>& wgrad) {
@@ -270,10 +278,7 @@ void ResNet50::fused_conv_stats(ConvUnit& c, const void* x, void* y, Bn& bn, Sha
     conv_forward(c, in, y);
     bn_forward(bn, y, s, train);
   }
-  if (bn.wants_half) {  // the next conv's prologue reads them in fp16
-    cast_f32_to_f16(bn.st.scale, bn.scale_h, bn.channels, stream);
-    cast_f32_to_f16(bn.st.shift, bn.shift_h, bn.channels, stream);
-  }
+  copy_coefficients_to_half(bn, stream);  // for the next conv's prologue
 }
 
 void ResNet50::fused_block_forward(Block& b, const void* in, bool train) {
@@ -297,10 +302,7 @@ void ResNet50::inference_conv(ConvUnit& c, const void* x, void* y, Bn& bn, Shape
   const cudaStream_t stream = ctx_.stream;
   bn_forward_eval_coefs(bn.st, bn.channels, stream);
   if (usable(c.fused_fwd)) {
-    if (bn.wants_half) {
-      cast_f32_to_f16(bn.st.scale, bn.scale_h, bn.channels, stream);
-      cast_f32_to_f16(bn.st.shift, bn.shift_h, bn.channels, stream);
-    }
+    copy_coefficients_to_half(bn, stream);
     FusedArgs a;
     a.x = x;
     a.w = params_.working(c.weight);
