@@ -51,6 +51,16 @@ void bn_finalize_sums(const float* sum, const float* sqsum, size_t per_channel, 
                       void* scale_h, void* shift_h, cudaStream_t stream);
 // Evaluation: scale/shift from the running statistics.
 void bn_forward_eval_coefs(const BnChannelState& bn, int channels, cudaStream_t stream);
+// The same for many BNs in one launch (bin/predict's network, whose every BN is in evaluation mode),
+// with the fp16 copies of scale and shift where scale_h/shift_h are not null. `targets` is in
+// device memory; bit for bit what bn_forward_eval_coefs computes.
+struct BnEvalTarget {
+  BnChannelState st;
+  int channels;
+  void* scale_h;
+  void* shift_h;
+};
+void bn_forward_eval_coefs_all(const BnEvalTarget* targets, int count, int max_channels, cudaStream_t stream);
 
 // y = relu?(x * scale + shift + residual), residual = none, a raw tensor, or a second BN applied to
 // its own input (the projection shortcut, fused so its output is never stored).
@@ -65,21 +75,29 @@ struct ApplyArgs {
   const float* res_shift = nullptr;
   bool relu = true;
   void* y;
+  // With relu: where the ReLU passed, one byte per 16-byte vector of y (bit j: its element j > 0 as
+  // stored), relu_bits_bytes(s, t) in all; backward reads it (ReluMask::FromBits) instead of y,
+  // 1/16 of the bytes in fp16. nullptr: not written.
+  uint8_t* relu_bits = nullptr;
 };
 void bn_apply(const ApplyArgs& a, Shape4 s, DType t, Layout l, cudaStream_t stream);
+size_t relu_bits_bytes(Shape4 s, DType t);
 
 // Backward. dz = dy * (ReLU passed) when the BN was followed by a ReLU; gamma/beta gradients of bn
 // (and of bn2, the projection shortcut's BN fed by the same dz) are written to dgamma/dbeta (fp32,
 // overwritten), and the coefficients for apply are stored in bn.bwd_coef.
-// The ReLU mask comes from the stored forward output y when a residual was added before the ReLU;
-// without a residual it is recomputed from x with bn's scale/shift exactly as the forward rounded it
-// (bit for bit the mask of y, one tensor read less in each backward pass). scale/shift must then
-// still be the ones of this BN's training forward (an evaluation pass overwrites them).
-enum class ReluMask { None, FromOutput, FromInput };
+// When a residual was added before the ReLU, the mask comes from the stored forward output y, or
+// from the bits the forward wrote beside it (ApplyArgs::relu_bits; the same mask, 1/16 of the bytes
+// of y in fp16, read in each of the two backward passes); without a residual it is recomputed from
+// x with bn's scale/shift exactly as the forward rounded it (bit for bit the mask of y, one tensor
+// read less in each backward pass). scale/shift must then still be the ones of this BN's training
+// forward (an evaluation pass overwrites them).
+enum class ReluMask { None, FromOutput, FromInput, FromBits };
 struct BnBackwardArgs {
   const void* dy;
   ReluMask relu = ReluMask::None;
   const void* y = nullptr;        // the forward output, for ReluMask::FromOutput
+  const uint8_t* relu_bits = nullptr;  // the forward's ReLU bits, for ReluMask::FromBits
   const void* x;                  // the BN input
   const BnChannelState* bn;
   float* dgamma;

@@ -145,6 +145,7 @@ struct BackwardOp {  // sums of dz, dz * xhat, and dz * xhat2 for the second BN
   static constexpr int kUnroll = kLoads <= 2 ? 4 : 2;
   static constexpr int V = kVec<T>;
   const T *dy, *y, *x, *x2;
+  const uint8_t* bits;
   const float *mean, *invstd, *mean2, *invstd2, *scale, *shift;
   float m[V], is[V], m2[V], is2[V], sc[V], sh[V];
   __device__ void begin(int c0) {
@@ -162,11 +163,13 @@ struct BackwardOp {  // sums of dz, dz * xhat, and dz * xhat2 for the second BN
   template <int U>
   __device__ void accumulate(const size_t (&off)[U], float (&acc)[kSums][V]) {
     float g[U][V], xv[U][V], yv[U][V], x2v[U][V];
+    unsigned bv[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       load_vec(dy + off[u], g[u]);
       load_vec(x + off[u], xv[u]);
       if (kMask == ReluMask::FromOutput) load_vec(y + off[u], yv[u]);
+      if (kMask == ReluMask::FromBits) bv[u] = bits[off[u] / V];
       if (kDual) load_vec(x2 + off[u], x2v[u]);
     }
 #pragma unroll
@@ -175,6 +178,7 @@ struct BackwardOp {  // sums of dz, dz * xhat, and dz * xhat2 for the second BN
       for (int j = 0; j < V; ++j) {
         bool pass = true;
         if (kMask == ReluMask::FromOutput) pass = yv[u][j] > 0.f;
+        if (kMask == ReluMask::FromBits) pass = (bv[u] >> j) & 1u;
         if (kMask == ReluMask::FromInput) pass = relu_passes<T>(xv[u][j], sc[j], sh[j]);
         const float dz = pass ? g[u][j] : 0.f;
         acc[0][j] += dz;
@@ -343,12 +347,27 @@ __global__ void finalize_sums(const float* sum, const float* sqsum, double M, Bn
   }
 }
 
-__global__ void eval_coefs(BnChannelState bn, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+__device__ __forceinline__ void eval_coef(const BnChannelState& bn, int c) {
   const float scale = bn.gamma[c] * rsqrtf(bn.running_var[c] + kBnEps);
   bn.scale[c] = scale;
   bn.shift[c] = bn.beta[c] - bn.running_mean[c] * scale;
+}
+
+__global__ void eval_coefs(BnChannelState bn, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c < C) eval_coef(bn, c);
+}
+
+// grid.y: one BN each.
+__global__ void eval_coefs_all(const BnEvalTarget* targets) {
+  const BnEvalTarget& t = targets[blockIdx.y];
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= t.channels) return;
+  eval_coef(t.st, c);
+  if (t.scale_h) {
+    static_cast<__half*>(t.scale_h)[c] = __float2half_rn(t.st.scale[c]);
+    static_cast<__half*>(t.shift_h)[c] = __float2half_rn(t.st.shift[c]);
+  }
 }
 
 // dx = a*dz + k_x*x + k_c with a = gamma*invstd, k_x = -a*invstd*dgamma/M,
@@ -424,14 +443,17 @@ __global__ void __launch_bounds__(kThreads) apply_forward(ApplyArgs a, Shape4 s,
         loaded = c0;
       }
       float y[V];
+      unsigned bits = 0;
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         float v = affine(x[u][j], sc[j], sh[j]);
         if (kRes == Residual::Tensor) v += r[u][j];
         if (kRes == Residual::BatchNorm) v += r[u][j] * rs[j] + rh[j];
         y[j] = kRelu ? fmaxf(v, 0.f) : v;
+        bits |= unsigned(to_float(from_float<T>(y[j])) > 0.f) << j;  // y > 0 as stored
       }
       store_vec(y_out + size_t(i) * V, y);
+      if (kRelu && a.relu_bits) a.relu_bits[i] = static_cast<uint8_t>(bits);
     }
   }
 }
@@ -439,6 +461,7 @@ __global__ void __launch_bounds__(kThreads) apply_forward(ApplyArgs a, Shape4 s,
 // Device-side arguments of the backward apply (the host struct holds host pointers to BN state).
 struct BackwardApply {
   const void *dy, *y, *x, *x2;
+  const uint8_t* bits;
   const float *coef, *coef2;    // 3*C each: k_dz, k_x, k_c
   const float *scale, *shift;   // the forward's, for a ReLU mask recomputed from x
   void *dx, *dx2, *dres;
@@ -457,6 +480,7 @@ __global__ void __launch_bounds__(kThreads) apply_backward(BackwardApply a, Shap
   int loaded = -1;
   for (unsigned i0 = blockIdx.x * kThreads + threadIdx.x; i0 < vecs; i0 += U * stride) {
     float g[U][V], x[U][V], y[U][V], x2[U][V];
+    unsigned bv[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const unsigned i = i0 + u * stride;
@@ -464,6 +488,7 @@ __global__ void __launch_bounds__(kThreads) apply_backward(BackwardApply a, Shap
       load_vec(dy_in + size_t(i) * V, g[u]);
       load_vec(x_in + size_t(i) * V, x[u]);
       if (kMask == ReluMask::FromOutput) load_vec(y_in + size_t(i) * V, y[u]);
+      if (kMask == ReluMask::FromBits) bv[u] = a.bits[i];
       if (kDual) load_vec(x2_in + size_t(i) * V, x2[u]);
     }
 #pragma unroll
@@ -491,6 +516,7 @@ __global__ void __launch_bounds__(kThreads) apply_backward(BackwardApply a, Shap
       for (int j = 0; j < V; ++j) {
         bool pass = true;
         if (kMask == ReluMask::FromOutput) pass = y[u][j] > 0.f;
+        if (kMask == ReluMask::FromBits) pass = (bv[u] >> j) & 1u;
         if (kMask == ReluMask::FromInput) pass = relu_passes<T>(x[u][j], sc[j], sh[j]);
         dz[j] = pass ? g[u][j] : 0.f;
         dx[j] = ka[j] * dz[j] + kx[j] * x[u][j] + kc[j];
@@ -556,8 +582,17 @@ void bn_forward_eval_coefs(const BnChannelState& bn, int channels, cudaStream_t 
   CUDA_CHECK_LAUNCH();
 }
 
+size_t relu_bits_bytes(Shape4 s, DType t) { return s.count() * dtype_size(t) / 16; }
+
+void bn_forward_eval_coefs_all(const BnEvalTarget* targets, int count, int max_channels, cudaStream_t stream) {
+  if (count == 0) return;
+  eval_coefs_all<<<dim3(channel_blocks(max_channels), count), 128, 0, stream>>>(targets);
+  CUDA_CHECK_LAUNCH();
+}
+
 void bn_apply(const ApplyArgs& a, Shape4 s, DType t, Layout l, cudaStream_t stream) {
   check_supported(s, t, l);
+  if (a.relu_bits && !a.relu) throw Fatal("bn_apply: ReLU bits without a ReLU");
   dispatch(t, l, [&]<class T, Layout L>() {
     const unsigned vecs = static_cast<unsigned>(s.count() / kVec<T>);
     const unsigned grid = grid_for((vecs + kApplyUnroll<L> - 1) / kApplyUnroll<L>, kThreads);
@@ -585,8 +620,9 @@ void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* sc
   check_supported(s, t, l);
   const bool dual = a.x2 != nullptr, dres = a.dres != nullptr;
   if (a.relu == ReluMask::FromOutput && !a.y) throw Fatal("bn_backward: a ReLU mask from the output needs y");
-  if ((dual || dres) && a.relu != ReluMask::FromOutput)
-    throw Fatal("bn_backward: with a residual the ReLU mask must come from the stored output y");
+  if (a.relu == ReluMask::FromBits && !a.relu_bits) throw Fatal("bn_backward: a ReLU mask from bits needs relu_bits");
+  if ((dual || dres) && a.relu != ReluMask::FromOutput && a.relu != ReluMask::FromBits)
+    throw Fatal("bn_backward: with a residual the ReLU mask must come from the stored output y or its bits");
   if (dual && dres) throw Fatal("bn_backward: a block has either a projection or an identity shortcut");
   dispatch(t, l, [&]<class T, Layout L>() {
     const ReduceGrid g = reduce_grid<T>(s, L);
@@ -594,6 +630,7 @@ void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* sc
       BackwardOp<T, L, kMask, kDual> op{};
       op.dy = static_cast<const T*>(a.dy);
       op.y = static_cast<const T*>(a.y);
+      op.bits = a.relu_bits;
       op.x = static_cast<const T*>(a.x);
       op.x2 = static_cast<const T*>(a.x2);
       op.mean = a.bn->save_mean;
@@ -607,14 +644,19 @@ void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* sc
       launch_reduce<T, L>(op, s, g, scratch, stream);
     };
     // The combinations the network uses (and the tests): no ReLU; a ReLU without residual (mask
-    // from x in the network, from y in the tests); a ReLU after a residual, with the identity
-    // shortcut's gradient (dres) or the projection's second BN (dual).
+    // from x in the network, from y in the tests); a ReLU after a residual (mask from the bits in
+    // the network, from y or the bits in the tests), with the identity shortcut's gradient (dres)
+    // or the projection's second BN (dual).
     switch (a.relu) {
       case ReluMask::None: reduce.template operator()<ReluMask::None, false>(); break;
       case ReluMask::FromInput: reduce.template operator()<ReluMask::FromInput, false>(); break;
       case ReluMask::FromOutput:
         dual ? reduce.template operator()<ReluMask::FromOutput, true>()
              : reduce.template operator()<ReluMask::FromOutput, false>();
+        break;
+      case ReluMask::FromBits:
+        dual ? reduce.template operator()<ReluMask::FromBits, true>()
+             : reduce.template operator()<ReluMask::FromBits, false>();
         break;
     }
 
@@ -626,7 +668,7 @@ void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* sc
 
     const unsigned vecs = static_cast<unsigned>(s.count() / kVec<T>);
     const unsigned grid = grid_for((vecs + kApplyUnroll<L> - 1) / kApplyUnroll<L>, kThreads);
-    const BackwardApply args{a.dy, a.y, a.x, a.x2, a.bn->bwd_coef, dual ? a.bn2->bwd_coef : nullptr,
+    const BackwardApply args{a.dy, a.y, a.x, a.x2, a.relu_bits, a.bn->bwd_coef, dual ? a.bn2->bwd_coef : nullptr,
                              a.bn->scale, a.bn->shift, a.dx, a.dx2, a.dres};
     auto apply = [&]<ReluMask kMask, bool kDual, bool kDres>() {
       apply_backward<T, L, kMask, kDual, kDres><<<grid, kThreads, 0, stream>>>(args, s, vecs);
@@ -638,6 +680,11 @@ void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* sc
         if (dual) apply.template operator()<ReluMask::FromOutput, true, false>();
         else if (dres) apply.template operator()<ReluMask::FromOutput, false, true>();
         else apply.template operator()<ReluMask::FromOutput, false, false>();
+        break;
+      case ReluMask::FromBits:
+        if (dual) apply.template operator()<ReluMask::FromBits, true, false>();
+        else if (dres) apply.template operator()<ReluMask::FromBits, false, true>();
+        else apply.template operator()<ReluMask::FromBits, false, false>();
         break;
     }
     CUDA_CHECK_LAUNCH();

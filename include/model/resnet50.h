@@ -111,6 +111,9 @@ class ResNet50 {
   void choose_algorithms(AutotuneCache& cache);
   void block_forward(Block& b, const void* in, bool train);
   void block_backward(Block& b, const void* in);
+  // out = relu(bn3(a3) + shortcut), the shortcut bn_down(ad) or the block input; training also
+  // writes the ReLU's bits for join_backward.
+  void join_forward(Block& b, const void* in, bool train);
   void join_backward(Block& b);
   void conv_forward(ConvUnit& c, const void* x, void* y);
   void bn_forward(Bn& bn, const void* x, Shape4 s, bool train);
@@ -155,5 +158,7 @@ class ResNet50 {
   size_t running_count_ = 0, bn_state_floats_ = 0, bn_scratch_floats_ = 0;
   size_t activation_bytes_ = 0;
   DeviceBuffer fused_state_, zeros_;      // fused builds: per-BN sums and fp16 scale/shift; a zero vector
+  DeviceBuffer eval_targets_;             // fused inference: every BN, for one launch of their coefficients
+  int eval_target_count_ = 0, widest_bn_ = 0;
   const void* images_ = nullptr;          // the batch of the last forward (backward's stem input)
 };

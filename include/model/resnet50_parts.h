@@ -40,8 +40,9 @@ struct ResNet50::Block {
   Bn b1, b2, b3;
   std::optional<Bn> bdown;
   Shape4 in, mid1, mid2, out;
-  // What backward needs: conv outputs (BN inputs) and BN+ReLU outputs (the next conv's input; out_buf is
-  // also the ReLU mask of the residual BN, whose ReLU came after the add). Fused builds never store
-  // y1 and y2 unless a pattern the block needs was refused.
-  DeviceBuffer a1, y1, a2, y2, a3, ad, out_buf;
+  // What backward needs: conv outputs (BN inputs) and BN+ReLU outputs (the next conv's input), and
+  // relu_bits, where the join's ReLU (after the add) passed: its backward reads these bits, not
+  // out_buf (1/16 of the bytes). Fused builds never store y1 and y2 unless a pattern the block
+  // needs was refused.
+  DeviceBuffer a1, y1, a2, y2, a3, ad, out_buf, relu_bits;
 };

@@ -86,19 +86,25 @@ void ResNet50::allocate() {
   const size_t es = dtype_size(t);
   const Shape4 stem{cfg_.batch, 64, cfg_.image_side, cfg_.image_side};
 
+  // Inference with each BN in its conv's epilogue writes every conv's BN output (or applies the BN
+  // in place where a pattern was refused): the stem conv's output and a3 are never stored.
+  const bool epilogues = fused_inference();
   // Sizes first, so that a batch too large for the GPU is one clear message, not a failed cudaMalloc.
-  size_t act = 2 * stem.count(), largest = stem.count(), scratch = bn_scratch_floats(stem, t, cfg_.layout);
+  size_t act = (epilogues ? 1 : 2) * stem.count(), largest = stem.count();
+  size_t scratch = bn_scratch_floats(stem, t, cfg_.layout);
+  size_t relu_bits = 0;  // training: the joins' ReLU bits
   for (const auto& b : blocks_) {
+    relu_bits += relu_bits_bytes(b->out, t);
     // a1, y1, a2, y2 (fused builds store no y1, y2), a3, ad, out
     const size_t ys = fused() ? 0 : b->mid1.count() + b->mid2.count();
-    act += b->mid1.count() + b->mid2.count() + ys + (b->down ? 3 : 2) * b->out.count();
+    act += b->mid1.count() + b->mid2.count() + ys + ((b->down ? 3 : 2) - epilogues) * b->out.count();
     for (const Shape4& s : {b->in, b->mid1, b->mid2, b->out}) {
       largest = std::max(largest, s.count());
       scratch = std::max(scratch, bn_scratch_floats(s, t, cfg_.layout));
     }
   }
   activation_bytes_ = act * es;
-  const size_t need = activation_bytes_ + (cfg_.inference ? 0 : 4 * largest * es);
+  const size_t need = activation_bytes_ + (cfg_.inference ? 0 : 4 * largest * es + relu_bits);
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   if (need > free_b)
@@ -109,7 +115,7 @@ void ResNet50::allocate() {
 
   params_.allocate(t, !cfg_.inference);
   const std::string batch = " (batch " + std::to_string(cfg_.batch) + ")";
-  stem_a_ = DeviceBuffer(stem.count() * es, "stem conv output" + batch);
+  if (!epilogues) stem_a_ = DeviceBuffer(stem.count() * es, "stem conv output" + batch);
   stem_y_ = DeviceBuffer(stem.count() * es, "stem output" + batch);
   for (auto& b : blocks_) {
     b->a1 = DeviceBuffer(b->mid1.count() * es, "activations" + batch);
@@ -118,7 +124,7 @@ void ResNet50::allocate() {
       b->y1 = DeviceBuffer(b->mid1.count() * es, "activations" + batch);
       b->y2 = DeviceBuffer(b->mid2.count() * es, "activations" + batch);
     }
-    b->a3 = DeviceBuffer(b->out.count() * es, "activations" + batch);
+    if (!epilogues) b->a3 = DeviceBuffer(b->out.count() * es, "activations" + batch);
     if (b->down) b->ad = DeviceBuffer(b->out.count() * es, "activations" + batch);
     b->out_buf = DeviceBuffer(b->out.count() * es, "activations" + batch);
   }
@@ -128,6 +134,7 @@ void ResNet50::allocate() {
   bn_state_ = DeviceBuffer(bn_state_floats_ * sizeof(float), "BN per-channel state");
   if (!cfg_.inference) {  // what only training reads: gradients and the BN statistics' partial sums
     for (auto& g : grad_) g = DeviceBuffer(largest * es, "activation gradients" + batch);
+    for (auto& b : blocks_) b->relu_bits = DeviceBuffer(relu_bits_bytes(b->out, t), "ReLU bits" + batch);
     dfeat_ = DeviceBuffer(size_t(cfg_.batch) * features_ * es, "pooled feature gradients");
     dlogits_ = DeviceBuffer(size_t(cfg_.batch) * cfg_.classes * es, "logit gradients");
     bn_scratch_floats_ = scratch;
@@ -293,16 +300,24 @@ void ResNet50::block_forward(Block& b, const void* in, bool train) {
            b.mid2, t, l, ctx_.stream);
   conv_forward(b.c3, b.y2.get(), b.a3.get());
   bn_forward(b.b3, b.a3.get(), b.out, train);
-  if (b.down) {  // out = relu(bn3(a3) + bn_down(conv_down(in))), the shortcut's BN output never stored
+  if (b.down) {
     conv_forward(*b.down, in, b.ad.get());
     bn_forward(*b.bdown, b.ad.get(), b.out, train);
-    bn_apply({b.a3.get(), b.b3.st.scale, b.b3.st.shift, Residual::BatchNorm, b.ad.get(), b.bdown->st.scale,
-              b.bdown->st.shift, true, b.out_buf.get()},
-             b.out, t, l, ctx_.stream);
-  } else {
-    bn_apply({b.a3.get(), b.b3.st.scale, b.b3.st.shift, Residual::Tensor, in, nullptr, nullptr, true, b.out_buf.get()},
-             b.out, t, l, ctx_.stream);
   }
+  join_forward(b, in, train);
+}
+
+// One pass: the shortcut's BN is applied as it is read (its output is never stored).
+void ResNet50::join_forward(Block& b, const void* in, bool train) {
+  ApplyArgs a{b.a3.get(), b.b3.st.scale, b.b3.st.shift, Residual::Tensor, in, nullptr, nullptr, true, b.out_buf.get()};
+  if (b.down) {
+    a.residual = Residual::BatchNorm;
+    a.res = b.ad.get();
+    a.res_scale = b.bdown->st.scale;
+    a.res_shift = b.bdown->st.shift;
+  }
+  if (train) a.relu_bits = b.relu_bits.as<uint8_t>();
+  bn_apply(a, b.out, cfg_.dtype, cfg_.layout, ctx_.stream);
 }
 
 void ResNet50::forward(const void* images, bool train) {
@@ -310,6 +325,9 @@ void ResNet50::forward(const void* images, bool train) {
   images_ = images;
   const Shape4 stem{cfg_.batch, 64, cfg_.image_side, cfg_.image_side};
   if (fused_inference()) {
+    // Every BN's coefficients in one launch: the running statistics may have changed since the last
+    // forward (a checkpoint restored into the network).
+    bn_forward_eval_coefs_all(eval_targets_.as<BnEvalTarget>(), eval_target_count_, widest_bn_, ctx_.stream);
     inference_conv(*stem_conv_, images, stem_y_.get(), *stem_bn_, stem, true, nullptr);
   } else {
     conv_forward(*stem_conv_, images, stem_a_.get());
@@ -349,8 +367,8 @@ void ResNet50::bn_grads_ready(const Bn& bn) const {
 void ResNet50::join_backward(Block& b) {
   BnBackwardArgs last{};
   last.dy = grad_[0].get();
-  last.relu = ReluMask::FromOutput;  // the ReLU came after the residual add
-  last.y = b.out_buf.get();
+  last.relu = ReluMask::FromBits;  // the ReLU came after the residual add: join_forward's bits
+  last.relu_bits = b.relu_bits.as<uint8_t>();
   last.x = b.a3.get();
   last.bn = &b.b3.st;
   last.dgamma = params_.vector_grad(b.b3.gamma);

@@ -233,6 +233,15 @@ void ResNet50::allocate_fused_state() {
       b->b3.wants_half = reads_half(b->c3.fused_fwd);
       if (b->down) b->bdown->wants_half = reads_half(b->down->fused_fwd);
     }
+    // All of them are computed in one launch at the start of each forward (forward()).
+    std::vector<BnEvalTarget> targets;
+    for (const Bn* bn : bns)
+      targets.push_back({bn->st, bn->channels, bn->wants_half ? bn->scale_h : nullptr,
+                         bn->wants_half ? bn->shift_h : nullptr});
+    eval_targets_ = DeviceBuffer(targets.size() * sizeof(BnEvalTarget), "BN evaluation targets");
+    CUDA_CHECK(cudaMemcpy(eval_targets_.get(), targets.data(), eval_targets_.bytes(), cudaMemcpyHostToDevice));
+    eval_target_count_ = static_cast<int>(targets.size());
+    widest_bn_ = static_cast<int>(widest);
     return;
   }
   const size_t es = dtype_size(cfg_.dtype);
@@ -285,24 +294,16 @@ void ResNet50::fused_block_forward(Block& b, const void* in, bool train) {
   fused_conv_stats(b.c1, in, b.a1.get(), b.b1, b.mid1, train, nullptr, nullptr, {});
   fused_conv_stats(b.c2, b.a1.get(), b.a2.get(), b.b2, b.mid2, train, &b.b1, b.y1.get(), b.mid1);
   fused_conv_stats(b.c3, b.a2.get(), b.a3.get(), b.b3, b.out, train, &b.b2, b.y2.get(), b.mid2);
-  if (b.down) {  // out = relu(bn3(a3) + bn_down(conv_down(in))), the shortcut's BN output never stored
-    fused_conv_stats(*b.down, in, b.ad.get(), *b.bdown, b.out, train, nullptr, nullptr, {});
-    bn_apply({b.a3.get(), b.b3.st.scale, b.b3.st.shift, Residual::BatchNorm, b.ad.get(), b.bdown->st.scale,
-              b.bdown->st.shift, true, b.out_buf.get()},
-             b.out, cfg_.dtype, cfg_.layout, ctx_.stream);
-  } else {
-    bn_apply({b.a3.get(), b.b3.st.scale, b.b3.st.shift, Residual::Tensor, in, nullptr, nullptr, true, b.out_buf.get()},
-             b.out, cfg_.dtype, cfg_.layout, ctx_.stream);
-  }
+  if (b.down) fused_conv_stats(*b.down, in, b.ad.get(), *b.bdown, b.out, train, nullptr, nullptr, {});
+  join_forward(b, in, train);
 }
 
-// Inference: the BN's coefficients from its running statistics, then conv + BN (+ z) (+ ReLU) in
-// one cuDNN kernel, or the plain conv and our apply pass in place over its output.
+// Inference: conv + BN (+ z) (+ ReLU) in one cuDNN kernel, or the plain conv and our apply pass in
+// place over its output; the BN's coefficients (from its running statistics) were computed for
+// every BN at the start of the forward.
 void ResNet50::inference_conv(ConvUnit& c, const void* x, void* y, Bn& bn, Shape4 s, bool relu, const void* z) {
   const cudaStream_t stream = ctx_.stream;
-  bn_forward_eval_coefs(bn.st, bn.channels, stream);
   if (usable(c.fused_fwd)) {
-    copy_coefficients_to_half(bn, stream);
     FusedArgs a;
     a.x = x;
     a.w = params_.working(c.weight);

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <ostream>
 #include <random>
 #include <string>
@@ -519,6 +520,160 @@ TEST_P(GpuBatchNorm, MaskFromInputMatchesTheStoredOutput) {
   EXPECT_TRUE(from_y[0] == from_x[0]) << "dx differs";
   EXPECT_TRUE(from_y[1] == from_x[1]) << "dgamma differs";
   EXPECT_TRUE(from_y[2] == from_x[2]) << "dbeta differs";
+}
+
+// The joins' backward reads the ReLU bits the forward wrote (ApplyArgs::relu_bits) instead of the
+// stored output: each bit must be the sign of the stored element (also where the sum rounds to +-0
+// or to subnormals: a third of the residuals cancel the BN output within T's rounding), and the
+// backward from the bits must equal the backward from y bit for bit, with the identity shortcut's
+// dres and with the projection's second BN.
+TEST_P(GpuBatchNorm, ReluBitsAreTheStoredOutputsSignsAndGiveItsBackward) {
+  SKIP_WITHOUT_GPU("the batch-norm kernels");
+  const auto [t, l] = GetParam();
+  cudaStream_t stream = ctx().stream;
+  std::mt19937_64 rng = test_rng();
+  const ref::Dims d{8, 64, 8, 8};
+  ASSERT_TRUE(bn_supported(d, t, l));
+  const HostBn h = random_bn(rng, d.c), h2 = random_bn(rng, d.c);
+  DeviceBn bn(h), bn2(h2);
+  DeviceTensor scratch = bn_scratch(shape4(d), t, l);
+  const Vec x = quantize(t, channel_data(rng, d, -2.0, 2.0));
+  Vec x2 = quantize(t, channel_data(rng, d, -1.0, 1.0));
+  const DeviceTensor x_d = upload_activation(x, d, t, l);
+  bn_forward_train_stats(x_d.get(), shape4(d), t, l, bn.state(), scratch.f32(), stream);
+  const Vec scale = bn.scale.download(), shift = bn.shift.download();
+  std::uniform_int_distribution<int> pick(0, 2);
+  for (size_t i = 0; i < x.size(); ++i) {  // x2 = -bn(x), rounded to T: the sum lands within rounding of 0
+    const int c = static_cast<int>((i / (size_t(d.h) * d.w)) % d.c);
+    if (pick(rng) == 0) x2[i] = quantize(t, -std::fma(float(x[i]), float(scale[c]), float(shift[c])));
+  }
+  const DeviceTensor x2_d = upload_activation(x2, d, t, l);
+  bn_forward_train_stats(x2_d.get(), shape4(d), t, l, bn2.state(), scratch.f32(), stream);
+  const DeviceTensor dy_d = upload_activation(quantize(t, random_normal(rng, d.count())), d, t, l);
+  const size_t V = 16 / dtype_size(t);
+  ASSERT_EQ(relu_bits_bytes(shape4(d), t), d.count() / V);
+
+  for (const Residual r : {Residual::Tensor, Residual::BatchNorm}) {
+    SCOPED_TRACE(residual_name(r));
+    DeviceTensor y(d.count(), t);
+    y.poison();
+    DeviceBuffer bits(relu_bits_bytes(shape4(d), t), "test ReLU bits");
+    CUDA_CHECK(cudaMemset(bits.get(), 0xA5, bits.bytes()));
+    ApplyArgs a = apply_args(x_d.get(), bn, y.get());
+    a.residual = r;
+    a.res = x2_d.get();
+    if (r == Residual::BatchNorm) {
+      a.res_scale = bn2.scale.f32();
+      a.res_shift = bn2.shift.f32();
+    }
+    a.relu_bits = bits.as<uint8_t>();
+    bn_apply(a, shape4(d), t, l, stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+
+    // Each bit against the element it stands for (the buffer's own order: vector e / V, bit e % V).
+    const std::vector<uint8_t> y_raw = y.bytes();
+    std::vector<uint8_t> b_raw(bits.bytes());
+    CUDA_CHECK(cudaMemcpy(b_raw.data(), bits.get(), b_raw.size(), cudaMemcpyDeviceToHost));
+    size_t wrong = 0, zeros = 0;
+    for (size_t e = 0; e < d.count(); ++e) {
+      bool positive;
+      if (t == DType::F16) {
+        uint16_t v;
+        std::memcpy(&v, y_raw.data() + 2 * e, 2);
+        positive = (v & 0x8000u) == 0 && (v & 0x7FFFu) != 0;
+      } else {
+        float v;
+        std::memcpy(&v, y_raw.data() + 4 * e, 4);
+        positive = v > 0.f;
+      }
+      zeros += !positive;
+      wrong += positive != bool((b_raw[e / V] >> (e % V)) & 1u);
+    }
+    EXPECT_EQ(wrong, 0u) << "bits that are not the stored element's sign";
+    EXPECT_GT(zeros, d.count() / 3) << "the ReLU should zero many elements";
+
+    auto backward = [&](ReluMask mask) {
+      DeviceTensor dx(d.count(), t), dx2(d.count(), t), dres(d.count(), t);
+      DeviceTensor dg(d.c, DType::F32), db(d.c, DType::F32), dg2(d.c, DType::F32), db2(d.c, DType::F32);
+      for (DeviceTensor* p : {&dx, &dx2, &dres, &dg, &db, &dg2, &db2}) p->poison();
+      const BnChannelState s1 = bn.state(), s2 = bn2.state();
+      BnBackwardArgs b{};
+      b.dy = dy_d.get();
+      b.relu = mask;
+      b.y = mask == ReluMask::FromOutput ? y.get() : nullptr;
+      b.relu_bits = mask == ReluMask::FromBits ? bits.as<uint8_t>() : nullptr;
+      b.x = x_d.get();
+      b.bn = &s1;
+      b.dgamma = dg.f32();
+      b.dbeta = db.f32();
+      b.dx = dx.get();
+      if (r == Residual::BatchNorm) {
+        b.x2 = x2_d.get();
+        b.bn2 = &s2;
+        b.dgamma2 = dg2.f32();
+        b.dbeta2 = db2.f32();
+        b.dx2 = dx2.get();
+      } else {
+        b.dres = dres.get();
+      }
+      bn_backward(b, shape4(d), t, l, scratch.f32(), stream);
+      std::vector<std::vector<uint8_t>> out;
+      for (const DeviceTensor* p : {&dx, &dg, &db}) out.push_back(p->bytes());
+      for (const DeviceTensor* p : r == Residual::BatchNorm ? std::vector<const DeviceTensor*>{&dx2, &dg2, &db2}
+                                                           : std::vector<const DeviceTensor*>{&dres})
+        out.push_back(p->bytes());
+      return out;
+    };
+    const auto from_y = backward(ReluMask::FromOutput), from_bits = backward(ReluMask::FromBits);
+    ASSERT_EQ(from_y.size(), from_bits.size());
+    for (size_t i = 0; i < from_y.size(); ++i) EXPECT_TRUE(from_y[i] == from_bits[i]) << "output " << i << " differs";
+  }
+}
+
+// bin/predict computes every BN's evaluation coefficients in one launch: the same bits as one
+// launch per BN, at widths that leave channels of the widest launch block idle, and the fp16
+// copies where asked for (left untouched where not).
+TEST(GpuBatchNormEval, AllBnsInOneLaunchEqualOneLaunchEach) {
+  SKIP_WITHOUT_GPU("the batch-norm kernels");
+  cudaStream_t stream = ctx().stream;
+  std::mt19937_64 rng = test_rng();
+  const int widths[] = {64, 2048, 24, 300};
+  std::vector<std::unique_ptr<DeviceBn>> one, all;
+  std::vector<std::unique_ptr<DeviceTensor>> halves;
+  std::vector<BnEvalTarget> targets;
+  for (size_t i = 0; i < std::size(widths); ++i) {
+    const HostBn h = random_bn(rng, widths[i]);
+    one.push_back(std::make_unique<DeviceBn>(h));
+    all.push_back(std::make_unique<DeviceBn>(h));
+    bn_forward_eval_coefs(one.back()->state(), widths[i], stream);
+    halves.push_back(std::make_unique<DeviceTensor>(2 * size_t(widths[i]), DType::F16, "fp16 scale and shift"));
+    halves.back()->poison();
+    const bool half = i % 2 == 0;
+    uint16_t* h16 = static_cast<uint16_t*>(halves.back()->get());
+    targets.push_back({all.back()->state(), widths[i], half ? h16 : nullptr, half ? h16 + widths[i] : nullptr});
+  }
+  DeviceBuffer table(targets.size() * sizeof(BnEvalTarget), "test eval targets");
+  CUDA_CHECK(cudaMemcpy(table.get(), targets.data(), table.bytes(), cudaMemcpyHostToDevice));
+  bn_forward_eval_coefs_all(table.as<BnEvalTarget>(), static_cast<int>(targets.size()), 2048, stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (size_t i = 0; i < targets.size(); ++i) {
+    SCOPED_TRACE("BN " + std::to_string(i) + " of " + std::to_string(widths[i]) + " channels");
+    EXPECT_TRUE(all[i]->scale.bytes() == one[i]->scale.bytes()) << "scale";
+    EXPECT_TRUE(all[i]->shift.bytes() == one[i]->shift.bytes()) << "shift";
+    const std::vector<uint8_t> h = halves[i]->bytes();
+    if (i % 2 != 0) {
+      EXPECT_EQ(h, std::vector<uint8_t>(h.size(), 0xFF)) << "no fp16 copy was asked for";
+      continue;
+    }
+    const ref::Vec sc = all[i]->scale.download(), sh = all[i]->shift.download();
+    for (int c = 0; c < widths[i]; ++c) {
+      uint16_t got_s, got_h;
+      std::memcpy(&got_s, h.data() + 2 * c, 2);
+      std::memcpy(&got_h, h.data() + 2 * (widths[i] + c), 2);
+      ASSERT_EQ(got_s, gpu_test::half_bits(__float2half_rn(float(sc[c])))) << "scale_h[" << c << "]";
+      ASSERT_EQ(got_h, gpu_test::half_bits(__float2half_rn(float(sh[c])))) << "shift_h[" << c << "]";
+    }
+  }
 }
 
 // Channel means far from zero against their spread (x = 1000 + N(0,1)): the variance must not be
@@ -1260,6 +1415,19 @@ TEST(KernelArgs, BatchNormBackwardRejectsResidualPathsWithoutRelu) {
   f.relu = ReluMask::FromInput;  // recomputing the mask from x ignores the residual that came before the ReLU
   f.dres = &dummy;
   EXPECT_THROW(bn_backward(f, {2, 8, 4, 4}, DType::F32, Layout::NCHW, nullptr, nullptr), Fatal);
+  BnBackwardArgs g{};
+  g.bn = &st;
+  g.relu = ReluMask::FromBits;  // the bits missing
+  g.dres = &dummy;
+  EXPECT_THROW(bn_backward(g, {2, 8, 4, 4}, DType::F32, Layout::NCHW, nullptr, nullptr), Fatal);
+}
+
+TEST(KernelArgs, BatchNormApplyRejectsReluBitsWithoutRelu) {
+  uint8_t bits[64];
+  ApplyArgs a{};
+  a.relu = false;
+  a.relu_bits = bits;
+  EXPECT_THROW(bn_apply(a, {2, 8, 4, 4}, DType::F32, Layout::NCHW, nullptr), Fatal);
 }
 
 TEST(KernelArgs, SoftmaxXentRejectsMoreThan16Classes) {

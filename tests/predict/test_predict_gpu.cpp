@@ -247,6 +247,11 @@ TEST_F(PredictGpu, BatchNormInTheConvEpiloguesGivesTheUnfusedLogits) {
     return n;
   };
   const std::unique_ptr<ResNet50> plain = half_net(false), fused = half_net(true);
+  // The epilogues store no conv output before its BN, nor the inner BN outputs y1, y2: per image of
+  // side s, the stem conv's 64 s^2 values, a3 of the 16 blocks (256, 512, 1024, 2048 channels at s,
+  // s/2, s/4, s/8, in 3, 4, 6, 3 blocks: 1760 s^2) and y1 + y2 (1048 s^2), in fp16.
+  const size_t side2 = 32 * 32;
+  EXPECT_EQ(plain->activation_bytes() - fused->activation_bytes(), size_t(kBatch) * (64 + 1760 + 1048) * side2 * 2);
   const FusionReport& r = fused->fusion_report();
   EXPECT_EQ(r.tried, 53) << "the stem conv and the 52 convs of the blocks";
   if (r.fused == 0) GTEST_SKIP() << "cuDNN fused no conv here: " << fusion_report_lines(r).back();
