@@ -46,8 +46,9 @@ void bn_forward_train_stats(const void* x, Shape4 s, DType t, Layout l, const Bn
                             float* scratch, cudaStream_t stream);
 // The same from per-channel sums of x and x^2 over `per_channel` values each, as a fused conv
 // produces them (model/fused_conv.h); also writes scale and shift in fp16 to scale_h/shift_h unless
-// they are null.
-void bn_finalize_sums(const float* sum, const float* sqsum, size_t per_channel, const BnChannelState& bn, int channels,
+// they are null. Leaves the sums zero: a step replayed as a CUDA graph then needs none of the
+// memsets with which cuDNN zeroes them before each conv (core/graph_memsets.h).
+void bn_finalize_sums(float* sum, float* sqsum, size_t per_channel, const BnChannelState& bn, int channels,
                       void* scale_h, void* shift_h, cudaStream_t stream);
 // Evaluation: scale/shift from the running statistics.
 void bn_forward_eval_coefs(const BnChannelState& bn, int channels, cudaStream_t stream);

@@ -332,13 +332,17 @@ __global__ void finalize_stats(const float* partials, int chunks, const T* x, Sh
 }
 
 // Training statistics from per-channel sums of x and x^2 over M values each (a fused conv's
-// statistics, kernels.h bn_finalize_sums), in double: the variance as E[x^2] - E[x]^2.
-__global__ void finalize_sums(const float* sum, const float* sqsum, double M, BnChannelState bn, int C,
-                              __half* scale_h, __half* shift_h) {
+// statistics, kernels.h bn_finalize_sums), in double: the variance as E[x^2] - E[x]^2. The sums are
+// zeroed once read, ready for the conv's next accumulation.
+__global__ void finalize_sums(float* sum, float* sqsum, double M, BnChannelState bn, int C, __half* scale_h,
+                              __half* shift_h) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  const double mean = double(sum[c]) / M;
-  double var = double(sqsum[c]) / M - mean * mean;
+  const double s1 = sum[c], s2 = sqsum[c];
+  sum[c] = 0.f;
+  sqsum[c] = 0.f;
+  const double mean = s1 / M;
+  double var = s2 / M - mean * mean;
   if (var < 0) var = 0;
   store_batch_stats(bn, c, mean, var, M);
   if (scale_h) {  // the fp16 copies a fused conv's prologue reads
@@ -570,7 +574,7 @@ void bn_forward_train_stats(const void* x, Shape4 s, DType t, Layout l, const Bn
   });
 }
 
-void bn_finalize_sums(const float* sum, const float* sqsum, size_t per_channel, const BnChannelState& bn, int channels,
+void bn_finalize_sums(float* sum, float* sqsum, size_t per_channel, const BnChannelState& bn, int channels,
                       void* scale_h, void* shift_h, cudaStream_t stream) {
   finalize_sums<<<channel_blocks(channels), 128, 0, stream>>>(sum, sqsum, double(per_channel), bn, channels,
                                                              static_cast<__half*>(scale_h), static_cast<__half*>(shift_h));

@@ -5,6 +5,8 @@
 // nodes in the same order, other arguments) updates the executable graph in place with
 // cudaGraphExecUpdate, which costs far less than a new instantiation; work the update refuses (other
 // nodes) is instantiated anew. The idea is tiny-cuda-nn's CudaGraph (include/tiny-cuda-nn/cuda_graph.h).
+// Memsets of zeros into a range whose owner keeps it zero are dropped before instantiating
+// (core/graph_memsets.h).
 #pragma once
 
 #include <cstddef>
@@ -13,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "core/errors.h"
+#include "core/graph_memsets.h"
 
 // The work could not be captured or instantiated: it made a call that stream capture forbids (a
 // synchronising copy, an allocation, the legacy default stream), or the driver refused the graph.
@@ -43,10 +46,16 @@ class CudaGraph {
   bool ready() const { return exec_ != nullptr; }
   // Nodes (kernels, copies, memsets) of the latest capture.
   size_t nodes() const { return nodes_; }
+  // The range whose memsets later captures drop (its owner keeps it zero between uses).
+  void drop_memsets_into(ZeroedRange r) { zeroed_ = r; }
+  // Memsets the latest capture dropped (not counted in nodes()).
+  size_t memsets_dropped() const { return memsets_dropped_; }
   // Drops the executable graph; the next capture instantiates anew.
   void reset();
 
  private:
   cudaGraphExec_t exec_ = nullptr;
   size_t nodes_ = 0;
+  ZeroedRange zeroed_;
+  size_t memsets_dropped_ = 0;
 };

@@ -16,6 +16,7 @@
 
 #include "model/conv.h"
 #include "model/fused_conv.h"
+#include "core/graph_memsets.h"
 #include "core/handles.h"
 #include "kernels.h"
 #include "core/memory.h"
@@ -100,6 +101,10 @@ class ResNet50 {
   const void* features() const { return feat_.get(); }
   int feature_count() const { return features_; }
   size_t activation_bytes() const { return activation_bytes_; }
+  // Fused training builds: the per-BN sums the fused convs accumulate into, which bn_finalize_sums
+  // (and an evaluation forward) leave zero; a step's CUDA graph needs none of cuDNN's memsets into
+  // them (core/graph_memsets.h). Empty otherwise.
+  ZeroedRange statistics_kept_zero() const;
 
  private:
   struct Bn;
@@ -157,7 +162,8 @@ class ResNet50 {
   DeviceBuffer running_, bn_state_, bn_scratch_;
   size_t running_count_ = 0, bn_state_floats_ = 0, bn_scratch_floats_ = 0;
   size_t activation_bytes_ = 0;
-  DeviceBuffer fused_state_, zeros_;      // fused builds: per-BN sums and fp16 scale/shift; a zero vector
+  DeviceBuffer fused_sums_, fused_half_;  // fused builds: per-BN sums (sum, sum of squares); fp16 scale/shift
+  DeviceBuffer zeros_;                    // fused builds: a zero vector
   DeviceBuffer eval_targets_;             // fused inference: every BN, for one launch of their coefficients
   int eval_target_count_ = 0, widest_bn_ = 0;
   const void* images_ = nullptr;          // the batch of the last forward (backward's stem input)

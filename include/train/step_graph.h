@@ -122,6 +122,10 @@ class StepGraph {
   void run(long step, const StepShape& shape, const std::function<void()>& enqueue);
   // An evaluation pass ran: the next training step captures again.
   void after_evaluation() { plan_.invalidate(); }
+  // Memory the step's code keeps zero between uses (ResNet50::statistics_kept_zero): the captured
+  // graph drops the memsets into it.
+  void drop_memsets_into(ZeroedRange r) { graph_.drop_memsets_into(r); }
+  size_t memsets_dropped() const { return graph_.memsets_dropped(); }
   const StepGraphPlan& plan() const { return plan_; }
   // For the start-up line: how this run's steps are run.
   std::string describe() const;

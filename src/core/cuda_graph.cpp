@@ -37,6 +37,7 @@ void CudaGraph::reset() {
   if (exec_) cudaGraphExecDestroy(exec_);
   exec_ = nullptr;
   nodes_ = 0;
+  memsets_dropped_ = 0;
 }
 
 CudaGraph::Instantiation CudaGraph::capture(cudaStream_t stream, const std::function<void()>& enqueue) {
@@ -58,6 +59,7 @@ CudaGraph::Instantiation CudaGraph::capture(cudaStream_t stream, const std::func
     reset();
     throw GraphCaptureError("stream capture failed: cudaStreamEndCapture returned " + cuda_error_text(ended));
   }
+  memsets_dropped_ = drop_memsets_of_zeroed_range(graph.get(), zeroed_);
   CUDA_CHECK(cudaGraphGetNodes(graph.get(), nullptr, &nodes_));
   if (exec_) {
     cudaGraphExecUpdateResultInfo info{};

@@ -204,25 +204,34 @@ size_t ResNet50::build_fusion() {
   return ws;
 }
 
+ZeroedRange ResNet50::statistics_kept_zero() const {
+  if (!fused() || cfg_.inference) return {};
+  return {fused_sums_.get(), fused_sums_.bytes()};
+}
+
 // Per BN of the blocks (and the stem's, in inference): sum and sum of squares (fp32), and
 // scale/shift in fp16 (C halves each) for the patterns whose engines take them so; and, training,
 // the stored BN outputs an unfused conv of a block needs.
 void ResNet50::allocate_fused_state() {
   std::vector<Bn*> bns = all_bns();
   if (!cfg_.inference) bns.erase(bns.begin());  // the stem's BN is ours in training
-  size_t floats = 0, widest = 0;
-  for (const Bn* bn : bns) floats += 3 * size_t(bn->channels), widest = std::max(widest, size_t(bn->channels));
-  fused_state_ = DeviceBuffer(floats * sizeof(float), "fused BN statistics");
+  size_t channels = 0, widest = 0;
+  for (const Bn* bn : bns) channels += size_t(bn->channels), widest = std::max(widest, size_t(bn->channels));
+  fused_sums_ = DeviceBuffer(2 * channels * sizeof(float), "fused BN statistics");
+  CUDA_CHECK(cudaMemset(fused_sums_.get(), 0, fused_sums_.bytes()));  // zero between uses (statistics_kept_zero)
+  fused_half_ = DeviceBuffer(2 * channels * sizeof(uint16_t), "fused BN fp16 scale and shift");
   zeros_ = DeviceBuffer(widest * sizeof(float), "fused BN zero vector");
   CUDA_CHECK(cudaMemset(zeros_.get(), 0, zeros_.bytes()));
-  float* next = fused_state_.as<float>();
+  float* sums = fused_sums_.as<float>();
+  uint16_t* halves = fused_half_.as<uint16_t>();
   for (Bn* bn : bns) {
     const int C = bn->channels;
-    bn->sum = next;
-    bn->sqsum = next + C;
-    bn->scale_h = next + 2 * C;                                   // C halves
-    bn->shift_h = reinterpret_cast<uint16_t*>(next + 2 * C) + C;  // the next C halves
-    next += 3 * C;
+    bn->sum = sums;
+    bn->sqsum = sums + C;
+    bn->scale_h = halves;
+    bn->shift_h = halves + C;
+    sums += 2 * C;
+    halves += 2 * C;
   }
   auto reads_half = [](const std::shared_ptr<FusedConv>& f) { return usable(f) && f->scale_type() == DType::F16; };
   if (cfg_.inference) {  // each conv's epilogue reads its own BN's coefficients
@@ -276,6 +285,8 @@ void ResNet50::fused_conv_stats(ConvUnit& c, const void* x, void* y, Bn& bn, Sha
                        bn.shift_h, stream);
       return;  // the fp16 copies are written with the rest
     }
+    // The sums are not read in evaluation; zeroed as bn_finalize_sums leaves them (statistics_kept_zero).
+    CUDA_CHECK(cudaMemsetAsync(bn.sum, 0, 2 * size_t(bn.channels) * sizeof(float), stream));
     bn_forward_eval_coefs(bn.st, bn.channels, stream);
   } else {
     const void* in = x;

@@ -76,8 +76,10 @@ void StepGraph::run(long step, const StepShape& shape, const std::function<void(
     NvtxRange r("capture step graph", phase_color::kGrey);
     try {
       if (graph_.capture(stream_, enqueue) == CudaGraph::Instantiation::New)
-        std::printf("step graph: captured at step %ld, %s nodes, replayed from here on\n", step,
-                    with_commas(static_cast<long long>(graph_.nodes())).c_str());
+        std::printf("step graph: captured at step %ld, %s nodes (%s memsets dropped: their bytes are zero), "
+                    "replayed from here on\n",
+                    step, with_commas(static_cast<long long>(graph_.nodes())).c_str(),
+                    with_commas(static_cast<long long>(graph_.memsets_dropped())).c_str());
     } catch (const GraphCaptureError& e) {
       plan_.disable();
       std::fflush(stdout);

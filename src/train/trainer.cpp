@@ -274,6 +274,7 @@ void Trainer::setup_gpu() {
   loader_ = make_loader(lc);
   step_params_ = std::make_unique<StepParamsOnDevice>(ctx_->stream);
   step_graph_ = std::make_unique<StepGraph>(*ctx_, opt_.batch, build_.cuda_graph, opt_.cuda_graph);
+  step_graph_->drop_memsets_into(net_->statistics_kept_zero());
   if (build_.cuda_graph) std::printf("step: %s\n", step_graph_->describe().c_str());
   timing_ = std::make_unique<StepTiming>(ctx_->stream);
   counters_ = std::make_unique<CounterReader>(ctx_->stream);

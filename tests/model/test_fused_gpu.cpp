@@ -252,6 +252,8 @@ TEST(FusedBnFinalize, SumsGiveTheBatchStatisticsAndRunningUpdate) {
   EXPECT_CLOSE(shift.download(), k.shift, 1e-4);
   EXPECT_EQ(scale_h.download(), quantize(DType::F16, scale.download())) << "the fp16 copy of scale";
   EXPECT_EQ(shift_h.download(), quantize(DType::F16, shift.download())) << "the fp16 copy of shift";
+  EXPECT_EQ(dsum.download(), Vec(d.c, 0.0)) << "the sums are left zero for the next accumulation";
+  EXPECT_EQ(dsq.download(), Vec(d.c, 0.0));
   EXPECT_CLOSE(rm.download(), run_mean, 1e-5);
   EXPECT_CLOSE(rv.download(), run_var, 1e-4);
 }
