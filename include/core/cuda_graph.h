@@ -5,8 +5,8 @@
 // nodes in the same order, other arguments) updates the executable graph in place with
 // cudaGraphExecUpdate, which costs far less than a new instantiation; work the update refuses (other
 // nodes) is instantiated anew. The idea is tiny-cuda-nn's CudaGraph (include/tiny-cuda-nn/cuda_graph.h).
-// Memsets of zeros into a range whose owner keeps it zero are dropped before instantiating
-// (core/graph_memsets.h).
+// Before instantiating, memsets of zeros into a range whose owner keeps it zero are dropped and
+// the other memsets run as kernels (core/graph_memsets.h).
 #pragma once
 
 #include <cstddef>
@@ -44,12 +44,14 @@ class CudaGraph {
   // Enqueues the whole graph on `stream`. Throws a Fatal when nothing was captured.
   void launch(cudaStream_t stream) const;
   bool ready() const { return exec_ != nullptr; }
-  // Nodes (kernels, copies, memsets) of the latest capture.
+  // Nodes (kernels, copies, memsets) of the latest capture, as instantiated.
   size_t nodes() const { return nodes_; }
   // The range whose memsets later captures drop (its owner keeps it zero between uses).
   void drop_memsets_into(ZeroedRange r) { zeroed_ = r; }
   // Memsets the latest capture dropped (not counted in nodes()).
   size_t memsets_dropped() const { return memsets_dropped_; }
+  // Memsets the latest capture runs as kernels, and how many kernels (not counted in nodes()).
+  MemsetRewrite memsets_as_kernels() const { return memsets_as_kernels_; }
   // Drops the executable graph; the next capture instantiates anew.
   void reset();
 
@@ -58,4 +60,5 @@ class CudaGraph {
   size_t nodes_ = 0;
   ZeroedRange zeroed_;
   size_t memsets_dropped_ = 0;
+  MemsetRewrite memsets_as_kernels_;
 };

@@ -126,6 +126,7 @@ class StepGraph {
   // graph drops the memsets into it.
   void drop_memsets_into(ZeroedRange r) { graph_.drop_memsets_into(r); }
   size_t memsets_dropped() const { return graph_.memsets_dropped(); }
+  MemsetRewrite memsets_as_kernels() const { return graph_.memsets_as_kernels(); }
   const StepGraphPlan& plan() const { return plan_; }
   // For the start-up line: how this run's steps are run.
   std::string describe() const;

@@ -38,6 +38,7 @@ void CudaGraph::reset() {
   exec_ = nullptr;
   nodes_ = 0;
   memsets_dropped_ = 0;
+  memsets_as_kernels_ = {};
 }
 
 CudaGraph::Instantiation CudaGraph::capture(cudaStream_t stream, const std::function<void()>& enqueue) {
@@ -60,6 +61,7 @@ CudaGraph::Instantiation CudaGraph::capture(cudaStream_t stream, const std::func
     throw GraphCaptureError("stream capture failed: cudaStreamEndCapture returned " + cuda_error_text(ended));
   }
   memsets_dropped_ = drop_memsets_of_zeroed_range(graph.get(), zeroed_);
+  memsets_as_kernels_ = memsets_to_kernels(graph.get());
   CUDA_CHECK(cudaGraphGetNodes(graph.get(), nullptr, &nodes_));
   if (exec_) {
     cudaGraphExecUpdateResultInfo info{};

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels.h"
 
 namespace {
 
@@ -21,11 +22,23 @@ std::vector<cudaGraphNode_t> neighbours(cudaGraphNode_t n, NeighbourQuery query)
 std::vector<cudaGraphNode_t> dependencies(cudaGraphNode_t n) { return neighbours(n, cudaGraphNodeGetDependencies); }
 std::vector<cudaGraphNode_t> dependents(cudaGraphNode_t n) { return neighbours(n, cudaGraphNodeGetDependentNodes); }
 
-// A memset of zeros whose bytes all lie in `range`.
-bool zeroes_only_inside(cudaGraphNode_t n, ZeroedRange range) {
+bool is_memset(cudaGraphNode_t n) {
   cudaGraphNodeType type;
   CUDA_CHECK(cudaGraphNodeGetType(n, &type));
-  if (type != cudaGraphNodeTypeMemset) return false;
+  return type == cudaGraphNodeTypeMemset;
+}
+
+std::vector<cudaGraphNode_t> all_nodes(cudaGraph_t graph) {
+  size_t count = 0;
+  CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
+  std::vector<cudaGraphNode_t> nodes(count);
+  if (count) CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
+  return nodes;
+}
+
+// A memset of zeros whose bytes all lie in `range`.
+bool zeroes_only_inside(cudaGraphNode_t n, ZeroedRange range) {
+  if (!is_memset(n)) return false;
   cudaMemsetParams p{};
   CUDA_CHECK(cudaGraphMemsetNodeGetParams(n, &p));
   if (p.value != 0) return false;
@@ -40,12 +53,8 @@ bool zeroes_only_inside(cudaGraphNode_t n, ZeroedRange range) {
 
 size_t drop_memsets_of_zeroed_range(cudaGraph_t graph, ZeroedRange range) {
   if (!range.begin || range.bytes == 0) return 0;
-  size_t count = 0;
-  CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
-  std::vector<cudaGraphNode_t> nodes(count);
-  if (count) CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
   size_t dropped = 0;
-  for (cudaGraphNode_t n : nodes) {
+  for (cudaGraphNode_t n : all_nodes(graph)) {
     if (!zeroes_only_inside(n, range)) continue;
     // What came before the memset now comes directly before what came after it.
     for (cudaGraphNode_t after : dependents(n)) {
@@ -58,4 +67,72 @@ size_t drop_memsets_of_zeroed_range(cudaGraph_t graph, ZeroedRange range) {
     ++dropped;
   }
   return dropped;
+}
+
+namespace {
+
+// A memset a fill kernel does exactly: its value fits its element size. (With more bits, the
+// driver's memset nodes were seen to write bytes that are neither the value nor its low byte; a
+// captured cudaMemsetAsync always fits.)
+bool rewritable(cudaGraphNode_t n) {
+  if (!is_memset(n)) return false;
+  cudaMemsetParams p{};
+  CUDA_CHECK(cudaGraphMemsetNodeGetParams(n, &p));
+  return p.elementSize >= 4 || p.value >> (8 * p.elementSize) == 0;
+}
+
+// The memset just before m in a chain: m's only dependency, when that is a memset with m its only dependent.
+cudaGraphNode_t chained_before(cudaGraphNode_t m) {
+  const std::vector<cudaGraphNode_t> before = dependencies(m);
+  if (before.size() != 1 || !rewritable(before[0]) || dependents(before[0]).size() != 1) return nullptr;
+  return before[0];
+}
+// And just after it.
+cudaGraphNode_t chained_after(cudaGraphNode_t m) {
+  const std::vector<cudaGraphNode_t> after = dependents(m);
+  if (after.size() != 1 || !rewritable(after[0]) || dependencies(after[0]).size() != 1) return nullptr;
+  return after[0];
+}
+
+FillRegion region_of(cudaGraphNode_t m) {
+  cudaMemsetParams p{};
+  CUDA_CHECK(cudaGraphMemsetNodeGetParams(m, &p));
+  const size_t rows = p.height ? p.height : 1;
+  return {p.dst, p.pitch, p.width, rows, p.value, p.elementSize};
+}
+
+}  // namespace
+
+MemsetRewrite memsets_to_kernels(cudaGraph_t graph) {
+  MemsetRewrite done;
+  std::vector<cudaGraphNode_t> removed;  // never looked at again (the handles die with the nodes)
+  auto gone = [&](cudaGraphNode_t n) { return std::find(removed.begin(), removed.end(), n) != removed.end(); };
+  for (cudaGraphNode_t n : all_nodes(graph)) {
+    if (gone(n) || !rewritable(n)) continue;
+    // n's chain, from its first memset, at most kFillRegions at a time: the memsets after those
+    // follow the new kernel, so the walk back from n then stops at it.
+    while (!gone(n)) {
+      cudaGraphNode_t first = n;
+      while (cudaGraphNode_t b = chained_before(first)) first = b;
+      std::vector<cudaGraphNode_t> chain{first};
+      while (chain.size() < size_t(kFillRegions))
+        if (cudaGraphNode_t a = chained_after(chain.back())) chain.push_back(a);
+        else break;
+      FillRegions f;
+      for (cudaGraphNode_t m : chain) f.region[f.count++] = region_of(m);
+      void* args[1];
+      const cudaKernelNodeParams params = fill_regions_node(f, args);
+      const std::vector<cudaGraphNode_t> before = dependencies(chain.front()), after = dependents(chain.back());
+      cudaGraphNode_t kernel = nullptr;
+      CUDA_CHECK(cudaGraphAddKernelNode(&kernel, graph, before.data(), before.size(), &params));
+      for (cudaGraphNode_t a : after) CUDA_CHECK(cudaGraphAddDependencies(graph, &kernel, &a, nullptr, 1));
+      for (cudaGraphNode_t m : chain) {
+        CUDA_CHECK(cudaGraphDestroyNode(m));
+        removed.push_back(m);
+      }
+      done.memsets += chain.size();
+      ++done.kernels;
+    }
+  }
+  return done;
 }

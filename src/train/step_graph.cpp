@@ -57,6 +57,8 @@ namespace {
 // that both pick the same GEMM kernels: a --no-cuda-graph run stays bit-identical. It holds as long
 // as nobody calls cublasSetStream again (which resets it). 32 MiB: cuBLAS's recommendation for Hopper.
 constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+
+std::string count_text(size_t n) { return with_commas(static_cast<long long>(n)); }
 }  // namespace
 
 StepGraph::StepGraph(GpuContext& ctx, int rows, bool graphs, bool enabled)
@@ -75,11 +77,13 @@ void StepGraph::run(long step, const StepShape& shape, const std::function<void(
   if (action == StepAction::Capture) {
     NvtxRange r("capture step graph", phase_color::kGrey);
     try {
-      if (graph_.capture(stream_, enqueue) == CudaGraph::Instantiation::New)
-        std::printf("step graph: captured at step %ld, %s nodes (%s memsets dropped: their bytes are zero), "
-                    "replayed from here on\n",
-                    step, with_commas(static_cast<long long>(graph_.nodes())).c_str(),
-                    with_commas(static_cast<long long>(graph_.memsets_dropped())).c_str());
+      if (graph_.capture(stream_, enqueue) == CudaGraph::Instantiation::New) {
+        const MemsetRewrite k = graph_.memsets_as_kernels();
+        std::printf("step graph: captured at step %ld, %s nodes (%s memsets dropped: their bytes are zero; "
+                    "%s run as %s kernels), replayed from here on\n",
+                    step, count_text(graph_.nodes()).c_str(), count_text(graph_.memsets_dropped()).c_str(),
+                    count_text(k.memsets).c_str(), count_text(k.kernels).c_str());
+      }
     } catch (const GraphCaptureError& e) {
       plan_.disable();
       std::fflush(stdout);

@@ -1,14 +1,17 @@
 // drop_memsets_of_zeroed_range (core/graph_memsets.h): memsets of zeros wholly inside the range
-// leave the graph, their neighbours joined; every other node stays, in its order.
+// leave the graph, their neighbours joined; every other node stays, in its order. memsets_to_kernels:
+// chains of memsets become fill kernels that write the same bytes, in the same order.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/cuda_graph.h"
 #include "core/graph_memsets.h"
 #include "core/memory.h"
+#include "kernels.h"
 #include "support/gpu_test_util.h"
 
 namespace {
@@ -49,6 +52,63 @@ void launch(cudaGraph_t g, cudaStream_t s) {
 }
 
 char* at(const DeviceBuffer& b, size_t offset) { return static_cast<char*>(b.get()) + offset; }
+
+size_t count_of(cudaGraph_t g, cudaGraphNodeType type) {
+  size_t n = node_count(g);
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n) CUDA_CHECK(cudaGraphGetNodes(g, nodes.data(), &n));
+  size_t c = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType t;
+    CUDA_CHECK(cudaGraphNodeGetType(node, &t));
+    c += t == type;
+  }
+  return c;
+}
+
+// One memset node, 1D (height 1) or 2D, of elements of 1, 2 or 4 bytes, after the nodes `after`.
+cudaGraphNode_t add_memset(cudaGraph_t g, const std::vector<cudaGraphNode_t>& after, void* dst, unsigned element_size,
+                           size_t width, size_t height, size_t pitch, unsigned value) {
+  cudaMemsetParams p{};
+  p.dst = dst;
+  p.elementSize = element_size;
+  p.width = width;
+  p.height = height;
+  p.pitch = pitch;
+  p.value = value;
+  cudaGraphNode_t n = nullptr;
+  CUDA_CHECK(cudaGraphAddMemsetNode(&n, g, after.data(), after.size(), &p));
+  return n;
+}
+
+// A copy node of `bytes` from src to dst, after `after`.
+cudaGraphNode_t add_copy(cudaGraph_t g, cudaGraphNode_t after, void* dst, const void* src, size_t bytes) {
+  cudaMemcpy3DParms cp{};
+  cp.srcPtr = make_cudaPitchedPtr(const_cast<void*>(src), bytes, bytes, 1);
+  cp.dstPtr = make_cudaPitchedPtr(dst, bytes, bytes, 1);
+  cp.extent = make_cudaExtent(bytes, 1, 1);
+  cp.kind = cudaMemcpyDeviceToDevice;
+  cudaGraphNode_t n = nullptr;
+  CUDA_CHECK(cudaGraphAddMemcpyNode(&n, g, &after, 1, &cp));
+  return n;
+}
+
+// Where two byte strings first differ, for a failure message.
+std::string first_difference(const std::vector<unsigned char>& got, const std::vector<unsigned char>& want) {
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i)
+    if (got[i] != want[i])
+      return "byte " + std::to_string(i) + ": " + std::to_string(got[i]) + ", want " + std::to_string(want[i]);
+  return got.size() == want.size() ? "none" : "sizes differ";
+}
+
+// What a memset writes, on the host: `height` rows of `width` elements, `pitch` bytes apart.
+void memset_on_host(std::vector<unsigned char>& bytes, size_t offset, unsigned element_size, size_t width,
+                    size_t height, size_t pitch, unsigned value) {
+  for (size_t r = 0; r < height; ++r)
+    for (size_t i = 0; i < width; ++i)
+      for (unsigned b = 0; b < element_size; ++b)
+        bytes[offset + r * pitch + i * element_size + b] = static_cast<unsigned char>(value >> (8 * b));
+}
 
 }  // namespace
 
@@ -128,10 +188,145 @@ TEST(GraphMemsetsGpu, CudaGraphDropsThemAtEachCaptureAndStillUpdatesInPlace) {
   g.drop_memsets_into({kept.get(), kBytes});
   EXPECT_EQ(g.capture(s, work), CudaGraph::Instantiation::New);
   EXPECT_EQ(g.memsets_dropped(), 1u);
+  EXPECT_EQ(g.memsets_as_kernels().memsets, 1u) << "the memset of a";
+  EXPECT_EQ(g.memsets_as_kernels().kernels, 1u);
   EXPECT_EQ(g.nodes(), 2u);
   value = 6;
   EXPECT_EQ(g.capture(s, work), CudaGraph::Instantiation::Updated) << "the same topology after dropping";
   g.launch(s);
   CUDA_CHECK(cudaStreamSynchronize(s));
   EXPECT_EQ(bytes_at(out.get(), kBytes), std::vector<unsigned char>(kBytes, 6));
+}
+
+TEST(GraphMemsetsGpu, FillRegionsWritesWhatEachMemsetWould) {
+  SKIP_WITHOUT_GPU("a kernel");
+  Stream s;
+  // Aligned and not, 1D and 2D, every element size, word rows and odd ones, a large region.
+  struct Case {
+    size_t offset;
+    unsigned element_size;
+    size_t width, height, pitch;
+    unsigned value;
+  };
+  const std::vector<Case> cases = {{0, 1, 4, 1, 0, 0},         {8, 1, 2048, 1, 0, 0xA5},  {1, 1, 13, 1, 0, 0x7F},
+                                   {64, 2, 7, 3, 20, 0xBEEF},   {200, 4, 5, 4, 24, 0xDEADBEEF},
+                                   {401, 1, 6, 5, 11, 0x1234},  {4096, 4, 200000, 1, 0, 0x01020304}};
+  size_t total = 0;
+  for (const Case& c : cases) total = std::max(total, c.offset + (c.height - 1) * c.pitch + c.width * c.element_size);
+  DeviceBuffer buf(total, "fill target");
+  CUDA_CHECK(cudaMemset(buf.get(), 0xEE, total));
+  std::vector<unsigned char> want(total, 0xEE);
+  FillRegions f;
+  for (const Case& c : cases) {
+    f.region[f.count++] = {at(buf, c.offset), c.pitch, c.width, c.height, c.value, c.element_size};
+    memset_on_host(want, c.offset, c.element_size, c.width, c.height, c.pitch, c.value);
+  }
+  fill_regions(f, s);
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  EXPECT_EQ(bytes_at(buf.get(), total), want);
+}
+
+TEST(GraphMemsetsGpu, AChainOfMemsetsRunsAsKernelsThatWriteTheSameBytes) {
+  SKIP_WITHOUT_GPU("rewriting a CUDA graph");
+  Stream s;
+  constexpr size_t kChain = 2 * kFillRegions + 3;  // three kernels: 8, 8 and 3 memsets
+  DeviceBuffer buf(kChain * 64, "memset targets"), copy(kChain * 64, "copy");
+  // Element sizes 1, 2 and 4 in turn, one row or two.
+  struct Memset {
+    unsigned element_size;
+    size_t width, height;
+    unsigned value;
+  };
+  std::vector<Memset> memsets;
+  std::vector<unsigned char> want(kChain * 64, 0xEE);
+  for (size_t i = 0; i < kChain; ++i) {
+    const unsigned es = 1u << (i % 3), mask = es == 4 ? ~0u : (1u << (8 * es)) - 1;
+    const Memset m{es, i % 3 == 0 ? 9u : 5u, i % 2 ? 2u : 1u, unsigned(0x10203 * (i + 1)) & mask};
+    memsets.push_back(m);
+    memset_on_host(want, i * 64, m.element_size, m.width, m.height, 24, m.value);
+  }
+  // The same graph twice: run as built, and rewritten; each starts from the same bytes.
+  for (int rewritten = 0; rewritten < 2; ++rewritten) {
+    Captured g;
+    CUDA_CHECK(cudaGraphCreate(&g.graph, 0));
+    cudaGraphNode_t last = nullptr;
+    for (size_t i = 0; i < kChain; ++i)
+      last = add_memset(g.graph, last ? std::vector{last} : std::vector<cudaGraphNode_t>{}, at(buf, i * 64),
+                        memsets[i].element_size, memsets[i].width, memsets[i].height, 24, memsets[i].value);
+    const cudaGraphNode_t after = add_copy(g.graph, last, copy.get(), buf.get(), buf.bytes());
+    if (rewritten) {
+      const MemsetRewrite r = memsets_to_kernels(g.graph);
+      EXPECT_EQ(r.memsets, kChain);
+      EXPECT_EQ(r.kernels, 3u);
+      EXPECT_EQ(count_of(g.graph, cudaGraphNodeTypeMemset), 0u);
+      EXPECT_EQ(count_of(g.graph, cudaGraphNodeTypeKernel), 3u);
+      size_t deps = 0;
+      CUDA_CHECK(cudaGraphNodeGetDependencies(after, nullptr, nullptr, &deps));
+      EXPECT_EQ(deps, 1u) << "the copy follows the last kernel";
+    }
+    CUDA_CHECK(cudaMemset(buf.get(), 0xEE, buf.bytes()));
+    CUDA_CHECK(cudaMemset(copy.get(), 0, copy.bytes()));
+    launch(g.graph, s);
+    const std::vector<unsigned char> got = bytes_at(copy.get(), copy.bytes());
+    EXPECT_EQ(got, want) << (rewritten ? "rewritten" : "as built") << ", first difference at "
+                         << first_difference(got, want);
+  }
+}
+
+TEST(GraphMemsetsGpu, AMemsetWhoseValueDoesNotFitItsElementsStays) {
+  SKIP_WITHOUT_GPU("rewriting a CUDA graph");
+  DeviceBuffer buf(256, "memset targets");
+  Captured g;
+  CUDA_CHECK(cudaGraphCreate(&g.graph, 0));
+  cudaGraphNode_t n = add_memset(g.graph, {}, buf.get(), 1, 16, 1, 0, 0x70E15);  // 1-byte elements
+  n = add_memset(g.graph, {n}, at(buf, 64), 2, 16, 1, 0, 0x1BEEF);                // 2-byte elements
+  add_memset(g.graph, {n}, at(buf, 128), 2, 16, 1, 0, 0xBEEF);                    // fits: rewritten
+  const MemsetRewrite r = memsets_to_kernels(g.graph);
+  EXPECT_EQ(r.memsets, 1u);
+  EXPECT_EQ(count_of(g.graph, cudaGraphNodeTypeMemset), 2u);
+}
+
+TEST(GraphMemsetsGpu, MemsetsBetweenOtherNodesKeepTheirPlace) {
+  SKIP_WITHOUT_GPU("rewriting a CUDA graph");
+  Stream s;
+  DeviceBuffer x(kBytes, "x"), first(kBytes, "first copy"), second(kBytes, "second copy");
+  Captured g;
+  capture(s, g, [&] {
+    CUDA_CHECK(cudaMemsetAsync(x.get(), 1, kBytes, s));
+    CUDA_CHECK(cudaMemcpyAsync(first.get(), x.get(), kBytes, cudaMemcpyDeviceToDevice, s));
+    CUDA_CHECK(cudaMemsetAsync(x.get(), 2, kBytes / 2, s));  // a chain of two: one kernel
+    CUDA_CHECK(cudaMemsetAsync(at(x, kBytes / 2), 3, kBytes / 2, s));
+    CUDA_CHECK(cudaMemcpyAsync(second.get(), x.get(), kBytes, cudaMemcpyDeviceToDevice, s));
+  });
+  const MemsetRewrite r = memsets_to_kernels(g.graph);
+  EXPECT_EQ(r.memsets, 3u);
+  EXPECT_EQ(r.kernels, 2u);
+  EXPECT_EQ(node_count(g.graph), 4u);
+  launch(g.graph, s);
+  EXPECT_EQ(bytes_at(first.get(), kBytes), std::vector<unsigned char>(kBytes, 1)) << "copied before the second fill";
+  std::vector<unsigned char> want(kBytes, 2);
+  std::fill(want.begin() + kBytes / 2, want.end(), 3);
+  EXPECT_EQ(bytes_at(second.get(), kBytes), want) << "copied after it";
+}
+
+TEST(GraphMemsetsGpu, AMemsetWithSeveralDependentsHandsThemAllToItsKernel) {
+  SKIP_WITHOUT_GPU("rewriting a CUDA graph");
+  Stream s;
+  DeviceBuffer x(kBytes, "x"), y(kBytes, "y"), a(kBytes, "a"), b(kBytes, "b");
+  Captured g;
+  CUDA_CHECK(cudaGraphCreate(&g.graph, 0));
+  const cudaGraphNode_t mx = add_memset(g.graph, {}, x.get(), 1, kBytes, 1, 0, 7);
+  const cudaGraphNode_t my = add_memset(g.graph, {}, y.get(), 1, kBytes, 1, 0, 8);  // a root of its own
+  // After both: not a chain link of either.
+  const cudaGraphNode_t m2 = add_memset(g.graph, {mx, my}, at(x, 16), 1, 16, 1, 0, 9);
+  for (DeviceBuffer* to : {&a, &b}) add_copy(g.graph, m2, to->get(), x.get(), kBytes);
+  const MemsetRewrite r = memsets_to_kernels(g.graph);
+  EXPECT_EQ(r.memsets, 3u);
+  EXPECT_EQ(r.kernels, 3u) << "no chain: each memset has a kernel";
+  launch(g.graph, s);
+  std::vector<unsigned char> want(kBytes, 7);
+  std::fill(want.begin() + 16, want.begin() + 32, 9);
+  EXPECT_EQ(bytes_at(a.get(), kBytes), want);
+  EXPECT_EQ(bytes_at(b.get(), kBytes), want);
+  EXPECT_EQ(bytes_at(y.get(), kBytes), std::vector<unsigned char>(kBytes, 8));
 }

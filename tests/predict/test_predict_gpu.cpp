@@ -230,7 +230,10 @@ TEST_F(PredictGpu, FeaturesAreWhatTheClassifierReads) {
 
 // bin/predict's fp16 build with fused batch norm: each BN (running statistics), the residual add and
 // the ReLU in the epilogue of the conv before them gives the logits of the same network run with the
-// plain convs and our BN passes, within fp16 rounding.
+// plain convs and our BN passes, within fp16 rounding. The two round in different places (the plain
+// convs store their output in fp16 before the BN, the epilogues after it), so each is measured
+// against the network in fp32: the fused one may stray from it at most twice as far as the plain
+// one (on an H100: 0.12-0.13% and 0.14-0.15% relative error in the logits).
 TEST_F(PredictGpu, BatchNormInTheConvEpiloguesGivesTheUnfusedLogits) {
   std::unique_ptr<ResNet50> a = net(Layout::NCHW, false);
   Checkpoint c = trained_checkpoint(*a);
@@ -257,14 +260,25 @@ TEST_F(PredictGpu, BatchNormInTheConvEpiloguesGivesTheUnfusedLogits) {
   if (r.fused == 0) GTEST_SKIP() << "cuDNN fused no conv here: " << fusion_report_lines(r).back();
   std::printf("[ fusion ] %s\n", fusion_report_lines(r)[0].c_str());
   DeviceBuffer half_images(kBatch * kImage * 2, "fp16 test images");
+  const std::unique_ptr<ResNet50> exact = net(Layout::NHWC, true);  // fp32, no TF32
+  restore_checkpoint(*exact, c, ctx_->stream);
+  auto logits_of = [&](const ResNet50& n) {
+    const std::vector<float> l = download<float>(n.logits(), size_t(kBatch) * kClasses);
+    return ref::Vec(l.begin(), l.end());
+  };
   for (int k = 0; k < kBatches; ++k) {
-    cast_f32_to_f16(static_cast<const float*>(batches_->images(Layout::NHWC, k)), half_images.get(), kBatch * kImage,
-                    ctx_->stream);
+    const void* images = batches_->images(Layout::NHWC, k);
+    cast_f32_to_f16(static_cast<const float*>(images), half_images.get(), kBatch * kImage, ctx_->stream);
+    exact->forward(images, false);
     plain->forward(half_images.get(), false);
     fused->forward(half_images.get(), false);
-    const std::vector<float> want = download<float>(plain->logits(), size_t(kBatch) * kClasses);
-    const std::vector<float> got = download<float>(fused->logits(), size_t(kBatch) * kClasses);
-    EXPECT_CLOSE(ref::Vec(got.begin(), got.end()), ref::Vec(want.begin(), want.end()), 2e-2) << "batch " << k;
+    const ref::Vec want = logits_of(*exact);
+    const double plain_error = ref::rel_error(logits_of(*plain), want);
+    const double fused_error = ref::rel_error(logits_of(*fused), want);
+    std::printf("[ fp16 ] batch %d: relative error against fp32, plain %.4f, fused %.4f\n", k, plain_error, fused_error);
+    EXPECT_LE(plain_error, 1e-2) << "the plain fp16 network against fp32, batch " << k;
+    EXPECT_LE(fused_error, 2 * plain_error + 1e-3) << "the fused fp16 network against fp32 (plain: " << plain_error
+                                                   << "), batch " << k;
     const std::vector<uint16_t> fa = download<uint16_t>(fused->features(), size_t(kBatch) * fused->feature_count());
     for (uint16_t h : fa) ASSERT_FALSE((h & 0x8000) && (h & 0x7fff)) << "pooled ReLU outputs are never negative";
   }
