@@ -408,7 +408,6 @@ __device__ __forceinline__ BackwardInputs load_backward_inputs(const BnChannelSt
 
 // dx = a*dz + k_x*x + k_c with a = gamma*invstd, k_x = -a*invstd*dgamma/M,
 // k_c = -a*dbeta/M - k_x*mean: the usual formula, expanded so apply needs no xhat.
-
 __device__ void backward_coefs(const BnChannelState& bn, const BackwardInputs& in, int C, int c, double dgamma,
                                double dbeta, double M) {
   const double invstd = in.invstd;

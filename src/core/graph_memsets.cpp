@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/check.h"
@@ -22,10 +23,14 @@ std::vector<cudaGraphNode_t> neighbours(cudaGraphNode_t n, NeighbourQuery query)
 std::vector<cudaGraphNode_t> dependencies(cudaGraphNode_t n) { return neighbours(n, cudaGraphNodeGetDependencies); }
 std::vector<cudaGraphNode_t> dependents(cudaGraphNode_t n) { return neighbours(n, cudaGraphNodeGetDependentNodes); }
 
-bool is_memset(cudaGraphNode_t n) {
+// What memset node n writes (a 1D memset as one row), or nothing when n is no memset.
+std::optional<FillRegion> memset_region(cudaGraphNode_t n) {
   cudaGraphNodeType type;
   CUDA_CHECK(cudaGraphNodeGetType(n, &type));
-  return type == cudaGraphNodeTypeMemset;
+  if (type != cudaGraphNodeTypeMemset) return std::nullopt;
+  cudaMemsetParams p{};
+  CUDA_CHECK(cudaGraphMemsetNodeGetParams(n, &p));
+  return FillRegion{p.dst, p.pitch, p.width, p.height ? p.height : 1, p.value, p.elementSize};
 }
 
 std::vector<cudaGraphNode_t> all_nodes(cudaGraph_t graph) {
@@ -38,13 +43,10 @@ std::vector<cudaGraphNode_t> all_nodes(cudaGraph_t graph) {
 
 // A memset of zeros whose bytes all lie in `range`.
 bool zeroes_only_inside(cudaGraphNode_t n, ZeroedRange range) {
-  if (!is_memset(n)) return false;
-  cudaMemsetParams p{};
-  CUDA_CHECK(cudaGraphMemsetNodeGetParams(n, &p));
-  if (p.value != 0) return false;
-  const uintptr_t first = reinterpret_cast<uintptr_t>(p.dst);
-  const size_t rows = p.height ? p.height : 1;
-  const uintptr_t last = first + (rows - 1) * p.pitch + p.width * p.elementSize;
+  const std::optional<FillRegion> r = memset_region(n);
+  if (!r || r->value != 0) return false;
+  const uintptr_t first = reinterpret_cast<uintptr_t>(r->dst);
+  const uintptr_t last = first + (r->height - 1) * r->pitch + r->width * r->element_size;
   const uintptr_t begin = reinterpret_cast<uintptr_t>(range.begin);
   return first >= begin && last <= begin + range.bytes;
 }
@@ -75,10 +77,8 @@ namespace {
 // driver's memset nodes were seen to write bytes that are neither the value nor its low byte; a
 // captured cudaMemsetAsync always fits.)
 bool rewritable(cudaGraphNode_t n) {
-  if (!is_memset(n)) return false;
-  cudaMemsetParams p{};
-  CUDA_CHECK(cudaGraphMemsetNodeGetParams(n, &p));
-  return p.elementSize >= 4 || p.value >> (8 * p.elementSize) == 0;
+  const std::optional<FillRegion> r = memset_region(n);
+  return r && (r->element_size >= 4 || r->value >> (8 * r->element_size) == 0);
 }
 
 // The memset just before m in a chain: m's only dependency, when that is a memset with m its only dependent.
@@ -92,13 +92,6 @@ cudaGraphNode_t chained_after(cudaGraphNode_t m) {
   const std::vector<cudaGraphNode_t> after = dependents(m);
   if (after.size() != 1 || !rewritable(after[0]) || dependencies(after[0]).size() != 1) return nullptr;
   return after[0];
-}
-
-FillRegion region_of(cudaGraphNode_t m) {
-  cudaMemsetParams p{};
-  CUDA_CHECK(cudaGraphMemsetNodeGetParams(m, &p));
-  const size_t rows = p.height ? p.height : 1;
-  return {p.dst, p.pitch, p.width, rows, p.value, p.elementSize};
 }
 
 }  // namespace
@@ -119,7 +112,7 @@ MemsetRewrite memsets_to_kernels(cudaGraph_t graph) {
         if (cudaGraphNode_t a = chained_after(chain.back())) chain.push_back(a);
         else break;
       FillRegions f;
-      for (cudaGraphNode_t m : chain) f.region[f.count++] = region_of(m);
+      for (cudaGraphNode_t m : chain) f.region[f.count++] = *memset_region(m);
       void* args[1];
       const cudaKernelNodeParams params = fill_regions_node(f, args);
       const std::vector<cudaGraphNode_t> before = dependencies(chain.front()), after = dependents(chain.back());
