@@ -10,7 +10,8 @@
 //   n128.c64.h32.w32.k64.r3.s1.p1 fwd=1/1/0/0.0412 bwd_data=1/1/0/0.0511 bwd_filter=1/1/4096/0.0612
 //
 // A choice is algo/math type/workspace bytes/measured ms; for the graph API (context "api=graph")
-// algo is the rank of the engine configuration in cuDNN's heuristics list, and an entry may end
+// algo is the rank of the engine configuration in cuDNN's heuristics lists (mode A's, then mode
+// B's: "lists=a,b" in the context), and an entry may end
 // with bwd_data_acc=.. (the accumulating backward-data plan).
 #pragma once
 
@@ -44,7 +45,7 @@ AutotuneEntries parse_autotune_cache(const std::string& text, const std::string&
 std::string format_autotune_cache(const AutotuneEntries& entries);
 
 // Everything a measured choice depends on besides the shape. Its key() is the file's context line:
-// "gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;tf32=1;api=graph;workspace_mb=1024".
+// "gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;tf32=1;api=graph;lists=a,b;workspace_mb=1024".
 struct AutotuneContext {
   std::string gpu;
   size_t cudnn_version = 0;

@@ -1,8 +1,9 @@
 // A convolution through cuDNN's graph (backend) API.
 //
 // Each direction (forward, backward-data, accumulating backward-data, backward-filter) is an
-// operation graph of one node; its engine configuration comes from cuDNN's heuristics (mode A),
-// either the first usable one or the fastest of the first few when measured. The execution plan is
+// operation graph of one node; its engine configuration comes from cuDNN's heuristics (the lists
+// of modes A and B, one after the other), either the first usable one or, when measured, the
+// fastest of the first few of each list. The execution plan is
 // finalized once, when the layer is configured, and the variant packs (the pointers of one call) are
 // kept and reused while the pointers stay the same, so a call costs one cudnnBackendExecute. The
 // legacy cudnnConvolution* calls redo much of this work on every call: about 170 us of host time
@@ -32,6 +33,12 @@ class ConvGraph : public ConvLayer {
 
   // The directions, in the order of the plans.
   enum Op { kForward, kBackwardData, kBackwardDataAccumulate, kBackwardFilter, kOps };
+  // A direction's configurations: the rank where mode B's list begins, and how many there are in
+  // all (an AlgoChoice's algo is a rank in [0, all)).
+  struct ListSizes {
+    size_t second, all;
+  };
+  ListSizes heuristic_lists(Op op, cudnnHandle_t h);
   struct Direction;  // one operation graph, its candidate plans and the chosen one
 
  private:

@@ -70,6 +70,20 @@ Backend convolution_op(ConvDirection dir, const Backend& x, const Backend& w, co
 Backend operation_graph(cudnnHandle_t h, const std::vector<const Backend*>& ops);
 // The heuristics' engine configurations for a graph, best first.
 std::vector<Backend> engine_configs(const Backend& graph, cudnnBackendHeurMode_t mode);
+// Two heuristics lists one after the other: mode A's (or, where A offers nothing, the fallback
+// list) then mode B's (empty where cuDNN gives none). The modes rank engines differently: timing
+// every engine of both lists for ResNet-50's 69 plain conv directions at batch 128 on an H100 (cuDNN
+// 9.14), the fastest was in B's list for 42 of them (bench/results/gpu-run-2026-11-24.md).
+struct EngineLists {
+  std::vector<Backend> configs;  // A's (or the fallback's), then B's
+  size_t second = 0;             // where B's begin
+  int list_of(size_t i) const { return i < second ? 0 : 1; }
+};
+EngineLists engine_configs_a_then_b(const Backend& graph);
+// The same in two steps, for callers that may never need B's list: asking mode B for every layer
+// and direction of bin/train added about 4 s of host time to its start on an H100.
+EngineLists engine_configs_first_list(const Backend& graph);
+void add_mode_b_list(EngineLists& lists, const Backend& graph);
 
 // What cuDNN says about an engine configuration's kernels.
 struct EngineNotes {

@@ -88,6 +88,7 @@ struct FusionReport {
   int tried = 0, fused = 0;
   int half_coefficients = 0;  // fused patterns whose engines take the BN scale/bias in fp16
   bool off_for_determinism = false;  // --deterministic: nothing tried (see fusion_report_lines)
+  double seconds = -1;   // building (and, autotuning, timing) the patterns took; -1: not given
   std::vector<FusionRefusal> refused;
 };
 // The report as lines for people: how many patterns run fused, then one line per distinct refusal

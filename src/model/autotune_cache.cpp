@@ -87,9 +87,11 @@ std::string format_autotune_cache(const AutotuneEntries& entries) {
 }
 
 std::string AutotuneContext::key() const {
+  // A graph-API choice is a rank in the heuristics' lists of modes A then B (ConvGraph): files from
+  // before B's list was searched hold A-only choices, and their context differs, so they are searched again.
   return "gpu=" + gpu + ";cudnn=" + std::to_string(cudnn_version) + ";precision=" + dtype_name(precision) +
          ";layout=" + layout_name(layout) + ";tf32=" + (tf32 ? "1" : "0") + ";api=" + conv_api_name(api) +
-         ";workspace_mb=" + std::to_string(workspace_mb);
+         (api == ConvApi::Graph ? ";lists=a,b" : "") + ";workspace_mb=" + std::to_string(workspace_mb);
 }
 
 AutotuneCache::AutotuneCache(std::string path, std::string context)

@@ -142,6 +142,35 @@ std::vector<Backend> engine_configs(const Backend& graph, cudnnBackendHeurMode_t
   return configs;
 }
 
+namespace {
+// A heuristics mode that fails or lists nothing for a graph contributes nothing.
+std::vector<Backend> listed(const Backend& graph, cudnnBackendHeurMode_t mode) {
+  try {
+    return engine_configs(graph, mode);
+  } catch (const Fatal&) {
+    return {};
+  }
+}
+}  // namespace
+
+EngineLists engine_configs_first_list(const Backend& graph) {
+  EngineLists l;
+  l.configs = listed(graph, CUDNN_HEUR_MODE_A);
+  if (l.configs.empty()) l.configs = listed(graph, CUDNN_HEUR_MODE_FALLBACK);
+  l.second = l.configs.size();
+  return l;
+}
+
+void add_mode_b_list(EngineLists& l, const Backend& graph) {
+  for (Backend& c : listed(graph, CUDNN_HEUR_MODE_B)) l.configs.push_back(std::move(c));
+}
+
+EngineLists engine_configs_a_then_b(const Backend& graph) {
+  EngineLists l = engine_configs_first_list(graph);
+  add_mode_b_list(l, graph);
+  return l;
+}
+
 EngineNotes notes_of(const Backend& config) {
   Backend engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   int64_t n = 0;

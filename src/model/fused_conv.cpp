@@ -2,6 +2,7 @@
 #include "model/fused_conv.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <deque>
 
 #include "core/check.h"
@@ -17,7 +18,10 @@ enum Uid : int64_t {
   kX = 1, kW, kY, kDy, kDw, kScale, kBias, kSum, kSqSum, kMean, kInvstd, kGamma, kBeta, kG, kDgamma, kDbeta,
   kEqDy, kEqX, kEqB, kZ, kVirtual = 100
 };
-constexpr size_t kMeasuredCandidates = 4;  // how many of the heuristics' first acceptable engines are timed
+// How many of each heuristics list's first acceptable engines are timed (engine_configs_a_then_b).
+// Mode B's runtime-compiled engines are left out: each costs seconds of compiling at every start,
+// and with them bin/train and bin/predict were no faster (bench/results/gpu-run-2026-11-24.md).
+constexpr size_t kMeasuredPerList = 6;
 constexpr int kTimedRuns = 3;
 constexpr size_t kPacksKept = 32;  // distinct pointer sets remembered (one object serves every conv of its shape)
 
@@ -92,9 +96,17 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
     return {"fused batch norm: off under --deterministic (cuDNN's fused statistics and gradients reduce in an order "
             "that changes from run to run); every conv runs as the plain conv with our BN kernels"};
   std::vector<std::string> lines;
+  std::vector<std::string> notes;
+  if (r.half_coefficients) notes.push_back(std::to_string(r.half_coefficients) + " read the BN scale/bias in fp16");
+  if (r.seconds >= 0) {
+    char s[64];
+    std::snprintf(s, sizeof s, "chosen in %.1f s", r.seconds);
+    notes.push_back(s);
+  }
+  std::string noted;
+  for (const std::string& n : notes) noted += (noted.empty() ? " (" : "; ") + n;
   lines.push_back("fused batch norm: " + std::to_string(r.fused) + " of " + std::to_string(r.tried) +
-                  " conv patterns run fused through cuDNN" +
-                  (r.half_coefficients ? " (" + std::to_string(r.half_coefficients) + " read the BN scale/bias in fp16)" : "") +
+                  " conv patterns run fused through cuDNN" + (noted.empty() ? "" : noted + ")") +
                   (r.refused.empty() ? "" : "; the rest run as the plain conv and our BN kernels:"));
   std::vector<bool> done(r.refused.size(), false);
   for (size_t i = 0; i < r.refused.size(); ++i) {
@@ -180,27 +192,25 @@ bool FusedConv::try_build(cudnnHandle_t h, DType scale_type, DType intermediate)
   } catch (const Fatal& e) {
     return refuse(std::string("cuDNN refused the operation graph: ") + e.what());
   }
-  std::vector<Backend> configs;
-  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    try {
-      configs = engine_configs(gr->graph, mode);
-    } catch (const Fatal&) {
-      configs.clear();
-    }
-    if (!configs.empty()) break;
-  }
-  if (configs.empty()) return refuse("cuDNN has no engine for it on this GPU");
+  const EngineLists lists = engine_configs_a_then_b(gr->graph);
+  if (lists.configs.empty()) return refuse("cuDNN has no engine for it on this GPU");
   std::string last = "no engine configuration could be finalized";
   std::vector<std::pair<Plan, EngineNotes>> candidates;
-  for (const Backend& c : configs) {
+  size_t timed[2] = {0, 0};  // per list
+  for (size_t i = 0; i < lists.configs.size(); ++i) {
+    const Backend& c = lists.configs[i];
+    const int list = lists.list_of(i);
+    if (timed[list] == kMeasuredPerList) continue;
     const EngineNotes n = notes_of(c);
+    if (list == 1 && n.runtime_compiled) continue;
     if (n.reduced_precision) { last = "its engines reduce in fp16"; continue; }
     if (o_.deterministic && n.nondeterministic) { last = "its engines are not deterministic (--deterministic)"; continue; }
     Plan plan = make_plan(h, c);
     if (!plan.desc) continue;
     if (plan.workspace > o_.workspace_limit) { last = "its engines need more workspace than --workspace-mb"; continue; }
     candidates.emplace_back(std::move(plan), n);
-    if (!o_.measure || candidates.size() == kMeasuredCandidates) break;
+    if (!o_.measure) break;  // the heuristics' first usable one
+    ++timed[list];
   }
   if (candidates.empty()) return refuse(last);
   graph_ = std::move(gr);

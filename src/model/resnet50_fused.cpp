@@ -15,6 +15,7 @@
 // A pattern cuDNN refused for a conv runs as the plain conv and our BN kernels instead (unfused,
 // as src/model/resnet50.cpp runs every block), storing y1/y2 where that needs them.
 #include <algorithm>
+#include <chrono>
 #include <initializer_list>
 #include <map>
 #include <string>
@@ -137,6 +138,7 @@ class BnPassTimer {
 // than the plain conv with the BN passes it saves; then gives each BN its fused state and each
 // block the buffers its unfused convs need. Returns the largest workspace a fused plan needs.
 size_t ResNet50::build_fusion() {
+  const auto start = std::chrono::steady_clock::now();
   const bool measure = cfg_.conv.policy == AlgoPolicy::Autotune;
   const FusedOptions o{cfg_.dtype, cfg_.layout, cfg_.conv.deterministic, cfg_.conv.workspace_limit, measure};
   const Shape4 stem{cfg_.batch, 64, cfg_.image_side, cfg_.image_side};
@@ -201,6 +203,7 @@ size_t ResNet50::build_fusion() {
     }
   }
   allocate_fused_state();
+  fusion_report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return ws;
 }
 

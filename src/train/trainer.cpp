@@ -291,7 +291,9 @@ void Trainer::build_network() {
   cache_ = std::make_unique<AutotuneCache>(measure ? opt_.autotune_cache : "", context);
   for (const std::string& w : cache_->load()) warn_once_per_machine(w);
 
+  const auto start = std::chrono::steady_clock::now();
   net_ = std::make_unique<ResNet50>(cfg, *ctx_, *cache_);
+  const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const AlgoReport& ar = net_->algo_report();
   const char* api = conv_api_name(cfg.conv_api);
   const std::string ws = format_bytes(ar.workspace);
@@ -299,8 +301,8 @@ void Trainer::build_network() {
     std::printf("convs: %d shapes, algorithms from cuDNN's heuristics%s, %s API, workspace %s\n", ar.shapes,
                 opt_.deterministic ? " (deterministic only)" : "", api, ws.c_str());
   else if (ar.searched == 0)
-    std::printf("convs: all %d shapes from the autotune cache %s (no search), %s API, workspace %s\n", ar.shapes,
-                opt_.autotune_cache.c_str(), api, ws.c_str());
+    std::printf("convs: all %d shapes from the autotune cache %s (no search; network built in %.1f s), %s API, "
+                "workspace %s\n", ar.shapes, opt_.autotune_cache.c_str(), build_s, api, ws.c_str());
   else {
     std::printf("convs: autotuned %d of %d shapes in %.2f s (saved to %s), %s API, workspace %s\n", ar.searched,
                 ar.shapes, ar.search_s, opt_.autotune_cache.c_str(), api, ws.c_str());

@@ -215,7 +215,7 @@ namespace {
 
 TEST(AutotuneCache, ComposesItsContextLineFromWhatAChoiceDependsOn) {
   const AutotuneContext c{"NVIDIA H100 80GB HBM3", 91400, DType::F16, Layout::NHWC, true, ConvApi::Graph, 1024};
-  EXPECT_EQ(c.key(), "gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;tf32=1;api=graph;workspace_mb=1024");
+  EXPECT_EQ(c.key(), "gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;tf32=1;api=graph;lists=a,b;workspace_mb=1024");
   AutotuneCache cache("", c);
   EXPECT_EQ(cache.context(), c.key());
 }

@@ -282,6 +282,11 @@ TEST(FusionReport, CountsAndGroupsRefusalsByPatternAndReason) {
   r.half_coefficients = 3;
   EXPECT_EQ(fusion_report_lines(r), std::vector<std::string>{"fused batch norm: 10 of 10 conv patterns run fused "
                                                              "through cuDNN (3 read the BN scale/bias in fp16)"});
+  r.seconds = 4.26;
+  EXPECT_EQ(fusion_report_lines(r)[0], "fused batch norm: 10 of 10 conv patterns run fused through cuDNN (3 read the "
+                                       "BN scale/bias in fp16; chosen in 4.3 s)");
+  r.half_coefficients = 0;
+  EXPECT_EQ(fusion_report_lines(r)[0], "fused batch norm: 10 of 10 conv patterns run fused through cuDNN (chosen in 4.3 s)");
 }
 
 TEST(FusionReport, SaysFusionIsOffUnderDeterministic) {
