@@ -77,11 +77,12 @@ std::vector<Backend> engine_configs(const Backend& graph, cudnnBackendHeurMode_t
 struct EngineLists {
   std::vector<Backend> configs;  // A's (or the fallback's), then B's
   size_t second = 0;             // where B's begin
+  std::string error;             // why mode A (or the fallback) failed, where it did
   int list_of(size_t i) const { return i < second ? 0 : 1; }
 };
-EngineLists engine_configs_a_then_b(const Backend& graph);
-// The same in two steps, for callers that may never need B's list: asking mode B for every layer
-// and direction of bin/train added about 4 s of host time to its start on an H100.
+// A's list (the fallback's where A offers nothing); B's is appended only by callers that measure:
+// asking mode B for every layer and direction of bin/train added about 4 s of host time to its
+// start on an H100.
 EngineLists engine_configs_first_list(const Backend& graph);
 void add_mode_b_list(EngineLists& lists, const Backend& graph);
 

@@ -21,9 +21,9 @@ namespace {
 // output (y or dy).
 constexpr int64_t kUidX = 1, kUidW = 2, kUidY = 3;
 // How many of each heuristics list's first acceptable configurations are timed (modes A and B, see
-// engine_configs_a_then_b). 8 of each against A's first 6 alone, with the fused patterns' wider
-// search: bin/train 17,962-18,068 -> 18,303-18,391 images/s at batch 128 on an H100, for 3.7 s of
-// measuring at the first start instead of 1.0 s (later starts read the choices from the cache).
+// EngineLists). 8 of each against A's first 6 alone, with the fused patterns' wider search: bin/train
+// 17,962-18,068 -> 18,303-18,391 images/s at batch 128 on an H100, for 3.7 s of measuring at the
+// first start instead of 1.0 s (later starts read the choices from the cache).
 constexpr int kMeasuredPerList = 8;
 constexpr int kTimedRuns = 3;
 constexpr size_t kPacksKept = 8;     // distinct pointer sets remembered per direction
@@ -57,7 +57,7 @@ const char* op_name(ConvGraph::Op op) {
 struct Heuristics {
   Backend x, w, y, conv, op, graph;
   EngineLists lists;
-  bool has_b = false;
+  bool has_b = false;  // no lock: each is keyed by its cuDNN handle, which one thread uses at a time
 
   Heuristics(ConvGraph::Op kind, cudnnHandle_t h, const ConvGeometry& g, DType t, Layout l) {
     const cudnnDataType_t dt = cudnn_type(t);
@@ -171,11 +171,13 @@ ConvAlgos ConvGraph::search(cudnnHandle_t h, const ConvPolicy& p) {
     Direction& d = direction(static_cast<Op>(op), h);
     d.built.clear();
     AlgoChoice best;
-    // Without measuring: the first usable configuration of A's list (B is never asked).
+    // Without measuring: the first usable configuration of A's list (B's, which another layer of
+    // this shape may have asked for, is left out).
     const EngineLists& lists = measure ? d.heuristics->with_mode_b() : d.heuristics->lists;
     const std::vector<Backend>& configs = lists.configs;
+    const int searched = static_cast<int>(measure ? configs.size() : lists.second);
     int timed[2] = {0, 0};  // per list
-    for (int rank = 0; rank < static_cast<int>(configs.size()); ++rank) {
+    for (int rank = 0; rank < searched; ++rank) {
       const int list = lists.list_of(rank);
       if (timed[list] == kMeasuredPerList) continue;
       const EngineNotes notes = notes_of(configs[rank]);
@@ -195,7 +197,8 @@ ConvAlgos ConvGraph::search(cudnnHandle_t h, const ConvPolicy& p) {
     if (best.algo < 0)
       throw Fatal(std::string("cuDNN offers no usable ") + op_name(static_cast<Op>(op)) + " engine for conv " +
                   g_.key() + (p.deterministic ? " (deterministic)" : "") + " within a workspace of " +
-                  format_bytes(p.workspace_limit) + "; try a larger --workspace-mb");
+                  format_bytes(p.workspace_limit) + "; try a larger --workspace-mb" +
+                  (d.heuristics->lists.error.empty() ? "" : " (cuDNN's heuristics: " + d.heuristics->lists.error + ")"));
     choice_for(a, static_cast<Op>(op)) = best;
   }
   return a;

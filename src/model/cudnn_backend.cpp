@@ -143,11 +143,13 @@ std::vector<Backend> engine_configs(const Backend& graph, cudnnBackendHeurMode_t
 }
 
 namespace {
-// A heuristics mode that fails or lists nothing for a graph contributes nothing.
-std::vector<Backend> listed(const Backend& graph, cudnnBackendHeurMode_t mode) {
+// A heuristics mode that fails or lists nothing for a graph contributes nothing; why it failed is
+// kept in `error` (when given) for the message of a caller left with no engine at all.
+std::vector<Backend> listed(const Backend& graph, cudnnBackendHeurMode_t mode, std::string* error = nullptr) {
   try {
     return engine_configs(graph, mode);
-  } catch (const Fatal&) {
+  } catch (const Fatal& e) {
+    if (error && error->empty()) *error = e.what();
     return {};
   }
 }
@@ -155,20 +157,14 @@ std::vector<Backend> listed(const Backend& graph, cudnnBackendHeurMode_t mode) {
 
 EngineLists engine_configs_first_list(const Backend& graph) {
   EngineLists l;
-  l.configs = listed(graph, CUDNN_HEUR_MODE_A);
-  if (l.configs.empty()) l.configs = listed(graph, CUDNN_HEUR_MODE_FALLBACK);
+  l.configs = listed(graph, CUDNN_HEUR_MODE_A, &l.error);
+  if (l.configs.empty()) l.configs = listed(graph, CUDNN_HEUR_MODE_FALLBACK, &l.error);
   l.second = l.configs.size();
   return l;
 }
 
 void add_mode_b_list(EngineLists& l, const Backend& graph) {
   for (Backend& c : listed(graph, CUDNN_HEUR_MODE_B)) l.configs.push_back(std::move(c));
-}
-
-EngineLists engine_configs_a_then_b(const Backend& graph) {
-  EngineLists l = engine_configs_first_list(graph);
-  add_mode_b_list(l, graph);
-  return l;
 }
 
 EngineNotes notes_of(const Backend& config) {

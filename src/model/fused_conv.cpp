@@ -18,7 +18,7 @@ enum Uid : int64_t {
   kX = 1, kW, kY, kDy, kDw, kScale, kBias, kSum, kSqSum, kMean, kInvstd, kGamma, kBeta, kG, kDgamma, kDbeta,
   kEqDy, kEqX, kEqB, kZ, kVirtual = 100
 };
-// How many of each heuristics list's first acceptable engines are timed (engine_configs_a_then_b).
+// How many of each heuristics list's first acceptable engines are timed (modes A and B, see EngineLists).
 // Mode B's runtime-compiled engines are left out: each costs seconds of compiling at every start,
 // and with them bin/train and bin/predict were no faster (bench/results/gpu-run-2026-11-24.md).
 constexpr size_t kMeasuredPerList = 6;
@@ -192,8 +192,11 @@ bool FusedConv::try_build(cudnnHandle_t h, DType scale_type, DType intermediate)
   } catch (const Fatal& e) {
     return refuse(std::string("cuDNN refused the operation graph: ") + e.what());
   }
-  const EngineLists lists = engine_configs_a_then_b(gr->graph);
-  if (lists.configs.empty()) return refuse("cuDNN has no engine for it on this GPU");
+  // Mode B's list only when measuring: without, the heuristics' first usable engine of A's list.
+  EngineLists lists = engine_configs_first_list(gr->graph);
+  if (o_.measure) add_mode_b_list(lists, gr->graph);
+  if (lists.configs.empty())
+    return refuse("cuDNN has no engine for it on this GPU" + (lists.error.empty() ? "" : " (" + lists.error + ")"));
   std::string last = "no engine configuration could be finalized";
   std::vector<std::pair<Plan, EngineNotes>> candidates;
   size_t timed[2] = {0, 0};  // per list
