@@ -13,6 +13,12 @@
 // algo is the rank of the engine configuration in cuDNN's heuristics lists (mode A's, then mode
 // B's: "lists=a,b" in the context), and an entry may end
 // with bwd_data_acc=.. (the accumulating backward-data plan).
+//
+// A fused batch-norm pattern's measured plan (FusedConv) is a line of its own, keyed by the pattern
+// and the conv's shape; its plan is rank/types/workspace bytes/measured ms, types being which of the
+// pattern's scale/intermediate type pairs it was built with, and unfused= the time of the plain conv
+// with the BN passes fusing saves, as measured then (so a later start makes the same choice):
+//   fused.conv-bn-relu.n256.c64.h32.w32.k64.r3.s1.p1 plan=2/1/0/0.0541 unfused=0.0612
 #pragma once
 
 #include <map>
@@ -37,8 +43,25 @@ struct ConvAlgos {
   bool operator==(const ConvAlgos&) const = default;
 };
 
-// The whole file: context -> shape key -> choices.
-using AutotuneEntries = std::map<std::string, std::map<std::string, ConvAlgos>>;
+struct FusedChoice {
+  int rank = -1;         // in the heuristics lists of the pattern's operation graph, A's then B's
+  int types = 0;         // index of the scale/bias and intermediate types tried (FusedConv)
+  size_t workspace = 0;  // bytes
+  float ms = -1;         // measured time of one run
+  float unfused_ms = -1; // the network's time for the alternative (ResNet50::build_fusion); -1: not kept
+  bool operator==(const FusedChoice&) const = default;
+};
+
+// One context's entries: the convs' choices by shape key, the fused patterns' by pattern and shape.
+struct ContextEntries {
+  std::map<std::string, ConvAlgos> convs;
+  std::map<std::string, FusedChoice> fused;
+  bool empty() const { return convs.empty() && fused.empty(); }
+  bool operator==(const ContextEntries&) const = default;
+};
+
+// The whole file: context -> its entries.
+using AutotuneEntries = std::map<std::string, ContextEntries>;
 
 // Parses the text of a cache file; any malformed line is an InputError naming `file` and the line.
 AutotuneEntries parse_autotune_cache(const std::string& text, const std::string& file);
@@ -66,6 +89,12 @@ class AutotuneCache {
   std::vector<std::string> load();
   const ConvAlgos* find(const std::string& shape) const;
   void put(const std::string& shape, const ConvAlgos& algos);
+  // A fused pattern's plan; `key` is fused_cache_key()'s (model/fused_conv.h).
+  const FusedChoice* find_fused(const std::string& key) const;
+  void put_fused(const std::string& key, const FusedChoice& choice);
+  void erase_fused(const std::string& key);  // a plan that no longer plans, so later starts skip it
+  // Whether a put since the load changed an entry: what a caller saves for.
+  bool changed() const { return changed_; }
   // Writes the file atomically, keeping other contexts' entries. No-op with an empty path.
   void save() const;
   size_t entries_here() const;
@@ -75,4 +104,5 @@ class AutotuneCache {
  private:
   std::string path_, context_;
   AutotuneEntries all_;
+  bool changed_ = false;
 };

@@ -27,10 +27,13 @@
 #include <cudnn.h>
 
 #include "core/memory.h"
+#include "model/autotune_cache.h"
 #include "model/conv.h"
 
 enum class FusedPattern { ConvStats, SbrConvStats, SbrWgrad, DgradDreluDbn, ConvBn, ConvBnRelu, ConvBnAddRelu };
 const char* fused_pattern_name(FusedPattern p);
+// The autotune cache's key of a pattern's plan for a conv shape ("fused.conv-bn-relu.n256.c64...").
+std::string fused_cache_key(FusedPattern p, const ConvGeometry& g);
 // Patterns that read a per-channel scale and bias: the prologue's (training) or the epilogue's (inference).
 bool has_scale_bias(FusedPattern p);
 
@@ -89,6 +92,7 @@ struct FusionReport {
   int half_coefficients = 0;  // fused patterns whose engines take the BN scale/bias in fp16
   bool off_for_determinism = false;  // --deterministic: nothing tried (see fusion_report_lines)
   double seconds = -1;   // building (and, autotuning, timing) the patterns took; -1: not given
+  int plans = 0, plans_cached = 0;  // distinct pattern-shape plans built, and of them taken from the autotune cache
   std::vector<FusionRefusal> refused;
 };
 // The report as lines for people: how many patterns run fused, then one line per distinct refusal
@@ -97,8 +101,11 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r);
 
 class FusedConv {
  public:
-  // Builds the pattern for `g` and finalizes an execution plan; on refusal ok() is false.
-  FusedConv(cudnnHandle_t h, FusedPattern p, const ConvGeometry& g, const FusedOptions& o);
+  // Builds the pattern for `g` and finalizes an execution plan; on refusal ok() is false. When
+  // measuring, a `cached` plan (an earlier run's choice()) is built alone, without timing the others;
+  // one that no longer plans (another cuDNN list, too little workspace) is searched again.
+  FusedConv(cudnnHandle_t h, FusedPattern p, const ConvGeometry& g, const FusedOptions& o,
+            const FusedChoice* cached = nullptr);
   ~FusedConv();
   FusedConv(const FusedConv&) = delete;
   FusedConv& operator=(const FusedConv&) = delete;
@@ -110,12 +117,16 @@ class FusedConv {
   DType scale_type() const { return scale_type_; }  // of the prologue's s and b
   bool runtime_compiled() const { return runtime_compiled_; }
   float ms() const { return ms_; }  // measured time of one run; -1 when not measured
+  const FusedChoice& choice() const { return choice_; }  // what the autotune cache keeps (measured, ok())
+  bool from_cache() const { return from_cache_; }
 
   void run(cudnnHandle_t h, const FusedArgs& a, void* ws, size_t ws_bytes) const;
 
  private:
   struct Graph;
-  bool try_build(cudnnHandle_t h, DType scale_type, DType intermediate);
+  // One scale/intermediate type pair (index `types` of the tries): the heuristics' first usable
+  // engine, or when measuring the fastest of the first of each list; or only the `cached` rank.
+  bool try_build(cudnnHandle_t h, int types, const FusedChoice* cached);
   // The pattern's tensors and operations into `gr` (throws Fatal where cuDNN refuses a node).
   void add_training_ops(Graph& gr, cudnnDataType_t scale_type, cudnnDataType_t intermediate) const;
   void add_epilogue_ops(Graph& gr, cudnnDataType_t scale_type, cudnnDataType_t intermediate) const;
@@ -127,7 +138,8 @@ class FusedConv {
   ConvGeometry g_;
   FusedOptions o_;
   std::unique_ptr<Graph> graph_;
-  bool ok_ = false, runtime_compiled_ = false;
+  bool ok_ = false, runtime_compiled_ = false, from_cache_ = false;
+  FusedChoice choice_;
   std::string why_;
   size_t workspace_ = 0;
   DType scale_type_ = DType::F32;

@@ -131,7 +131,7 @@ class ResNet50 {
   // does not mark non-deterministic, so --deterministic keeps every conv unfused.
   bool fused() const { return cfg_.fused_bn && !cfg_.conv.deterministic; }
   bool fused_inference() const { return fused() && cfg_.inference; }
-  size_t build_fusion();
+  size_t build_fusion(AutotuneCache& cache);
   void allocate_fused_state();
   void fused_block_forward(Block& b, const void* in, bool train);
   void fused_block_backward(Block& b, const void* in);

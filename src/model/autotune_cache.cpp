@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -15,23 +16,30 @@ namespace {
 
 const char* kHeader = "resnet-trainer autotune cache v1";
 
-bool parse_choice(const std::string& text, AlgoChoice& c) {
-  // algo/math/workspace/ms, all present, integers then a float
-  int algo = 0, math = 0;
+// The four numbers of a choice: two integers, bytes, milliseconds ("3/1/4096/0.0412"), all present.
+// The first is a legacy algorithm or a rank in cuDNN's heuristics lists, which for the graph API
+// can run past a hundred (the bound only rejects nonsense).
+bool parse_quad(const std::string& text, int& first, int& second, size_t& bytes, float& ms) {
   unsigned long long ws = 0;
-  float ms = 0;
   char tail = 0;
-  if (std::sscanf(text.c_str(), "%d/%d/%llu/%f%c", &algo, &math, &ws, &ms, &tail) != 4) return false;
-  if (algo < 0 || algo > 64 || math < 0 || math > 16) return false;
-  c = {algo, math, static_cast<size_t>(ws), ms};
+  if (std::sscanf(text.c_str(), "%d/%d/%llu/%f%c", &first, &second, &ws, &ms, &tail) != 4) return false;
+  if (first < 0 || first > 65535 || second < 0 || second > 16 || !std::isfinite(ms)) return false;
+  bytes = static_cast<size_t>(ws);
   return true;
 }
 
-std::string format_choice(const AlgoChoice& c) {
+std::string format_quad(int first, int second, size_t bytes, float ms) {
   char buf[96];
-  std::snprintf(buf, sizeof(buf), "%d/%d/%zu/%.6g", c.algo, c.math, c.workspace, c.ms);
+  std::snprintf(buf, sizeof(buf), "%d/%d/%zu/%.6g", first, second, bytes, ms);
   return buf;
 }
+
+bool parse_choice(const std::string& text, AlgoChoice& c) { return parse_quad(text, c.algo, c.math, c.workspace, c.ms); }
+std::string format_choice(const AlgoChoice& c) { return format_quad(c.algo, c.math, c.workspace, c.ms); }
+
+constexpr const char* kFusedPrefix = "fused.";
+constexpr const char* kPlanField = "plan=";
+constexpr const char* kUnfusedField = "unfused=";
 
 }  // namespace
 
@@ -58,6 +66,19 @@ AutotuneEntries parse_autotune_cache(const std::string& text, const std::string&
     }
     if (context.empty()) fail("entry before any [context] line");
     std::istringstream fields(line);
+    if (line.rfind(kFusedPrefix, 0) == 0) {  // a fused pattern's plan
+      std::string key, plan, unfused, extra;
+      FusedChoice c;
+      char tail = 0;
+      if (!(fields >> key >> plan) || plan.rfind(kPlanField, 0) != 0 ||
+          !parse_quad(plan.substr(5), c.rank, c.types, c.workspace, c.ms) ||
+          (fields >> unfused && (unfused.rfind(kUnfusedField, 0) != 0 ||
+                                 std::sscanf(unfused.c_str() + 8, "%f%c", &c.unfused_ms, &tail) != 1 ||
+                                 !std::isfinite(c.unfused_ms) || fields >> extra)))
+        fail("expected: fused.<pattern>.<shape> plan=rank/types/workspace/ms [unfused=ms]");
+      out[context].fused[key] = c;
+      continue;
+    }
     std::string shape, f, b, w, acc;
     if (!(fields >> shape >> f >> b >> w) || (fields >> acc && (acc.rfind("bwd_data_acc=", 0) != 0 || fields >> line)))
       fail("expected: shape fwd=.. bwd_data=.. bwd_filter=.. [bwd_data_acc=..]");
@@ -67,7 +88,7 @@ AutotuneEntries parse_autotune_cache(const std::string& text, const std::string&
     if (w.rfind("bwd_filter=", 0) != 0 || !parse_choice(w.substr(11), a.bwd_filter)) fail("bad bwd_filter field '" + w + "'");
     if (!acc.empty() && !parse_choice(acc.substr(13), a.bwd_data_acc))
       fail("bad bwd_data_acc field '" + acc + "'");
-    out[context][shape] = a;
+    out[context].convs[shape] = a;
   }
   if (number == 0) fail("empty file");
   return out;
@@ -75,13 +96,22 @@ AutotuneEntries parse_autotune_cache(const std::string& text, const std::string&
 
 std::string format_autotune_cache(const AutotuneEntries& entries) {
   std::string s = std::string(kHeader) + "\n";
-  for (const auto& [context, shapes] : entries) {
-    if (shapes.empty()) continue;
+  for (const auto& [context, here] : entries) {
+    if (here.empty()) continue;
     s += "[" + context + "]\n";
-    for (const auto& [shape, a] : shapes)
+    for (const auto& [shape, a] : here.convs)
       s += shape + " fwd=" + format_choice(a.fwd) + " bwd_data=" + format_choice(a.bwd_data) +
            " bwd_filter=" + format_choice(a.bwd_filter) +
            (a.bwd_data_acc.algo >= 0 ? " bwd_data_acc=" + format_choice(a.bwd_data_acc) : "") + "\n";
+    for (const auto& [key, c] : here.fused) {
+      s += key + " " + kPlanField + format_quad(c.rank, c.types, c.workspace, c.ms);
+      if (c.unfused_ms >= 0) {
+        char buf[48];
+        std::snprintf(buf, sizeof(buf), " %s%.6g", kUnfusedField, c.unfused_ms);
+        s += buf;
+      }
+      s += "\n";
+    }
   }
   return s;
 }
@@ -115,14 +145,46 @@ std::vector<std::string> AutotuneCache::load() {
   return warnings;
 }
 
-const ConvAlgos* AutotuneCache::find(const std::string& shape) const {
-  const auto c = all_.find(context_);
-  if (c == all_.end()) return nullptr;
-  const auto s = c->second.find(shape);
-  return s == c->second.end() ? nullptr : &s->second;
+namespace {
+
+// A context's entry of one kind (a conv's choices or a fused pattern's plan), or null.
+template <class T>
+const T* find_entry(const AutotuneEntries& all, const std::string& context,
+                    std::map<std::string, T> ContextEntries::*kind, const std::string& key) {
+  const auto c = all.find(context);
+  if (c == all.end()) return nullptr;
+  const std::map<std::string, T>& entries = c->second.*kind;
+  const auto e = entries.find(key);
+  return e == entries.end() ? nullptr : &e->second;
 }
 
-void AutotuneCache::put(const std::string& shape, const ConvAlgos& algos) { all_[context_][shape] = algos; }
+// Sets an entry; whether that changed it.
+template <class T>
+bool put_entry(std::map<std::string, T>& entries, const std::string& key, const T& value) {
+  const auto [e, added] = entries.try_emplace(key, value);
+  if (added) return true;
+  if (e->second == value) return false;
+  e->second = value;
+  return true;
+}
+
+}  // namespace
+
+const ConvAlgos* AutotuneCache::find(const std::string& shape) const {
+  return find_entry(all_, context_, &ContextEntries::convs, shape);
+}
+
+void AutotuneCache::put(const std::string& shape, const ConvAlgos& algos) {
+  changed_ = put_entry(all_[context_].convs, shape, algos) || changed_;
+}
+
+const FusedChoice* AutotuneCache::find_fused(const std::string& key) const {
+  return find_entry(all_, context_, &ContextEntries::fused, key);
+}
+
+void AutotuneCache::put_fused(const std::string& key, const FusedChoice& choice) {
+  changed_ = put_entry(all_[context_].fused, key, choice) || changed_;
+}
 
 void AutotuneCache::save() const {
   if (path_.empty()) return;
@@ -130,7 +192,12 @@ void AutotuneCache::save() const {
   write_file_atomic(path_, text.data(), text.size());
 }
 
+void AutotuneCache::erase_fused(const std::string& key) {
+  const auto c = all_.find(context_);
+  if (c != all_.end() && c->second.fused.erase(key) > 0) changed_ = true;
+}
+
 size_t AutotuneCache::entries_here() const {
   const auto c = all_.find(context_);
-  return c == all_.end() ? 0 : c->second.size();
+  return c == all_.end() ? 0 : c->second.convs.size() + c->second.fused.size();
 }

@@ -59,6 +59,14 @@ Conv2d::~Conv2d() {
 }
 
 bool Conv2d::use(cudnnHandle_t, const ConvAlgos& a) {
+  // A cached choice naming an algorithm or math type this cuDNN does not have (a corrupt or hand-
+  // edited file) is refused, so the shape is searched again rather than failing at its first call.
+  auto valid = [](const AlgoChoice& c, int algorithms) {
+    return c.algo >= 0 && c.algo < algorithms && c.math >= 0 && c.math <= int(CUDNN_FMA_MATH);
+  };
+  if (!valid(a.fwd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT) || !valid(a.bwd_data, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT) ||
+      !valid(a.bwd_filter, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT))
+    return false;
   algos_ = a;
   CUDNN_CHECK(cudnnSetConvolutionMathType(conv_[kFwd], static_cast<cudnnMathType_t>(a.fwd.math)));
   CUDNN_CHECK(cudnnSetConvolutionMathType(conv_[kBwdData], static_cast<cudnnMathType_t>(a.bwd_data.math)));

@@ -81,6 +81,21 @@ const char* fused_pattern_name(FusedPattern p) {
   }
 }
 
+std::string fused_cache_key(FusedPattern p, const ConvGeometry& g) {
+  // Stable names, not the enum's values: a reordered enum must not mix up cached plans.
+  const char* name = "conv-bn-add-relu";
+  switch (p) {
+    case FusedPattern::ConvStats: name = "conv-stats"; break;
+    case FusedPattern::SbrConvStats: name = "sbr-conv-stats"; break;
+    case FusedPattern::SbrWgrad: name = "sbr-wgrad"; break;
+    case FusedPattern::DgradDreluDbn: name = "dgrad-drelu-dbn"; break;
+    case FusedPattern::ConvBn: name = "conv-bn"; break;
+    case FusedPattern::ConvBnRelu: name = "conv-bn-relu"; break;
+    case FusedPattern::ConvBnAddRelu: break;
+  }
+  return std::string("fused.") + name + "." + g.key();
+}
+
 bool has_scale_bias(FusedPattern p) {
   return p != FusedPattern::ConvStats && p != FusedPattern::DgradDreluDbn;
 }
@@ -103,6 +118,9 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
     std::snprintf(s, sizeof s, "chosen in %.1f s", r.seconds);
     notes.push_back(s);
   }
+  if (r.plans_cached > 0)
+    notes.push_back(std::to_string(r.plans_cached) + " of " + std::to_string(r.plans) +
+                    " plans from the autotune cache");
   std::string noted;
   for (const std::string& n : notes) noted += (noted.empty() ? " (" : "; ") + n;
   lines.push_back("fused batch norm: " + std::to_string(r.fused) + " of " + std::to_string(r.tried) +
@@ -156,31 +174,47 @@ struct FusedConv::Graph {
   void op(Backend b) { ops.push_back(&add(std::move(b))); }
 };
 
-FusedConv::FusedConv(cudnnHandle_t h, FusedPattern p, const ConvGeometry& g, const FusedOptions& o)
+namespace {
+
+// The scale/bias type and the type of the virtual tensors are the engine's to accept: fp32 first
+// (no rounding of BN's per-channel coefficients), then the activation type as the cudnn-frontend
+// samples of these patterns use. A cached plan names its pair by index.
+constexpr int kTypeTries = 4;
+std::pair<DType, DType> type_try(int i, DType io) {
+  const std::pair<DType, DType> tries[kTypeTries] = {{DType::F32, DType::F32}, {io, DType::F32}, {DType::F32, io}, {io, io}};
+  return tries[i];
+}
+
+bool try_applies(FusedPattern p, std::pair<DType, DType> t) {
+  if (!has_scale_bias(p) && t.first != DType::F32) return false;  // nothing to type
+  return !(p == FusedPattern::ConvStats && t.second != DType::F32);  // no intermediate tensors either
+}
+
+}  // namespace
+
+FusedConv::FusedConv(cudnnHandle_t h, FusedPattern p, const ConvGeometry& g, const FusedOptions& o,
+                     const FusedChoice* cached)
     : pattern_(p), g_(g), o_(o) {
-  // The scale/bias type and the type of the virtual tensors are the engine's to accept: fp32 first
-  // (no rounding of BN's per-channel coefficients), then the activation type as the cudnn-frontend
-  // samples of these patterns use.
-  const DType io = o.io;
-  const std::pair<DType, DType> tries[] = {{DType::F32, DType::F32}, {io, DType::F32}, {DType::F32, io}, {io, io}};
-  for (const auto& [scale, inter] : tries) {
-    if (!has_scale_bias(p) && scale != DType::F32) continue;  // nothing to type
-    if (p == FusedPattern::ConvStats && inter != DType::F32) continue;  // no intermediate tensors either
-    if (try_build(h, scale, inter)) return;
-  }
+  if (o.measure && cached && cached->rank >= 0 && cached->types >= 0 && cached->types < kTypeTries &&
+      try_applies(p, type_try(cached->types, o.io)) && try_build(h, cached->types, cached))
+    return;
+  why_.clear();  // a stale cached plan is no reason to report
+  for (int i = 0; i < kTypeTries; ++i)
+    if (try_applies(p, type_try(i, o.io)) && try_build(h, i, nullptr)) return;
 }
 
 FusedConv::~FusedConv() = default;
 
 // One try at a scale/bias type and an intermediate type: the operation graph, then the choice of
-// its engine (the fastest of the first few the heuristics offer, when measuring).
-bool FusedConv::try_build(cudnnHandle_t h, DType scale_type, DType intermediate) {
+// its engine (the fastest of the first few the heuristics offer, when measuring; the cached rank alone).
+bool FusedConv::try_build(cudnnHandle_t h, int types, const FusedChoice* cached) {
   // Keep the (so far) first reason: later tries usually fail for the same one.
   auto refuse = [&](const std::string& why) {
     if (why_.empty()) why_ = why;
     graph_.reset();
     return false;
   };
+  const auto [scale_type, intermediate] = type_try(types, o_.io);
   auto gr = std::make_unique<Graph>();
   const cudnnDataType_t sb = cudnn_type(scale_type), inter = cudnn_type(intermediate);
   const bool epilogue = pattern_ == FusedPattern::ConvBn || pattern_ == FusedPattern::ConvBnRelu ||
@@ -192,15 +226,23 @@ bool FusedConv::try_build(cudnnHandle_t h, DType scale_type, DType intermediate)
   } catch (const Fatal& e) {
     return refuse(std::string("cuDNN refused the operation graph: ") + e.what());
   }
-  // Mode B's list only when measuring: without, the heuristics' first usable engine of A's list.
+  // Mode B's list only when measuring (or a cached rank lies in it): without, the heuristics' first
+  // usable engine of A's list.
   EngineLists lists = engine_configs_first_list(gr->graph);
-  if (o_.measure) add_mode_b_list(lists, gr->graph);
+  if (cached ? size_t(cached->rank) >= lists.second : o_.measure) add_mode_b_list(lists, gr->graph);
   if (lists.configs.empty())
     return refuse("cuDNN has no engine for it on this GPU" + (lists.error.empty() ? "" : " (" + lists.error + ")"));
   std::string last = "no engine configuration could be finalized";
-  std::vector<std::pair<Plan, EngineNotes>> candidates;
+  struct Candidate {
+    size_t rank;
+    Plan plan;
+    EngineNotes notes;
+  };
+  std::vector<Candidate> candidates;
   size_t timed[2] = {0, 0};  // per list
-  for (size_t i = 0; i < lists.configs.size(); ++i) {
+  const size_t first = cached ? size_t(cached->rank) : 0;
+  const size_t end = cached ? std::min(first + 1, lists.configs.size()) : lists.configs.size();
+  for (size_t i = first; i < end; ++i) {
     const Backend& c = lists.configs[i];
     const int list = lists.list_of(i);
     if (timed[list] == kMeasuredPerList) continue;
@@ -211,7 +253,10 @@ bool FusedConv::try_build(cudnnHandle_t h, DType scale_type, DType intermediate)
     Plan plan = make_plan(h, c);
     if (!plan.desc) continue;
     if (plan.workspace > o_.workspace_limit) { last = "its engines need more workspace than --workspace-mb"; continue; }
-    candidates.emplace_back(std::move(plan), n);
+    // A cached rank whose plan needs another workspace names another engine now (the lists moved
+    // under the same context): its times are not this engine's, so it is searched again.
+    if (cached && plan.workspace != cached->workspace) { last = "the cached engine changed"; continue; }
+    candidates.push_back({i, std::move(plan), n});
     if (!o_.measure) break;  // the heuristics' first usable one
     ++timed[list];
   }
@@ -219,9 +264,12 @@ bool FusedConv::try_build(cudnnHandle_t h, DType scale_type, DType intermediate)
   graph_ = std::move(gr);
   scale_type_ = scale_type;
   size_t best = 0;
-  if (o_.measure) {
+  if (cached) {
+    ms_ = cached->ms;
+    from_cache_ = true;
+  } else if (o_.measure) {
     size_t ws_bytes = 0;
-    for (const auto& c : candidates) ws_bytes = std::max(ws_bytes, c.first.workspace);
+    for (const auto& c : candidates) ws_bytes = std::max(ws_bytes, c.plan.workspace);
     DeviceBuffer scratch, ws(ws_bytes + kCudnnAlignment, "fused conv autotune workspace");
     const FusedArgs a = scratch_args(scratch);
     std::vector<const void*> ptrs;
@@ -230,13 +278,15 @@ bool FusedConv::try_build(cudnnHandle_t h, DType scale_type, DType intermediate)
     cudaStream_t stream = nullptr;
     CUDNN_CHECK(cudnnGetStream(h, &stream));
     for (size_t i = 0; i < candidates.size(); ++i) {
-      const float t = fastest_ms(stream, kTimedRuns, [&] { execute(h, candidates[i].first.desc, pack); });
+      const float t = fastest_ms(stream, kTimedRuns, [&] { execute(h, candidates[i].plan.desc, pack); });
       if (i == 0 || t < ms_) ms_ = t, best = i;
     }
   }
-  graph_->plan = std::move(candidates[best].first);
-  runtime_compiled_ = candidates[best].second.runtime_compiled;
+  Candidate& chosen = candidates[best];
+  graph_->plan = std::move(chosen.plan);
+  runtime_compiled_ = chosen.notes.runtime_compiled;
   workspace_ = graph_->plan.workspace;
+  choice_ = {static_cast<int>(chosen.rank), types, workspace_, ms_};
   ok_ = true;
   why_.clear();
   return true;

@@ -177,7 +177,7 @@ void ResNet50::choose_algorithms(AutotuneCache& cache) {
     choose(b->c3);
     if (b->down) choose(*b->down);
   }
-  if (fused()) ws = std::max(ws, build_fusion());
+  if (fused()) ws = std::max(ws, build_fusion(cache));
   fusion_report_.off_for_determinism = cfg_.fused_bn && !fused();
   workspace_ = DeviceBuffer(ws, "cuDNN workspace (--workspace-mb)");
   algo_report_ = {static_cast<int>(shapes.size()), chooser.searched(), chooser.search_seconds(), ws};

@@ -137,7 +137,9 @@ class BnPassTimer {
 // that shape) and keeps it where cuDNN accepts it and, when autotuning, where it measures no slower
 // than the plain conv with the BN passes it saves; then gives each BN its fused state and each
 // block the buffers its unfused convs need. Returns the largest workspace a fused plan needs.
-size_t ResNet50::build_fusion() {
+// Autotuning, each pattern's measured plan goes into `cache`, and a plan found there is built
+// alone (the runtime-compiled engines of the inference patterns made bin/predict's start 8 s longer).
+size_t ResNet50::build_fusion(AutotuneCache& cache) {
   const auto start = std::chrono::steady_clock::now();
   const bool measure = cfg_.conv.policy == AlgoPolicy::Autotune;
   const FusedOptions o{cfg_.dtype, cfg_.layout, cfg_.conv.deterministic, cfg_.conv.workspace_limit, measure};
@@ -149,8 +151,24 @@ size_t ResNet50::build_fusion() {
   std::map<std::string, std::shared_ptr<FusedConv>> made;
   size_t ws = 0;
   auto fuse = [&](ConvUnit& u, FusedPattern p, float unfused_ms) -> std::shared_ptr<FusedConv> {
-    std::shared_ptr<FusedConv>& f = made[std::to_string(int(p)) + ":" + u.conv->geometry().key()];
-    if (!f) f = std::make_shared<FusedConv>(ctx_.cudnn, p, u.conv->geometry(), o);
+    const std::string key = fused_cache_key(p, u.conv->geometry());
+    const FusedChoice* cached = measure ? cache.find_fused(key) : nullptr;
+    std::shared_ptr<FusedConv>& f = made[key];
+    if (!f) {
+      f = std::make_shared<FusedConv>(ctx_.cudnn, p, u.conv->geometry(), o, cached);
+      ++fusion_report_.plans;
+      fusion_report_.plans_cached += f->from_cache();
+      if (measure && f->ok() && (!f->from_cache() || cached->unfused_ms < 0)) {
+        FusedChoice c = f->choice();  // measured now, or cached without the alternative's time
+        c.unfused_ms = unfused_ms;
+        cache.put_fused(key, c);
+      } else if (cached && !f->ok()) {
+        cache.erase_fused(key);  // cuDNN refuses the pattern now: nothing to rebuild at the next start
+      }
+    }
+    // A cached plan is weighed against the alternative's time measured with it: the choice stays as
+    // it was made (our BN passes, timed again, would turn near ties from start to start).
+    if (f->from_cache() && cached->unfused_ms >= 0) unfused_ms = cached->unfused_ms;
     ++fusion_report_.tried;
     if (!f->ok()) {
       fusion_report_.refused.push_back({u.name, p, f->why()});

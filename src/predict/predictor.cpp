@@ -218,7 +218,7 @@ void Predictor::build_network() {
                                       trainer_defaults.workspace_mb});
   for (const std::string& w : cache.load()) std::fprintf(stderr, "warning: %s\n", w.c_str());
   net_ = std::make_unique<ResNet50>(cfg, *ctx_, cache);
-  if (measure && net_->algo_report().searched > 0) cache.save();
+  if (measure && cache.changed()) cache.save();  // new conv choices or fused plans
   if (cfg.fused_bn)
     for (const std::string& line : fusion_report_lines(net_->fusion_report())) std::printf("%s\n", line.c_str());
 

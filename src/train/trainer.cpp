@@ -306,10 +306,10 @@ void Trainer::build_network() {
   else {
     std::printf("convs: autotuned %d of %d shapes in %.2f s (saved to %s), %s API, workspace %s\n", ar.searched,
                 ar.shapes, ar.search_s, opt_.autotune_cache.c_str(), api, ws.c_str());
-    if (writes()) cache_->save();
   }
   if (cfg.fused_bn)
     for (const std::string& line : fusion_report_lines(net_->fusion_report())) std::printf("%s\n", line.c_str());
+  if (measure && writes() && cache_->changed()) cache_->save();  // new conv choices or fused plans
 }
 
 void Trainer::start_from_checkpoint_or_init() {

@@ -44,9 +44,11 @@ ConvAlgos algos(int seed) {
 
 AutotuneEntries sample_entries() {
   AutotuneEntries e;
-  e[kHere]["n128.c64.h32.w32.k64.r3.s1.p1"] = algos(1);
-  e[kHere]["n128.c256.h8.w8.k512.r1.s2.p0"] = algos(2);
-  e[kOther]["n128.c64.h32.w32.k64.r3.s1.p1"] = algos(3);
+  e[kHere].fused["fused.conv-bn-relu.n256.c64.h32.w32.k64.r3.s1.p1"] = {2, 1, 0, 0.0541f, 0.0612f};
+  e[kHere].fused["fused.conv-stats.n128.c64.h32.w32.k64.r1.s1.p0"] = {97, 0, 4096, 0.125f};
+  e[kHere].convs["n128.c64.h32.w32.k64.r3.s1.p1"] = algos(1);
+  e[kHere].convs["n128.c256.h8.w8.k512.r1.s2.p0"] = algos(2);
+  e[kOther].convs["n128.c64.h32.w32.k64.r3.s1.p1"] = algos(3);
   return e;
 }
 
@@ -60,8 +62,8 @@ TEST(AutotuneCacheFile, FormatParseRoundTrip) {
 
 TEST(AutotuneCacheFile, MeasuredTimesKeepSixSignificantDigits) {
   AutotuneEntries e;
-  e[kHere]["s"] = {{3, 1, 0, 0.123456789f}, {1, 0, 0, 1234.5678f}, {2, 0, 0, 3.3333333e-5f}, {}};
-  const ConvAlgos back = parse_autotune_cache(format_autotune_cache(e), "c.txt").at(kHere).at("s");
+  e[kHere].convs["s"] = {{3, 1, 0, 0.123456789f}, {1, 0, 0, 1234.5678f}, {2, 0, 0, 3.3333333e-5f}, {}};
+  const ConvAlgos back = parse_autotune_cache(format_autotune_cache(e), "c.txt").at(kHere).convs.at("s");
   EXPECT_NEAR(back.fwd.ms, 0.123456789f, 1e-6f);
   EXPECT_NEAR(back.bwd_data.ms, 1234.5678f, 1e-2f);
   EXPECT_NEAR(back.bwd_filter.ms, 3.3333333e-5f, 1e-10f);
@@ -69,11 +71,31 @@ TEST(AutotuneCacheFile, MeasuredTimesKeepSixSignificantDigits) {
   EXPECT_EQ(back.fwd.math, 1);
 }
 
+// A graph-API choice is a rank in two heuristics lists one after the other, which can pass 64
+// (before, the parser refused such a file: every start searched again and wrote it again).
+TEST(AutotuneCacheFile, GraphRanksPastSixtyFourRoundTrip) {
+  AutotuneEntries e;
+  e[kHere].convs["s"] = {{97, 1, 0, 0.5f}, {130, 1, 0, 0.25f}, {65, 0, 0, 1.f}, {200, 1, 0, 2.f}};
+  EXPECT_EQ(parse_autotune_cache(format_autotune_cache(e), "c.txt"), e);
+}
+
+TEST(AutotuneCacheFile, ReadsTheDocumentedFusedLine) {
+  const std::string text = std::string(kHeaderLine) + "[" + kHere + "]\n" +
+                           "fused.conv-bn-relu.n256.c64.h32.w32.k64.r3.s1.p1 plan=2/1/0/0.0541 unfused=0.0612\n" +
+                           "fused.conv-bn.n256.c64.h32.w32.k256.r1.s1.p0 plan=0/0/0/0.03\n";
+  const AutotuneEntries e = parse_autotune_cache(text, "c.txt");
+  const FusedChoice& c = e.at(kHere).fused.at("fused.conv-bn-relu.n256.c64.h32.w32.k64.r3.s1.p1");
+  EXPECT_EQ(c, (FusedChoice{2, 1, 0, 0.0541f, 0.0612f}));
+  EXPECT_EQ(e.at(kHere).fused.at("fused.conv-bn.n256.c64.h32.w32.k256.r1.s1.p0").unfused_ms, -1.f) << "not kept";
+  EXPECT_EQ(format_autotune_cache(e), text);
+  EXPECT_TRUE(e.at(kHere).convs.empty());
+}
+
 TEST(AutotuneCacheFile, ReadsTheDocumentedExample) {
   const std::string text = std::string(kHeaderLine) + "[" + kHere + "]\n" +
                            "n128.c64.h32.w32.k64.r3.s1.p1 fwd=1/1/0/0.0412 bwd_data=1/1/0/0.0511 bwd_filter=1/1/4096/0.0612\n";
   const AutotuneEntries e = parse_autotune_cache(text, "c.txt");
-  const ConvAlgos& a = e.at(kHere).at("n128.c64.h32.w32.k64.r3.s1.p1");
+  const ConvAlgos& a = e.at(kHere).convs.at("n128.c64.h32.w32.k64.r3.s1.p1");
   EXPECT_EQ(a.bwd_filter.algo, 1);
   EXPECT_EQ(a.bwd_filter.workspace, 4096u);
   EXPECT_FLOAT_EQ(a.bwd_data.ms, 0.0511f);
@@ -95,7 +117,15 @@ TEST(AutotuneCacheFile, MalformedLinesNameFileAndLine) {
        "bad bwd_data_acc field"},
       {std::string(kHeaderLine) + ctx + "s fwd=1/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1 bwd_data_acc=1/1/0/1 x\n",
        "expected: shape"},
-      {std::string(kHeaderLine) + ctx + "s fwd=99/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1\n", "bad fwd field"},
+      {std::string(kHeaderLine) + ctx + "s fwd=70000/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1\n", "bad fwd field"},
+      {std::string(kHeaderLine) + ctx + "fused.conv-bn s fwd=1/1/0/1\n", "expected: fused."},
+      {std::string(kHeaderLine) + ctx + "fused.conv-bn.s plan=1/1/0\n", "expected: fused."},
+      {std::string(kHeaderLine) + ctx + "fused.conv-bn.s plan=1/99/0/1\n", "expected: fused."},
+      {std::string(kHeaderLine) + ctx + "fused.conv-bn.s plan=1/1/0/1 x\n", "expected: fused."},
+      {std::string(kHeaderLine) + ctx + "fused.conv-bn.s plan=1/1/0/1 unfused=0.5x\n", "expected: fused."},
+      {std::string(kHeaderLine) + ctx + "fused.conv-bn.s plan=1/1/0/1 unfused=nan\n", "expected: fused."},
+      {std::string(kHeaderLine) + ctx + "fused.conv-bn.s plan=1/1/0/inf\n", "expected: fused."},
+      {std::string(kHeaderLine) + ctx + "fused.conv-bn.s plan=1/1/0/1 unfused=0.5 x\n", "expected: fused."},
       {std::string(kHeaderLine) + "[unclosed\n", "malformed context"},
       {"", "empty"},
   };
@@ -140,6 +170,63 @@ TEST(AutotuneCache, SaveLoadRoundTripAndFind) {
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 }
 
+TEST(AutotuneCache, FusedPlansAreKeptBesideTheConvsAndSaved) {
+  TempDir dir;
+  const std::string path = dir / "cache.txt";
+  const std::string key = "fused.conv-bn-add-relu.n256.c64.h32.w32.k256.r1.s1.p0";
+  {
+    AutotuneCache c(path, kHere);
+    c.load();
+    EXPECT_EQ(c.find_fused(key), nullptr);
+    c.put("a", algos(1));
+    c.put_fused(key, {5, 2, 256, 0.0765f});
+    c.save();
+  }
+  AutotuneCache c(path, kHere);
+  EXPECT_TRUE(c.load().empty());
+  EXPECT_EQ(c.entries_here(), 2u);
+  ASSERT_NE(c.find_fused(key), nullptr);
+  EXPECT_EQ(*c.find_fused(key), (FusedChoice{5, 2, 256, 0.0765f}));
+  EXPECT_EQ(c.find_fused("fused.conv-bn.other"), nullptr);
+  EXPECT_EQ(c.find(key), nullptr) << "a fused key is not a conv shape";
+  EXPECT_FALSE(c.changed());
+  c.erase_fused("fused.conv-bn.absent");
+  EXPECT_FALSE(c.changed()) << "nothing to erase";
+  c.erase_fused(key);
+  EXPECT_TRUE(c.changed());
+  EXPECT_EQ(c.find_fused(key), nullptr);
+  EXPECT_EQ(c.entries_here(), 1u);
+  AutotuneCache elsewhere(path, kOther);
+  elsewhere.load();
+  EXPECT_EQ(elsewhere.find_fused(key), nullptr) << "another context's plan must not be used";
+}
+
+// What callers save for: a put that changes something, not one that writes what was loaded.
+TEST(AutotuneCache, ChangedOnlyWhenAnEntryChanges) {
+  TempDir dir;
+  const std::string path = dir / "cache.txt";
+  {
+    AutotuneCache c(path, kHere);
+    c.load();
+    EXPECT_FALSE(c.changed());
+    c.put("a", algos(1));
+    c.put_fused("fused.k", {1, 0, 0, 0.5f});
+    EXPECT_TRUE(c.changed());
+    c.save();
+  }
+  AutotuneCache c(path, kHere);
+  c.load();
+  c.put("a", algos(1));
+  c.put_fused("fused.k", {1, 0, 0, 0.5f});
+  EXPECT_FALSE(c.changed()) << "the same choices as the file's";
+  c.put_fused("fused.k", {2, 0, 0, 0.4f});
+  EXPECT_TRUE(c.changed());
+  AutotuneCache d(path, kHere);
+  d.load();
+  d.put("b", algos(2));
+  EXPECT_TRUE(d.changed()) << "a new shape";
+}
+
 TEST(AutotuneCache, CorruptFileIsIgnoredWithAWarningAndRewritten) {
   const std::string ctx = "[" + kHere + "]\n";
   const char binary[] = "\x1f\x8b\x08\x00\xff\xfe garbage \x01\x02";
@@ -159,7 +246,7 @@ TEST(AutotuneCache, CorruptFileIsIgnoredWithAWarningAndRewritten) {
     c.put("a", algos(4));
     c.save();
     const AutotuneEntries e = parse_autotune_cache(read_text(path), path);  // valid again
-    EXPECT_EQ(e.at(kHere).at("a"), algos(4));
+    EXPECT_EQ(e.at(kHere).convs.at("a"), algos(4));
     EXPECT_EQ(e.size(), 1u);
   }
 }
@@ -168,8 +255,8 @@ TEST(AutotuneCache, OtherContextGivesNoEntriesButIsKept) {
   TempDir dir;
   const std::string path = dir / "cache.txt";
   AutotuneEntries theirs;
-  theirs[kOther]["a"] = algos(5);
-  theirs[kOther]["b"] = algos(6);
+  theirs[kOther].convs["a"] = algos(5);
+  theirs[kOther].convs["b"] = algos(6);
   write_text(path, format_autotune_cache(theirs));
 
   AutotuneCache c(path, kHere);
@@ -184,7 +271,7 @@ TEST(AutotuneCache, OtherContextGivesNoEntriesButIsKept) {
 
   const AutotuneEntries e = parse_autotune_cache(read_text(path), path);
   EXPECT_EQ(e.at(kOther), theirs.at(kOther)) << "the other context's entries are kept";
-  EXPECT_EQ(e.at(kHere).at("a"), algos(7));
+  EXPECT_EQ(e.at(kHere).convs.at("a"), algos(7));
   // And the other binary still finds its own.
   AutotuneCache other(path, kOther);
   EXPECT_TRUE(other.load().empty());

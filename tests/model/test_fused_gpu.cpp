@@ -222,6 +222,49 @@ TEST_P(FusedGpu, ConvBnAddReluAddsTheResidualBeforeTheRelu) {
 INSTANTIATE_TEST_SUITE_P(Shapes, FusedGpu, testing::ValuesIn(kCases),
                          [](const testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
+// A measured plan rebuilt from what the autotune cache keeps (choice()): the same engine, built
+// alone, computing the pattern; a cached plan that no longer plans here is searched again.
+TEST(FusedGpuCache, ACachedPlanIsBuiltAloneAndComputesThePattern) {
+  SKIP_WITHOUT_GPU("the fused patterns");
+  const ConvGeometry g = kCases[0].g;
+  FusedOptions o;
+  o.measure = true;
+  FusedConv measured(ctx().cudnn, FusedPattern::ConvBnRelu, g, o);
+  if (!measured.ok()) GTEST_SKIP() << "cuDNN refused " << fused_pattern_name(FusedPattern::ConvBnRelu) << ": " << measured.why();
+  EXPECT_FALSE(measured.from_cache());
+  const FusedChoice c = measured.choice();
+  EXPECT_GE(c.rank, 0);
+  EXPECT_GT(c.ms, 0.f);
+  EXPECT_EQ(c.ms, measured.ms());
+  EXPECT_EQ(c.workspace, measured.workspace());
+
+  FusedConv again(ctx().cudnn, FusedPattern::ConvBnRelu, g, o, &c);
+  ASSERT_TRUE(again.ok()) << again.why();
+  EXPECT_TRUE(again.from_cache());
+  EXPECT_EQ(again.choice(), c) << "the same rank, types, workspace and time";
+  EXPECT_EQ(again.scale_type(), measured.scale_type());
+  DeviceTensor ws(again.workspace() + 16, DType::F32, "workspace");
+  check_epilogue(FusedPattern::ConvBnRelu, g, again, ws);
+
+  // A rank past both heuristics lists; a type pair that is not one of the tries; the same rank with
+  // another workspace (the engine at that rank changed).
+  for (const FusedChoice& stale : {FusedChoice{60000, c.types, c.workspace, 0.001f},
+                                   FusedChoice{c.rank, 9, c.workspace, 0.001f},
+                                   FusedChoice{c.rank, c.types, c.workspace + 256, 0.001f}}) {
+    FusedConv searched(ctx().cudnn, FusedPattern::ConvBnRelu, g, o, &stale);
+    ASSERT_TRUE(searched.ok()) << searched.why();
+    EXPECT_FALSE(searched.from_cache());
+    EXPECT_NE(searched.choice().rank, 60000);
+    EXPECT_NE(searched.ms(), 0.001f) << "measured again, not the stale entry's time";
+    EXPECT_TRUE(searched.why().empty()) << "a stale entry is no refusal: " << searched.why();
+  }
+  // Without measuring (heuristic algorithms) a cached plan is not used: nothing measured chose it.
+  o.measure = false;
+  FusedConv heuristic(ctx().cudnn, FusedPattern::ConvBnRelu, g, o, &c);
+  ASSERT_TRUE(heuristic.ok());
+  EXPECT_FALSE(heuristic.from_cache());
+}
+
 // Statistics from sums (a fused conv's) give the batch mean, 1/std, scale, shift and running
 // statistics of the unfused path.
 TEST(FusedBnFinalize, SumsGiveTheBatchStatisticsAndRunningUpdate) {
@@ -287,6 +330,10 @@ TEST(FusionReport, CountsAndGroupsRefusalsByPatternAndReason) {
                                        "BN scale/bias in fp16; chosen in 4.3 s)");
   r.half_coefficients = 0;
   EXPECT_EQ(fusion_report_lines(r)[0], "fused batch norm: 10 of 10 conv patterns run fused through cuDNN (chosen in 4.3 s)");
+  r.plans = 6;
+  r.plans_cached = 5;
+  EXPECT_EQ(fusion_report_lines(r)[0], "fused batch norm: 10 of 10 conv patterns run fused through cuDNN (chosen in "
+                                       "4.3 s; 5 of 6 plans from the autotune cache)");
 }
 
 TEST(FusionReport, SaysFusionIsOffUnderDeterministic) {

@@ -197,6 +197,29 @@ TEST(GpuConvAlgos, GraphPlansFromTheCacheMatchTheSearch) {
   EXPECT_FALSE(third.use(c.cudnn, stale));
 }
 
+// The legacy API's choice from the cache is an algorithm number and a math type: one this cuDNN
+// does not have (the file's parser takes numbers up to 65535, for the graph API's ranks) is refused.
+TEST(GpuConvAlgos, LegacyChoicesCuDnnDoesNotHaveAreRefused) {
+  SKIP_WITHOUT_GPU("cuDNN's legacy API");
+  GpuContext& c = ctx();
+  const ConvGeometry& g = kConvCases[1].g;
+  Conv2d conv(g, DType::F16, Layout::NHWC, false);
+  AlgoChooser chooser(c.cudnn, ConvPolicy{AlgoPolicy::Heuristic, false, size_t(256) << 20}, nullptr);
+  chooser.configure(conv);
+  const ConvAlgos good = conv.algorithms();
+  EXPECT_TRUE(conv.use(c.cudnn, good));
+  ConvAlgos bad = good;
+  bad.fwd.algo = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+  EXPECT_FALSE(conv.use(c.cudnn, bad));
+  bad = good;
+  bad.bwd_filter.algo = 70;
+  EXPECT_FALSE(conv.use(c.cudnn, bad));
+  bad = good;
+  bad.bwd_data.math = 9;
+  EXPECT_FALSE(conv.use(c.cudnn, bad));
+  EXPECT_EQ(conv.algorithms(), good) << "a refused choice leaves the layer as it was";
+}
+
 // A configuration from the second heuristics list (mode B), as a search or the autotune cache may
 // choose it, computes the reference forward, and its rank names the same engine in a layer built
 // after the first is gone (its heuristics asked again, as in a later run reading the cache): both

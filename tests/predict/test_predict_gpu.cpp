@@ -284,6 +284,62 @@ TEST_F(PredictGpu, BatchNormInTheConvEpiloguesGivesTheUnfusedLogits) {
   }
 }
 
+// Autotuning, each fused pattern's measured plan goes into the autotune cache, and the network
+// built again takes every plan cuDNN accepted from there instead of timing the candidates again
+// (bin/predict's start, H100: fused patterns chosen in 8.4 s before the cache, 1.0-1.7 s with it),
+// makes the same fused-or-plain choice for every conv (its first try at this test, re-timing our BN
+// passes, fused 51 of 53 convs and then 53), and gives the same logits bit for bit: the same engines.
+TEST_F(PredictGpu, FusedPlansComeBackFromTheAutotuneCache) {
+  std::unique_ptr<ResNet50> a = net(Layout::NCHW, false);
+  Checkpoint c = trained_checkpoint(*a);
+  c.master = convert_filters(c.master, ResNet50::tensor_layout(kClasses), Layout::NCHW, Layout::NHWC);
+  AutotuneCache cache("", "predict-test fused plans");
+  auto build = [&] {
+    NetConfig cfg = config(Layout::NHWC, true);
+    cfg.dtype = DType::F16;
+    cfg.conv_api = ConvApi::Graph;
+    cfg.conv.policy = AlgoPolicy::Autotune;
+    cfg.conv.deterministic = false;  // fusion is off under --deterministic
+    cfg.fused_bn = true;
+    auto n = std::make_unique<ResNet50>(cfg, *ctx_, cache);
+    restore_checkpoint(*n, c, ctx_->stream);
+    return n;
+  };
+  const std::unique_ptr<ResNet50> first = build();
+  const FusionReport r1 = first->fusion_report();
+  if (r1.fused == 0) GTEST_SKIP() << "cuDNN fused no conv here: " << fusion_report_lines(r1).back();
+  EXPECT_EQ(r1.plans_cached, 0);
+  EXPECT_TRUE(cache.changed());
+  int refused_by_cudnn = 0;  // convs, not plans: 0 where cuDNN took every pattern
+  for (const FusionRefusal& f : r1.refused) refused_by_cudnn += f.why != kSlowerThanUnfused;
+
+  const std::unique_ptr<ResNet50> second = build();
+  const FusionReport r2 = second->fusion_report();
+  std::printf("[ fusion ] first:  %s\n[ fusion ] second: %s\n", fusion_report_lines(r1)[0].c_str(),
+              fusion_report_lines(r2)[0].c_str());
+  EXPECT_EQ(r2.plans, r1.plans);
+  EXPECT_GT(r2.plans_cached, 0);
+  if (refused_by_cudnn == 0) {
+    EXPECT_EQ(r2.plans_cached, r2.plans) << "every plan was accepted, so every one is cached";
+  }
+  EXPECT_EQ(r2.tried, r1.tried);
+
+  EXPECT_EQ(r2.fused, r1.fused);
+  ASSERT_EQ(r2.refused.size(), r1.refused.size());
+  for (size_t i = 0; i < r1.refused.size(); ++i) {
+    EXPECT_EQ(r2.refused[i].layer, r1.refused[i].layer);
+    EXPECT_EQ(r2.refused[i].why, r1.refused[i].why);
+  }
+  DeviceBuffer half_images(kBatch * kImage * 2, "fp16 test images");
+  cast_f32_to_f16(static_cast<const float*>(batches_->images(Layout::NHWC, 0)), half_images.get(), kBatch * kImage,
+                  ctx_->stream);
+  first->forward(half_images.get(), false);
+  const std::vector<float> l1 = download<float>(first->logits(), size_t(kBatch) * kClasses);
+  second->forward(half_images.get(), false);
+  const std::vector<float> l2 = download<float>(second->logits(), size_t(kBatch) * kClasses);
+  EXPECT_EQ(l1, l2) << "the cached plans run the engines that were measured";
+}
+
 TEST_F(PredictGpu, EveryEgressRungDeliversEachBatchInOrder) {
   std::unique_ptr<ResNet50> a = net(Layout::NCHW, false);
   const Checkpoint c = trained_checkpoint(*a);
