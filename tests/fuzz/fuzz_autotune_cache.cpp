@@ -10,8 +10,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const AutotuneEntries e = parse_autotune_cache(text, "fuzz.txt");
     const AutotuneEntries again = parse_autotune_cache(format_autotune_cache(e), "formatted");
-    for (const auto& [ctx, shapes] : e)
-      if (!shapes.empty() && again.at(ctx).size() != shapes.size()) __builtin_trap();
+    for (const auto& [ctx, here] : e)
+      if (!here.empty() && (again.at(ctx).convs.size() != here.convs.size() ||
+                            again.at(ctx).fused.size() != here.fused.size()))
+        __builtin_trap();
   } catch (const InputError&) {
   }
   return 0;
