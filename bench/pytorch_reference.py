@@ -10,6 +10,9 @@ shared/anchors.md; they are cumulative up to "compile", then three runs with the
 
 With --json, each rung prints one summary line with the keys of the CUDA trainer's summary where
 they mean the same thing (variant "pytorch: <rung>"), or {"event": "rung_failed", ...} if it broke.
+The timed steps are bracketed by cudaProfilerStart/Stop, as bin/train's window is, so that
+`nsys profile --capture-range=cudaProfilerApi --cuda-graph-trace=node` traces one rung's steady state
+alone (the first rung's: nsys stops at the first range's end).
 This file imports without PyTorch (bench.py reads the rung names from it); running it needs PyTorch.
 """
 
@@ -180,6 +183,7 @@ def measure(rung: Rung, args: argparse.Namespace, images, labels) -> dict:
     for step in range(steps):
         if step == args.warmup_steps:
             torch.cuda.synchronize()
+            torch.cuda.profiler.start()
             start = time.perf_counter()
             loss_sum.zero_()
             host_loss_sum = 0.0
@@ -198,6 +202,7 @@ def measure(rung: Rung, args: argparse.Namespace, images, labels) -> dict:
             host_loss_sum += loss.item()  # waits for the GPU every step: what the baseline measures
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
+    torch.cuda.profiler.stop()
 
     mean_loss = (loss_sum.item() if rung.device_loss else host_loss_sum) / args.timed_steps
     return {

@@ -1,5 +1,6 @@
 // The image-folder data set (image_folder.h): class discovery, the header pass, and the decoded
 // cache.
+#include "core/elapsed.h"
 #include "data/image_folder.h"
 
 #include <fcntl.h>
@@ -188,7 +189,7 @@ void decode_cache(FolderData& f, const ImageOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::pair<std::string, std::string>> failed = decode_into_memory(f.split.train, o.threads);
   const auto test_failed = decode_into_memory(f.split.test, o.threads);
-  f.report.decode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  f.report.decode_seconds = seconds_since(t0);
   f.report.decode_threads = o.threads;
   f.report.decoded_images = images;
   failed.insert(failed.end(), test_failed.begin(), test_failed.end());

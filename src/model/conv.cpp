@@ -1,4 +1,5 @@
 // Convolutions through cuDNN's legacy API, and the chooser that configures every conv layer.
+#include "core/elapsed.h"
 #include "model/conv.h"
 
 #include <chrono>
@@ -201,7 +202,7 @@ void AlgoChooser::configure(ConvLayer& conv) {
   const auto t0 = std::chrono::steady_clock::now();
   const ConvAlgos a = conv.search(h_, p_);
   if (p_.policy == AlgoPolicy::Autotune) {
-    search_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    search_s_ += seconds_since(t0);
     ++searched_;
   }
   if (!conv.use(h_, a)) throw Fatal("cuDNN rejected the algorithms it chose for conv " + key);

@@ -23,6 +23,7 @@
 #include <tuple>
 
 #include "core/check.h"
+#include "core/elapsed.h"
 #include "model/resnet50.h"
 #include "model/resnet50_parts.h"
 
@@ -221,7 +222,7 @@ size_t ResNet50::build_fusion(AutotuneCache& cache) {
     }
   }
   allocate_fused_state();
-  fusion_report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fusion_report_.seconds = seconds_since(start);
   return ws;
 }
 

@@ -1,4 +1,5 @@
 // The pinned loader's ring of three batch slots and its worker threads (no CUDA here).
+#include "core/elapsed.h"
 #include "pipeline/batch_ring.h"
 
 #include <chrono>
@@ -117,7 +118,7 @@ int BatchRing::acquire(int k) {
   Slot& s = slot_[k % slots_];
   const auto t0 = std::chrono::steady_clock::now();
   cv_.wait(lock, [&] { return failed_before(k) || (s.owner == k && s.parts_done == parts_); });
-  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  wait_s_ += seconds_since(t0);
   if (failed_before(k)) std::rethrow_exception(failure_);
   return k % slots_;
 }

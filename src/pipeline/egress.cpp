@@ -1,4 +1,5 @@
 // The egress pipeline's slots, workers and in-order commits (no CUDA here), and the ladder's names.
+#include "core/elapsed.h"
 #include "pipeline/egress.h"
 
 #include <chrono>
@@ -48,7 +49,7 @@ void EgressPipeline::submit(int batch) {
     if (batch != submitted_) throw Fatal("EgressPipeline: batch " + std::to_string(batch) + " submitted out of order");
     const auto t0 = std::chrono::steady_clock::now();
     cv_.wait(lock, [&] { return !free_slots_.empty() || error_; });
-    wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    wait_s_ += seconds_since(t0);
     rethrow_if_failed(lock);
     slot = free_slots_.front();
     free_slots_.pop_front();

@@ -1,5 +1,6 @@
 // bin/predict's program: inputs checked, the model exported or loaded in inference mode, the batch
 // loop, the processing and in-order writing of its outputs, the report.
+#include "core/elapsed.h"
 #include "predict/predictor.h"
 
 #include <algorithm>
@@ -308,7 +309,7 @@ void Predictor::run_batches() {
     pipeline.submit(k);  // "copy to CPU", and without output workers "process output" too
   }
   pipeline.finish();
-  seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  seconds_ = seconds_since(t0);
   egress_wait_s_ = pipeline.take_wait_seconds();
   window.close(plan_.steps, timing);
   timed_batches_ = plan_.steps - first_timed;

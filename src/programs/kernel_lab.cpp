@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <string>
 
+#include "core/elapsed.h"
 #include "core/errors.h"
 #include "core/file_io.h"
 #include "core/handles.h"
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
     lab::measure_join_operations(lab);
     lab::measure_conv_operations(lab);
 
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double seconds = seconds_since(t0);
     std::printf("\n%s", lab_summary(lab.rows(), seconds, lab.plan_seconds()).c_str());
     bool failed = false;
     std::string lines = start;

@@ -1,4 +1,5 @@
 // The trainer's output, as text for people and as JSON lines for bench/.
+#include "core/elapsed.h"
 #include "train/reports.h"
 
 #include <cmath>
@@ -46,7 +47,7 @@ void Reporter::begin_progress(long step) {
 
 void Reporter::progress(int epoch, int k, int steps_per_epoch, long step, double loss, bool final) const {
   if (!tty_) return;
-  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  const double dt = seconds_since(t0_);
   const double ips = dt > 0 ? double(step - step0_) * opt_.batch * ranks_ / dt : 0;
   const long total = long(opt_.epochs) * steps_per_epoch;
   const long left = (opt_.steps > 0 ? std::min(opt_.steps, total) : total) - step;

@@ -7,6 +7,7 @@
 // the counters and divergence (counters.h), saves (checkpointing.h), the steady-state window
 // (window.h), the printed reports (reports.h) and, on several GPUs, data parallelism
 // (dist/data_parallel.h: this file only calls it at a few points).
+#include "core/elapsed.h"
 #include "train/trainer.h"
 
 #include <fcntl.h>
@@ -293,7 +294,7 @@ void Trainer::build_network() {
 
   const auto start = std::chrono::steady_clock::now();
   net_ = std::make_unique<ResNet50>(cfg, *ctx_, *cache_);
-  const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double build_s = seconds_since(start);
   const AlgoReport& ar = net_->algo_report();
   const char* api = conv_api_name(cfg.conv_api);
   const std::string ws = format_bytes(ar.workspace);
@@ -465,7 +466,7 @@ bool Trainer::train_epoch(int epoch) {
   r.train_acc = final_train_acc_;
   r.test_loss = final_test_loss_;
   r.test_acc = final_test_acc_;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  r.seconds = seconds_since(wall0);
   r.lr = schedule_.at(step_ - 1);
   r.loss_scale = last_.scaler.scale;
   r.skipped_steps = last_.scaler.skipped_steps;

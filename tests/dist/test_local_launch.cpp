@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "core/elapsed.h"
 #include "core/flags.h"
 #include "dist/local_launch.h"
 #include "dist/socket.h"
@@ -34,10 +35,6 @@ LocalLaunch shell(const std::string& script, int ranks) {
   l.port = 29999;
   l.grace_s = 5;
   return l;
-}
-
-double seconds_since(SteadyClock::time_point t0) {
-  return std::chrono::duration<double>(SteadyClock::now() - t0).count();
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/elapsed.h"
 #include "dist/peer_watch.h"
 #include "dist/rendezvous.h"
 #include "dist/socket.h"
@@ -75,10 +76,6 @@ std::vector<std::unique_ptr<PeerWatch>> watch_all(std::vector<std::vector<Socket
   for (int r = 0; r < world; ++r)
     w.push_back(std::make_unique<PeerWatch>(std::move(peers[r]), cfg(r, world, timeout_s), stops.handler(r)));
   return w;
-}
-
-double seconds_since(SteadyClock::time_point t0) {
-  return std::chrono::duration<double>(SteadyClock::now() - t0).count();
 }
 
 }  // namespace

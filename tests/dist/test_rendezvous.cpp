@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/elapsed.h"
 #include "core/errors.h"
 #include "dist/rendezvous.h"
 #include "dist/socket.h"
@@ -59,10 +60,6 @@ Outcome attempt(const RendezvousConfig& c) {
 }
 
 std::future<Outcome> start(const RendezvousConfig& c) { return std::async(std::launch::async, attempt, c); }
-
-double seconds_since(SteadyClock::time_point t0) {
-  return std::chrono::duration<double>(SteadyClock::now() - t0).count();
-}
 
 }  // namespace
 

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/elapsed.h"
 #include "pipeline/batch_ring.h"
 #include "core/errors.h"
 #include "support/watchdog.h"
@@ -376,7 +377,7 @@ TEST(BatchRing, WaitSecondsMeasureTheConsumersWaits) {
       const auto t0 = std::chrono::steady_clock::now();
       ring.begin_pass(0, 3);
       for (int k = 0; k < 3; ++k) h.consume(ring, k);
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double elapsed = seconds_since(t0);
       const double waited = ring.take_wait_seconds();
       EXPECT_GT(waited, 0.0);
       EXPECT_LE(waited, elapsed);
