@@ -27,19 +27,23 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nsys_summary import count, read_rows, time_ns
+from nsys_summary import column, count, read_rows, time_ns
 
 TOOL = "kernel_kinds"
 
-# First match wins, so the optimizer's and the casts' Triton kernels are not taken for batch norm,
-# and cuDNN's batch-norm statistics kernel of its fused data-gradient pattern counts with the convs.
+# First match wins: the fills before the convs (cuDNN's workspace set-up kernel carries xmma in its
+# name), batch norm before the copies (Triton's BN statistics kernels end in "copy_": the running
+# statistics), and cuDNN's batch-norm statistics kernel of its fused data-gradient pattern counts
+# with the convs. PyTorch's foreach copies are copies, not its optimizer; its "nocast" elementwise
+# kernels are not casts.
 KINDS: list[tuple[str, re.Pattern]] = [
-    ("optimizer step (SGD, gradient check)", re.compile(r"sgd_kernel|check_finite|multi_tensor_apply|_foreach_")),
-    ("convolutions and GEMMs", re.compile(r"(?<!triton_)(xmma|nvjet|cublas|cutlass|gemm|implicit_|conv2d|cudnn)")),
+    ("optimizer step (SGD, gradient check)",
+     re.compile(r"sgd_kernel|check_finite|multi_tensor_apply(?!.*::Copy<)|_foreach_(?!copy)")),
+    ("fills (zeroed buffers, workspace set-up)", re.compile(r"fill_regions|FillFunctor|init_device_workspace")),
+    ("convolutions and GEMMs", re.compile(r"xmma|nvjet|cublas|cutlass|gemm|implicit_|conv2d|cudnn")),
     ("batch norm, ReLU, residual add",
      re.compile(r"batch_norm|\bbn_|apply_forward|apply_backward|reduce_nhwc|reduce_nchw|finalize_|relu|threshold")),
-    ("fills (buffers cuDNN expects zeroed)", re.compile(r"fill_regions|memset", re.I)),
-    ("casts and copies", re.compile(r"to_copy|_to_f16|_to_f32|cast|copy_", re.I)),
+    ("casts and copies", re.compile(r"to_copy|_to_f16|_to_f32|(?<!no)cast|copy_|::Copy<", re.I)),
 ]
 OTHER = "other (loss, pooling, input, loss scale)"
 ORDER = [k for k, _ in KINDS] + [OTHER]
@@ -77,9 +81,13 @@ def split(rows: list[dict[str, str]]) -> dict[str, KindTotal]:
 
 
 def load(path: Path) -> dict[str, KindTotal]:
-    rows = read_rows(path.read_text())
-    if not rows:
-        raise ValueError(f"{path}: no cuda_gpu_kern_sum table in it")
+    try:
+        rows = read_rows(path.read_text())
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a text file (expected nsys's cuda_gpu_kern_sum CSV)") from None
+    # Other reports (cuda_api_sum, nvtx_sum) are CSV tables too: only the kernel summary has these.
+    if not rows or "Name" not in rows[0] or "Instances" not in rows[0] or column(rows[0], "Total Time") is None:
+        raise ValueError(f"{path}: no cuda_gpu_kern_sum table in it (columns Name, Total Time, Instances)")
     return split(rows)
 
 
@@ -120,6 +128,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.steps < 1:
         p.error("--steps must be at least 1")
+    if args.by_kernel < 0:
+        p.error("--by-kernel must be at least 0")
     for spec in args.profiles:
         if "=" not in spec or not spec.split("=", 1)[0] or not spec.split("=", 1)[1]:
             p.error(f"{spec!r}: expected LABEL=CSV")

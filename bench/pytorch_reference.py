@@ -19,6 +19,7 @@ This file imports without PyTorch (bench.py reads the rung names from it); runni
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -294,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             result = measure(rung, args, images, labels)
         except Exception as e:  # one broken rung (say, torch.compile without a compiler) is a table row
+            with contextlib.suppress(Exception):  # a rung broken in its timed steps leaves no capture range open
+                torch.cuda.profiler.stop()
             failed += 1
             message = (str(e).strip().splitlines() or [type(e).__name__])[0]
             result = {"event": "rung_failed", "variant": variant_label(rung),

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/elapsed.h"
 #include "core/format.h"
 #include "core/json_line.h"
 #include "model/conv_graph.h"
@@ -18,10 +19,6 @@ namespace lab {
 namespace {
 
 constexpr int kMaxChannels = 2048;
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Element i of a tensor's raw bytes in type t.
 double element(const std::vector<uint8_t>& raw, size_t i, DType t) {

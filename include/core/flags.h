@@ -29,6 +29,15 @@ struct FlagRow {
 long parse_long(const std::string& flag, const std::string& v, long lo, long hi);
 double parse_double(const std::string& flag, const std::string& v, double lo, double hi);
 std::string show_number(double v);  // "%g"
+// parse(v), its std::invalid_argument turned into a UsageError that names the flag.
+template <class F>
+auto parse_with(const std::string& flag, const std::string& v, F parse) -> decltype(parse(v)) {
+  try {
+    return parse(v);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(flag + ": " + e.what());
+  }
+}
 
 // One token of the command line: the flag name and, where one is given, its value.
 struct FlagToken {

@@ -29,9 +29,8 @@
 #include "core/memory.h"
 #include "model/autotune_cache.h"
 #include "model/conv.h"
+#include "model/fused_patterns.h"
 
-enum class FusedPattern { ConvStats, SbrConvStats, SbrWgrad, DgradDreluDbn, ConvBn, ConvBnRelu, ConvBnAddRelu };
-const char* fused_pattern_name(FusedPattern p);
 // The autotune cache's key of a pattern's plan for a conv shape ("fused.conv-bn-relu.n256.c64...").
 std::string fused_cache_key(FusedPattern p, const ConvGeometry& g);
 // Patterns that read a per-channel scale and bias: the prologue's (training) or the epilogue's (inference).
@@ -79,6 +78,7 @@ struct PatternCost {
 };
 bool run_fused(const PatternCost& c);
 constexpr const char* kSlowerThanUnfused = "measured slower than the plain conv with our BN kernels";
+constexpr const char* kSwitchedOff = "switched off by --no-fuse";
 
 // What trying the patterns for a whole network found, for the start-up report: a pattern that
 // cuDNN refused or that measured slower is "not fused", with the reason.

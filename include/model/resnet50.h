@@ -36,6 +36,9 @@ struct NetConfig {
   // with `inference`, each BN (running statistics), the residual add and the ReLU in the epilogue of
   // the conv before it.
   bool fused_bn = false;
+  // Patterns that run plain even where cuDNN takes them (fused_pattern_bit; --no-fuse), to measure
+  // what each kind of pattern buys.
+  unsigned unfused_patterns = 0;
   // Forward with running statistics only (bin/predict): no gradient, momentum or backward buffers
   // are allocated, and training calls (forward(x, true), a loss with gradients, backward) throw.
   bool inference = false;

@@ -1,6 +1,5 @@
 // The image-folder data set (image_folder.h): class discovery, the header pass, and the decoded
 // cache.
-#include "core/elapsed.h"
 #include "data/image_folder.h"
 
 #include <fcntl.h>
@@ -14,6 +13,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "core/elapsed.h"
 #include "core/format.h"
 #include "core/host_memory.h"
 #include "core/memory.h"

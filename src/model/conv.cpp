@@ -1,11 +1,11 @@
 // Convolutions through cuDNN's legacy API, and the chooser that configures every conv layer.
-#include "core/elapsed.h"
 #include "model/conv.h"
 
 #include <chrono>
 #include <cstdio>
 
 #include "core/check.h"
+#include "core/elapsed.h"
 #include "model/conv_graph.h"
 #include "core/memory.h"
 

@@ -69,31 +69,8 @@ Backend genstats_op(const Backend& x, const Backend& sum, const Backend& sqsum, 
 
 }  // namespace
 
-const char* fused_pattern_name(FusedPattern p) {
-  switch (p) {
-    case FusedPattern::ConvStats: return "conv + statistics";
-    case FusedPattern::SbrConvStats: return "scale-bias-ReLU + conv + statistics";
-    case FusedPattern::SbrWgrad: return "scale-bias-ReLU + weight gradient";
-    case FusedPattern::DgradDreluDbn: return "data gradient + ReLU backward + BN backward weights";
-    case FusedPattern::ConvBn: return "conv + BN";
-    case FusedPattern::ConvBnRelu: return "conv + BN + ReLU";
-    default: return "conv + BN + residual add + ReLU";
-  }
-}
-
 std::string fused_cache_key(FusedPattern p, const ConvGeometry& g) {
-  // Stable names, not the enum's values: a reordered enum must not mix up cached plans.
-  const char* name = "conv-bn-add-relu";
-  switch (p) {
-    case FusedPattern::ConvStats: name = "conv-stats"; break;
-    case FusedPattern::SbrConvStats: name = "sbr-conv-stats"; break;
-    case FusedPattern::SbrWgrad: name = "sbr-wgrad"; break;
-    case FusedPattern::DgradDreluDbn: name = "dgrad-drelu-dbn"; break;
-    case FusedPattern::ConvBn: name = "conv-bn"; break;
-    case FusedPattern::ConvBnRelu: name = "conv-bn-relu"; break;
-    case FusedPattern::ConvBnAddRelu: break;
-  }
-  return std::string("fused.") + name + "." + g.key();
+  return std::string("fused.") + fused_pattern_slug(p) + "." + g.key();
 }
 
 bool has_scale_bias(FusedPattern p) {

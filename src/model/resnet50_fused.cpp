@@ -152,6 +152,11 @@ size_t ResNet50::build_fusion(AutotuneCache& cache) {
   std::map<std::string, std::shared_ptr<FusedConv>> made;
   size_t ws = 0;
   auto fuse = [&](ConvUnit& u, FusedPattern p, float unfused_ms) -> std::shared_ptr<FusedConv> {
+    if (cfg_.unfused_patterns & fused_pattern_bit(p)) {  // not even planned: nothing to measure or cache
+      ++fusion_report_.tried;
+      fusion_report_.refused.push_back({u.name, p, kSwitchedOff});
+      return nullptr;
+    }
     const std::string key = fused_cache_key(p, u.conv->geometry());
     const FusedChoice* cached = measure ? cache.find_fused(key) : nullptr;
     std::shared_ptr<FusedConv>& f = made[key];

@@ -1,10 +1,10 @@
 // The pinned loader's ring of three batch slots and its worker threads (no CUDA here).
-#include "core/elapsed.h"
 #include "pipeline/batch_ring.h"
 
 #include <chrono>
 #include <string>
 
+#include "core/elapsed.h"
 #include "core/errors.h"
 #include "measure/profiling.h"
 

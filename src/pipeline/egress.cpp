@@ -1,9 +1,9 @@
 // The egress pipeline's slots, workers and in-order commits (no CUDA here), and the ladder's names.
-#include "core/elapsed.h"
 #include "pipeline/egress.h"
 
 #include <chrono>
 
+#include "core/elapsed.h"
 #include "core/errors.h"
 #include "measure/profiling.h"
 

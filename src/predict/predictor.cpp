@@ -1,6 +1,5 @@
 // bin/predict's program: inputs checked, the model exported or loaded in inference mode, the batch
 // loop, the processing and in-order writing of its outputs, the report.
-#include "core/elapsed.h"
 #include "predict/predictor.h"
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 #include <cudnn.h>
 
 #include "core/check.h"
+#include "core/elapsed.h"
 #include "core/format.h"
 #include "core/handles.h"
 #include "core/json_line.h"
@@ -213,6 +213,7 @@ void Predictor::build_network() {
   cfg.image_side = images().side;
   cfg.inference = true;
   cfg.fused_bn = build_.fused_bn;  // each BN, the residual add and the ReLU in the conv before them
+  cfg.unfused_patterns = opt_.no_fuse_patterns;
   const bool measure = cfg.conv.policy == AlgoPolicy::Autotune;
   AutotuneCache cache(measure ? trainer_defaults.autotune_cache : "",
                       AutotuneContext{prop_.name, cudnnGetVersion(), cfg.dtype, cfg.layout, cfg.tf32, cfg.conv_api,

@@ -1,5 +1,4 @@
 // The trainer's output, as text for people and as JSON lines for bench/.
-#include "core/elapsed.h"
 #include "train/reports.h"
 
 #include <cmath>
@@ -7,6 +6,7 @@
 
 #include <cudnn.h>
 
+#include "core/elapsed.h"
 #include "core/format.h"
 #include "core/json_line.h"
 

@@ -7,7 +7,6 @@
 // the counters and divergence (counters.h), saves (checkpointing.h), the steady-state window
 // (window.h), the printed reports (reports.h) and, on several GPUs, data parallelism
 // (dist/data_parallel.h: this file only calls it at a few points).
-#include "core/elapsed.h"
 #include "train/trainer.h"
 
 #include <fcntl.h>
@@ -22,6 +21,7 @@
 #include <memory>
 
 #include "core/check.h"
+#include "core/elapsed.h"
 #include "core/file_io.h"
 #include "core/format.h"
 #include "core/handles.h"
@@ -248,6 +248,7 @@ NetConfig Trainer::net_config() const {
   cfg.conv.workspace_limit = size_t(opt_.workspace_mb) << 20;
   cfg.conv_api = build_.conv_api;
   cfg.fused_bn = build_.fused_bn;
+  cfg.unfused_patterns = opt_.no_fuse_patterns;
   cfg.classes = data_.split.train.classes();
   cfg.image_side = data_.split.train.side;
   return cfg;

@@ -8,11 +8,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "core/handles.h"
 #include "kernels.h"
+#include "model/autotune_cache.h"
 #include "model/fused_conv.h"
+#include "model/resnet50.h"
 #include "support/bn_data.h"
 #include "support/gpu_test_util.h"
 
@@ -299,6 +302,58 @@ TEST(FusedBnFinalize, SumsGiveTheBatchStatisticsAndRunningUpdate) {
   EXPECT_EQ(dsq.download(), Vec(d.c, 0.0));
   EXPECT_CLOSE(rm.download(), run_mean, 1e-5);
   EXPECT_CLOSE(rv.download(), run_var, 1e-4);
+}
+
+// ---- --no-fuse: patterns switched off run plain ---------------------------------------------------
+// A training network built three times from one configuration: as is, with two kinds of pattern
+// switched off, with all of them off. The switched-off kinds are not even planned (every conv of
+// theirs reads "switched off"), and the others fuse exactly as before.
+TEST(FusedNetworkGpu, SwitchedOffPatternsRunPlainAndTheRestAsBefore) {
+  SKIP_WITHOUT_GPU("the fused training network");
+  GpuContext ctx;
+  AutotuneCache cache("", "no-fuse test");
+  auto report = [&](unsigned off) {
+    NetConfig cfg;
+    cfg.batch = 16;
+    cfg.dtype = DType::F16;
+    cfg.layout = Layout::NHWC;
+    cfg.conv = {AlgoPolicy::Heuristic, false, size_t(256) << 20};
+    cfg.conv_api = ConvApi::Graph;
+    cfg.fused_bn = true;
+    cfg.unfused_patterns = off;
+    return ResNet50(cfg, ctx, cache).fusion_report();
+  };
+  const FusionReport full = report(0);
+  if (full.fused == 0) GTEST_SKIP() << "cuDNN fused no conv here: " << fusion_report_lines(full).back();
+  const unsigned off = fused_pattern_bit(FusedPattern::SbrWgrad) | fused_pattern_bit(FusedPattern::ConvStats);
+  const FusionReport some = report(off);
+  std::printf("[ fusion ] as is:   %s\n[ fusion ] two off: %s\n", fusion_report_lines(full)[0].c_str(),
+              fusion_report_lines(some)[0].c_str());
+  EXPECT_EQ(some.tried, full.tried);
+  int tried_off = 0, fused_off_before = 0;  // convs of the switched-off kinds; of them, fused as is
+  for (const FusionRefusal& f : some.refused) {
+    if (off & fused_pattern_bit(f.pattern)) {
+      EXPECT_EQ(f.why, kSwitchedOff) << f.layer;
+      ++tried_off;
+    } else {
+      EXPECT_NE(f.why, kSwitchedOff) << f.layer;
+    }
+  }
+  EXPECT_GT(tried_off, 0) << "the network has convs of both kinds";
+  fused_off_before = tried_off;
+  for (const FusionRefusal& f : full.refused) fused_off_before -= (off & fused_pattern_bit(f.pattern)) != 0;
+  EXPECT_EQ(some.fused, full.fused - fused_off_before) << "the other kinds fuse as before";
+  const std::vector<std::string> lines = fusion_report_lines(some);
+  bool named = false;
+  for (const std::string& l : lines) named |= l.find("scale-bias-ReLU + weight gradient not fused") != std::string::npos &&
+                                              l.find("switched off by --no-fuse") != std::string::npos;
+  EXPECT_TRUE(named) << "the report names the switched-off kind and why";
+
+  const FusionReport none = report(parse_fused_pattern_list("all"));
+  EXPECT_EQ(none.tried, full.tried);
+  EXPECT_EQ(none.fused, 0);
+  EXPECT_EQ(int(none.refused.size()), none.tried);
+  EXPECT_EQ(none.plans, 0) << "a switched-off pattern is not planned";
 }
 
 // ---- the start-up report (CPU) ------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/fused_patterns.h"
 #include "predict/options.h"
 #include "support/test_files.h"  // EXPECT_HAS
 #include "train/options.h"
@@ -81,6 +82,9 @@ TEST(PredictOptions, EveryFlag) {
   EXPECT_EQ(e.export_path, "m.safetensors");
   EXPECT_EQ(e.out, "") << "an export writes no predictions";
   EXPECT_TRUE(parse({"--help"}).help) << "--help needs no --checkpoint";
+  EXPECT_EQ(parse({"--checkpoint", "a.ckpt"}).no_fuse_patterns, 0u);
+  EXPECT_EQ(parse({"--checkpoint", "a.ckpt", "--no-fuse", "conv-bn-add-relu,conv-bn"}).no_fuse_patterns,
+            fused_pattern_bit(FusedPattern::ConvBnAddRelu) | fused_pattern_bit(FusedPattern::ConvBn));
 }
 
 TEST(PredictOptions, UsageErrorsNameTheFlags) {
@@ -90,6 +94,7 @@ TEST(PredictOptions, UsageErrorsNameTheFlags) {
   EXPECT_HAS(usage_error({"--checkpoint", "a", "--features-dtype", "float16"}), "needs --features");
   EXPECT_HAS(usage_error({"--checkpoint", "a", "--top-k", "0"}), "--top-k");
   EXPECT_HAS(usage_error({"--checkpoint", "a", "--workers", "0"}), "--workers");
+  EXPECT_HAS(usage_error({"--checkpoint", "a", "--no-fuse", "conv-bn,relu"}), "--no-fuse: 'relu' is not a pattern");
   EXPECT_HAS(usage_error({"--checkpoint", "a", "--export", "m", "--out", "p.csv"}), "--export");
   EXPECT_HAS(usage_error({"--checkpoint", "a", "--export", "m", "--features", "f.npy"}), "--export");
   EXPECT_HAS(usage_error({"--checkpoint", "a", "--out", "x", "--features", "x"}), "name the same file");
@@ -126,7 +131,7 @@ TEST(PredictOptions, HelpListsEveryFlagWithItsDefault) {
   EXPECT_EQ(names, (std::set<std::string>{"--checkpoint", "--data", "--data-dir", "--synthetic-size", "--skip-bad-images",
                                           "--cache-decoded", "--split", "--batch",
                                           "--out", "--top-k", "--features", "--features-dtype", "--export", "--workers",
-                                          "--deterministic", "--warmup-batches", "--trace", "--json", "--help"}));
+                                          "--deterministic", "--no-fuse", "--warmup-batches", "--trace", "--json", "--help"}));
 }
 
 TEST(PredictOptions, ConfusionPngBesideTheCsv) {

@@ -25,7 +25,7 @@ from tests.python.test_cli import CRASH_SIGNS
 
 FLAGS = ["--checkpoint", "--data", "--data-dir", "--synthetic-size", "--skip-bad-images", "--cache-decoded", "--split",
          "--batch", "--out", "--top-k", "--features", "--features-dtype", "--export", "--workers", "--deterministic",
-         "--warmup-batches", "--trace", "--json", "--help"]
+         "--no-fuse", "--warmup-batches", "--trace", "--json", "--help"]
 # The egress ladder, cumulative, as `make predict-variants` builds it.
 RUNGS = {"predict-baseline": [], "predict-workers": ["workers"], "predict-pool": ["workers", "pool"],
          "predict-async": ["workers", "pool", "async"], "predict-stream": ["workers", "pool", "async", "stream"],

@@ -8,9 +8,11 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "model/fused_patterns.h"
 #include "train/options.h"
 #include "support/test_files.h"  // EXPECT_HAS
 
@@ -51,7 +53,7 @@ const std::vector<std::string> kFlags = {
     "--data", "--data-dir", "--synthetic-size", "--image-size", "--skip-bad-images", "--cache-decoded",
     "--epochs", "--steps", "--batch", "--lr", "--min-lr", "--warmup-epochs", "--momentum", "--wd", "--no-nesterov",
     "--seed", "--no-eval", "--workers", "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic",
-    "--no-cuda-graph", "--loss-scale",
+    "--no-fuse", "--no-cuda-graph", "--loss-scale",
     "--loss-scale-window", "--warmup-steps", "--profile-steps", "--trace", "--progress-every", "--json",
     "--loss-log", "--sample-png", "--save", "--save-every", "--resume", "--gpus", "--bucket-mb",
     "--allreduce-dtype", "--dist-timeout", "--help"};
@@ -325,6 +327,42 @@ TEST(Options, SeveralGpuFlags) {
   EXPECT_THROW(parse({"--allreduce-dtype", "bf16"}), UsageError);
   EXPECT_THROW(parse({"--gpus", "0"}), UsageError);
   EXPECT_THROW(parse({"--dist-timeout", "0.5"}), UsageError);
+}
+
+// --no-fuse: which fused BN patterns run plain (model/fused_patterns.h), as given and as bits.
+TEST(Options, NoFuseTakesPatternNamesOrAll) {
+  const Options d = parse({});
+  EXPECT_EQ(d.no_fuse, "");
+  EXPECT_EQ(d.no_fuse_patterns, 0u);
+  const Options o = parse({"--no-fuse", "sbr-wgrad,conv-stats"});
+  EXPECT_EQ(o.no_fuse, "sbr-wgrad,conv-stats");
+  EXPECT_EQ(o.no_fuse_patterns, fused_pattern_bit(FusedPattern::SbrWgrad) | fused_pattern_bit(FusedPattern::ConvStats));
+  EXPECT_EQ(parse({"--no-fuse=none"}).no_fuse_patterns, 0u);
+  const unsigned all = parse({"--no-fuse", "all"}).no_fuse_patterns;
+  for (FusedPattern p : {FusedPattern::ConvStats, FusedPattern::SbrConvStats, FusedPattern::SbrWgrad,
+                         FusedPattern::DgradDreluDbn, FusedPattern::ConvBn, FusedPattern::ConvBnRelu,
+                         FusedPattern::ConvBnAddRelu})
+    EXPECT_TRUE(all & fused_pattern_bit(p)) << fused_pattern_slug(p);
+  const std::string e = usage_error({"--no-fuse", "sbr-wgrad,wgrad"});
+  EXPECT_NE(e.find("--no-fuse: 'wgrad' is not a pattern"), std::string::npos) << e;
+  EXPECT_NE(e.find("dgrad-drelu-dbn"), std::string::npos) << "the names to choose from: " << e;
+  EXPECT_NE(usage_error({"--no-fuse", "conv-stats,"}).find("an empty item"), std::string::npos);
+  EXPECT_NE(usage_error({"--no-fuse", "none,conv-stats"}).find("'none' is not a pattern"), std::string::npos)
+      << "none is the whole value or nothing";
+}
+
+// Slugs are the autotune cache's keys: each pattern has its own, and they parse back to it alone.
+TEST(FusedPatterns, EachSlugParsesToItsOwnBit) {
+  std::set<std::string> slugs;
+  for (FusedPattern p : {FusedPattern::ConvStats, FusedPattern::SbrConvStats, FusedPattern::SbrWgrad,
+                         FusedPattern::DgradDreluDbn, FusedPattern::ConvBn, FusedPattern::ConvBnRelu,
+                         FusedPattern::ConvBnAddRelu}) {
+    EXPECT_TRUE(slugs.insert(fused_pattern_slug(p)).second) << fused_pattern_slug(p);
+    EXPECT_EQ(parse_fused_pattern_list(fused_pattern_slug(p)), fused_pattern_bit(p)) << fused_pattern_slug(p);
+  }
+  EXPECT_EQ(parse_fused_pattern_list("conv-bn,conv-bn"), fused_pattern_bit(FusedPattern::ConvBn));
+  EXPECT_THROW(parse_fused_pattern_list(""), std::invalid_argument);
+  EXPECT_THROW(parse_fused_pattern_list("Conv-Stats"), std::invalid_argument);
 }
 
 TEST(Options, DefaultWorkersIsBetweenOneAndEight) {

@@ -1,0 +1,15 @@
+// The kinds of batch norm fused into cuDNN's convolutions (model/fused_conv.h says what each
+// computes), by name: for people, and the short stable names that the autotune cache's keys and the
+// programs' --no-fuse flag use. No CUDA here: the flag parsers (and their fuzz targets) read it.
+#pragma once
+
+#include <string>
+
+enum class FusedPattern { ConvStats, SbrConvStats, SbrWgrad, DgradDreluDbn, ConvBn, ConvBnRelu, ConvBnAddRelu };
+
+const char* fused_pattern_name(FusedPattern p);  // "scale-bias-ReLU + weight gradient"
+const char* fused_pattern_slug(FusedPattern p);  // "sbr-wgrad"
+constexpr unsigned fused_pattern_bit(FusedPattern p) { return 1u << static_cast<unsigned>(p); }
+// --no-fuse's value: a comma list of slugs, "all" or "none", as a set of fused_pattern_bit()s. Throws
+// std::invalid_argument naming an unknown or empty item and listing the slugs.
+unsigned parse_fused_pattern_list(const std::string& list);
