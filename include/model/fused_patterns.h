@@ -13,3 +13,6 @@ constexpr unsigned fused_pattern_bit(FusedPattern p) { return 1u << static_cast<
 // --no-fuse's value: a comma list of slugs, "all" or "none", as a set of fused_pattern_bit()s. Throws
 // std::invalid_argument naming an unknown or empty item and listing the slugs.
 unsigned parse_fused_pattern_list(const std::string& list);
+// The warning of a build that fuses nothing (OPT_FUSED_BN=0) given --no-fuse.
+constexpr const char* kNoFuseWithoutFusion =
+    "--no-fuse has no effect: this build does not fuse batch norm into the convolutions (OPT_FUSED_BN=0)";

@@ -223,6 +223,8 @@ void Predictor::build_network() {
   if (measure && cache.changed()) cache.save();  // new conv choices or fused plans
   if (cfg.fused_bn)
     for (const std::string& line : fusion_report_lines(net_->fusion_report())) std::printf("%s\n", line.c_str());
+  else if (cfg.unfused_patterns)
+    std::fprintf(stderr, "warning: %s\n", kNoFuseWithoutFusion);
 
   Checkpoint weights;
   weights.master = convert_filters(ckpt_->master, tensors_, stored_layout_, build_.layout);

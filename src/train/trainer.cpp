@@ -311,6 +311,8 @@ void Trainer::build_network() {
   }
   if (cfg.fused_bn)
     for (const std::string& line : fusion_report_lines(net_->fusion_report())) std::printf("%s\n", line.c_str());
+  else if (cfg.unfused_patterns)
+    warn_once(kNoFuseWithoutFusion);
   if (measure && writes() && cache_->changed()) cache_->save();  // new conv choices or fused plans
 }
 

@@ -324,6 +324,25 @@ class TrainingRuns:
         self.assertRegex(r.stdout, rf"(?m)^resumed from {re.escape(str(ck))} at step 5 ", r.stdout)
 
 
+    # ---- (f) --no-fuse: every pattern plain, or a warning where the build fuses nothing ----------
+
+    def test_no_fuse_all_runs_every_conv_plain_or_warns_that_nothing_is_fused(self):
+        # Not --deterministic (SMALL's): fusion is off under it whatever --no-fuse says.
+        args = [a for a in SMALL if a != "--deterministic"] + [
+            "--steps", "2", "--no-fuse", "all", "--autotune-cache", str(self.dir / "cache.txt")]
+        p = self.run_unchecked(*args, small=False)
+        fused_build = re.search(r"optimizations \[[^\]]*\bfusedbn\b", p.stdout) is not None
+        if fused_build:
+            self.check_output(args, p.returncode, p.stdout, p.stderr)
+            self.assertRegex(p.stdout, r"(?m)^fused batch norm: 0 of \d+ conv patterns run fused")
+            self.assertRegex(p.stdout, r"(?m)^  .* not fused for \d+ convs? \(.*\): switched off by --no-fuse$")
+            self.assertNotRegex(p.stdout, r"measured slower|cuDNN has no engine")
+        else:
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("warning: --no-fuse has no effect: this build does not fuse batch norm", p.stderr)
+            self.assertNotIn("fused batch norm:", p.stdout)
+
+
 class GraphRuns:
     """For builds that replay the step as a CUDA graph (a mixin after TrainingRuns)."""
 
