@@ -22,7 +22,7 @@ struct PredictOptions : DataOptions {
   std::string export_path;          // safetensors of the weights: export instead of predicting
   int workers = -1;                 // output worker threads; -1 = min(cores - 1, 8)
   bool deterministic = false;       // cuDNN's heuristics, deterministic algorithms only (as bin/train's)
-  unsigned no_fuse_patterns = 0;    // fused BN patterns that run plain (--no-fuse; model/fused_conv.h)
+  unsigned no_fuse_patterns = 0;    // fused BN patterns that run plain (--no-fuse; model/fused_patterns.h)
   int warmup_batches = 5;           // batches before the timed (and profiled) window
   std::string trace;                // Chrome trace of the window through CUPTI
   bool json = false;                // one JSON line at the end

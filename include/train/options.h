@@ -32,8 +32,7 @@ struct Options : DataOptions {
   bool tf32 = true;                 // fp32 convs/GEMMs may use TF32 tensor cores
   bool deterministic = false;
   bool cuda_graph = true;           // replay the step as a CUDA graph (builds with cudagraph)
-  std::string no_fuse;              // --no-fuse as given ("" = none): fused BN patterns run plain
-  unsigned no_fuse_patterns = 0;    // the same as bits (model/fused_conv.h fused_pattern_bit)
+  unsigned no_fuse_patterns = 0;    // fused BN patterns that run plain (--no-fuse; model/fused_patterns.h)
   double loss_scale = 65536.0;      // initial dynamic loss scale (fp16 builds)
   int loss_scale_window = 1000;     // good steps before the scale doubles
   // measurement

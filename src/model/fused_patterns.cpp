@@ -2,6 +2,7 @@
 #include "model/fused_patterns.h"
 
 #include <algorithm>
+#include <iterator>
 #include <stdexcept>
 
 namespace {
@@ -33,6 +34,15 @@ const char* fused_pattern_slug(FusedPattern p) {
     case FusedPattern::ConvBnRelu: return "conv-bn-relu";
     default: return "conv-bn-add-relu";
   }
+}
+
+std::string fused_pattern_list_text(unsigned bits) {
+  std::string text;
+  int count = 0;
+  for (FusedPattern p : kAllPatterns)
+    if (bits & fused_pattern_bit(p)) text += std::string(count++ ? "," : "") + fused_pattern_slug(p);
+  if (count == 0) return "none";
+  return count == int(std::size(kAllPatterns)) ? "all" : text;
 }
 
 unsigned parse_fused_pattern_list(const std::string& list) {

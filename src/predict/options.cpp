@@ -45,7 +45,7 @@ const std::vector<Flag>& flags() {
        [](P& o, const std::string& v) { o.workers = (int)parse_long("--workers", v, 1, 256); }},
       {"--deterministic", "", "deterministic cuDNN algorithms from the heuristics, as bin/train --deterministic: the same logits as its evaluation", [](const P&) { return std::string("off"); },
        [](P& o, const std::string&) { o.deterministic = true; }},
-      {"--no-fuse", "LIST", "fused batch-norm patterns to run plain, to measure what each buys (fusedbn builds): a comma list of conv-stats, sbr-conv-stats, sbr-wgrad, dgrad-drelu-dbn (training), conv-bn, conv-bn-relu, conv-bn-add-relu (bin/predict), or all", [](const P&) { return std::string("none"); },
+      {"--no-fuse", "LIST", kNoFuseHelp, [](const P&) { return std::string("none"); },
        [](P& o, const std::string& v) { o.no_fuse_patterns = parse_with("--no-fuse", v, parse_fused_pattern_list); }},
       {"--warmup-batches", "N", "batches before the timed window (images/s, cudaProfilerStart/Stop, --trace)", [](const P& o) { return std::to_string(o.warmup_batches); },
        [](P& o, const std::string& v) { o.warmup_batches = (int)parse_long("--warmup-batches", v, 0, 1000000); }},

@@ -8,6 +8,7 @@
 
 #include "core/errors.h"
 #include "dist/nccl_comm.h"
+#include "model/fused_patterns.h"
 
 namespace {
 
@@ -62,7 +63,7 @@ Fingerprint run_fingerprint(const BuildSettings& b, const Options& o, int world,
   f.add("--seed", std::to_string(o.seed)).add("--no-eval", o.eval ? "off" : "on");
   f.add("--workspace-mb", std::to_string(o.workspace_mb)).add("--no-tf32", o.tf32 ? "off" : "on");
   f.add("--deterministic", o.deterministic ? "on" : "off").add("--no-cuda-graph", o.cuda_graph ? "off" : "on");
-  f.add("--no-fuse", o.no_fuse.empty() ? "none" : o.no_fuse);
+  f.add("--no-fuse", fused_pattern_list_text(o.no_fuse_patterns));
   f.add("--loss-scale", number(o.loss_scale));
   f.add("--loss-scale-window", std::to_string(o.loss_scale_window));
   f.add("--warmup-steps", std::to_string(o.warmup_steps)).add("--profile-steps", std::to_string(o.profile_steps));

@@ -330,7 +330,7 @@ TEST(FusedNetworkGpu, SwitchedOffPatternsRunPlainAndTheRestAsBefore) {
   std::printf("[ fusion ] as is:   %s\n[ fusion ] two off: %s\n", fusion_report_lines(full)[0].c_str(),
               fusion_report_lines(some)[0].c_str());
   EXPECT_EQ(some.tried, full.tried);
-  int tried_off = 0, fused_off_before = 0;  // convs of the switched-off kinds; of them, fused as is
+  int tried_off = 0;  // convs of the switched-off kinds
   for (const FusionRefusal& f : some.refused) {
     if (off & fused_pattern_bit(f.pattern)) {
       EXPECT_EQ(f.why, kSwitchedOff) << f.layer;
@@ -340,7 +340,7 @@ TEST(FusedNetworkGpu, SwitchedOffPatternsRunPlainAndTheRestAsBefore) {
     }
   }
   EXPECT_GT(tried_off, 0) << "the network has convs of both kinds";
-  fused_off_before = tried_off;
+  int fused_off_before = tried_off;  // of them, those fused as is
   for (const FusionRefusal& f : full.refused) fused_off_before -= (off & fused_pattern_bit(f.pattern)) != 0;
   EXPECT_EQ(some.fused, full.fused - fused_off_before) << "the other kinds fuse as before";
   const std::vector<std::string> lines = fusion_report_lines(some);

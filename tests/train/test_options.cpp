@@ -329,20 +329,23 @@ TEST(Options, SeveralGpuFlags) {
   EXPECT_THROW(parse({"--dist-timeout", "0.5"}), UsageError);
 }
 
-// --no-fuse: which fused BN patterns run plain (model/fused_patterns.h), as given and as bits.
+const FusedPattern kEveryPattern[] = {FusedPattern::ConvStats,     FusedPattern::SbrConvStats, FusedPattern::SbrWgrad,
+                                      FusedPattern::DgradDreluDbn, FusedPattern::ConvBn,       FusedPattern::ConvBnRelu,
+                                      FusedPattern::ConvBnAddRelu};
+
+// --no-fuse: which fused BN patterns run plain (model/fused_patterns.h), as bits and as the one
+// text the ranks compare.
 TEST(Options, NoFuseTakesPatternNamesOrAll) {
   const Options d = parse({});
-  EXPECT_EQ(d.no_fuse, "");
   EXPECT_EQ(d.no_fuse_patterns, 0u);
+  EXPECT_EQ(fused_pattern_list_text(d.no_fuse_patterns), "none");
   const Options o = parse({"--no-fuse", "sbr-wgrad,conv-stats"});
-  EXPECT_EQ(o.no_fuse, "sbr-wgrad,conv-stats");
   EXPECT_EQ(o.no_fuse_patterns, fused_pattern_bit(FusedPattern::SbrWgrad) | fused_pattern_bit(FusedPattern::ConvStats));
+  EXPECT_EQ(fused_pattern_list_text(o.no_fuse_patterns), "conv-stats,sbr-wgrad") << "one spelling per set";
   EXPECT_EQ(parse({"--no-fuse=none"}).no_fuse_patterns, 0u);
   const unsigned all = parse({"--no-fuse", "all"}).no_fuse_patterns;
-  for (FusedPattern p : {FusedPattern::ConvStats, FusedPattern::SbrConvStats, FusedPattern::SbrWgrad,
-                         FusedPattern::DgradDreluDbn, FusedPattern::ConvBn, FusedPattern::ConvBnRelu,
-                         FusedPattern::ConvBnAddRelu})
-    EXPECT_TRUE(all & fused_pattern_bit(p)) << fused_pattern_slug(p);
+  for (FusedPattern p : kEveryPattern) EXPECT_TRUE(all & fused_pattern_bit(p)) << fused_pattern_slug(p);
+  EXPECT_EQ(fused_pattern_list_text(all), "all");
   const std::string e = usage_error({"--no-fuse", "sbr-wgrad,wgrad"});
   EXPECT_NE(e.find("--no-fuse: 'wgrad' is not a pattern"), std::string::npos) << e;
   EXPECT_NE(e.find("dgrad-drelu-dbn"), std::string::npos) << "the names to choose from: " << e;
@@ -354,11 +357,10 @@ TEST(Options, NoFuseTakesPatternNamesOrAll) {
 // Slugs are the autotune cache's keys: each pattern has its own, and they parse back to it alone.
 TEST(FusedPatterns, EachSlugParsesToItsOwnBit) {
   std::set<std::string> slugs;
-  for (FusedPattern p : {FusedPattern::ConvStats, FusedPattern::SbrConvStats, FusedPattern::SbrWgrad,
-                         FusedPattern::DgradDreluDbn, FusedPattern::ConvBn, FusedPattern::ConvBnRelu,
-                         FusedPattern::ConvBnAddRelu}) {
+  for (FusedPattern p : kEveryPattern) {
     EXPECT_TRUE(slugs.insert(fused_pattern_slug(p)).second) << fused_pattern_slug(p);
     EXPECT_EQ(parse_fused_pattern_list(fused_pattern_slug(p)), fused_pattern_bit(p)) << fused_pattern_slug(p);
+    EXPECT_EQ(fused_pattern_list_text(fused_pattern_bit(p)), fused_pattern_slug(p)) << "the text parses back";
   }
   EXPECT_EQ(parse_fused_pattern_list("conv-bn,conv-bn"), fused_pattern_bit(FusedPattern::ConvBn));
   EXPECT_THROW(parse_fused_pattern_list(""), std::invalid_argument);
