@@ -2,8 +2,8 @@
 #   make            bin/train with every optimization on
 #   make run        set up, then train on the default data (CIFAR-10 if fetched, else Fashion-MNIST)
 #   make test       set up, build and run every test; ends with "N passed, N failed, N skipped"
-#   make variants   the optimization ladder: bin/train-{baseline,devloss,pinned,autotune,fp16,nhwc,graph,fusedbn,cudagraph}
-#   make custom NAME=x DEVICE_LOSS=1 PINNED=0 AUTOTUNE=1 FP16=1 NHWC=0 CONV_GRAPH=1 FUSED_BN=0 CUDA_GRAPH=1   any other combination
+#   make variants   the optimization ladder: bin/train-{baseline,devloss,pinned,autotune,fp16,nhwc,graph,fusedbn,cudagraph,wgradstream}
+#   make custom NAME=x DEVICE_LOSS=1 PINNED=0 AUTOTUNE=1 FP16=1 NHWC=0 CONV_GRAPH=1 FUSED_BN=0 CUDA_GRAPH=1 WGRAD_STREAM=1   any other combination
 #   make predict-variants   bin/predict's egress ladder: bin/predict-{baseline,workers,pool,async,stream}, bin/predict
 #   make kernel-lab [RUN=1 LAB_ARGS=...]   bin/kernel_lab: the BN and fused-conv kernels' versions side by side
 #   make run GPUS=N / make profile GPUS=N / make bench-scaling   data parallel on N GPUs (README "Several GPUs")
@@ -65,27 +65,29 @@ TEST_OBJ    := $(TEST_SRC:tests/%.cpp=build/tests/%.o)
 
 # The ladder, cumulative in the seed posts' order: DEVICE_LOSS PINNED AUTOTUNE FP16 NHWC, then the
 # rungs past it: CONV_GRAPH (cuDNN's graph API with execution plans built once), FUSED_BN (batch norm
-# fused into the convolutions) and CUDA_GRAPH (the step replayed as one CUDA graph).
-LADDER          := baseline devloss pinned autotune fp16 nhwc graph fusedbn cudagraph
-OPTS_baseline   := 0 0 0 0 0 0 0 0
-OPTS_devloss    := 1 0 0 0 0 0 0 0
-OPTS_pinned     := 1 1 0 0 0 0 0 0
-OPTS_autotune   := 1 1 1 0 0 0 0 0
-OPTS_fp16       := 1 1 1 1 0 0 0 0
-OPTS_nhwc       := 1 1 1 1 1 0 0 0
-OPTS_graph      := 1 1 1 1 1 1 0 0
-OPTS_fusedbn    := 1 1 1 1 1 1 1 0
-OPTS_cudagraph  := 1 1 1 1 1 1 1 1
-OPTS_train      := 1 1 1 1 1 1 1 1
+# fused into the convolutions), CUDA_GRAPH (the step replayed as one CUDA graph) and WGRAD_STREAM
+# (weight gradients on a second stream, beside the data gradients). bin/train has them all.
+LADDER            := baseline devloss pinned autotune fp16 nhwc graph fusedbn cudagraph wgradstream
+OPTS_baseline     := 0 0 0 0 0 0 0 0 0
+OPTS_devloss      := 1 0 0 0 0 0 0 0 0
+OPTS_pinned       := 1 1 0 0 0 0 0 0 0
+OPTS_autotune     := 1 1 1 0 0 0 0 0 0
+OPTS_fp16         := 1 1 1 1 0 0 0 0 0
+OPTS_nhwc         := 1 1 1 1 1 0 0 0 0
+OPTS_graph        := 1 1 1 1 1 1 0 0 0
+OPTS_fusedbn      := 1 1 1 1 1 1 1 0 0
+OPTS_cudagraph    := 1 1 1 1 1 1 1 1 0
+OPTS_wgradstream  := 1 1 1 1 1 1 1 1 1
+OPTS_train        := 1 1 1 1 1 1 1 1 1
 # Not a rung: the graph rung in fp32, for make sanitize-gpu. Run with --no-tf32, its convs and GEMMs
 # use the library's FMA kernels, which compute-sanitizer's racecheck can run (tests/sanitize_gpu.sh).
-OPTS_fp32-nhwc  := 1 1 1 0 1 1 0 0
+OPTS_fp32-nhwc    := 1 1 1 0 1 1 0 0 0
 # Not a rung: bin/train with one gradient all-reduce after the whole backward (several GPUs; the
 # seed's single bucket), to measure what overlapping the buckets with backward buys.
-OPTS_ddp-naive  := 1 1 1 1 1 1 1 1 0
+OPTS_ddp-naive    := 1 1 1 1 1 1 1 1 1 0
 opt_defines = $(shell set -- $(1); echo -DOPT_DEVICE_LOSS=$$1 -DOPT_PINNED=$$2 -DOPT_AUTOTUNE=$$3 -DOPT_FP16=$$4 \
                 -DOPT_NHWC=$$5 -DOPT_CONV_GRAPH=$${6:-1} -DOPT_FUSED_BN=$${7:-1} -DOPT_CUDA_GRAPH=$${8:-1} \
-                -DOPT_DDP_OVERLAP=$${9:-1})
+                -DOPT_WGRAD_STREAM=$${9:-1} -DOPT_DDP_OVERLAP=$${10:-1})
 variant_name = $(if $(filter train,$(1)),train,train-$(1))
 
 .PHONY: FORCE all variants predict-variants bench-predict custom run test unit-tests kernel-lab bench bench-scaling \
@@ -189,10 +191,10 @@ $(foreach r,$(EGRESS_LADDER) predict,$(eval $(call PREDICT_RULES,$(r))))
 predict-variants: $(foreach r,$(EGRESS_LADDER),bin/predict-$(r)) bin/predict
 
 # Any other combination: make custom NAME=fp16-only DEVICE_LOSS=1 PINNED=1 AUTOTUNE=1 FP16=1 NHWC=0 CONV_GRAPH=0 \
-#   FUSED_BN=0 CUDA_GRAPH=1
+#   FUSED_BN=0 CUDA_GRAPH=1 WGRAD_STREAM=0
 NAME ?= custom
 OPTS_$(NAME) ?= $(or $(DEVICE_LOSS),1) $(or $(PINNED),1) $(or $(AUTOTUNE),1) $(or $(FP16),1) $(or $(NHWC),1) \
-                $(or $(CONV_GRAPH),1) $(or $(FUSED_BN),1) $(or $(CUDA_GRAPH),1)
+                $(or $(CONV_GRAPH),1) $(or $(FUSED_BN),1) $(or $(CUDA_GRAPH),1) $(or $(WGRAD_STREAM),1)
 ifeq ($(filter $(NAME),$(LADDER) train fp32-nhwc ddp-naive),)
 $(eval $(call VARIANT_RULES,$(NAME)))
 endif

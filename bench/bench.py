@@ -33,7 +33,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timed-steps", type=int, default=100, help="steps in the timed window (100)")
     p.add_argument("--runs", type=int, default=3, help="timed runs per variant; the table shows the median (3)")
     p.add_argument("--variants", default="all",
-                   help="comma list of ladder names, 'all' for the nine rungs; add 'train' for bin/train")
+                   help="comma list of ladder names, 'all' for the ten rungs; add 'train' for bin/train")
     p.add_argument("--data", default="synthetic", help="auto|cifar10|fashion-mnist|synthetic (synthetic)")
     p.add_argument("--data-dir", help="passed to the binaries as --data-dir")
     p.add_argument("--out", type=Path, default=runner.REPO_ROOT / "bench" / "results",

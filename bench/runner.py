@@ -23,7 +23,7 @@ BIN_DIR = REPO_ROOT / "bin"
 
 # The optimization ladder, cumulative, in the order `make variants` builds it.
 LADDER = ["train-baseline", "train-devloss", "train-pinned", "train-autotune", "train-fp16", "train-nhwc",
-          "train-graph", "train-fusedbn", "train-cudagraph"]
+          "train-graph", "train-fusedbn", "train-cudagraph", "train-wgradstream"]
 # bin/predict's egress ladder, cumulative, in the order `make predict-variants` builds it.
 PREDICT_LADDER = ["predict-baseline", "predict-workers", "predict-pool", "predict-async", "predict-stream"]
 LADDERS = {"train": LADDER, "predict": PREDICT_LADDER}

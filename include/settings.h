@@ -16,6 +16,9 @@
 //                    tensor, scale/bias + ReLU applied while the next conv reads it (fp16, NHWC)
 //   OPT_CUDA_GRAPH   forward, loss, backward and optimizer step captured once as a CUDA graph and
 //                    replayed every step
+//   OPT_WGRAD_STREAM each conv's weight gradient on a second stream, beside its data gradient (both
+//                    read the same output gradient): two branches of the step's graph, which fill
+//                    the GPU where one small conv alone does not
 //
 // bin/predict's egress ladder (seed 001's GPU-to-CPU case study), cumulative in this order, read
 // into kEgress (pipeline/egress.h); src/programs/predict.cpp hands it to the predictor:
@@ -67,6 +70,9 @@
 #ifndef OPT_EGRESS_STREAM
 #define OPT_EGRESS_STREAM 1
 #endif
+#ifndef OPT_WGRAD_STREAM
+#define OPT_WGRAD_STREAM 1
+#endif
 #ifndef OPT_DDP_OVERLAP
 #define OPT_DDP_OVERLAP 1
 #endif
@@ -85,6 +91,7 @@ inline constexpr BuildSettings kBuild{
     OPT_CUDA_GRAPH != 0,
     VARIANT_NAME,
     OPT_DDP_OVERLAP != 0,
+    OPT_WGRAD_STREAM != 0,
 };
 
 inline constexpr EgressSettings kEgress{

@@ -42,6 +42,9 @@ struct NetConfig {
   // Forward with running statistics only (bin/predict): no gradient, momentum or backward buffers
   // are allocated, and training calls (forward(x, true), a loss with gradients, backward) throw.
   bool inference = false;
+  // Training: each conv's weight gradient runs on a second stream beside its data gradient (both
+  // read the same output gradient and write different buffers), with its own cuDNN workspace.
+  bool wgrad_beside = false;
 };
 
 // The network's tensors as its flat buffers hold them, known without building it (no GPU): what
@@ -119,6 +122,8 @@ class ResNet50 {
   void choose_algorithms(AutotuneCache& cache);
   void block_forward(Block& b, const void* in, bool train);
   void block_backward(Block& b, const void* in);
+  // A plain conv's backward: dw (beside, on the lane) and dx = dgrad(dy) (+= dx with `accumulate`).
+  void conv_backward(ConvUnit& c, const void* x, const void* dy, void* dx, bool accumulate);
   // out = relu(bn3(a3) + shortcut), the shortcut bn_down(ad) or the block input; training also
   // writes the ReLU's bits for join_backward.
   void join_forward(Block& b, const void* in, bool train);
@@ -129,6 +134,12 @@ class ResNet50 {
     if (on_grad_ready) on_grad_ready(param_id);
   }
   void bn_grads_ready(const Bn& bn) const;
+  // Enqueues `work`, a weight gradient, on the lane (NetConfig::wgrad_beside) after everything on the
+  // main stream so far, with cuDNN's handle pointed at the lane meanwhile; without a lane, on the main
+  // stream. work(stream, workspace, bytes) gets the stream and workspace it must use. Then
+  // lane_join() before anything writes what `work` reads, or reads what it writes.
+  void wgrad_beside(const std::function<void(cudaStream_t, void*, size_t)>& work);
+  void lane_join();
   // Batch norm fused into the convolutions (src/model/resnet50_fused.cpp). Measured on the H100
   // (cuDNN 9.14): two runs of the fused build differ in their first loss even with engines cuDNN
   // does not mark non-deterministic, so --deterministic keeps every conv unfused.
@@ -162,6 +173,8 @@ class ResNet50 {
   DeviceBuffer feat_, logits_, dlogits_, dfeat_;
   DeviceBuffer grad_[4];                  // activation gradients, each of the largest activation's size
   DeviceBuffer workspace_;
+  struct WgradLane;
+  std::unique_ptr<WgradLane> lane_;       // training with wgrad_beside: the weight gradients' stream
   DeviceBuffer running_, bn_state_, bn_scratch_;
   size_t running_count_ = 0, bn_state_floats_ = 0, bn_scratch_floats_ = 0;
   size_t activation_bytes_ = 0;

@@ -21,6 +21,7 @@ struct BuildSettings {
   bool cuda_graph;  // the step replayed as one CUDA graph
   const char* variant;
   bool ddp_overlap = true;  // several GPUs: gradient buckets all-reduced during backward, not after it
+  bool wgrad_stream = false;  // each conv's weight gradient on a second stream, beside its data gradient
 
   // The optimizations that are on, in ladder order, as short names ("devloss", "pinned", ...).
   std::vector<std::string> optimizations() const;

@@ -16,6 +16,16 @@ namespace {
 constexpr int kStateVectors = 7;  // save_mean, save_invstd, scale, shift, 3 backward coefficients
 }  // namespace
 
+// A conv's weight gradient and its data gradient read the same output gradient and write different
+// buffers: on two streams they run side by side, and in the step's CUDA graph they become two
+// branches. The small convs of the later stages fill the GPU only in part, and one branch's launch
+// gaps are the other's running time.
+struct ResNet50::WgradLane {
+  Stream stream{false};
+  Event forked{false}, done{false};
+  DeviceBuffer workspace;  // the main stream's convs keep workspace_: both run at once
+};
+
 ResNet50::ResNet50(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache) : cfg_(cfg), ctx_(ctx) {
   // Three stride-2 stages: the side must halve exactly three times.
   if (cfg.image_side < 8 || cfg.image_side % 8 != 0)
@@ -180,6 +190,10 @@ void ResNet50::choose_algorithms(AutotuneCache& cache) {
   if (fused()) ws = std::max(ws, build_fusion(cache));
   fusion_report_.off_for_determinism = cfg_.fused_bn && !fused();
   workspace_ = DeviceBuffer(ws, "cuDNN workspace (--workspace-mb)");
+  if (cfg_.wgrad_beside && !cfg_.inference) {
+    lane_ = std::make_unique<WgradLane>();
+    lane_->workspace = DeviceBuffer(ws, "cuDNN workspace of the weight gradients' stream");
+  }
   algo_report_ = {static_cast<int>(shapes.size()), chooser.searched(), chooser.search_seconds(), ws};
 }
 
@@ -355,6 +369,26 @@ void ResNet50::loss(const int32_t* labels, LossTotals* totals, const float* loss
 }
 
 // ---- backward -----------------------------------------------------------------------------------
+// ---- the weight gradients' lane ------------------------------------------------------------------
+void ResNet50::wgrad_beside(const std::function<void(cudaStream_t, void*, size_t)>& work) {
+  if (!lane_) return work(ctx_.stream, workspace_.get(), workspace_.bytes());
+  lane_->forked.record(ctx_.stream);
+  CUDA_CHECK(cudaStreamWaitEvent(lane_->stream, lane_->forked, 0));
+  CUDNN_CHECK(cudnnSetStream(ctx_.cudnn, lane_->stream));
+  try {
+    work(lane_->stream, lane_->workspace.get(), lane_->workspace.bytes());
+  } catch (...) {
+    cudnnSetStream(ctx_.cudnn, ctx_.stream);
+    throw;
+  }
+  CUDNN_CHECK(cudnnSetStream(ctx_.cudnn, ctx_.stream));
+  lane_->done.record(lane_->stream);
+}
+
+void ResNet50::lane_join() {
+  if (lane_) CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream, lane_->done, 0));
+}
+
 void ResNet50::bn_grads_ready(const Bn& bn) const {
   grad_ready(bn.gamma);
   grad_ready(bn.beta);
@@ -393,20 +427,12 @@ void ResNet50::block_backward(Block& b, const void* in) {
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
   void *gA = grad_[0].get(), *gB = grad_[1].get(), *gC = grad_[2].get(), *gD = grad_[3].get();
-  void* ws = workspace_.get();
-  const size_t wsb = workspace_.bytes();
   float* scratch = bn_scratch_.as<float>();
 
   join_backward(b);
 
-  b.c3.conv->backward_filter(ctx_.cudnn, b.y2.get(), gB, params_.weight_grad(b.c3.weight), ws, wsb);
-  grad_ready(b.c3.weight);
-  b.c3.conv->backward_data(ctx_.cudnn, gB, params_.working(b.c3.weight), gD, false, ws, wsb);
-  if (b.down) {
-    b.down->conv->backward_filter(ctx_.cudnn, in, gC, params_.weight_grad(b.down->weight), ws, wsb);
-    grad_ready(b.down->weight);
-    b.down->conv->backward_data(ctx_.cudnn, gC, params_.working(b.down->weight), gA, false, ws, wsb);
-  }
+  conv_backward(b.c3, b.y2.get(), gB, gD, false);
+  if (b.down) conv_backward(*b.down, in, gC, gA, false);
 
   BnBackwardArgs mid{};
   mid.dy = gD;
@@ -418,9 +444,7 @@ void ResNet50::block_backward(Block& b, const void* in) {
   mid.dx = gD;
   bn_backward(mid, b.mid2, t, l, scratch, ctx_.stream);
   bn_grads_ready(b.b2);
-  b.c2.conv->backward_filter(ctx_.cudnn, b.y1.get(), gD, params_.weight_grad(b.c2.weight), ws, wsb);
-  grad_ready(b.c2.weight);
-  b.c2.conv->backward_data(ctx_.cudnn, gD, params_.working(b.c2.weight), gB, false, ws, wsb);
+  conv_backward(b.c2, b.y1.get(), gD, gB, false);
 
   BnBackwardArgs first{};
   first.dy = gB;
@@ -432,9 +456,17 @@ void ResNet50::block_backward(Block& b, const void* in) {
   first.dx = gB;
   bn_backward(first, b.mid1, t, l, scratch, ctx_.stream);
   bn_grads_ready(b.b1);
-  b.c1.conv->backward_filter(ctx_.cudnn, in, gB, params_.weight_grad(b.c1.weight), ws, wsb);
-  grad_ready(b.c1.weight);
-  b.c1.conv->backward_data(ctx_.cudnn, gB, params_.working(b.c1.weight), gA, true, ws, wsb);
+  conv_backward(b.c1, in, gB, gA, true);
+}
+
+void ResNet50::conv_backward(ConvUnit& c, const void* x, const void* dy, void* dx, bool accumulate) {
+  wgrad_beside([&](cudaStream_t, void* ws, size_t wsb) {
+    c.conv->backward_filter(ctx_.cudnn, x, dy, params_.weight_grad(c.weight), ws, wsb);
+  });
+  c.conv->backward_data(ctx_.cudnn, dy, params_.working(c.weight), dx, accumulate, workspace_.get(),
+                        workspace_.bytes());
+  lane_join();
+  grad_ready(c.weight);
 }
 
 void ResNet50::backward() {

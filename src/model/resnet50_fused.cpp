@@ -378,20 +378,21 @@ void ResNet50::fused_inner_backward(ConvUnit& c, const void* x, Bn& bn, void* st
   const cudaStream_t stream = ctx_.stream;
   void* ws = workspace_.get();
   const size_t wsb = workspace_.bytes();
-  if (usable(c.fused_wgrad)) {
-    FusedArgs a;
-    a.x = x;
-    set_coefficients(a, *c.fused_wgrad, bn);
-    a.dy = dy;
-    a.dw = params_.weight_grad(c.weight);
-    c.fused_wgrad->run(ctx_.cudnn, a, ws, wsb);
-  } else {
-    if (usable(c.fused_fwd))  // the forward read relu(bn(x)) fused: recompute it
-      bn_apply({x, bn.st.scale, bn.st.shift, Residual::None, nullptr, nullptr, nullptr, true, stored}, s_in, t, l,
-               stream);
-    c.conv->backward_filter(ctx_.cudnn, stored, dy, params_.weight_grad(c.weight), ws, wsb);
-  }
-  grad_ready(c.weight);
+  wgrad_beside([&](cudaStream_t lane, void* lane_ws, size_t lane_wsb) {
+    if (usable(c.fused_wgrad)) {
+      FusedArgs a;
+      a.x = x;
+      set_coefficients(a, *c.fused_wgrad, bn);
+      a.dy = dy;
+      a.dw = params_.weight_grad(c.weight);
+      c.fused_wgrad->run(ctx_.cudnn, a, lane_ws, lane_wsb);
+    } else {
+      if (usable(c.fused_fwd))  // the forward read relu(bn(x)) fused: recompute it
+        bn_apply({x, bn.st.scale, bn.st.shift, Residual::None, nullptr, nullptr, nullptr, true, stored}, s_in, t,
+                 l, lane);
+      c.conv->backward_filter(ctx_.cudnn, stored, dy, params_.weight_grad(c.weight), lane_ws, lane_wsb);
+    }
+  });
   float* coef = bn.st.bwd_coef;  // dx = coef[c] * g + coef[C + c] * x + coef[2C + c]
   const int C = bn.channels;
   if (usable(c.fused_dgrad)) {
@@ -425,24 +426,18 @@ void ResNet50::fused_inner_backward(ConvUnit& c, const void* x, Bn& bn, void* st
     mid.dx = dx;
     bn_backward(mid, s_in, t, l, bn_scratch_.as<float>(), stream);
   }
+  lane_join();
+  grad_ready(c.weight);
   bn_grads_ready(bn);
 }
 
 // Gradient buffers as in block_backward: g[0] between blocks, g[1..3] inside.
 void ResNet50::fused_block_backward(Block& b, const void* in) {
   void *gA = grad_[0].get(), *gB = grad_[1].get(), *gC = grad_[2].get(), *gD = grad_[3].get();
-  void* ws = workspace_.get();
-  const size_t wsb = workspace_.bytes();
 
   join_backward(b);  // ours, as unfused
   fused_inner_backward(b.c3, b.a2.get(), b.b2, b.y2.get(), b.mid2, gB, gD);  // gD: gradient of a2
-  if (b.down) {
-    b.down->conv->backward_filter(ctx_.cudnn, in, gC, params_.weight_grad(b.down->weight), ws, wsb);
-    grad_ready(b.down->weight);
-    b.down->conv->backward_data(ctx_.cudnn, gC, params_.working(b.down->weight), gA, false, ws, wsb);
-  }
+  if (b.down) conv_backward(*b.down, in, gC, gA, false);
   fused_inner_backward(b.c2, b.a1.get(), b.b1, b.y1.get(), b.mid1, gD, gB);  // gB: gradient of a1
-  b.c1.conv->backward_filter(ctx_.cudnn, in, gB, params_.weight_grad(b.c1.weight), ws, wsb);
-  grad_ready(b.c1.weight);
-  b.c1.conv->backward_data(ctx_.cudnn, gB, params_.working(b.c1.weight), gA, true, ws, wsb);
+  conv_backward(b.c1, in, gB, gA, true);
 }

@@ -11,6 +11,7 @@ std::vector<std::string> BuildSettings::optimizations() const {
   if (conv_api == ConvApi::Graph) on.push_back("graph");
   if (fused_bn) on.push_back("fusedbn");
   if (cuda_graph) on.push_back("cudagraph");
+  if (wgrad_stream) on.push_back("wgradstream");
   return on;
 }
 
@@ -23,5 +24,6 @@ std::string BuildSettings::describe() const {
          (device_loss ? "asynchronously from the GPU" : "every step (synchronising)") +
          (fused_bn ? ", batch norm fused into the convolutions" : "") +
          (cuda_graph ? ", each step replayed as one CUDA graph" : "") +
+         (wgrad_stream ? ", weight gradients on a second stream beside the data gradients" : "") +
          (ddp_overlap ? "" : ", gradients of several GPUs all-reduced after the whole backward (naive)");
 }

@@ -249,6 +249,7 @@ NetConfig Trainer::net_config() const {
   cfg.conv_api = build_.conv_api;
   cfg.fused_bn = build_.fused_bn;
   cfg.unfused_patterns = opt_.no_fuse_patterns;
+  cfg.wgrad_beside = build_.wgrad_stream;
   cfg.classes = data_.split.train.classes();
   cfg.image_side = data_.split.train.side;
   return cfg;

@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.python.fakes import FakeMachine
 
 LADDER = ["train-baseline", "train-devloss", "train-pinned", "train-autotune", "train-fp16", "train-nhwc",
-          "train-graph", "train-fusedbn", "train-cudagraph"]
+          "train-graph", "train-fusedbn", "train-cudagraph", "train-wgradstream"]
 
 
 class ScriptTest(unittest.TestCase):
@@ -237,7 +237,8 @@ class ProfileEndToEnd(ScriptTest):
 
 class NsysCommandLines(unittest.TestCase):
     """nsys traces the nodes of a CUDA graph only when told to: the builds that replay their step as a
-    graph (train-cudagraph, and bin/train with every rung on) get --cuda-graph-trace=node."""
+    graph (train-cudagraph, train-wgradstream, and bin/train with every rung on) get
+    --cuda-graph-trace=node."""
 
     def profile_command(self, variant):
         import capture
@@ -246,7 +247,7 @@ class NsysCommandLines(unittest.TestCase):
         return profile
 
     def test_graph_builds_trace_every_node(self):
-        for variant in ("train-cudagraph", "train"):
+        for variant in ("train-cudagraph", "train-wgradstream", "train"):
             profile = self.profile_command(variant)
             self.assertIn("--cuda-graph-trace=node", profile, variant)
             self.assertLess(profile.index("--cuda-graph-trace=node"), profile.index(str(Path("bin") / variant)),

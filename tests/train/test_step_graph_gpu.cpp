@@ -223,6 +223,7 @@ struct GraphCase {
   Layout l;
   ConvApi api;
   bool fused_bn = false;
+  bool wgrad_beside = false;
 };
 
 // kSteps steps of both runs on the same batches at the learning rate `peak`, with an evaluation
@@ -242,26 +243,9 @@ void train_side_by_side(TrainingRun& a, TrainingRun& b, DType t, double peak) {
   }
 }
 
-class GpuStepGraphReplay : public testing::TestWithParam<GraphCase> {};
-
-TEST_P(GpuStepGraphReplay, EqualsEagerExecutionBitForBit) {
-  SKIP_WITHOUT_GPU("the training step as a CUDA graph");
-  const GraphCase gc = GetParam();
-  NetConfig cfg;
-  cfg.batch = kBatch;
-  cfg.dtype = gc.t;
-  cfg.layout = gc.l;
-  cfg.tf32 = false;
-  cfg.conv = {AlgoPolicy::Heuristic, true, size_t(256) << 20};  // deterministic algorithms, as --deterministic
-  cfg.conv_api = gc.api;
-  cfg.fused_bn = gc.fused_bn;
-  TrainingRun eager(cfg, false), replayed(cfg, true);
-  // A learning rate that changes every step: a graph that kept the captured one would drift.
-  train_side_by_side(eager, replayed, gc.t, 0.05);
-  EXPECT_EQ(eager.graph.plan().captures(), 0);
-  EXPECT_EQ(replayed.graph.plan().captures(), 2) << "once after the warm-up, once after the evaluation";
-  ASSERT_TRUE(replayed.graph.plan().enabled()) << "the capture failed (a warning says why)";
-
+// Every byte two runs leave (losses, weights, momentum, BN running statistics, loss totals and
+// scaler) is the same.
+void expect_same_bytes(const TrainingRun& eager, const TrainingRun& replayed) {
   const std::vector<uint8_t> losses = bytes_of(replayed.history.get(), replayed.history.bytes());
   EXPECT_EQ(losses, bytes_of(eager.history.get(), eager.history.bytes())) << "per-step losses";
   std::vector<float> l(kSteps);
@@ -281,6 +265,53 @@ TEST_P(GpuStepGraphReplay, EqualsEagerExecutionBitForBit) {
       << "loss totals and the loss scaler";
 }
 
+NetConfig deterministic_config(const GraphCase& gc) {
+  NetConfig cfg;
+  cfg.batch = kBatch;
+  cfg.dtype = gc.t;
+  cfg.layout = gc.l;
+  cfg.tf32 = false;
+  cfg.conv = {AlgoPolicy::Heuristic, true, size_t(256) << 20};  // deterministic algorithms, as --deterministic
+  cfg.conv_api = gc.api;
+  cfg.fused_bn = gc.fused_bn;
+  cfg.wgrad_beside = gc.wgrad_beside;
+  return cfg;
+}
+
+class GpuStepGraphReplay : public testing::TestWithParam<GraphCase> {};
+
+TEST_P(GpuStepGraphReplay, EqualsEagerExecutionBitForBit) {
+  SKIP_WITHOUT_GPU("the training step as a CUDA graph");
+  const GraphCase gc = GetParam();
+  const NetConfig cfg = deterministic_config(gc);
+  TrainingRun eager(cfg, false), replayed(cfg, true);
+  // A learning rate that changes every step: a graph that kept the captured one would drift.
+  train_side_by_side(eager, replayed, gc.t, 0.05);
+  EXPECT_EQ(eager.graph.plan().captures(), 0);
+  EXPECT_EQ(replayed.graph.plan().captures(), 2) << "once after the warm-up, once after the evaluation";
+  ASSERT_TRUE(replayed.graph.plan().enabled()) << "the capture failed (a warning says why)";
+  expect_same_bytes(eager, replayed);
+}
+
+// The weight gradients on their own stream (OPT_WGRAD_STREAM) compute what one stream computes, bit
+// for bit, eagerly and replayed as a graph of two branches: a weight gradient that read its output
+// gradient after the next data gradient had overwritten it, or a shared workspace, would not.
+TEST(GpuWgradStream, TrainsBitForBitAsOneStream) {
+  SKIP_WITHOUT_GPU("the training step on two streams");
+  for (const bool graphs : {false, true}) {
+    SCOPED_TRACE(graphs ? "replayed as a CUDA graph" : "eager");
+    GraphCase gc{"", DType::F16, Layout::NHWC, ConvApi::Graph};
+    TrainingRun one_stream(deterministic_config(gc), false);
+    gc.wgrad_beside = true;
+    TrainingRun two_streams(deterministic_config(gc), graphs);
+    train_side_by_side(one_stream, two_streams, gc.t, 0.05);
+    if (graphs) {
+      ASSERT_TRUE(two_streams.graph.plan().enabled()) << "the capture failed (a warning says why)";
+    }
+    expect_same_bytes(one_stream, two_streams);
+  }
+}
+
 // bin/train's network (batch norm fused, which --deterministic turns off): its replayed graph lacks
 // cuDNN's memsets of the fused convs' statistics, which bn_finalize_sums and the evaluation leave
 // zero. Fused runs differ in their last bits from run to run, so the replay is held to the eager
@@ -288,8 +319,9 @@ TEST_P(GpuStepGraphReplay, EqualsEagerExecutionBitForBit) {
 // batch diverges within a few steps, and the two runs' rounding differences with it), so every
 // step's loss and BN statistics depend on its batch alone: statistics accumulated over two steps, or
 // not zeroed after the evaluation, would move them far more.
-TEST(GpuStepGraphFused, ReplayWithoutTheStatisticsMemsetsTracksEagerExecution) {
-  SKIP_WITHOUT_GPU("the training step as a CUDA graph");
+// The same with the weight gradients on their own stream in the replayed run (bin/train's step): the
+// fused weight-gradient patterns then run beside the fused data-gradient patterns.
+void fused_replay_tracks_eager(bool wgrad_beside) {
   NetConfig cfg;
   cfg.batch = kBatch;
   cfg.dtype = DType::F16;
@@ -298,7 +330,9 @@ TEST(GpuStepGraphFused, ReplayWithoutTheStatisticsMemsetsTracksEagerExecution) {
   cfg.conv = {AlgoPolicy::Heuristic, false, size_t(256) << 20};
   cfg.conv_api = ConvApi::Graph;
   cfg.fused_bn = true;
-  TrainingRun eager(cfg, false), replayed(cfg, true);
+  TrainingRun eager(cfg, false);
+  cfg.wgrad_beside = wgrad_beside;
+  TrainingRun replayed(cfg, true);
   if (eager.net->fusion_report().fused == 0) GTEST_SKIP() << "cuDNN fused no conv here: no statistics to keep zero";
   train_side_by_side(eager, replayed, cfg.dtype, 0.0);  // the evaluation's forward writes the sums too
   ASSERT_TRUE(replayed.graph.plan().enabled()) << "the capture failed (a warning says why)";
@@ -316,6 +350,16 @@ TEST(GpuStepGraphFused, ReplayWithoutTheStatisticsMemsetsTracksEagerExecution) {
   CUDA_CHECK(cudaMemcpy(re.data(), eager.net->running_stats(), n * sizeof(float), cudaMemcpyDeviceToHost));
   CUDA_CHECK(cudaMemcpy(rr.data(), replayed.net->running_stats(), n * sizeof(float), cudaMemcpyDeviceToHost));
   EXPECT_CLOSE(ref::Vec(rr.begin(), rr.end()), ref::Vec(re.begin(), re.end()), 1e-2) << "BN running statistics";
+}
+
+TEST(GpuStepGraphFused, ReplayWithoutTheStatisticsMemsetsTracksEagerExecution) {
+  SKIP_WITHOUT_GPU("the training step as a CUDA graph");
+  fused_replay_tracks_eager(false);
+}
+
+TEST(GpuStepGraphFused, ReplayOnTwoStreamsTracksEagerExecution) {
+  SKIP_WITHOUT_GPU("the training step as a CUDA graph on two streams");
+  fused_replay_tracks_eager(true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Builds, GpuStepGraphReplay,
