@@ -50,6 +50,12 @@ NetConfig fused_config(int batch) {
   return cfg;
 }
 
+// The same with the weight gradients on their own stream: bin/train's step (OPT_WGRAD_STREAM).
+NetConfig with_wgrad_stream(NetConfig cfg) {
+  cfg.wgrad_beside = true;
+  return cfg;
+}
+
 int device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -144,13 +150,14 @@ Fingerprint test_fingerprint() {
 // Runs `body` as ranks 0 and 1, each on its own thread and GPU; returns what each returned, or
 // fails the test with the exception a rank threw.
 template <class T>
-std::vector<T> on_two_ranks(const DataParallelConfig& cfg, std::function<T(DataParallel&, Replica&)> body) {
+std::vector<T> on_two_ranks(const DataParallelConfig& cfg, std::function<T(DataParallel&, Replica&)> body,
+                            const NetConfig& net = net_config(kHalf)) {
   meet_on_a_free_port();
   std::vector<std::future<T>> ranks;
   for (int r = 0; r < 2; ++r)
-    ranks.push_back(std::async(std::launch::async, [r, &cfg, &body] {
+    ranks.push_back(std::async(std::launch::async, [r, &cfg, &body, &net] {
       DataParallel dp(LaunchInfo{r, 2, r, "test"}, test_fingerprint(), cfg);
-      Replica rep;
+      Replica rep(net);
       dp.attach(rep.net.params(), rep.ctx.stream);
       rep.net.on_grad_ready = [&dp](int t) { dp.on_grad_ready(t); };
       return body(dp, rep);
@@ -177,11 +184,16 @@ std::vector<double> reference_average(const Batch& b) {
 
 }  // namespace
 
-class GradientHook : public testing::TestWithParam<bool> {};  // fused or not
+struct HookCase {
+  const char* name;
+  NetConfig cfg;
+};
+void PrintTo(const HookCase& c, std::ostream* os) { *os << c.name; }
+class GradientHook : public testing::TestWithParam<HookCase> {};
 
 TEST_P(GradientHook, BackwardReportsEveryGradientOnceAndBucketsGoDuringIt) {
   SKIP_WITHOUT_GPU("the backward pass's gradient hook");
-  Replica rep(GetParam() ? fused_config(kHalf) : net_config(kHalf));
+  Replica rep(GetParam().cfg);
   std::vector<int> order;
   rep.net.on_grad_ready = [&order](int t) { order.push_back(t); };
   rep.load_half(make_batch(kHalf), 0);
@@ -201,22 +213,34 @@ TEST_P(GradientHook, BackwardReportsEveryGradientOnceAndBucketsGoDuringIt) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backward, GradientHook, testing::Values(false, true),
-                         [](const auto& info) { return std::string(info.param ? "fused_bn_fp16_nhwc" : "fp32_nchw"); });
+INSTANTIATE_TEST_SUITE_P(Backward, GradientHook,
+                         testing::Values(HookCase{"fp32_nchw", net_config(kHalf)},
+                                         HookCase{"fused_bn_fp16_nhwc", fused_config(kHalf)},
+                                         HookCase{"fused_bn_fp16_nhwc_wgrad_stream", with_wgrad_stream(fused_config(kHalf))}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
-class TwoRankStep : public testing::TestWithParam<std::pair<const char*, DataParallelConfig>> {};
+struct StepMode {
+  const char* name;
+  DataParallelConfig dp;
+  bool wgrad_stream = false;  // the ranks' weight gradients on their own stream (the reference's not)
+};
+void PrintTo(const StepMode& m, std::ostream* os) { *os << m.name; }
+class TwoRankStep : public testing::TestWithParam<StepMode> {};
 
 TEST_P(TwoRankStep, EqualsOneProcessAveragingTheTwoHalves) {
   SKIP_WITHOUT_TWO_GPUS();
-  const DataParallelConfig cfg = GetParam().second;
+  const DataParallelConfig cfg = GetParam().dp;
+  const NetConfig net = GetParam().wgrad_stream ? with_wgrad_stream(net_config(kHalf)) : net_config(kHalf);
   const Batch batch = make_batch(2 * kHalf);
-  const std::vector<std::vector<double>> got =
-      on_two_ranks<std::vector<double>>(cfg, [&batch](DataParallel& dp, Replica& rep) {
+  const std::vector<std::vector<double>> got = on_two_ranks<std::vector<double>>(
+      cfg,
+      [&batch](DataParallel& dp, Replica& rep) {
         rep.load_half(batch, dp.rank());
         rep.forward_backward();  // the last gradient's hook has the stream wait for the last bucket
         dp.check_step();
         return rep.gradients();
-      });
+      },
+      net);
   const std::vector<double> want = reference_average(batch);
   EXPECT_EQ(got[0], got[1]) << "the ranks hold different averaged gradients";
   // fp32 reduce: the averaging's own rounding; fp16: each gradient rounded to fp16 on the way.
@@ -224,12 +248,14 @@ TEST_P(TwoRankStep, EqualsOneProcessAveragingTheTwoHalves) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, TwoRankStep,
-                         testing::Values(std::pair{"overlapped, small buckets", DataParallelConfig{0.5, 0.1, "", true, 60}},
-                                         std::pair{"overlapped, default buckets", DataParallelConfig{25, 1, "", true, 60}},
-                                         std::pair{"naive, one bucket", DataParallelConfig{25, 1, "", false, 60}},
-                                         std::pair{"fp16 reduce", DataParallelConfig{25, 1, "fp16", true, 60}}),
+                         testing::Values(StepMode{"overlapped, small buckets", DataParallelConfig{0.5, 0.1, "", true, 60}},
+                                         StepMode{"overlapped, default buckets", DataParallelConfig{25, 1, "", true, 60}},
+                                         StepMode{"naive, one bucket", DataParallelConfig{25, 1, "", false, 60}},
+                                         StepMode{"fp16 reduce", DataParallelConfig{25, 1, "fp16", true, 60}},
+                                         StepMode{"overlapped, small buckets, weight gradients on their own stream",
+                                                  DataParallelConfig{0.5, 0.1, "", true, 60}, true}),
                          [](const auto& info) {
-                           std::string n = info.param.first;
+                           std::string n = info.param.name;
                            for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return n;
                          });
