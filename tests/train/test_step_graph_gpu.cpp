@@ -102,6 +102,49 @@ TEST(GpuCudaGraph, AForbiddenCallFailsTheCaptureAndLeavesTheStreamUsable) {
   EXPECT_THROW(g.launch(stream), Fatal);
 }
 
+// bin/train's step forks its weight gradients onto a second stream (OPT_WGRAD_STREAM). A capture
+// that fails between a fork and its join must release that stream too: the step is then enqueued
+// again eagerly, on both streams.
+TEST(GpuCudaGraph, AFailedCaptureReleasesAStreamForkedFromIt) {
+  SKIP_WITHOUT_GPU("CUDA graph capture");
+  Stream stream, side(false);
+  Event forked(false);
+  constexpr size_t n = 256;
+  DeviceBuffer a(n, "graph test a"), b(n, "graph test b");
+  CUDA_CHECK(cudaMemset(b.get(), 0, n));
+  CudaGraph g;
+  for (const bool forbidden : {true, false}) {
+    SCOPED_TRACE(forbidden ? "a forbidden call on the main stream" : "an exception before the join");
+    auto fork_then_fail = [&] {
+      CUDA_CHECK(cudaMemsetAsync(a.get(), 1, n, stream));
+      forked.record(stream);
+      CUDA_CHECK(cudaStreamWaitEvent(side, forked, 0));
+      CUDA_CHECK(cudaMemsetAsync(b.get(), 3, n, side));
+      if (forbidden) CUDA_CHECK(cudaStreamSynchronize(stream));
+      throw InputError("not a capture problem");
+    };
+    if (forbidden) EXPECT_THROW(g.capture(stream, fork_then_fail), GraphCaptureError);
+    else EXPECT_THROW(g.capture(stream, fork_then_fail), InputError);
+    for (cudaStream_t s : {stream.get(), side.get()}) {
+      cudaStreamCaptureStatus status;
+      CUDA_CHECK(cudaStreamIsCapturing(s, &status));
+      EXPECT_EQ(status, cudaStreamCaptureStatusNone) << (s == side.get() ? "the forked stream" : "the origin");
+    }
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    // Both usable eagerly, with a fork and a join as the step makes them.
+    CUDA_CHECK(cudaMemsetAsync(a.get(), 4, n, stream));
+    forked.record(stream);
+    CUDA_CHECK(cudaStreamWaitEvent(side, forked, 0));
+    CUDA_CHECK(cudaMemsetAsync(b.get(), 6, n, side));
+    Event joined(false);
+    joined.record(side);
+    CUDA_CHECK(cudaStreamWaitEvent(stream, joined, 0));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(bytes_of(b.get(), n), std::vector<uint8_t>(n, 6));
+    CUDA_CHECK(cudaMemset(b.get(), 0, n));
+  }
+}
+
 TEST(GpuCudaGraph, OtherExceptionsPassThroughAndEndTheCapture) {
   SKIP_WITHOUT_GPU("CUDA graph capture");
   Stream stream;
