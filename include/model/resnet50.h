@@ -5,8 +5,9 @@
 // a multiple of 8 (32 for CIFAR-10; the global pool makes the parameters independent of it).
 //
 // The network owns its activations (what backward needs), four gradient buffers it rotates through
-// (training only), the cuDNN workspace and the parameters. Precision and layout come from NetConfig and reach the
-// layers as descriptors; nothing here reads the build settings.
+// (training only), the cuDNN workspace (a second one for the weight gradients' stream) and the
+// parameters. Precision and layout come from NetConfig and reach the layers as descriptors; nothing
+// here reads the build settings.
 #pragma once
 
 #include <functional>

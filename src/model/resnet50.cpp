@@ -368,7 +368,6 @@ void ResNet50::loss(const int32_t* labels, LossTotals* totals, const float* loss
                loss_scale, totals, step, ctx_.stream);
 }
 
-// ---- backward -----------------------------------------------------------------------------------
 // ---- the weight gradients' lane ------------------------------------------------------------------
 void ResNet50::wgrad_beside(const std::function<void(cudaStream_t, void*, size_t)>& work) {
   if (!lane_) return work(ctx_.stream, workspace_.get(), workspace_.bytes());
@@ -388,6 +387,8 @@ void ResNet50::wgrad_beside(const std::function<void(cudaStream_t, void*, size_t
 void ResNet50::lane_join() {
   if (lane_) CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream, lane_->done, 0));
 }
+
+// ---- backward -----------------------------------------------------------------------------------
 
 void ResNet50::bn_grads_ready(const Bn& bn) const {
   grad_ready(bn.gamma);
