@@ -69,7 +69,7 @@ section_predict() {
 }
 
 section_bench() {
-  run bench python3 bench/bench.py --batch 128,256 --runs 3 --variants baseline,graph,fusedbn,cudagraph \
+  run bench python3 bench/bench.py --batch 128,256 --runs 3 --variants baseline,graph,fusedbn,cudagraph,wgradstream \
     --pytorch-rungs baseline,resident-amp-cl-graphs
   grep -E "^\|" "$LOGS/bench.log" | tail -24
 }
@@ -77,11 +77,11 @@ section_bench() {
 section_accuracy() {
   local d=$LOGS/accuracy
   mkdir -p "$d"
-  for v in train-baseline train-fusedbn train-cudagraph; do
+  for v in train-baseline train-fusedbn train-cudagraph train-wgradstream; do
     ./bin/$v --data fashion-mnist --batch 128 --epochs 15 --json >"$d/$v.jsonl" 2>"$d/$v.err" &
   done
   wait
-  for v in train-baseline train-fusedbn train-cudagraph; do
+  for v in train-baseline train-fusedbn train-cudagraph train-wgradstream; do
     echo "$v: $(grep '"summary"' "$d/$v.jsonl" | python3 -c 'import json,sys; s=json.load(sys.stdin); print("test acc %.2f%%" % (100*s["final_test_acc"]))' 2>/dev/null || tail -1 "$d/$v.err")"
   done
 }
@@ -100,7 +100,7 @@ section_folder() {  # training from an image folder: the PNG export of Fashion-M
 }
 
 section_profile() {
-  run profile python3 bench/profile.py --variants graph,fusedbn,cudagraph
+  run profile python3 bench/profile.py --variants graph,fusedbn,cudagraph,wgradstream
   tail -20 "$LOGS/profile.log"
 }
 
