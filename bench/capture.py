@@ -39,8 +39,9 @@ def trainer_args(s: Settings) -> list[str]:
 
 
 # The binaries that replay their step as one CUDA graph (OPT_CUDA_GRAPH: the cudagraph and
-# wgradstream rungs, and bin/train, which has every rung on). nsys records a graph launch as one range unless told to trace
-# its nodes: the kernel tables and the idle gaps between kernels would then see one item per step.
+# wgradstream rungs, and bin/train, which has every rung on). nsys records a graph launch as one
+# range unless told to trace its nodes: the kernel tables and the idle gaps between kernels would
+# then see one item per step.
 CUDA_GRAPH_VARIANTS = {"train-cudagraph", "train-wgradstream", "train"}
 
 

@@ -97,8 +97,8 @@ class ResNet50 {
   // (softmax_xent in kernels.h); step nullptr: no step index (evaluation).
   void loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, const long long* step);
   void backward();
-  // Called during backward right after the call that writes a parameter's gradient has been enqueued
-  // (its id in params()), in the order they are produced: data-parallel training starts averaging
+  // Called during backward once the work that writes a parameter's gradient is ordered on the main
+  // stream (with wgrad_beside, after the lane's join; its id in params()), in the order they are produced: data-parallel training starts averaging
   // a bucket of gradients as soon as all of it is there (dist/data_parallel.h). Unset: nothing.
   std::function<void(int param_id)> on_grad_ready;
 
