@@ -57,10 +57,11 @@ struct TensorLayout {
 
 // What choosing conv algorithms did, for the start-up report.
 struct AlgoReport {
-  int shapes = 0;          // distinct conv shapes
-  int searched = 0;        // measured now
+  int shapes = 0;             // distinct conv shapes
+  int searched = 0;           // measured now
   double search_s = 0;
-  size_t workspace = 0;    // bytes of the shared cuDNN workspace
+  size_t workspace = 0;       // bytes of the shared cuDNN workspace
+  size_t lane_workspace = 0;  // bytes of the weight gradients' stream's own (0 without it)
 };
 
 class ResNet50 {
@@ -121,6 +122,7 @@ class ResNet50 {
   std::vector<Bn*> all_bns() const;
   void allocate();
   void choose_algorithms(AutotuneCache& cache);
+  size_t wgrad_workspace_bytes() const;  // the most any chosen weight gradient (plain or fused) needs
   void block_forward(Block& b, const void* in, bool train);
   void block_backward(Block& b, const void* in);
   // A plain conv's backward: dw (beside, on the lane) and dx = dgrad(dy) (+= dx with `accumulate`).

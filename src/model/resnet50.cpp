@@ -190,11 +190,30 @@ void ResNet50::choose_algorithms(AutotuneCache& cache) {
   if (fused()) ws = std::max(ws, build_fusion(cache));
   fusion_report_.off_for_determinism = cfg_.fused_bn && !fused();
   workspace_ = DeviceBuffer(ws, "cuDNN workspace (--workspace-mb)");
+  size_t lane_ws = 0;
   if (cfg_.wgrad_beside && !cfg_.inference) {
+    // Only weight gradients run on the lane: its workspace is the largest of theirs, not the shared one.
+    lane_ws = wgrad_workspace_bytes();
     lane_ = std::make_unique<WgradLane>();
-    lane_->workspace = DeviceBuffer(ws, "cuDNN workspace of the weight gradients' stream");
+    lane_->workspace = DeviceBuffer(lane_ws, "cuDNN workspace of the weight gradients' stream");
   }
-  algo_report_ = {static_cast<int>(shapes.size()), chooser.searched(), chooser.search_seconds(), ws};
+  algo_report_ = {static_cast<int>(shapes.size()), chooser.searched(), chooser.search_seconds(), ws, lane_ws};
+}
+
+size_t ResNet50::wgrad_workspace_bytes() const {
+  size_t ws = 0;
+  auto take = [&](const ConvUnit& u) {
+    ws = std::max(ws, u.conv->algorithms().bwd_filter.workspace);
+    if (u.fused_wgrad) ws = std::max(ws, u.fused_wgrad->workspace());
+  };
+  take(*stem_conv_);
+  for (const auto& b : blocks_) {
+    take(b->c1);
+    take(b->c2);
+    take(b->c3);
+    if (b->down) take(*b->down);
+  }
+  return ws;
 }
 
 // ---- initialisation -----------------------------------------------------------------------------

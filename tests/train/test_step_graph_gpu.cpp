@@ -352,6 +352,8 @@ TEST(GpuWgradStream, TrainsBitForBitAsOneStream) {
       ASSERT_TRUE(two_streams.graph.plan().enabled()) << "the capture failed (a warning says why)";
     }
     expect_same_bytes(one_stream, two_streams);
+    const AlgoReport& ar = two_streams.net->algo_report();
+    EXPECT_LE(ar.lane_workspace, ar.workspace) << "the lane's workspace holds only the weight gradients' needs";
   }
 }
 
