@@ -76,12 +76,13 @@ section_bench() {
 
 section_accuracy() {
   local d=$LOGS/accuracy
+  local rungs=(train-baseline train-fusedbn train-cudagraph train-wgradstream)
   mkdir -p "$d"
-  for v in train-baseline train-fusedbn train-cudagraph train-wgradstream; do
+  for v in "${rungs[@]}"; do
     ./bin/$v --data fashion-mnist --batch 128 --epochs 15 --json >"$d/$v.jsonl" 2>"$d/$v.err" &
   done
   wait
-  for v in train-baseline train-fusedbn train-cudagraph train-wgradstream; do
+  for v in "${rungs[@]}"; do
     echo "$v: $(grep '"summary"' "$d/$v.jsonl" | python3 -c 'import json,sys; s=json.load(sys.stdin); print("test acc %.2f%%" % (100*s["final_test_acc"]))' 2>/dev/null || tail -1 "$d/$v.err")"
   done
 }

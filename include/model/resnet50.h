@@ -99,8 +99,9 @@ class ResNet50 {
   void loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, const long long* step);
   void backward();
   // Called during backward once the work that writes a parameter's gradient is ordered on the main
-  // stream (with wgrad_beside, after the lane's join; its id in params()), in the order they are produced: data-parallel training starts averaging
-  // a bucket of gradients as soon as all of it is there (dist/data_parallel.h). Unset: nothing.
+  // stream (with wgrad_beside, after the lane's join; its id in params()), in the order they are
+  // produced: data-parallel training starts averaging a bucket of gradients as soon as all of it is
+  // there (dist/data_parallel.h). Unset: nothing.
   std::function<void(int param_id)> on_grad_ready;
 
   float* logits() const { return logits_.as<float>(); }  // batch x classes, fp32, without the fc bias
@@ -122,6 +123,7 @@ class ResNet50 {
   std::vector<Bn*> all_bns() const;
   void allocate();
   void choose_algorithms(AutotuneCache& cache);
+  void for_each_conv(const std::function<void(ConvUnit&)>& f) const;  // the stem's, then each block's
   size_t wgrad_workspace_bytes() const;  // the most any chosen weight gradient (plain or fused) needs
   void block_forward(Block& b, const void* in, bool train);
   void block_backward(Block& b, const void* in);

@@ -175,24 +175,18 @@ void ResNet50::choose_algorithms(AutotuneCache& cache) {
   AlgoChooser chooser(ctx_.cudnn, cfg_.conv, &cache);
   size_t ws = 0;
   std::set<std::string> shapes;
-  auto choose = [&](ConvUnit& u) {
+  for_each_conv([&](ConvUnit& u) {
     chooser.configure(*u.conv);
     ws = std::max(ws, u.conv->workspace_bytes());
     shapes.insert(u.conv->geometry().key());
-  };
-  choose(*stem_conv_);
-  for (auto& b : blocks_) {
-    choose(b->c1);
-    choose(b->c2);
-    choose(b->c3);
-    if (b->down) choose(*b->down);
-  }
+  });
   if (fused()) ws = std::max(ws, build_fusion(cache));
   fusion_report_.off_for_determinism = cfg_.fused_bn && !fused();
   workspace_ = DeviceBuffer(ws, "cuDNN workspace (--workspace-mb)");
   size_t lane_ws = 0;
   if (cfg_.wgrad_beside && !cfg_.inference) {
-    // Only weight gradients run on the lane: its workspace is the largest of theirs, not the shared one.
+    // Only weight gradients run on the lane: its workspace is the largest weight gradient's need, not
+    // the shared one's (the stem's, on the main stream, counted too: one loop over the convs).
     lane_ws = wgrad_workspace_bytes();
     lane_ = std::make_unique<WgradLane>();
     lane_->workspace = DeviceBuffer(lane_ws, "cuDNN workspace of the weight gradients' stream");
@@ -202,18 +196,21 @@ void ResNet50::choose_algorithms(AutotuneCache& cache) {
 
 size_t ResNet50::wgrad_workspace_bytes() const {
   size_t ws = 0;
-  auto take = [&](const ConvUnit& u) {
+  for_each_conv([&](ConvUnit& u) {
     ws = std::max(ws, u.conv->algorithms().bwd_filter.workspace);
     if (u.fused_wgrad) ws = std::max(ws, u.fused_wgrad->workspace());
-  };
-  take(*stem_conv_);
-  for (const auto& b : blocks_) {
-    take(b->c1);
-    take(b->c2);
-    take(b->c3);
-    if (b->down) take(*b->down);
-  }
+  });
   return ws;
+}
+
+void ResNet50::for_each_conv(const std::function<void(ConvUnit&)>& f) const {
+  f(*stem_conv_);
+  for (const auto& b : blocks_) {
+    f(b->c1);
+    f(b->c2);
+    f(b->c3);
+    if (b->down) f(*b->down);
+  }
 }
 
 // ---- initialisation -----------------------------------------------------------------------------

@@ -299,8 +299,8 @@ void Trainer::build_network() {
   const double build_s = seconds_since(start);
   const AlgoReport& ar = net_->algo_report();
   const char* api = conv_api_name(cfg.conv_api);
-  const std::string ws = format_bytes(ar.workspace) +
-                         (ar.lane_workspace ? " + " + format_bytes(ar.lane_workspace) + " for the weight gradients' stream" : "");
+  std::string ws = format_bytes(ar.workspace);
+  if (ar.lane_workspace) ws += " + " + format_bytes(ar.lane_workspace) + " for the weight gradients' stream";
   if (!measure)
     std::printf("convs: %d shapes, algorithms from cuDNN's heuristics%s, %s API, workspace %s\n", ar.shapes,
                 opt_.deterministic ? " (deterministic only)" : "", api, ws.c_str());

@@ -313,8 +313,8 @@ INSTANTIATE_TEST_SUITE_P(Apis, ParityGpu, testing::Values(kLegacy, kGraph),
                          [](const testing::TestParamInfo<Build>& i) { return std::string(i.param.name); });
 
 // bin/train's build (fp16, NHWC, batch norm fused into the convs, weight gradients on their own
-// stream) against PyTorch: as close as the
-// unfused fp16 build of the same step, which fp16 rounding alone keeps from the fp32 bounds above.
+// stream) against PyTorch: as close as the unfused fp16 build of the same step, which fp16 rounding
+// alone keeps from the fp32 bounds above.
 // Its median and worst gradient errors may exceed the unfused build's by half and by a small
 // margin (fused patterns round at other places: scale/bias applied inside the conv, statistics
 // from E[x^2] - E[x]^2), and 20 SGD steps must follow PyTorch's losses as the unfused build's do.
