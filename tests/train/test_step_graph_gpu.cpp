@@ -338,7 +338,11 @@ TEST_P(GpuStepGraphReplay, EqualsEagerExecutionBitForBit) {
 
 // The weight gradients on their own stream (OPT_WGRAD_STREAM) compute what one stream computes, bit
 // for bit, eagerly and replayed as a graph of two branches: a weight gradient that read its output
-// gradient after the next data gradient had overwritten it, or a shared workspace, would not.
+// gradient after the next data gradient had overwritten it, or a shared workspace, would not. The
+// lane's own workspace is sized to the weight gradients' needs alone: one too small for any of them
+// throws (ConvGraph::run and FusedConv::run check each call's need against what it is given), here
+// for the plain weight gradients, in GpuStepGraphFused.ReplayOnTwoStreamsTracksEagerExecution for the
+// fused ones.
 TEST(GpuWgradStream, TrainsBitForBitAsOneStream) {
   SKIP_WITHOUT_GPU("the training step on two streams");
   for (const bool graphs : {false, true}) {
@@ -352,8 +356,6 @@ TEST(GpuWgradStream, TrainsBitForBitAsOneStream) {
       ASSERT_TRUE(two_streams.graph.plan().enabled()) << "the capture failed (a warning says why)";
     }
     expect_same_bytes(one_stream, two_streams);
-    const AlgoReport& ar = two_streams.net->algo_report();
-    EXPECT_LE(ar.lane_workspace, ar.workspace) << "the lane's workspace holds only the weight gradients' needs";
   }
 }
 
