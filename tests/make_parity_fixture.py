@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Dumps what PyTorch computes for one ResNet-50 training step, for tests/test_parity_gpu.cpp.
+"""Dumps what PyTorch computes for one ResNet-50 training step, for tests/model/test_parity_gpu.cpp.
 
 The C++ side (ResNet50::init_params_for_parity) and this script fill every parameter and the batch
 from the same hash of (seed, tensor index, element index), so neither side ships 94 MB of weights:

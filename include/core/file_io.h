@@ -2,10 +2,15 @@
 // errors that name the file.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+// What a file that is not a regular one is, for messages: "a directory", "a FIFO (named pipe)", ...
+const char* file_kind(mode_t mode);
 
 // The size of a regular file, from the file system, before anything is read: a missing path, a
 // directory, a FIFO, a device or a socket is an InputError naming it (a FIFO would block a reader).
@@ -19,6 +24,10 @@ std::vector<uint8_t> read_file(const std::string& path, size_t max_bytes = size_
 // InputError naming `file`.
 std::vector<uint8_t> gunzip(const uint8_t* bytes, size_t size, const std::string& file,
                             size_t max_out = size_t(1) << 30);
+
+// Whether two paths name one file: the same device and inode where both exist (hard links,
+// symlinks, "./x" and "x"), otherwise the same absolute path once "." and ".." are resolved.
+bool same_file(const std::string& a, const std::string& b);
 
 // The directory a path lies in: "." for a bare file name.
 std::string parent_directory(const std::string& path);

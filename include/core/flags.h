@@ -10,6 +10,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 struct UsageError : std::runtime_error {
@@ -38,6 +39,13 @@ auto parse_with(const std::string& flag, const std::string& v, F parse) -> declt
     throw UsageError(flag + ": " + e.what());
   }
 }
+
+// The files a program's flags name (flag, path; an empty path is a flag not given) are pairwise
+// different files (core/file_io.h same_file), else a UsageError "<flag> and <flag> name the same
+// file, <path>": an output written over an input, or two outputs over each other, loses one.
+// `may_share` lists flag pairs that may name one file (bin/train's --resume and --save).
+void check_distinct_files(const std::vector<std::pair<std::string, std::string>>& files,
+                          const std::vector<std::pair<std::string, std::string>>& may_share = {});
 
 // One token of the command line: the flag name and, where one is given, its value.
 struct FlagToken {

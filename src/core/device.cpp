@@ -39,7 +39,7 @@ std::string no_device_message(const std::string& cuda_error, bool driver_error, 
                               const std::optional<std::string>& visible_devices) {
   const std::string said = cuda_error.empty() ? "" : " (" + cuda_error + ")";
   if (!driver_found)  // CUDA then says "driver version is insufficient", which is not the problem
-    return "no CUDA device: no NVIDIA driver or GPU was found on this machine; training needs an NVIDIA GPU. "
+    return "no CUDA device: no NVIDIA driver or GPU was found on this machine; this program needs an NVIDIA GPU. "
            "On a machine without one, `make test` builds everything and runs the CPU tests";
   if (driver_error)
     return "no CUDA device: the NVIDIA driver cannot serve this CUDA runtime" + said +
@@ -48,7 +48,7 @@ std::string no_device_message(const std::string& cuda_error, bool driver_error, 
   if (visible_devices)
     return "no CUDA device visible" + said + ": CUDA_VISIBLE_DEVICES='" + *visible_devices +
            "' leaves no GPU visible; unset it or name a GPU that exists";
-  return "no CUDA device found" + said + "; this trainer needs an NVIDIA GPU with a working driver";
+  return "no CUDA device found" + said + "; this program needs an NVIDIA GPU with a working driver";
 }
 
 std::vector<int> parse_arch_list(const std::string& list) {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <utility>
 
@@ -18,9 +19,8 @@
 #include "core/file_io.h"
 #include "core/format.h"
 
-namespace {
+namespace fs = std::filesystem;
 
-// What a non-regular file is, for messages.
 const char* file_kind(mode_t mode) {
   if (S_ISDIR(mode)) return "a directory";
   if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
@@ -29,15 +29,22 @@ const char* file_kind(mode_t mode) {
   return "not a regular file";
 }
 
-
-}  // namespace
-
 size_t regular_file_size(const std::string& path) {
   struct stat st{};
   if (stat(path.c_str(), &st) != 0) throw InputError(path + ": cannot open: " + std::strerror(errno));
   if (S_ISDIR(st.st_mode)) throw InputError(path + ": is a directory, expected a file");
   if (!S_ISREG(st.st_mode)) throw InputError(path + ": is " + file_kind(st.st_mode) + ", expected a regular file");
   return static_cast<size_t>(st.st_size);
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa{}, sb{};
+  const bool a_exists = stat(a.c_str(), &sa) == 0, b_exists = stat(b.c_str(), &sb) == 0;
+  if (a_exists && b_exists) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (a_exists != b_exists) return false;
+  std::error_code ea, eb;
+  const fs::path ca = fs::weakly_canonical(fs::absolute(a, ea), ea), cb = fs::weakly_canonical(fs::absolute(b, eb), eb);
+  return !ea && !eb ? ca == cb : a == b;
 }
 
 std::vector<uint8_t> read_file(const std::string& path, size_t max_bytes) {

@@ -1,10 +1,13 @@
-// The parts of the flag parser that are not templates: values, number parsing and help lines.
+// The parts of the flag parser that are not templates: values, number parsing, help lines and the
+// check that no two flags name one file.
 #include "core/flags.h"
 
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+
+#include "core/file_io.h"
 
 long parse_long(const std::string& flag, const std::string& v, long lo, long hi) {
   errno = 0;
@@ -81,4 +84,20 @@ std::string flag_help_line(const char* name, const char* value, const char* help
   std::string s = left + help;
   if (!default_text.empty()) s += " [default: " + default_text + "]";
   return s + "\n";
+}
+
+void check_distinct_files(const std::vector<std::pair<std::string, std::string>>& files,
+                          const std::vector<std::pair<std::string, std::string>>& may_share) {
+  const auto allowed = [&](const std::string& f, const std::string& g) {
+    for (const auto& [x, y] : may_share)
+      if ((x == f && y == g) || (x == g && y == f)) return true;
+    return false;
+  };
+  for (size_t i = 0; i < files.size(); ++i)
+    for (size_t j = i + 1; j < files.size(); ++j) {
+      const auto& [flag_i, path_i] = files[i];
+      const auto& [flag_j, path_j] = files[j];
+      if (!path_i.empty() && !path_j.empty() && !allowed(flag_i, flag_j) && same_file(path_i, path_j))
+        throw UsageError(flag_i + " and " + flag_j + " name the same file, " + path_j);
+    }
 }

@@ -3,6 +3,7 @@
 #include "data/image_folder.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "core/elapsed.h"
+#include "core/file_io.h"
 #include "core/format.h"
 #include "core/host_memory.h"
 #include "core/memory.h"
@@ -239,9 +241,13 @@ FolderListing list_images(const std::string& split_dir, const std::vector<std::s
 }
 
 ImageCheck check_image_file(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is then refused as not a regular file.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return {{}, std::string("cannot open: ") + std::strerror(errno)};
   try {
+    struct stat st{};
+    if (fstat(fd, &st) != 0) throw InputError(std::string("cannot stat: ") + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) throw InputError(std::string("is ") + file_kind(st.st_mode) + ", expected a regular file");
     const off_t end = lseek(fd, 0, SEEK_END);
     if (end < 0) throw InputError(std::string("cannot seek: ") + std::strerror(errno));
     const uint64_t size = static_cast<uint64_t>(end);

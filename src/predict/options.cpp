@@ -68,18 +68,20 @@ PredictOptions parse_predict_options(int argc, const char* const* argv) {
   if (o.checkpoint.empty()) throw UsageError("--checkpoint FILE is required (a checkpoint bin/train wrote with --save)");
   check_data_options(o);
   if (!o.export_path.empty()) {
-    if (!o.out.empty() || !o.features.empty() || !o.trace.empty())
-      throw UsageError("--export writes the model only; run bin/predict again without it for --out, --features or --trace");
+    if (!o.out.empty() || !o.features.empty() || o.features_dtype_given || !o.trace.empty())
+      throw UsageError(
+          "--export writes the model only; run bin/predict again without it for --out, --features, --features-dtype or "
+          "--trace");
+    check_distinct_files({{"--checkpoint", o.checkpoint}, {"--export", o.export_path}});
     return o;
   }
   if (o.out.empty()) o.out = kDefaultOut;
   if (o.features_dtype_given && o.features.empty()) throw UsageError("--features-dtype needs --features FILE");
-  const std::vector<std::pair<std::string, std::string>> outputs = {
-      {"--out", o.out}, {"--out's PNG", confusion_png_path(o.out)}, {"--features", o.features}, {"--trace", o.trace}};
-  for (size_t i = 0; i < outputs.size(); ++i)
-    for (size_t j = i + 1; j < outputs.size(); ++j)
-      if (!outputs[i].second.empty() && outputs[i].second == outputs[j].second)
-        throw UsageError(outputs[i].first + " and " + outputs[j].first + " name the same file, " + outputs[i].second);
+  check_distinct_files({{"--checkpoint", o.checkpoint},
+                        {"--out", o.out},
+                        {"--out's PNG", confusion_png_path(o.out)},
+                        {"--features", o.features},
+                        {"--trace", o.trace}});
   return o;
 }
 

@@ -124,6 +124,30 @@ TEST(FileIo, AFileLargerThanAllowedIsRefusedBeforeItIsRead) {
 
 // ---- output paths, checked before a run ----------------------------------------------------------
 
+// Two flags naming one file however it is spelt: links, "./", "..", a file not there yet.
+TEST(SameFile, OneFileUnderEverySpellingAndDifferentFilesApart) {
+  TempDir dir;
+  const std::string a = dir / "a.ckpt", b = dir / "b.ckpt";
+  write_file_atomic(a, "x", 1);
+  write_file_atomic(b, "x", 1);
+  ASSERT_EQ(link(a.c_str(), (dir / "hard").c_str()), 0);
+  ASSERT_EQ(symlink(a.c_str(), (dir / "soft").c_str()), 0);
+  fs::create_directory(dir / "sub");
+  EXPECT_TRUE(same_file(a, a));
+  EXPECT_TRUE(same_file(a, dir / "hard"));
+  EXPECT_TRUE(same_file(dir / "soft", a));
+  EXPECT_TRUE(same_file(a, dir / "sub/../a.ckpt"));
+  EXPECT_FALSE(same_file(a, b)) << "same contents, different files";
+  EXPECT_FALSE(same_file(a, dir / "new.csv")) << "one there, one not";
+  EXPECT_TRUE(same_file(dir / "new.csv", dir / "./new.csv")) << "neither there yet";
+  EXPECT_FALSE(same_file(dir / "new.csv", dir / "new.npy"));
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir.path);
+  EXPECT_TRUE(same_file("a.ckpt", a));
+  EXPECT_TRUE(same_file("later.csv", dir / "later.csv"));
+  fs::current_path(cwd);
+}
+
 TEST(CheckOutputPath, AWritablePathPassesAndNothingIsLeftBehind) {
   TempDir dir;
   EXPECT_NO_THROW(check_output_path(dir / "new.ckpt", "--save"));

@@ -7,10 +7,16 @@
 
 #include <stb_image_write.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -196,6 +202,29 @@ TEST(ImageFolder, ABadFileIsNamedOrWithSkipBadLeftOutAndCounted) {
   fs::remove(dir / "train/cat/a.png");
   write(dir / "train/cat/b.jpg", truncated);
   EXPECT_HAS(error_of_loading(dir.path, skip), dir / "train/cat: no readable images left");
+}
+
+// A FIFO named like an image is refused at once, not opened and waited on for a writer (which
+// would hang the run): should loading not come back, the test opens the FIFO for writing so that
+// it does, and fails.
+TEST(ImageFolder, AFifoIsNamedOrSkippedNotWaitedOn) {
+  TempDir dir;
+  write_folder(dir.path, {"cat", "dog"});
+  const std::string fifo = dir / "train/dog/p.png";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  auto loading = std::async(std::launch::async, [&] { return error_of_loading(dir.path); });
+  if (loading.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    const int writer = open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (writer >= 0) close(writer);
+    loading.wait();
+    FAIL() << "loading the folder waited on the FIFO";
+  }
+  EXPECT_EQ(loading.get(), fifo + ": is a FIFO (named pipe), expected a regular file (--skip-bad-images leaves it out)");
+  ImageOptions skip = at_side(8);
+  skip.skip_bad = true;
+  const FolderData f = load_image_folder(dir.path, skip);
+  EXPECT_EQ(f.report.skipped, 1);
+  EXPECT_EQ(f.split.train.count, 4);
 }
 
 // A PNG whose header and end are fine but whose pixels do not inflate.

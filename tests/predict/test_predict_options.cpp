@@ -98,9 +98,22 @@ TEST(PredictOptions, UsageErrorsNameTheFlags) {
   EXPECT_HAS(usage_error({"--checkpoint", "a", "--export", "m", "--out", "p.csv"}), "--export");
   EXPECT_HAS(usage_error({"--checkpoint", "a", "--export", "m", "--features", "f.npy"}), "--export");
   EXPECT_HAS(usage_error({"--checkpoint", "a", "--out", "x", "--features", "x"}), "name the same file");
+  EXPECT_HAS(usage_error({"--checkpoint", "a", "--export", "m", "--features-dtype", "float16"}), "--export");
   EXPECT_HAS(usage_error({"--checkpoint", "a", "--out", "p.csv", "--features", "p.confusion.png"}), "PNG");
   EXPECT_HAS(usage_error({"--checkpoint", "a", "--json=1"}), "--json");
   EXPECT_HAS(usage_error({"--checkpoint", "a", "--bach", "8"}), "--bach");
+}
+
+// An output over the checkpoint it reads would replace the model (and its training state) for good.
+TEST(PredictOptions, NoOutputMayNameTheCheckpoint) {
+  EXPECT_EQ(usage_error({"--checkpoint", "m.ckpt", "--export", "./m.ckpt"}),
+            "--checkpoint and --export name the same file, ./m.ckpt");
+  EXPECT_EQ(usage_error({"--checkpoint", "m.ckpt", "--out", "m.ckpt"}), "--checkpoint and --out name the same file, m.ckpt");
+  EXPECT_EQ(usage_error({"--checkpoint", "m.ckpt", "--features", "m.ckpt"}),
+            "--checkpoint and --features name the same file, m.ckpt");
+  EXPECT_EQ(usage_error({"--checkpoint", "m.ckpt", "--trace", "x/../m.ckpt"}),
+            "--checkpoint and --trace name the same file, x/../m.ckpt");
+  EXPECT_EQ(parse({"--checkpoint", "m.ckpt", "--export", "m.safetensors"}).export_path, "m.safetensors");
 }
 
 TEST(PredictOptions, DataFlagsAreBinTrainsOwn) {

@@ -259,6 +259,19 @@ TEST(Options, SaveEveryNeedsSave) {
   EXPECT_EQ(parse({"--save-every", "0"}).save_every, 0);
 }
 
+// An output over the checkpoint a run resumes from, or over another output, loses one of them;
+// --save may replace the checkpoint it resumed from (written whole, at the end).
+TEST(Options, NoTwoFlagsNameOneFileButSaveMayReplaceTheResumedCheckpoint) {
+  EXPECT_EQ(usage_error({"--resume", "r.ckpt", "--loss-log", "r.ckpt"}), "--resume and --loss-log name the same file, r.ckpt");
+  EXPECT_EQ(usage_error({"--resume", "r.ckpt", "--autotune-cache", "./r.ckpt"}),
+            "--resume and --autotune-cache name the same file, ./r.ckpt");
+  EXPECT_EQ(usage_error({"--save", "x", "--loss-log", "x"}), "--save and --loss-log name the same file, x");
+  EXPECT_EQ(usage_error({"--sample-png", "s.png", "--trace", "s.png"}), "--sample-png and --trace name the same file, s.png");
+  EXPECT_EQ(usage_error({"--save", "autotune-cache.txt"}),
+            "--save and --autotune-cache name the same file, autotune-cache.txt");  // the cache's default name
+  EXPECT_EQ(parse({"--resume", "r.ckpt", "--save", "r.ckpt"}).save, "r.ckpt");
+}
+
 TEST(Options, MinLrAboveLrIsNamed) {
   EXPECT_HAS(usage_error({"--lr", "0.01", "--min-lr", "0.02"}), "--min-lr");
   EXPECT_HAS(usage_error({"--min-lr", "0.05"}), "--min-lr");  // above the default peak 0.02
