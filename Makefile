@@ -156,7 +156,9 @@ bin/$(call variant_name,$(1)): build/$(1)/programs/train.o $(COMMON_OBJ)
 	@mkdir -p bin
 	$$(CXX) $$^ -o $$@ $$(LDFLAGS) $$(LDLIBS)
 endef
-$(foreach v,$(LADDER) train fp32-nhwc ddp-naive,$(eval $(call VARIANT_RULES,$(v))))
+# The variants with defines of their own (make custom's NAME must be none of them).
+FIXED_VARIANTS := $(LADDER) train fp32-nhwc ddp-naive
+$(foreach v,$(FIXED_VARIANTS),$(eval $(call VARIANT_RULES,$(v))))
 
 variants: $(foreach v,$(LADDER),bin/train-$(v))
 
@@ -195,7 +197,11 @@ predict-variants: $(foreach r,$(EGRESS_LADDER),bin/predict-$(r)) bin/predict
 NAME ?= custom
 OPTS_$(NAME) ?= $(or $(DEVICE_LOSS),1) $(or $(PINNED),1) $(or $(AUTOTUNE),1) $(or $(FP16),1) $(or $(NHWC),1) \
                 $(or $(CONV_GRAPH),1) $(or $(FUSED_BN),1) $(or $(CUDA_GRAPH),1) $(or $(WGRAD_STREAM),1)
-ifeq ($(filter $(NAME),$(LADDER) train fp32-nhwc ddp-naive),)
+# A fixed variant's NAME would build that variant with its own defines and drop the ones given (and
+# NAME=train asks for bin/train-train, which has no rule). Checked only for make custom: other targets
+# do not use NAME, which may come from the environment.
+$(if $(and $(filter custom,$(MAKECMDGOALS)),$(filter $(NAME),$(FIXED_VARIANTS))),$(error make custom: NAME=$(NAME) is taken by bin/$(call variant_name,$(NAME)), which keeps its own defines; choose another NAME, e.g. NAME=my-$(NAME)))
+ifeq ($(filter $(NAME),$(FIXED_VARIANTS)),)
 $(eval $(call VARIANT_RULES,$(NAME)))
 endif
 custom: bin/train-$(NAME)

@@ -82,7 +82,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.worker_counts = worker_counts(args.workers, os.cpu_count() or 1)
     except ValueError as e:
         p.error(f"--workers: {e}")
+    if not args.timeout > 0:
+        p.error(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     return args
+
+
+def prepare_out_dir(out: Path) -> None:
+    """Creates --out and checks that it takes files before any run, so that a bad path costs no run."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        runner.die(TOOL, f"--out {out}: cannot create the directory: {e.strerror}")
+    if not os.access(out, os.W_OK | os.X_OK):
+        runner.die(TOOL, f"--out {out}: the directory is not writable")
 
 
 def folder_flags(args: argparse.Namespace) -> list[str]:
@@ -134,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     train = args.bin_dir / "train"
     if not train.exists():
         runner.die(TOOL, f"{train} is not built: run `make` first")
+    prepare_out_dir(args.out)
     cpu = platform.processor() or platform.machine()
     lines = [f"# Image folder: {args.data_dir} at {args.image_size}x{args.image_size}, batch {args.batch}", "",
              f"Decode rate (read + stb_image + resize/crop), {os.cpu_count()} cores ({cpu}), {runner.today()}:", "",
@@ -151,8 +164,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(more))
         lines += more
         name = f"folder-{runner.slug(gpus[0])}-{runner.today()}.md"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / name).write_text("\n".join(lines) + "\n")
+    try:
+        (args.out / name).write_text("\n".join(lines) + "\n")
+    except OSError as e:
+        runner.die(TOOL, f"cannot write {args.out / name}: {e.strerror}", 1)
     print(f"\nwritten to {args.out / name}")
     return 0
 

@@ -13,9 +13,13 @@ and the accuracies of the two can be compared. Class directories are prefixed wi
 (`0_T-shirt_top` ... `9_Ankle_boot`), so that their sorted order is the label order; <index> is the
 image's position in its original file.
 
-A set is written into a temporary directory and renamed at the end, so an interrupted run leaves no
-half-written folder under the final name; a set already there is left alone. No third-party modules:
-the PNGs are written with zlib.
+The source files are checked as bin/train's readers check them (each idx file's length against the
+image count in its header, CIFAR-10's as whole records, the labels 0..9), so that no malformed image
+is written; a problem with them, or with --out, is one `data-folder: error:` line and exit status 1.
+A set is written into a temporary directory that is renamed at the end, and removed on any failure,
+so that a failed or interrupted run leaves no half-written folder under the final name, which later
+runs would take as done; a set already there is left alone. No third-party modules: the PNGs are
+written with zlib.
 
     python3 data/make_folder.py [--out data] [--fashion-mnist-dir DIR] [--cifar-dir DIR] [--limit N]
 """
@@ -39,6 +43,10 @@ SIDE, MNIST_SIDE = 32, 28
 CIFAR_RECORD = 1 + 3 * SIDE * SIDE
 
 
+class DataError(Exception):
+    """Source data that is missing, or that bin/train would refuse; main reports it on one line."""
+
+
 def png_bytes(width: int, height: int, channels: int, pixels: bytes) -> bytes:
     """An 8-bit grey (channels 1) or RGB (3) PNG of interleaved rows, filter 0 on every row."""
     def chunk(kind: bytes, data: bytes) -> bytes:
@@ -54,18 +62,53 @@ def class_dir(label: int, name: str) -> str:
     return f"{label}_" + name.replace("/", "_").replace(" ", "_")
 
 
-def read_maybe_gz(directory: Path, base: str) -> bytes:
-    if (directory / (base + ".gz")).exists():
-        return gzip.decompress((directory / (base + ".gz")).read_bytes())
-    return (directory / base).read_bytes()
+def check_length(path: Path, data: bytes, expected: int, what: str) -> None:
+    if len(data) != expected:
+        raise DataError(f"{path}: {'truncated' if len(data) < expected else 'too large'}: {len(data):,} bytes, "
+                        f"expected {expected:,} ({what})")
+
+
+def read_maybe_gz(directory: Path, base: str) -> tuple[Path, bytes]:
+    """The file bin/train reads, <base>.gz if present (decompressed), else <base>; and its bytes."""
+    path = directory / (base + ".gz")
+    if path.exists():
+        data = path.read_bytes()
+        try:
+            return path, gzip.decompress(data)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+            raise DataError(f"{path}: not a valid gzip file ({e})") from None
+    path = directory / base
+    return path, path.read_bytes()
+
+
+def idx_count(ipath: Path, img: bytes, lpath: Path, lab: bytes) -> int:
+    """The image count of an idx pair, checked as bin/train checks it (parse_idx in
+    src/data/fashion_mnist.cpp): both headers, the same count in both, each file's length exactly what
+    the count makes it, and every label 0..9."""
+    if len(img) < 16 or len(lab) < 8:
+        raise DataError(f"{ipath if len(img) < 16 else lpath}: truncated idx header")
+    magic, count, rows, cols = struct.unpack(">IIII", img[:16])
+    lmagic, lcount = struct.unpack(">II", lab[:8])
+    if magic != 0x803 or (rows, cols) != (MNIST_SIDE, MNIST_SIDE):
+        raise DataError(f"{ipath}: not a Fashion-MNIST image file (idx3 of 28x28 unsigned bytes)")
+    if lmagic != 0x801:
+        raise DataError(f"{lpath}: not a Fashion-MNIST label file (idx1 of unsigned bytes)")
+    if count == 0:
+        raise DataError(f"{ipath}: the header says 0 images")
+    if count != lcount:
+        raise DataError(f"{ipath} holds {count:,} images but {lpath} holds {lcount:,} labels")
+    check_length(ipath, img, 16 + count * MNIST_SIDE * MNIST_SIDE, f"the header says {count:,} images")
+    check_length(lpath, lab, 8 + count, f"the header says {count:,} labels")
+    bad = [i for i, label in enumerate(lab[8:]) if label >= len(FASHION_CLASSES)]
+    if bad:
+        raise DataError(f"{lpath}: label {lab[8 + bad[0]]} at index {bad[0]}, expected 0..9")
+    return count
 
 
 def fashion_split(directory: Path, images: str, labels: str, limit: int | None):
     """(label, 32x32 grey pixels) of one idx pair, each 28x28 image centred on a zero canvas."""
-    img, lab = read_maybe_gz(directory, images), read_maybe_gz(directory, labels)
-    magic, count, rows, cols = struct.unpack(">IIII", img[:16])
-    if magic != 0x803 or (rows, cols) != (MNIST_SIDE, MNIST_SIDE) or struct.unpack(">II", lab[:8]) != (0x801, count):
-        sys.exit(f"data-folder: {directory}: not the Fashion-MNIST idx files")
+    (ipath, img), (lpath, lab) = read_maybe_gz(directory, images), read_maybe_gz(directory, labels)
+    count = idx_count(ipath, img, lpath, lab)
     pad = (SIDE - MNIST_SIDE) // 2
     for i in range(count if limit is None else min(limit, count)):
         src = img[16 + i * MNIST_SIDE * MNIST_SIDE:16 + (i + 1) * MNIST_SIDE * MNIST_SIDE]
@@ -79,57 +122,66 @@ def cifar_split(directory: Path, files: list[str], limit: int | None):
     """(label, 32x32 RGB interleaved pixels) of CIFAR-10 batch files (label byte, R, G, B planes)."""
     done = 0
     for name in files:
-        data = (directory / name).read_bytes()
-        if len(data) % CIFAR_RECORD:
-            sys.exit(f"data-folder: {directory / name}: not a CIFAR-10 batch file ({len(data)} bytes)")
+        path = directory / name
+        data = path.read_bytes()
+        # Any whole number of records, not only bin/train's 10,000: tests/data/test_image_folder.cpp
+        # exports files of 10.
+        if not data or len(data) % CIFAR_RECORD:
+            raise DataError(f"{path}: {len(data):,} bytes, expected a whole number of {CIFAR_RECORD}-byte records "
+                            "(a label byte and 3,072 pixel bytes each)")
         for r in range(len(data) // CIFAR_RECORD):
             if limit is not None and done >= limit:
                 return
             rec = data[r * CIFAR_RECORD:(r + 1) * CIFAR_RECORD]
+            if rec[0] >= len(CIFAR_CLASSES):
+                raise DataError(f"{path}: record {r} has label {rec[0]}, expected 0..9")
             planes = [rec[1 + c * SIDE * SIDE:1 + (c + 1) * SIDE * SIDE] for c in range(3)]
             yield rec[0], bytes(v for p in zip(*planes) for v in p)
             done += 1
 
 
 def write_set(out: Path, classes: list[str], channels: int, splits: dict) -> tuple[int, int]:
-    """Writes each split's images into out (through out.tmp); returns the image counts."""
+    """Writes each split's images into out (through out.tmp, removed on any failure, an interrupt
+    included); returns the image counts."""
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    counts = []
-    for split, items in splits.items():
-        dirs = [tmp / split / class_dir(k, name) for k, name in enumerate(classes)]
-        for d in dirs:
-            d.mkdir(parents=True)
-        n = 0
-        for index, (label, pixels) in enumerate(items):
-            (dirs[label] / f"{index:05d}.png").write_bytes(png_bytes(SIDE, SIDE, channels, pixels))
-            n += 1
-        counts.append(n)
-    os.rename(tmp, out)
+    try:
+        counts = []
+        for split, items in splits.items():
+            dirs = [tmp / split / class_dir(k, name) for k, name in enumerate(classes)]
+            for d in dirs:
+                d.mkdir(parents=True)
+            n = 0
+            for index, (label, pixels) in enumerate(items):
+                (dirs[label] / f"{index:05d}.png").write_bytes(png_bytes(SIDE, SIDE, channels, pixels))
+                n += 1
+            counts.append(n)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return counts[0], counts[1]
+
+
+def holds_fashion_mnist(directory: Path) -> bool:
+    return any((directory / f).exists() for f in ("train-images-idx3-ubyte.gz", "train-images-idx3-ubyte"))
 
 
 def default_fashion_dir() -> Path | None:
     for d in [os.environ.get("FASHION_MNIST_DIR"), REPO / "data" / "fashion-mnist", "/usr/share/datasets/fashion-mnist"]:
-        if d and any((Path(d) / f).exists() for f in ("train-images-idx3-ubyte.gz", "train-images-idx3-ubyte")):
+        if d and holds_fashion_mnist(Path(d)):
             return Path(d)
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=REPO / "data", help="where the folders go (data/)")
-    p.add_argument("--fashion-mnist-dir", type=Path, help="the idx files (default: where bin/train looks)")
-    p.add_argument("--cifar-dir", type=Path, default=REPO / "data" / "cifar-10-batches-bin",
-                   help="CIFAR-10's binary batches (data/cifar-10-batches-bin); skipped when absent")
-    p.add_argument("--limit", type=int, help="only the first N images of each split (for tests)")
-    args = p.parse_args(argv)
-
+def write_folders(args: argparse.Namespace) -> int:
+    """Both sets' folders; a DataError or OSError stops it with nothing left under a set's final name."""
+    if args.fashion_mnist_dir and not holds_fashion_mnist(args.fashion_mnist_dir):
+        raise DataError(f"--fashion-mnist-dir {args.fashion_mnist_dir}: no train-images-idx3-ubyte(.gz) there")
     fashion = args.fashion_mnist_dir or default_fashion_dir()
     if fashion is None:
-        print("data-folder: error: Fashion-MNIST not found: install the Debian package dataset-fashion-mnist "
-              "or pass --fashion-mnist-dir", file=sys.stderr)
-        return 1
+        raise DataError("Fashion-MNIST not found: install the Debian package dataset-fashion-mnist "
+                        "or pass --fashion-mnist-dir")
     out = args.out / "fashion-mnist-png"
     if out.exists():
         print(f"data-folder: {out} is already there")
@@ -150,6 +202,26 @@ def main(argv: list[str] | None = None) -> int:
             "test": cifar_split(args.cifar_dir, ["test_batch.bin"], args.limit)})
         print(f"data-folder: wrote {n:,} train and {m:,} test PNGs of CIFAR-10 (from {args.cifar_dir}) to {out}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=REPO / "data", help="where the folders go (data/)")
+    p.add_argument("--fashion-mnist-dir", type=Path, help="the idx files (default: where bin/train looks)")
+    p.add_argument("--cifar-dir", type=Path, default=REPO / "data" / "cifar-10-batches-bin",
+                   help="CIFAR-10's binary batches (data/cifar-10-batches-bin); skipped when absent")
+    p.add_argument("--limit", type=int, help="only the first N images of each split (for tests)")
+    args = p.parse_args(argv)
+    if args.limit is not None and args.limit < 1:
+        p.error(f"--limit must be at least 1, not {args.limit}")
+    try:
+        return write_folders(args)
+    except DataError as e:
+        print(f"data-folder: error: {e}", file=sys.stderr)
+    except OSError as e:
+        print(f"data-folder: error: {e.filename}: {e.strerror}" if e.filename else f"data-folder: error: {e}",
+              file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -7,6 +7,16 @@
 #   data/prepare.sh --strict  used by `make run` and `make data`: exits 1 unless some real data set
 #                             (CIFAR-10 or Fashion-MNIST) is available
 set -u
+# Fashion-MNIST is looked for where bin/train --data auto looks (find_fashion_mnist_dir in
+# src/data/fashion_mnist.cpp), with its rules: $FASHION_MNIST_DIR when set, then data/fashion-mnist,
+# then the Debian package's directory; the first that holds train-images-idx3-ubyte.gz or the
+# uncompressed train-images-idx3-ubyte wins, so a set directory without it falls through to the next.
+# That is done here, before the cd below, because bin/train takes relative paths from the directory
+# it runs in, and `make run` runs it from the one it runs this script from.
+fmnist=""
+for dir in ${FASHION_MNIST_DIR+"$FASHION_MNIST_DIR"} data/fashion-mnist /usr/share/datasets/fashion-mnist; do
+  if [ -e "$dir/train-images-idx3-ubyte.gz" ] || [ -e "$dir/train-images-idx3-ubyte" ]; then fmnist=$dir; break; fi
+done
 cd "$(dirname "$0")"
 URL=https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz
 MD5=c32a1d4ab5d03f1284b67883e8d87530
@@ -28,9 +38,9 @@ else
   echo "data: CIFAR-10 could not be downloaded (no internet access to www.cs.toronto.edu?)"
 fi
 rm -f cifar-10-binary.tar.gz.part
-fmnist=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
-if [ -f "$fmnist/train-images-idx3-ubyte.gz" ]; then
+if [ -n "$fmnist" ]; then
   echo "data: using Fashion-MNIST from $fmnist instead (real data: 60000 train, 10000 test images)"; exit 0
 fi
-echo "data: Fashion-MNIST is not installed either: sudo apt-get install dataset-fashion-mnist"
+echo "data: Fashion-MNIST is not installed either (looked in ${FASHION_MNIST_DIR+$FASHION_MNIST_DIR, }data/fashion-mnist," \
+     "/usr/share/datasets/fashion-mnist): sudo apt-get install dataset-fashion-mnist" >&2
 exit $strict

@@ -45,6 +45,83 @@ class Parsers(unittest.TestCase):
         self.assertIn("failed: error: cls/x.png: cannot decode", row)
 
 
+# Stands in for bin/train --cache-decoded: logs its command line and prints a decode line; with
+# BREAK_OUT set, first turns that path into a file, as if --out went away during the run.
+FAKE_TRAIN = """#!/bin/sh
+echo "$@" >> "$(dirname "$0")/calls.log"
+if [ -n "${BREAK_OUT:-}" ]; then rm -rf "$BREAK_OUT" && touch "$BREAK_OUT"; fi
+echo "cache: decoded 12 images into 0.0 MiB in 0.01 s with 1 thread: 1,200 images/s (1,200 per thread)"
+"""
+
+
+class ArgumentsAndOutput(unittest.TestCase):
+    """--timeout and --out checked before any run, and a failed write: one line each, never a traceback."""
+
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.tmp = Path(self._tmp.name)
+        self.bin = self.tmp / "bin"
+        self.bin.mkdir()
+        (self.bin / "train").write_text(FAKE_TRAIN)
+        (self.bin / "train").chmod(0o755)
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def run_bench(self, *extra, env=None):
+        return subprocess.run([sys.executable, str(BENCH / "folder_bench.py"), "--data-dir", str(self.tmp / "images"),
+                               "--bin-dir", str(self.bin), "--decode-only", *extra],
+                              capture_output=True, text=True, env=dict(os.environ, **(env or {})), timeout=60)
+
+    def runs(self) -> int:
+        log = self.bin / "calls.log"
+        return len(log.read_text().splitlines()) if log.exists() else 0
+
+    def assertOneLine(self, p, code, pattern):
+        self.assertEqual(p.returncode, code, p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+        lines = p.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, p.stderr)
+        self.assertRegex(lines[0], pattern)
+
+    def test_fake_train_makes_a_table(self):  # what the tests below change one thing of
+        p = self.run_bench("--out", str(self.tmp / "out"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(len(list((self.tmp / "out").glob("decode-*.md"))), 1)
+        self.assertGreaterEqual(self.runs(), 1)
+
+    def test_non_positive_timeout_is_a_usage_error(self):
+        for timeout in ("-1", "0", "nan"):
+            p = self.run_bench("--timeout", timeout, "--out", str(self.tmp / "out"))
+            self.assertEqual(p.returncode, 2, (timeout, p.stderr))
+            self.assertIn(f"--timeout must be a positive number of seconds, not {timeout}", p.stderr)
+            self.assertNotIn("Traceback", p.stderr)
+        self.assertEqual(self.runs(), 0)
+
+    def test_out_that_cannot_be_made_stops_before_any_run(self):
+        (self.tmp / "a-file").write_text("")
+        p = self.run_bench("--out", str(self.tmp / "a-file" / "results"))
+        self.assertOneLine(p, 2, r"^bench-folder: --out .*/a-file/results: cannot create the directory: Not a directory$")
+        self.assertEqual(p.stdout, "")
+        self.assertEqual(self.runs(), 0)
+
+    @unittest.skipIf(os.geteuid() == 0, "root writes into read-only directories")
+    def test_read_only_out_stops_before_any_run(self):
+        ro = self.tmp / "read-only"
+        ro.mkdir(mode=0o555)
+        for out, pattern in ((ro, r"the directory is not writable$"),
+                             (ro / "results", r"cannot create the directory: Permission denied$")):
+            p = self.run_bench("--out", str(out))
+            self.assertOneLine(p, 2, rf"^bench-folder: --out {re.escape(str(out))}: {pattern}")
+        self.assertEqual(self.runs(), 0)
+
+    def test_a_failed_write_after_the_runs_is_one_line(self):
+        out = self.tmp / "out"
+        p = self.run_bench("--out", str(out), env={"BREAK_OUT": str(out)})
+        self.assertIn("| 1 | 12 |", p.stdout)  # the table was printed
+        self.assertOneLine(p, 1, rf"^bench-folder: cannot write {re.escape(str(out))}/decode-.*\.md: Not a directory$")
+
+
 @unittest.skipUnless(TRAIN.exists(), f"{TRAIN} is not built (make bin/train)")
 class DecodeRun(unittest.TestCase):
     def setUp(self):

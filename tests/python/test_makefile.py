@@ -1,0 +1,44 @@
+"""The Makefile's `make custom NAME=...`, dry runs only (make -n builds nothing)."""
+
+import os
+import subprocess
+import unittest
+
+from tests.python import REPO
+
+# The variants whose defines are fixed (the ladder, bin/train and the two non-rungs).
+FIXED = {"baseline": "bin/train-baseline", "wgradstream": "bin/train-wgradstream", "train": "bin/train",
+         "fp32-nhwc": "bin/train-fp32-nhwc", "ddp-naive": "bin/train-ddp-naive"}
+
+
+def make_n(*args, env_name=None):
+    # Without the MAKEFLAGS of a make that runs this test (make test NAME=... would reach this make).
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "NAME")}
+    if env_name:
+        env["NAME"] = env_name
+    return subprocess.run(["make", "-n", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+class CustomName(unittest.TestCase):
+    def test_a_fixed_variant_name_is_refused(self):
+        for name, binary in FIXED.items():
+            p = make_n("custom", f"NAME={name}", "FP16=1")
+            self.assertEqual(p.returncode, 2, f"NAME={name}: {p.stderr}")
+            self.assertEqual(p.stdout, "", name)  # stopped before any command
+            self.assertRegex(p.stderr.strip(), rf"^Makefile:\d+: \*\*\* make custom: NAME={name} is taken by {binary}, "
+                                               rf"which keeps its own defines; choose another NAME, e.g. "
+                                               rf"NAME=my-{name}\.  Stop\.$")
+
+    def test_another_name_builds_with_the_defines_given(self):
+        p = make_n("custom", "NAME=makefile-test", "FP16=0", "NHWC=0")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stdout, r"-DOPT_FP16=0 -DOPT_NHWC=0 .*-DVARIANT_NAME='\"train-makefile-test\"'")
+        self.assertRegex(p.stdout, r"(?m) -o bin/train-makefile-test ")
+
+    def test_name_from_the_environment_does_not_stop_other_targets(self):
+        p = make_n("bin/train", env_name="train")
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
