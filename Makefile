@@ -95,11 +95,15 @@ variant_name = $(if $(filter train,$(1)),train,train-$(1))
 all: bin/train
 
 # ---- set-up: what a fresh Debian/Ubuntu machine with CUDA and cuDNN may lack -----------------------
+# Where bin/train looks for Fashion-MNIST, in its order (find_fashion_mnist_dir): the package is
+# wanted only when none of them holds the files.
+FASHION_MNIST_PACKAGE_DIR ?= /usr/share/datasets/fashion-mnist
+FASHION_MNIST_DIRS = $(FASHION_MNIST_DIR) data/fashion-mnist $(FASHION_MNIST_PACKAGE_DIR)
 # Installs with apt-get what is missing (as root, or through passwordless sudo), saying what and why;
 # where it cannot, it names the package and stops. The stamp keeps later builds from asking again.
 APT_PACKAGES = $(if $(wildcard $(STB_INCLUDE)/stb_image.h),,libstb-dev) \
                $(if $(wildcard $(GTEST_SRC)/src/gtest-all.cc),,googletest) \
-               $(if $(or $(FASHION_MNIST_DIR),$(wildcard /usr/share/datasets/fashion-mnist/*.gz)),,dataset-fashion-mnist) \
+               $(if $(wildcard $(addsuffix /train-images-idx3-ubyte*,$(FASHION_MNIST_DIRS))),,dataset-fashion-mnist) \
                $(if $(wildcard /usr/include/zlib.h),,zlib1g-dev)
 # Wanted but not required: without clang the fuzz targets are skipped (and say so).
 APT_OPTIONAL = $(if $(shell command -v clang++ 2>/dev/null),,clang)

@@ -1,8 +1,12 @@
-"""The Makefile's `make custom NAME=...`, dry runs only (make -n builds nothing)."""
+"""The Makefile's `make custom NAME=...` and its set-up's package list, dry runs only (make -n builds
+nothing)."""
 
 import os
+import re
 import subprocess
+import tempfile
 import unittest
+from pathlib import Path
 
 from tests.python import REPO
 
@@ -38,6 +42,29 @@ class CustomName(unittest.TestCase):
     def test_name_from_the_environment_does_not_stop_other_targets(self):
         p = make_n("bin/train", env_name="train")
         self.assertEqual(p.returncode, 0, p.stderr)
+
+
+class SetUpPackages(unittest.TestCase):
+    """build/.deps-ok installs dataset-fashion-mnist only when bin/train would find no Fashion-MNIST."""
+
+    def packages(self, *variables):
+        p = make_n("-B", "build/.deps-ok", *variables)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        m = re.search(r'pkgs="([^"]*)"', p.stdout)
+        self.assertIsNotNone(m, p.stdout)
+        return m.group(1).split()
+
+    def test_the_package_only_where_no_directory_holds_the_files(self):
+        if list((REPO / "data" / "fashion-mnist").glob("train-images-idx3-ubyte*")):
+            self.skipTest("data/fashion-mnist holds Fashion-MNIST: the package is never wanted here")
+        with tempfile.TemporaryDirectory() as d:
+            nowhere = f"FASHION_MNIST_PACKAGE_DIR={d}/no-package"
+            self.assertIn("dataset-fashion-mnist", self.packages(f"FASHION_MNIST_DIR={d}/missing", nowhere),
+                          "a FASHION_MNIST_DIR that does not exist holds nothing")
+            for name in ("train-images-idx3-ubyte", "train-images-idx3-ubyte.gz"):
+                (Path(d) / name).write_bytes(b"")
+                self.assertNotIn("dataset-fashion-mnist", self.packages(f"FASHION_MNIST_DIR={d}", nowhere), name)
+                (Path(d) / name).unlink()
 
 
 if __name__ == "__main__":
