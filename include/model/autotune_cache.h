@@ -100,6 +100,9 @@ class AutotuneCache {
   size_t entries_here() const;
   const std::string& path() const { return path_; }
   const std::string& context() const { return context_; }
+  // What the programs print when building the network runs long (core/late_notice.h): shapes and
+  // fused patterns missing here are being measured.
+  std::string still_measuring_line() const;
 
  private:
   std::string path_, context_;

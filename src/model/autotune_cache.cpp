@@ -201,3 +201,10 @@ size_t AutotuneCache::entries_here() const {
   const auto c = all_.find(context_);
   return c == all_.end() ? 0 : c->second.convs.size() + c->second.fused.size();
 }
+
+std::string AutotuneCache::still_measuring_line() const {
+  const std::string what = entries_here() == 0 ? path_ + " has none for this GPU and build yet"
+                                               : "shapes or patterns new to " + path_ + ": another batch or image size";
+  return "convs: measuring cuDNN's conv algorithms and fused plans (" + what +
+         "); this can take a minute, and they are saved so that later starts skip it";
+}

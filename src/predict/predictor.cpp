@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include <cudnn.h>
 
@@ -14,6 +15,7 @@
 #include "core/format.h"
 #include "core/handles.h"
 #include "core/json_line.h"
+#include "core/late_notice.h"
 #include "data/augment.h"
 #include "data/data_choice.h"
 #include "export/confusion_png.h"
@@ -219,7 +221,11 @@ void Predictor::build_network() {
                       AutotuneContext{prop_.name, cudnnGetVersion(), cfg.dtype, cfg.layout, cfg.tf32, cfg.conv_api,
                                       trainer_defaults.workspace_mb});
   for (const std::string& w : cache.load()) std::fprintf(stderr, "warning: %s\n", w.c_str());
-  net_ = std::make_unique<ResNet50>(cfg, *ctx_, cache);
+  {
+    std::optional<LateNotice> notice;
+    if (measure) notice.emplace(kLateNoticeDelay, cache.still_measuring_line());
+    net_ = std::make_unique<ResNet50>(cfg, *ctx_, cache);
+  }
   if (measure && cache.changed()) cache.save();  // new conv choices or fused plans
   if (cfg.fused_bn)
     for (const std::string& line : fusion_report_lines(net_->fusion_report())) std::printf("%s\n", line.c_str());

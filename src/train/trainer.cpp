@@ -19,12 +19,14 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "core/check.h"
 #include "core/elapsed.h"
 #include "core/file_io.h"
 #include "core/format.h"
 #include "core/handles.h"
+#include "core/late_notice.h"
 #include "data/augment.h"
 #include "data/data_choice.h"
 #include "data/image_decode.h"
@@ -295,7 +297,11 @@ void Trainer::build_network() {
   for (const std::string& w : cache_->load()) warn_once_per_machine(w);
 
   const auto start = std::chrono::steady_clock::now();
-  net_ = std::make_unique<ResNet50>(cfg, *ctx_, *cache_);
+  {
+    std::optional<LateNotice> notice;
+    if (measure) notice.emplace(kLateNoticeDelay, cache_->still_measuring_line());
+    net_ = std::make_unique<ResNet50>(cfg, *ctx_, *cache_);
+  }
   const double build_s = seconds_since(start);
   const AlgoReport& ar = net_->algo_report();
   const char* api = conv_api_name(cfg.conv_api);

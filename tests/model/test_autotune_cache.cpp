@@ -288,6 +288,19 @@ TEST(AutotuneCache, HeaderOnlyFileHasNoEntriesHere) {
   EXPECT_HAS(warnings[0], "no entries");
 }
 
+// The line a long network build prints says whether this GPU and build have nothing measured yet
+// (a first start) or only other shapes.
+TEST(AutotuneCache, StillMeasuringLineSaysWhyTheSearchRuns) {
+  AutotuneCache c("cache.txt", kHere);
+  EXPECT_EQ(c.still_measuring_line(),
+            "convs: measuring cuDNN's conv algorithms and fused plans (cache.txt has none for this GPU and build "
+            "yet); this can take a minute, and they are saved so that later starts skip it");
+  c.put("a", algos(1));
+  EXPECT_EQ(c.still_measuring_line(),
+            "convs: measuring cuDNN's conv algorithms and fused plans (shapes or patterns new to cache.txt: another "
+            "batch or image size); this can take a minute, and they are saved so that later starts skip it");
+}
+
 TEST(AutotuneCache, EmptyPathNeverTouchesDisk) {
   AutotuneCache c("", kHere);
   EXPECT_TRUE(c.load().empty());
