@@ -15,7 +15,8 @@ struct PredictOptions : DataOptions {
   std::string checkpoint;           // a bin/train checkpoint (--save FILE)
   std::string split = "test";       // test | train
   std::string out;                  // predictions CSV; "predictions.csv" unless --export
-  int top_k = 5;                    // classes (and probabilities) per row
+  int top_k = 5;                    // classes (and probabilities) per row (resolved_top_k)
+  bool top_k_given = false;         // else a data set of fewer classes gets all of them
   std::string features;             // .npy of the pooled features; "" = none
   DType features_dtype = DType::F32;
   bool features_dtype_given = false;  // --features-dtype without --features is an error
@@ -31,5 +32,8 @@ struct PredictOptions : DataOptions {
 
 PredictOptions parse_predict_options(int argc, const char* const* argv);
 std::string predict_usage_text();
+// The classes per row for a data set of `classes`: --top-k, which must not exceed them (a
+// UsageError), or without it the default, 5, or all the classes where there are fewer.
+int resolved_top_k(const PredictOptions& o, int classes, const std::string& data_name);
 // Where the confusion-matrix PNG goes: beside the CSV, "predictions.csv" -> "predictions.confusion.png".
 std::string confusion_png_path(const std::string& csv_path);

@@ -1,6 +1,8 @@
 // Command-line parsing of bin/predict, and its --help text.
 #include "predict/options.h"
 
+#include <algorithm>
+
 #include "model/fused_patterns.h"
 #include "train/options.h"  // default_workers
 
@@ -28,8 +30,12 @@ const std::vector<Flag>& flags() {
       data_flag<P>("--batch"),
       {"--out", "FILE", "predictions, one CSV row per image; accuracy and the confusion matrix are printed, and drawn in FILE's name with .confusion.png",
        [](const P&) { return std::string(kDefaultOut); }, [](P& o, const std::string& v) { o.out = v; }},
-      {"--top-k", "N", "classes and probabilities per row, most probable first", [](const P& o) { return std::to_string(o.top_k); },
-       [](P& o, const std::string& v) { o.top_k = (int)parse_long("--top-k", v, 1, 1000); }},
+      {"--top-k", "N", "classes and probabilities per row, most probable first",
+       [](const P& o) { return std::to_string(o.top_k) + " (or all the classes, if fewer)"; },
+       [](P& o, const std::string& v) {
+         o.top_k = (int)parse_long("--top-k", v, 1, 1000);
+         o.top_k_given = true;
+       }},
       {"--features", "FILE", "also write every image's pooled 2048-d features as a NumPy .npy file", [](const P&) { return std::string("off"); },
        [](P& o, const std::string& v) { o.features = v; }},
       {"--features-dtype", "T", "element type of --features: float16 or float32", [](const P&) { return std::string("float32"); },
@@ -90,6 +96,14 @@ std::string predict_usage_text() {
          "Runs a ResNet-50 that bin/train trained over a data set: one CSV row per image, the accuracy and\n"
          "confusion matrix, optionally the pooled features as .npy; or exports the model for PyTorch.\n\nflags:\n" +
          flags_help(flags());
+}
+
+int resolved_top_k(const PredictOptions& o, int classes, const std::string& data_name) {
+  if (!o.top_k_given) return std::min(o.top_k, classes);
+  if (o.top_k > classes)
+    throw UsageError("--top-k " + std::to_string(o.top_k) + " is more than the " + std::to_string(classes) +
+                     " classes of " + data_name);
+  return o.top_k;
 }
 
 std::string confusion_png_path(const std::string& csv_path) {

@@ -150,9 +150,7 @@ void Predictor::load_inputs() {
   tensors_ = ResNet50::tensor_layout(classes());
   check_checkpoint_model(m, tensors_, opt_.checkpoint);
   stored_layout_ = checkpoint_layout(m, opt_.checkpoint);
-  if (opt_.top_k > classes())
-    throw UsageError("--top-k " + std::to_string(opt_.top_k) + " is more than the " + std::to_string(classes()) +
-                     " classes of " + train.name);
+  opt_.top_k = resolved_top_k(opt_, classes(), train.name);
   plan_ = eval_plan(images(), opt_.batch);
   std::printf("checkpoint: %s: step %lld of a %s/%s build, trained on %s\n", opt_.checkpoint.c_str(),
               static_cast<long long>(m.step), m.precision.c_str(), m.layout.c_str(), m.data.c_str());

@@ -116,6 +116,23 @@ TEST(PredictOptions, NoOutputMayNameTheCheckpoint) {
   EXPECT_EQ(parse({"--checkpoint", "m.ckpt", "--export", "m.safetensors"}).export_path, "m.safetensors");
 }
 
+// A model of 3 classes predicts without --top-k (all 3 per row); --top-k above the classes is named.
+TEST(PredictOptions, TopKDefaultsToTheClassesWhereThereAreFewerThanFive) {
+  const PredictOptions plain = parse({"--checkpoint", "a"});
+  EXPECT_EQ(resolved_top_k(plain, 10, "fashion-mnist"), 5);
+  EXPECT_EQ(resolved_top_k(plain, 3, "folder"), 3);
+  EXPECT_EQ(resolved_top_k(plain, 1, "folder"), 1);
+  EXPECT_EQ(resolved_top_k(parse({"--checkpoint", "a", "--top-k", "2"}), 3, "folder"), 2);
+  EXPECT_EQ(resolved_top_k(parse({"--checkpoint", "a", "--top-k", "10"}), 10, "fashion-mnist"), 10);
+  const PredictOptions five = parse({"--checkpoint", "a", "--top-k", "5"});
+  try {
+    resolved_top_k(five, 3, "folder");
+    ADD_FAILURE() << "--top-k 5 of 3 classes was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "--top-k 5 is more than the 3 classes of folder");
+  }
+}
+
 TEST(PredictOptions, DataFlagsAreBinTrainsOwn) {
   // The same rows: the same help lines, the same checks, the same messages.
   const std::vector<std::string> train = help_lines(usage_text()), predict = help_lines(predict_usage_text());
