@@ -57,6 +57,12 @@ struct Options : DataOptions {
 };
 
 Options parse_options(int argc, const char* const* argv);
+// No two of the files a run reads and writes (--resume, --save, --loss-log, --sample-png, --trace,
+// and --autotune-cache where it is written: autotuning builds without --deterministic) may be one
+// file, except --resume and --save (the checkpoint resumed from is replaced whole, at the end); a
+// UsageError naming both flags otherwise. parse_options checks all but the cache, whose use only the
+// trainer knows.
+void check_files_distinct(const Options& o, bool autotune_cache_written);
 std::string usage_text();
 // The default loader thread count for this machine: min(cores - 1, 8), at least 1.
 int default_workers();

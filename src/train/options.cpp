@@ -109,15 +109,18 @@ Options parse_options(int argc, const char* const* argv) {
   if (o.save_every > 0 && o.save.empty()) throw UsageError("--save-every needs --save FILE");
   if (o.min_lr > o.lr) throw UsageError("--min-lr must not exceed --lr");
   check_data_options(o);
-  // --save may name the checkpoint it resumes from: it is replaced whole (atomically) at the end.
+  check_files_distinct(o, false);
+  return o;
+}
+
+void check_files_distinct(const Options& o, bool autotune_cache_written) {
   check_distinct_files({{"--resume", o.resume},
                         {"--save", o.save},
                         {"--loss-log", o.loss_log},
                         {"--sample-png", o.sample_png},
                         {"--trace", o.trace},
-                        {"--autotune-cache", o.autotune_cache}},
+                        {"--autotune-cache", autotune_cache_written ? o.autotune_cache : ""}},
                        {{"--resume", "--save"}});
-  return o;
 }
 
 std::string usage_text() {

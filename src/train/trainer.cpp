@@ -182,8 +182,10 @@ void Trainer::check_output_paths() const {
                                                                  {"--trace", &opt_.trace}};
   for (const auto& [flag, path] : outputs)
     if (!path->empty()) check_output_path(*path, flag);
-  if (build_.algo == AlgoPolicy::Autotune && !opt_.deterministic)  // the autotune cache is written only then
+  if (build_.algo == AlgoPolicy::Autotune && !opt_.deterministic) {  // the autotune cache is written only then
+    check_files_distinct(opt_, true);
     check_output_path(opt_.autotune_cache, "--autotune-cache");
+  }
 }
 
 void Trainer::load_data() {
@@ -667,6 +669,8 @@ int train_main(const BuildSettings& build, const Options& opt) {
   Trainer t(build, opt);
   try {
     return t.run();
+  } catch (const UsageError& e) {  // found once the build is known (--autotune-cache): still exit 2
+    throw UsageError(t.failed(e.what()));
   } catch (const std::exception& e) {
     throw Fatal(t.failed(e.what()));
   }

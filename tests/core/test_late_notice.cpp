@@ -3,43 +3,53 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 
 #include "core/elapsed.h"
 #include "core/late_notice.h"
+#include "support/test_files.h"
 
 namespace {
 
 using namespace std::chrono_literals;
 
-// What was written to `f` so far.
-std::string contents(FILE* f) {
-  std::rewind(f);
-  std::string s;
-  for (int c; (c = std::fgetc(f)) != EOF;) s += static_cast<char>(c);
-  return s;
+// What the notice has written to `path` so far (read through a handle of its own, so the reads
+// never move the position the notice writes at).
+std::string contents(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+// The phase lasts until the line is there (or 30 s, on a machine too loaded to wake the thread),
+// so the test fails only when the line never comes, or comes more than once.
 TEST(LateNotice, APhaseThatOutlastsTheDelayGetsItsLineOnce) {
-  FILE* f = std::tmpfile();
+  test_files::TempDir dir;
+  const std::string path = dir / "out.txt";
+  FILE* f = std::fopen(path.c_str(), "w");
   ASSERT_NE(f, nullptr);
   {
     const LateNotice notice(50ms, "convs: measuring", f);
-    std::this_thread::sleep_for(400ms);
+    const auto start = std::chrono::steady_clock::now();
+    while (contents(path).empty() && seconds_since(start) < 30) std::this_thread::sleep_for(10ms);
+    std::this_thread::sleep_for(100ms);  // time for a second line, were there one
   }
-  EXPECT_EQ(contents(f), "convs: measuring\n");
   std::fclose(f);
+  EXPECT_EQ(contents(path), "convs: measuring\n");
 }
 
 TEST(LateNotice, APhaseThatEndsFirstPrintsNothingAndIsNotHeldUp) {
-  FILE* f = std::tmpfile();
+  test_files::TempDir dir;
+  const std::string path = dir / "out.txt";
+  FILE* f = std::fopen(path.c_str(), "w");
   ASSERT_NE(f, nullptr);
   const auto start = std::chrono::steady_clock::now();
   { const LateNotice notice(60s, "never", f); }
   EXPECT_LT(seconds_since(start), 5.0) << "the destructor waited for the delay";
-  EXPECT_EQ(contents(f), "");
   std::fclose(f);
+  EXPECT_EQ(contents(path), "");
 }
 
 }  // namespace

@@ -233,6 +233,14 @@ class TrainCli(CliAssertions, unittest.TestCase):
                 p = self.run_train("--data", "cifar10", "--data-dir", str(data), flag, bad)
                 self.assert_one_error_line(p, 1, f"{flag} {bad}: the directory {self.dir / 'missing'} does not exist")
 
+    def test_two_flags_naming_one_file_are_a_usage_error_before_the_data(self):
+        # bin/train writes its autotune cache (autotune-cache.txt unless --autotune-cache says where).
+        data = self.write_cifar(truncate="data_batch_1.bin")
+        p = self.run_train("--data", "cifar10", "--data-dir", str(data), "--save", "autotune-cache.txt")
+        self.assert_one_error_line(p, 2, "--save and --autotune-cache name the same file, autotune-cache.txt")
+        p = self.run_train("--data", "cifar10", "--data-dir", str(data), "--resume", "r.ckpt", "--loss-log", "./r.ckpt")
+        self.assert_one_error_line(p, 2, "--resume and --loss-log name the same file, ./r.ckpt")
+
     def test_an_unwritable_directory_or_a_directory_as_file_is_refused(self):
         # /proc takes no new files, whoever asks (root included).
         self.assert_one_error_line(self.run_train("--loss-log", "/proc/loss.txt"), 1,
