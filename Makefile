@@ -103,7 +103,7 @@ FASHION_MNIST_DIRS = $(FASHION_MNIST_DIR) data/fashion-mnist $(FASHION_MNIST_PAC
 # where it cannot, it names the package and stops. The stamp keeps later builds from asking again.
 APT_PACKAGES = $(if $(wildcard $(STB_INCLUDE)/stb_image.h),,libstb-dev) \
                $(if $(wildcard $(GTEST_SRC)/src/gtest-all.cc),,googletest) \
-               $(if $(wildcard $(addsuffix /train-images-idx3-ubyte*,$(FASHION_MNIST_DIRS))),,dataset-fashion-mnist) \
+               $(if $(wildcard $(foreach d,$(FASHION_MNIST_DIRS),$(d)/train-images-idx3-ubyte $(d)/train-images-idx3-ubyte.gz)),,dataset-fashion-mnist) \
                $(if $(wildcard /usr/include/zlib.h),,zlib1g-dev)
 # Wanted but not required: without clang the fuzz targets are skipped (and say so).
 APT_OPTIONAL = $(if $(shell command -v clang++ 2>/dev/null),,clang)

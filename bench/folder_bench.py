@@ -18,6 +18,7 @@ The table goes to stdout and to bench/results/folder-<gpu>-<date>.md (or decode-
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import re
@@ -82,7 +83,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.worker_counts = worker_counts(args.workers, os.cpu_count() or 1)
     except ValueError as e:
         p.error(f"--workers: {e}")
-    if not args.timeout > 0:
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
         p.error(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     return args
 

@@ -221,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"data-folder: error: {e.filename}: {e.strerror}" if e.filename else f"data-folder: error: {e}",
               file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C: write_set has removed its temporary folder
+        print("data-folder: error: interrupted; no folder was left half-written", file=sys.stderr)
+        return 130
     return 1
 
 

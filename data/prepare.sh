@@ -12,9 +12,11 @@ set -u
 # then the Debian package's directory; the first that holds train-images-idx3-ubyte.gz or the
 # uncompressed train-images-idx3-ubyte wins, so a set directory without it falls through to the next.
 # That is done here, before the cd below, because bin/train takes relative paths from the directory
-# it runs in, and `make run` runs it from the one it runs this script from.
+# it runs in, and `make run` runs it from the one it runs this script from. FASHION_MNIST_PACKAGE_DIR
+# stands for the package's directory in the tests.
+package_dir=${FASHION_MNIST_PACKAGE_DIR:-/usr/share/datasets/fashion-mnist}
 fmnist=""
-for dir in ${FASHION_MNIST_DIR+"$FASHION_MNIST_DIR"} data/fashion-mnist /usr/share/datasets/fashion-mnist; do
+for dir in ${FASHION_MNIST_DIR+"$FASHION_MNIST_DIR"} data/fashion-mnist "$package_dir"; do
   if [ -e "$dir/train-images-idx3-ubyte.gz" ] || [ -e "$dir/train-images-idx3-ubyte" ]; then fmnist=$dir; break; fi
 done
 cd "$(dirname "$0")"
@@ -41,6 +43,6 @@ rm -f cifar-10-binary.tar.gz.part
 if [ -n "$fmnist" ]; then
   echo "data: using Fashion-MNIST from $fmnist instead (real data: 60000 train, 10000 test images)"; exit 0
 fi
-echo "data: Fashion-MNIST is not installed either (looked in ${FASHION_MNIST_DIR+$FASHION_MNIST_DIR, }data/fashion-mnist," \
-     "/usr/share/datasets/fashion-mnist): sudo apt-get install dataset-fashion-mnist" >&2
+echo "data: Fashion-MNIST is not installed either (looked in ${FASHION_MNIST_DIR:+$FASHION_MNIST_DIR, }data/fashion-mnist," \
+     "$package_dir): sudo apt-get install dataset-fashion-mnist" >&2
 exit $strict

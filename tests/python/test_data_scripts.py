@@ -2,11 +2,14 @@
 on tiny Fashion-MNIST idx files and CIFAR-10 batch files made here.
 
 prepare.sh runs as a copy in a temporary tree with a curl that always fails, so that it never
-downloads, and never sees the CIFAR-10 or Fashion-MNIST a developer has under the real data/.
+downloads, and never sees the CIFAR-10 or Fashion-MNIST a developer has under the real data/, with
+FASHION_MNIST_PACKAGE_DIR naming a directory of the test's in place of the Debian package's.
 """
 
+import contextlib
 import gzip
 import importlib.util
+import io
 import os
 import shutil
 import struct
@@ -18,8 +21,6 @@ from pathlib import Path
 
 from tests.python import REPO
 
-PACKAGE_DIR = Path("/usr/share/datasets/fashion-mnist")  # the Debian package's, where bin/train looks last
-PACKAGE_INSTALLED = any((PACKAGE_DIR / f).exists() for f in ("train-images-idx3-ubyte.gz", "train-images-idx3-ubyte"))
 IDX_FILES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
 CIFAR_RECORD = 3073  # a label byte, then 32x32 pixels of each of R, G, B
 
@@ -53,6 +54,7 @@ class PrepareLooksWhereTrainLooks(unittest.TestCase):
         (fake_bin / "curl").write_text("#!/bin/sh\nexit 7\n")  # curl's "could not connect"
         (fake_bin / "curl").chmod(0o755)
         self.path = f"{fake_bin}:{os.environ['PATH']}"
+        self.package_dir = self.tmp / "package"  # empty: the package is not installed
 
     def tearDown(self):
         self._tmp.cleanup()
@@ -60,6 +62,7 @@ class PrepareLooksWhereTrainLooks(unittest.TestCase):
     def prepare(self, *args, fashion_mnist_dir=None):
         env = {k: v for k, v in os.environ.items() if k != "FASHION_MNIST_DIR"}
         env["PATH"] = self.path
+        env["FASHION_MNIST_PACKAGE_DIR"] = str(self.package_dir)
         if fashion_mnist_dir is not None:
             env["FASHION_MNIST_DIR"] = str(fashion_mnist_dir)
         return subprocess.run(["bash", "data/prepare.sh", *args], cwd=self.tmp, env=env, capture_output=True,
@@ -96,17 +99,18 @@ class PrepareLooksWhereTrainLooks(unittest.TestCase):
         for missing in (self.tmp / "nonexistent", self.tmp / "empty"):
             self.assertUses(self.prepare("--strict", fashion_mnist_dir=missing), "data/fashion-mnist")
 
-    @unittest.skipUnless(PACKAGE_INSTALLED, f"the Debian package dataset-fashion-mnist is not installed ({PACKAGE_DIR})")
     def test_a_set_dir_without_the_files_falls_through_to_the_package(self):
-        self.assertUses(self.prepare("--strict", fashion_mnist_dir="/nonexistent"), PACKAGE_DIR)
+        write_fashion_mnist(self.package_dir, gz=True)
+        self.assertUses(self.prepare("--strict", fashion_mnist_dir="/nonexistent"), self.package_dir)
 
-    @unittest.skipIf(PACKAGE_INSTALLED, f"the Debian package dataset-fashion-mnist is installed ({PACKAGE_DIR})")
     def test_nothing_anywhere(self):
         p = self.prepare("--strict", fashion_mnist_dir=self.tmp / "nonexistent")
         self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
         self.assertEqual(p.stderr.strip().splitlines(), [
             f"data: Fashion-MNIST is not installed either (looked in {self.tmp / 'nonexistent'}, data/fashion-mnist, "
-            f"{PACKAGE_DIR}): sudo apt-get install dataset-fashion-mnist"])
+            f"{self.package_dir}): sudo apt-get install dataset-fashion-mnist"])
+        p = self.prepare("--strict", fashion_mnist_dir="")
+        self.assertIn("(looked in data/fashion-mnist, ", p.stderr)  # an empty FASHION_MNIST_DIR is not listed
         self.assertEqual(self.prepare().returncode, 0)  # without --strict, a missing data set is no failure
 
 
@@ -225,6 +229,21 @@ class MakeFolder(unittest.TestCase):
     def test_read_only_out(self):
         self.out.mkdir(mode=0o555)
         self.assertFails(self.make_folder(), f"{self.out / 'fashion-mnist-png.tmp'}: Permission denied")
+
+    def test_an_interrupt_is_one_line_and_exit_130(self):
+        spec = importlib.util.spec_from_file_location("make_folder", REPO / "data" / "make_folder.py")
+        make_folder = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(make_folder)
+
+        def interrupted(*args, **kwargs):
+            raise KeyboardInterrupt
+        make_folder.write_set = interrupted
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            status = make_folder.main(["--out", str(self.out), "--fashion-mnist-dir", str(self.fm),
+                                       "--cifar-dir", str(self.tmp / "no-cifar")])
+        self.assertEqual(status, 130)
+        self.assertEqual(err.getvalue(), "data-folder: error: interrupted; no folder was left half-written\n")
 
     def test_an_interrupt_leaves_no_tmp(self):
         spec = importlib.util.spec_from_file_location("make_folder", REPO / "data" / "make_folder.py")

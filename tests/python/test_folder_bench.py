@@ -90,8 +90,8 @@ class ArgumentsAndOutput(unittest.TestCase):
         self.assertEqual(len(list((self.tmp / "out").glob("decode-*.md"))), 1)
         self.assertGreaterEqual(self.runs(), 1)
 
-    def test_non_positive_timeout_is_a_usage_error(self):
-        for timeout in ("-1", "0", "nan"):
+    def test_non_positive_or_infinite_timeout_is_a_usage_error(self):
+        for timeout in ("-1", "0", "nan", "inf"):
             p = self.run_bench("--timeout", timeout, "--out", str(self.tmp / "out"))
             self.assertEqual(p.returncode, 2, (timeout, p.stderr))
             self.assertIn(f"--timeout must be a positive number of seconds, not {timeout}", p.stderr)

@@ -1,5 +1,5 @@
 """The Makefile's `make custom NAME=...` and its set-up's package list, dry runs only (make -n builds
-nothing)."""
+nothing), and the README's quote of a Makefile line."""
 
 import os
 import re
@@ -61,10 +61,23 @@ class SetUpPackages(unittest.TestCase):
             nowhere = f"FASHION_MNIST_PACKAGE_DIR={d}/no-package"
             self.assertIn("dataset-fashion-mnist", self.packages(f"FASHION_MNIST_DIR={d}/missing", nowhere),
                           "a FASHION_MNIST_DIR that does not exist holds nothing")
+            (Path(d) / "train-images-idx3-ubyte.gz.part").write_bytes(b"")  # a download cut short: not the files
+            self.assertIn("dataset-fashion-mnist", self.packages(f"FASHION_MNIST_DIR={d}", nowhere))
             for name in ("train-images-idx3-ubyte", "train-images-idx3-ubyte.gz"):
                 (Path(d) / name).write_bytes(b"")
                 self.assertNotIn("dataset-fashion-mnist", self.packages(f"FASHION_MNIST_DIR={d}", nowhere), name)
                 (Path(d) / name).unlink()
+
+
+class ReadmeQuotesTheMakefile(unittest.TestCase):
+    def test_make_runs_last_line_names_the_line_of_its_bin_train_command(self):
+        # make names the recipe line that failed: the README's sample of `make run` without a GPU.
+        quoted = re.findall(r"make: \*\*\* \[Makefile:(\d+): run\] Error 1", (REPO / "README.md").read_text())
+        self.assertEqual(len(quoted), 1, quoted)
+        lines = (REPO / "Makefile").read_text().splitlines()
+        run = lines.index("run: bin/train")
+        command = next(i for i in range(run + 1, len(lines)) if lines[i].startswith("\t./bin/train"))
+        self.assertEqual(int(quoted[0]), command + 1)
 
 
 if __name__ == "__main__":
