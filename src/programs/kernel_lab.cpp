@@ -39,6 +39,12 @@ int main(int argc, char** argv) {
     std::printf("%s", lab_usage_text().c_str());
     return 0;
   }
+  try {  // an existing --json file is never touched before the run has rows for it
+    if (!opt.json.empty()) check_output_path(opt.json, "--json");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
   if (!cuda_device_available()) {
     std::fprintf(stderr, "error: bin/kernel_lab times GPU kernels and needs a CUDA GPU; none was found\n");
     return 2;
@@ -47,7 +53,6 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     lab::Lab lab(opt);
     const std::string start = lab.json_start(command_line(argc, argv)) + "\n";
-    if (!opt.json.empty()) write_text(opt.json, start);  // a path that cannot be written fails now, not after the run
     std::printf("%s", lab.header().c_str());
     lab::measure_bn_operations(lab);
     lab::measure_join_operations(lab);

@@ -61,6 +61,10 @@ class KernelLabCommandLine(CliAssertions, unittest.TestCase):
         self.assert_one_error_line(self.lab("--batch", "3"), 2, "--check-batch")
         self.assert_one_error_line(self.lab("--runs"), 2, "--runs")
 
+    def test_a_json_path_that_cannot_be_written_is_refused_first(self):
+        p = self.lab("--json", "/no/such/dir/lab.jsonl")
+        self.assert_one_error_line(p, 1, "--json /no/such/dir/lab.jsonl: the directory /no/such/dir does not exist")
+
     def test_no_gpu_is_one_line_and_exit_2(self):
         self.assert_one_error_line(self.lab("--only", "bn-stats"), 2, "needs a CUDA GPU")
         self.assertEqual(self.lab("--only", "bn-stats").stdout, "", "nothing printed before the GPU is found")
@@ -85,6 +89,26 @@ class KernelLabOnGpu(unittest.TestCase):
         self.assertIn("kernel lab: %d versions measured" % len(rows), p.stdout)
         self.assertEqual(p.returncode, 0, "a version failed:\n" + p.stdout[-4000:])
         return rows
+
+    def test_an_existing_json_file_is_kept_while_the_lab_runs(self):
+        # Rows reach the file only when the run ends: a run stopped midway leaves the last one's.
+        with tempfile.TemporaryDirectory(prefix="test-kernel-lab-") as tmp:
+            out = Path(tmp) / "lab.jsonl"
+            out.write_text("an earlier run\n")
+            p = subprocess.Popen([str(LAB), "--json", str(out)], cwd=tmp, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, text=True)
+            try:
+                p.wait(timeout=8)
+            except subprocess.TimeoutExpired:
+                pass
+            running = p.poll() is None
+            kept = out.read_text()
+            p.kill()
+            _, err = p.communicate()
+            if not running and p.returncode == 2 and "needs a CUDA GPU" in err:
+                self.skipTest("no CUDA device: " + err.strip())
+            self.assertTrue(running, "the whole lab ran in 8 s: nothing to stop midway")
+            self.assertEqual(kept, "an earlier run\n")
 
     def test_batch_norm_and_join_versions_pass_their_checks(self):
         rows = self.run_rows("--only", "bn,join", "--shapes", "512x4x4,2048x4x4")
