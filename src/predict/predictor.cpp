@@ -175,10 +175,15 @@ void Predictor::export_model() const {
                              {"checkpoint", opt_.checkpoint}};
   const std::vector<SafeTensor> tensors = export_tensors(*ckpt_, tensors_);
   write_safetensors(opt_.export_path, tensors, meta);
-  std::printf("exported %zu tensors (%s parameters, BN running statistics) to %s\n"
-              "load it into PyTorch: python3 bench/load_safetensors.py %s --data-dir DIR\n",
-              tensors.size(), with_commas(static_cast<long long>(m.params)).c_str(), opt_.export_path.c_str(),
-              opt_.export_path.c_str());
+  std::printf("exported %zu tensors (%s parameters, BN running statistics) to %s\n", tensors.size(),
+              with_commas(static_cast<long long>(m.params)).c_str(), opt_.export_path.c_str());
+  // bench/load_safetensors.py evaluates on the test sets it can read: CIFAR-10's and Fashion-MNIST's.
+  if (m.data == "cifar10" || m.data == "fashion-mnist")
+    std::printf("load it into PyTorch: python3 bench/load_safetensors.py %s --data-dir DIR\n", opt_.export_path.c_str());
+  else
+    std::printf("load it into PyTorch: bench/pytorch_resnet.py's ResNet50Cifar(num_classes=%d) takes its tensors as a "
+                "state_dict, named as bench/load_safetensors.py names them (which evaluates CIFAR-10 and "
+                "Fashion-MNIST models only)\n", classes());
 }
 
 // ---- the GPU and the network ----------------------------------------------------------------------
