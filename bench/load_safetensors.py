@@ -31,21 +31,79 @@ STAGE_BLOCKS = (3, 4, 6, 3)  # bottleneck blocks per stage, as pytorch_resnet.py
 DTYPES = {"F32": ("f", 4), "F16": ("e", 2), "I64": ("q", 8)}
 
 
+class SafetensorsError(ValueError):
+    """A file that is not a well-formed safetensors file; str() names the file and the problem."""
+
+    def __init__(self, path: str | Path, problem: str):
+        super().__init__(f"{path}: {problem}")
+        self.path, self.problem = str(path), problem
+
+
 def read_safetensors(path: str | Path) -> tuple[dict[str, tuple[str, list[int], bytes]], dict[str, str]]:
-    """{name: (dtype, shape, raw little-endian bytes)} and the metadata, from the file's own layout."""
+    """{name: (dtype, shape, raw little-endian bytes)} and the metadata, from the file's own layout.
+
+    Every entry is checked against the file (a known dtype, a shape of non-negative integers, offsets in
+    order within the body, spanning exactly element size x product(shape) bytes), so a truncated or
+    damaged file raises SafetensorsError (naming the file and the problem) instead of giving short
+    tensors. A file that cannot be read raises OSError."""
     data = Path(path).read_bytes()
     if len(data) < 8:
-        raise ValueError(f"{path}: too short for a safetensors file")
+        raise SafetensorsError(path, f"{len(data)} bytes, too short for a safetensors file (8-byte header length)")
     (n,) = struct.unpack_from("<Q", data, 0)
     if 8 + n > len(data):
-        raise ValueError(f"{path}: header length {n} runs past the end of the file")
-    header = json.loads(data[8:8 + n].decode("utf-8"))
+        raise SafetensorsError(path, f"header length {n} runs past the end of the file ({len(data)} bytes): "
+                                     "truncated or not a safetensors file")
+    try:
+        header = json.loads(data[8:8 + n].decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise SafetensorsError(path, f"header is not UTF-8 ({e.reason} at byte {8 + e.start})") from None
+    except ValueError as e:  # json.JSONDecodeError
+        raise SafetensorsError(path, f"header is not valid JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise SafetensorsError(path, f"header is a JSON {type(header).__name__}, not an object")
     meta = header.pop("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
+        raise SafetensorsError(path, "__metadata__ is not an object of strings")
     body = data[8 + n:]
-    tensors = {}
+    tensors, spans = {}, []
     for name, entry in header.items():
-        begin, end = entry["data_offsets"]
-        tensors[name] = (entry["dtype"], list(entry["shape"]), body[begin:end])
+        where = f"tensor {name!r}"
+        if not isinstance(entry, dict):
+            raise SafetensorsError(path, f"{where}: entry is not a JSON object")
+        for key in ("dtype", "shape", "data_offsets"):
+            if key not in entry:
+                raise SafetensorsError(path, f"{where}: no {key}")
+        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if not isinstance(dtype, str):
+            raise SafetensorsError(path, f"{where}: dtype {dtype!r} is not a string")
+        if dtype not in DTYPES:
+            raise SafetensorsError(path, f"{where}: unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise SafetensorsError(path, f"{where}: shape {shape!r} is not a list of non-negative integers")
+        if (not isinstance(offsets, list) or len(offsets) != 2
+                or not all(type(o) is int and o >= 0 for o in offsets)):
+            raise SafetensorsError(path, f"{where}: data_offsets {offsets!r} is not two non-negative integers")
+        begin, end = offsets
+        if end < begin:
+            raise SafetensorsError(path, f"{where}: data_offsets [{begin}, {end}] end before they begin")
+        if end > len(body):
+            raise SafetensorsError(path, f"{where}: data_offsets [{begin}, {end}] run past the end of the data "
+                                         f"({len(body)} bytes): the file is truncated")
+        count = 1
+        for d in shape:
+            count *= d
+        expected = DTYPES[dtype][1] * count
+        if end - begin != expected:
+            raise SafetensorsError(path, f"{where}: {end - begin} bytes of data, but {dtype} {shape} needs {expected}")
+        tensors[name] = (dtype, list(shape), body[begin:end])
+        spans.append((begin, end, name))
+    previous_end, previous_name = 0, None
+    for begin, end, name in sorted(spans):  # in offset order, whatever order the header lists them in
+        if begin < previous_end:
+            raise SafetensorsError(path, f"tensor {name!r}: data_offsets [{begin}, {end}] overlap those of "
+                                         f"{previous_name!r} (ending at {previous_end})")
+        if end > begin:
+            previous_end, previous_name = end, name
     return tensors, meta
 
 
@@ -118,6 +176,10 @@ def predicted_column(path: str) -> list[int]:
 
 
 def evaluate(args: argparse.Namespace) -> int:
+    tensors, meta = read_safetensors(args.model)  # checked first, so a bad file is reported with or without torch
+    for key in ("classes", "data", "input_mean", "input_std"):
+        if key not in meta:
+            raise SafetensorsError(args.model, f"no {key!r} in __metadata__ (not written by bin/predict --export?)")
     try:
         import torch  # only here: reading and mapping work without it
     except ImportError:
@@ -127,7 +189,6 @@ def evaluate(args: argparse.Namespace) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from pytorch_resnet import ResNet50Cifar
 
-    tensors, meta = read_safetensors(args.model)
     types = {"F32": torch.float32, "F16": torch.float16, "I64": torch.int64}
     state = {pytorch_resnet_name(name): torch.frombuffer(bytearray(raw), dtype=types[dtype]).reshape(shape)
              for name, (dtype, shape, raw) in tensors.items()}
@@ -166,7 +227,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
     p.add_argument("--compare-csv", help="a predictions CSV of bin/predict over the same test set")
     args = p.parse_args(argv)
-    return evaluate(args)
+    try:
+        return evaluate(args)
+    except SafetensorsError as e:
+        print(f"load_safetensors: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"load_safetensors: error: {args.model if e.filename is None else e.filename}: "
+              f"{e.strerror or e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,222 @@
+"""bench/load_safetensors.py on damaged files: every bad file is refused with one line,
+`load_safetensors: error: <file>: <problem>`, and exit status 1, never a traceback, and a truncated
+export is refused naming a tensor instead of read with short tensors. No PyTorch needed: the file is
+read and checked before torch is imported.
+
+    python3 -m unittest tests.python.test_load_safetensors_files
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+from tests.python import BENCH, REPO
+
+import load_safetensors  # bench/, on sys.path through tests/python/__init__.py
+
+SCRIPT = BENCH / "load_safetensors.py"
+META = {"classes": "10", "data": "synthetic", "input_mean": "[0.5,0.5,0.5]", "input_std": "[0.25,0.25,0.25]"}
+try:
+    import torch  # noqa: F401
+    HAVE_TORCH = True
+except ImportError:
+    HAVE_TORCH = False
+
+
+def safetensors_bytes(header, body: bytes = b"", raw_header: bytes | None = None) -> bytes:
+    """8-byte little-endian header length, the JSON header (padded with spaces to 8 bytes), the body."""
+    text = raw_header if raw_header is not None else json.dumps(header).encode()
+    text += b" " * (-(8 + len(text)) % 8)
+    return struct.pack("<Q", len(text)) + text + body
+
+
+def good_file() -> bytes:
+    w = struct.pack("<6f", *[k + 0.5 for k in range(6)])
+    h = struct.pack("<2e", 1.0, -2.0)
+    steps = struct.pack("<q", 7)
+    header = {"__metadata__": META,
+              "conv1.weight": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+              "half": {"dtype": "F16", "shape": [2], "data_offsets": [24, 28]},
+              "bn1.num_batches_tracked": {"dtype": "I64", "shape": [], "data_offsets": [32, 40]},
+              "empty": {"dtype": "F32", "shape": [0, 4], "data_offsets": [40, 40]}}
+    return safetensors_bytes(header, w + h + b"\0" * 4 + steps)
+
+
+def entry(**changes):
+    e = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
+    e.update(changes)
+    return {k: v for k, v in e.items() if v is not None}
+
+
+# name -> (file bytes, a piece of the problem the line must name)
+BAD = {
+    "empty": (b"", "too short"),
+    "five-bytes": (b"\x01\x02\x03\x04\x05", "too short"),
+    "cut-in-header": (good_file()[:20], "runs past the end of the file"),
+    "garbage-header": (safetensors_bytes(None, raw_header=b"this is not json"), "not valid JSON"),
+    "non-utf8-header": (safetensors_bytes(None, raw_header=b'{"a\xff\xfe": 1}'), "not UTF-8"),
+    "list-header": (safetensors_bytes([1, 2, 3]), "header is a JSON list, not an object"),
+    "number-header": (safetensors_bytes(5), "header is a JSON int, not an object"),
+    "entry-not-object": (safetensors_bytes({"w": [0, 8]}, b"\0" * 8), "tensor 'w': entry is not a JSON object"),
+    "no-data-offsets": (safetensors_bytes({"w": entry(data_offsets=None)}, b"\0" * 8), "tensor 'w': no data_offsets"),
+    "no-dtype": (safetensors_bytes({"w": entry(dtype=None)}, b"\0" * 8), "tensor 'w': no dtype"),
+    "no-shape": (safetensors_bytes({"w": entry(shape=None)}, b"\0" * 8), "tensor 'w': no shape"),
+    "unknown-dtype": (safetensors_bytes({"w": entry(dtype="Q7")}, b"\0" * 8), "unknown dtype 'Q7'"),
+    "dtype-not-string": (safetensors_bytes({"w": entry(dtype=4)}, b"\0" * 8), "dtype 4 is not a string"),
+    "shape-not-list": (safetensors_bytes({"w": entry(shape="2")}, b"\0" * 8), "shape '2' is not a list"),
+    "negative-dim": (safetensors_bytes({"w": entry(shape=[-2])}, b"\0" * 8), "shape [-2] is not a list"),
+    "float-dim": (safetensors_bytes({"w": entry(shape=[2.0])}, b"\0" * 8), "shape [2.0] is not a list"),
+    "offsets-three": (safetensors_bytes({"w": entry(data_offsets=[0, 4, 8])}, b"\0" * 8),
+                      "data_offsets [0, 4, 8] is not two"),
+    "offsets-strings": (safetensors_bytes({"w": entry(data_offsets=["0", "8"])}, b"\0" * 8),
+                        "is not two non-negative integers"),
+    "offsets-reversed": (safetensors_bytes({"w": entry(data_offsets=[8, 0])}, b"\0" * 8), "end before they begin"),
+    "offsets-past-body": (safetensors_bytes({"w": entry(data_offsets=[0, 8])}, b"\0" * 4),
+                          "tensor 'w': data_offsets [0, 8] run past the end of the data (4 bytes)"),
+    "wrong-size": (safetensors_bytes({"w": entry(shape=[3])}, b"\0" * 8), "tensor 'w': 8 bytes of data, but F32 [3] needs 12"),
+    "overlap": (safetensors_bytes({"a": entry(), "b": entry(data_offsets=[4, 12])}, b"\0" * 16), "overlap those of 'a'"),
+    "metadata-not-object": (safetensors_bytes({"__metadata__": [1]}), "__metadata__ is not an object of strings"),
+    "metadata-number": (safetensors_bytes({"__metadata__": {"classes": 10}}), "__metadata__ is not an object of strings"),
+}
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="load-safetensors-"))
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def write(self, name: str, data: bytes) -> Path:
+        path = self.dir / f"{name}.safetensors"
+        path.write_bytes(data)
+        return path
+
+    def run_script(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=self.dir, capture_output=True, text=True,
+                              timeout=120)
+
+    def assertOneLineError(self, p: subprocess.CompletedProcess, path: Path | str, problem: str):
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.stdout, "")
+        lines = p.stderr.splitlines()
+        self.assertEqual(len(lines), 1, p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+        self.assertTrue(lines[0].startswith(f"load_safetensors: error: {path}: "), lines[0])
+        self.assertIn(problem, lines[0])
+
+
+class GoodFile(Base):
+    def test_reads_back_exactly(self):
+        path = self.write("good", good_file())
+        tensors, meta = load_safetensors.read_safetensors(path)
+        self.assertEqual(meta, META)
+        self.assertEqual(list(tensors), ["conv1.weight", "half", "bn1.num_batches_tracked", "empty"])
+        dtype, shape, raw = tensors["conv1.weight"]
+        self.assertEqual((dtype, shape, load_safetensors.values(dtype, raw)), ("F32", [2, 3], [k + 0.5 for k in range(6)]))
+        self.assertEqual(tensors["half"][:2], ("F16", [2]))
+        self.assertEqual(load_safetensors.values("F16", tensors["half"][2]), [1.0, -2.0])
+        self.assertEqual(tensors["bn1.num_batches_tracked"][:2], ("I64", []))
+        self.assertEqual(load_safetensors.values("I64", tensors["bn1.num_batches_tracked"][2]), [7])
+        self.assertEqual(tensors["empty"], ("F32", [0, 4], b""))
+
+    def test_header_order_need_not_be_offset_order(self):
+        body = struct.pack("<4f", 1, 2, 3, 4)
+        path = self.write("order", safetensors_bytes({"b": entry(data_offsets=[8, 16]), "a": entry()}, body))
+        tensors, meta = load_safetensors.read_safetensors(path)
+        self.assertEqual(meta, {})
+        self.assertEqual(load_safetensors.values("F32", tensors["a"][2]), [1, 2])
+        self.assertEqual(load_safetensors.values("F32", tensors["b"][2]), [3, 4])
+
+    @unittest.skipIf(HAVE_TORCH, "PyTorch is installed: the script would go on to evaluate")
+    def test_good_file_without_torch_says_so_in_one_line(self):
+        p = self.run_script(str(self.write("good", good_file())))
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.stderr.splitlines(), ["error: evaluating needs PyTorch (pip install torch); reading the file "
+                                                 "and mapping its names do not"])
+
+
+class BadFiles(Base):
+    def test_read_safetensors_raises_one_error_type_naming_file_and_problem(self):
+        for name, (data, problem) in BAD.items():
+            with self.subTest(name):
+                path = self.write(name, data)
+                with self.assertRaises(load_safetensors.SafetensorsError) as cm:
+                    load_safetensors.read_safetensors(path)
+                self.assertTrue(str(cm.exception).startswith(f"{path}: "), str(cm.exception))
+                self.assertIn(problem, str(cm.exception))
+
+    def test_script_prints_one_line_and_exits_1(self):
+        for name, (data, problem) in BAD.items():
+            with self.subTest(name):
+                path = self.write(name, data)
+                self.assertOneLineError(self.run_script(str(path)), path, problem)
+
+    def test_main_in_process(self):
+        path = self.write("garbage", BAD["garbage-header"][0])
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            self.assertEqual(load_safetensors.main([str(path)]), 1)
+        self.assertEqual(err.getvalue().count("\n"), 1)
+        self.assertTrue(err.getvalue().startswith(f"load_safetensors: error: {path}: header is not valid JSON"))
+
+    def test_missing_file(self):
+        path = self.dir / "nowhere.safetensors"
+        self.assertOneLineError(self.run_script(str(path)), path, "No such file or directory")
+
+    def test_directory(self):
+        self.assertOneLineError(self.run_script(str(self.dir)), self.dir, "Is a directory")
+
+    def test_metadata_without_the_exports_keys(self):
+        path = self.write("nometa", safetensors_bytes({"w": entry()}, b"\0" * 8))
+        self.assertOneLineError(self.run_script(str(path)), path, "no 'classes' in __metadata__")
+
+    def test_truncated_good_file_names_the_tensor(self):
+        data = good_file()
+        (n,) = struct.unpack_from("<Q", data, 0)
+        for keep, tensor in [(8 + n + 10, "conv1.weight"), (8 + n + 26, "half"), (8 + n + 36, "bn1.num_batches_tracked")]:
+            with self.subTest(keep=keep):
+                path = self.write(f"cut{keep}", data[:keep])
+                p = self.run_script(str(path))
+                self.assertOneLineError(p, path, f"tensor {tensor!r}: data_offsets")
+                self.assertIn("the file is truncated", p.stderr)
+
+
+class TruncatedExport(Base):
+    """A real export of bin/predict (of the PredictSamples checkpoint), cut as `head -c` would cut it."""
+
+    def test_truncated_export_is_refused(self):
+        from tests.python.predict_samples import PREDICT, UNIT_TESTS, samples
+        if not (UNIT_TESTS.exists() and PREDICT.exists()):
+            self.skipTest("bin/unit_tests or bin/predict is not built (make)")
+        try:
+            d = samples()
+        except RuntimeError as e:
+            self.skipTest(str(e))
+        model = self.dir / "model.safetensors"
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+        p = subprocess.run([str(PREDICT), "--checkpoint", str(d / "sample.ckpt"), "--data", "synthetic",
+                            "--synthetic-size", "256", "--export", str(model)],
+                           cwd=self.dir, env=env, capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            self.skipTest(f"bin/predict --export failed here: {p.stderr[-500:]}")
+        tensors, _ = load_safetensors.read_safetensors(model)
+        self.assertEqual(len(tensors), 320)
+        data = model.read_bytes()
+        cut = self.write("cut", data[:len(data) // 2])
+        del data
+        p = self.run_script(str(cut))
+        self.assertOneLineError(p, cut, "the file is truncated")
+        self.assertRegex(p.stderr, r"tensor '[^']+': data_offsets \[\d+, \d+\] run past the end of the data")
+
+
+if __name__ == "__main__":
+    unittest.main()
