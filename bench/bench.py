@@ -46,14 +46,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--pytorch-runs", type=int, default=1,
                    help="runs of the PyTorch ladder; each costs minutes of torch.compile (1)")
     args = p.parse_args(argv)
-    try:
-        args.batches = [int(b) for b in args.batch.split(",") if b.strip()]
-    except ValueError:
-        p.error(f"--batch takes numbers separated by commas, not {args.batch!r}")
-    if not args.batches or min(args.batches) < 1 or args.runs < 1 or args.timed_steps < 1:
-        p.error("--batch, --runs and --timed-steps must be at least 1")
-    if not args.timeout > 0:
-        p.error(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
+    args.batches = runner.parse_list(p, "--batch", args.batch, int)
+    if min(args.batches) < 1 or args.runs < 1 or args.timed_steps < 1 or args.pytorch_runs < 1:
+        p.error("--batch, --runs, --timed-steps and --pytorch-runs must be at least 1")
+    runner.check_timeout(p, args.timeout)
+    try:  # here, not after every CUDA binary ran
+        pytorch_reference.parse_rungs(args.pytorch_rungs)
+    except ValueError as e:
+        p.error(f"--pytorch-rungs: {e}")
     args.variant_list = runner.parse_variants(args.variants)
     if not args.variant_list:
         p.error(f"--variants {args.variants!r} selects no variant (ladder names, 'all' or 'train')")
@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     gpus, variants, binaries = runner.require_gpu_and_binaries(TOOL, args.variants, args.bin_dir)
     with_pytorch = not args.no_pytorch and importlib.util.find_spec("torch") is not None
 
+    runner.prepare_out_dir(TOOL, args.out)
     bench = Bench(args, binaries)
     rows: list[table.Row] = []
     with tempfile.TemporaryDirectory(prefix="bench-trace-") as trace_dir:
@@ -149,14 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     report = table.report_markdown(rows, command, gpu, date, settings)
 
     print(table.markdown_table(rows))
-    if all(row.failed for row in rows):
-        # A table of failures is no result: nothing is written, and the exit status says so.
-        last = next((row.failures[-1] for row in reversed(rows) if row.failures), "no run")
-        runner.die(TOOL, f"every run failed (the last: {last}); no results written", code=1)
-    args.out.mkdir(parents=True, exist_ok=True)
+    runner.stop_if_all_failed(TOOL, rows)
     stem = args.out / f"{runner.slug(gpu)}-{date}"
-    Path(f"{stem}.md").write_text(report)
-    Path(f"{stem}.csv").write_text(table.csv_text(rows))
+    runner.write_files(TOOL, {Path(f"{stem}.md"): report, Path(f"{stem}.csv"): table.csv_text(rows)})
     written = [f"{stem}.md", f"{stem}.csv"]
     why_no_chart = write_chart(rows, Path(f"{stem}.png"), f"ResNet-50 training images/s, {gpu}, {date}")
     if why_no_chart:
@@ -168,4 +164,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    runner.main_entry(TOOL, main)

@@ -50,6 +50,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--batch, --runs and --synthetic-size must be at least 1, --warmup-batches at least 0")
     if args.synthetic_size < (args.warmup_batches + 1) * args.batch:
         p.error("--synthetic-size must hold more than --warmup-batches batches")
+    runner.check_timeout(p, args.timeout)
+    if not runner.parse_variants(args.variants, "predict"):
+        p.error(f"--variants {args.variants!r} selects no variant (rung names, 'all' or 'predict')")
     return args
 
 
@@ -128,6 +131,7 @@ def progress(line: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     gpus, variants, binaries = runner.require_gpu_and_binaries(TOOL, args.variants, args.bin_dir, "predict")
+    runner.prepare_out_dir(TOOL, args.out)
     guard = runner.GuardedRunner(TOOL)
     with tempfile.TemporaryDirectory(prefix="bench-predict-") as scratch:
         checkpoint = runner.make_predict_checkpoint(TOOL, args.bin_dir, Path(scratch), guard, args.timeout)
@@ -136,13 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     gpu, date = str(meta.get("gpu") or gpus[0]), str(meta.get("date") or runner.today())
     command = "python3 bench/bench_predict.py " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     print(markdown_table(rows))
-    args.out.mkdir(parents=True, exist_ok=True)
+    runner.stop_if_all_failed(TOOL, rows)
     stem = args.out / f"predict-{runner.slug(gpu)}-{date}"
-    Path(f"{stem}.md").write_text(report(rows, command, gpu, date, args))
-    Path(f"{stem}.csv").write_text(csv_text(rows))
+    runner.write_files(TOOL, {Path(f"{stem}.md"): report(rows, command, gpu, date, args),
+                              Path(f"{stem}.csv"): csv_text(rows)})
     progress(f"wrote {stem}.md, {stem}.csv")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    runner.main_entry(TOOL, main)

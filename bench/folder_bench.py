@@ -18,11 +18,9 @@ The table goes to stdout and to bench/results/folder-<gpu>-<date>.md (or decode-
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,19 +81,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.worker_counts = worker_counts(args.workers, os.cpu_count() or 1)
     except ValueError as e:
         p.error(f"--workers: {e}")
-    if not (math.isfinite(args.timeout) and args.timeout > 0):
-        p.error(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
+    runner.check_timeout(p, args.timeout)
     return args
-
-
-def prepare_out_dir(out: Path) -> None:
-    """Creates --out and checks that it takes files before any run, so that a bad path costs no run."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        runner.die(TOOL, f"--out {out}: cannot create the directory: {e.strerror}")
-    if not os.access(out, os.W_OK | os.X_OK):
-        runner.die(TOOL, f"--out {out}: the directory is not writable")
 
 
 def folder_flags(args: argparse.Namespace) -> list[str]:
@@ -147,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     train = args.bin_dir / "train"
     if not train.exists():
         runner.die(TOOL, f"{train} is not built: run `make` first")
-    prepare_out_dir(args.out)
+    runner.prepare_out_dir(TOOL, args.out)
     cpu = platform.processor() or platform.machine()
     lines = [f"# Image folder: {args.data_dir} at {args.image_size}x{args.image_size}, batch {args.batch}", "",
              f"Decode rate (read + stb_image + resize/crop), {os.cpu_count()} cores ({cpu}), {runner.today()}:", "",
@@ -165,13 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(more))
         lines += more
         name = f"folder-{runner.slug(gpus[0])}-{runner.today()}.md"
-    try:
-        (args.out / name).write_text("\n".join(lines) + "\n")
-    except OSError as e:
-        runner.die(TOOL, f"cannot write {args.out / name}: {e.strerror}", 1)
+    runner.write_files(TOOL, {args.out / name: "\n".join(lines) + "\n"})
     print(f"\nwritten to {args.out / name}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    runner.main_entry(TOOL, main)

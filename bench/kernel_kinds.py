@@ -27,6 +27,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import runner
 from nsys_summary import column, count, read_rows, time_ns
 
 TOOL = "kernel_kinds"
@@ -88,7 +89,10 @@ def load(path: Path) -> dict[str, KindTotal]:
     # Other reports (cuda_api_sum, nvtx_sum) are CSV tables too: only the kernel summary has these.
     if not rows or "Name" not in rows[0] or "Instances" not in rows[0] or column(rows[0], "Total Time") is None:
         raise ValueError(f"{path}: no cuda_gpu_kern_sum table in it (columns Name, Total Time, Instances)")
-    return split(rows)
+    try:
+        return split(rows)
+    except ValueError as e:  # a bad cell ("inf", "52703x448"): say which file holds it
+        raise ValueError(f"{path}: {e}") from None
 
 
 def table(profiles: list[tuple[str, dict[str, KindTotal]]], steps: int) -> str:
@@ -145,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             profiles.append((label, load(Path(path))))
         except (OSError, ValueError) as e:
             print(f"{TOOL}: {e}", file=sys.stderr)
-            return 2
+            # no such file is an argument error (2); a file whose table is not what nsys writes, 1
+            return 2 if isinstance(e, OSError) else 1
     print(table(profiles, args.steps))
     if args.by_kernel:
         for label, s in profiles:
@@ -154,4 +159,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    runner.main_entry(TOOL, main)

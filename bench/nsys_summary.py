@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 from pathlib import Path
 
@@ -49,7 +50,14 @@ def number(text: str | None) -> float:
     """nsys writes plain numbers in CSV, but a hand-exported table may carry thousands separators."""
     if text is None or not text.strip():
         return 0.0
-    return float(text.replace(",", ""))
+    try:
+        value = float(text.replace(",", ""))
+    except ValueError:
+        value = math.nan
+    # inf would only fail later, as an OverflowError in int(); the callers name the file
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r} is not a number")
+    return value
 
 
 def time_ns(row: dict[str, str], name: str) -> int:
@@ -153,17 +161,20 @@ def allreduce_time(rows: list[dict[str, str]]) -> tuple[int, int]:
 def summarize(prefix: Path | str, variant: str) -> ProfileSummary:
     """Reads <prefix>_<report>.csv for every report; a missing one becomes a note, not an error."""
     summary = ProfileSummary(variant=variant, source="nsys")
-    rows = {}
+    parsers = {
+        "nvtx_sum": lambda rows: parse_nvtx_sum(rows, summary.phases),
+        "cuda_gpu_kern_sum": lambda rows: setattr(summary, "kernels", parse_named_sum(rows)),
+        "cuda_gpu_mem_time_sum": lambda rows: parse_mem_time_sum(rows, summary),
+        "cuda_api_sum": lambda rows: setattr(summary, "api", parse_named_sum(rows, clean=api_name)),
+        "cuda_gpu_trace": lambda rows: summary.set_gpu_activity(gpu_intervals(rows)),
+    }
     for report in REPORTS:
         path = report_path(prefix, report)
-        if path.is_file():
-            rows[report] = read_rows(path.read_text(errors="replace"))
-        else:
-            rows[report] = []
+        if not path.is_file():
             summary.notes.append(f"{path.name} is missing, so its part of this profile is empty")
-    parse_nvtx_sum(rows["nvtx_sum"], summary.phases)
-    summary.kernels = parse_named_sum(rows["cuda_gpu_kern_sum"])
-    summary.api = parse_named_sum(rows["cuda_api_sum"], clean=api_name)
-    parse_mem_time_sum(rows["cuda_gpu_mem_time_sum"], summary)
-    summary.set_gpu_activity(gpu_intervals(rows["cuda_gpu_trace"]))
+            continue
+        try:
+            parsers[report](read_rows(path.read_text(errors="replace")))
+        except ValueError as e:  # a hand-edited or damaged CSV spoils its own part, not the whole profile
+            summary.notes.append(f"{path.name}: {e}, so its part of this profile is left out")
     return summary

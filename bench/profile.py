@@ -49,8 +49,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="with nsys, also run each binary with --trace and report both GPU busy %%")
     p.add_argument("--no-nsys", action="store_true", help="use the built-in --trace even if nsys is here")
     args = p.parse_args(argv)
+    if args.batch < 1 or args.profile_steps < 1 or args.warmup_steps < 0:
+        p.error("--batch and --profile-steps must be at least 1, --warmup-steps at least 0")
     if args.steps < args.warmup_steps + args.profile_steps:
         p.error("--steps must cover --warmup-steps + --profile-steps")
+    runner.check_timeout(p, args.timeout)
+    if not runner.parse_variants(args.variants, args.program):
+        p.error(f"--variants {args.variants!r} selects no variant (ladder names, 'all' or {args.program!r})")
     return args
 
 
@@ -87,6 +92,8 @@ def combined_report(summaries: list[ProfileSummary], gpu: str, date: str, comman
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     gpus, variants, binaries = runner.require_gpu_and_binaries(TOOL, args.variants, args.bin_dir, args.program)
+    runner.prepare_out_dir(TOOL, args.out)
+    runner.prepare_out_dir(TOOL, args.results, "--results")
     nsys = None if args.no_nsys else runner.find_nsys()
     if nsys is None:
         print(f"{TOOL}: nsys not found (not on PATH nor under /opt/nvidia/nsight-*); `bin/train --trace "
@@ -103,28 +110,29 @@ def main(argv: list[str] | None = None) -> int:
     for variant in variants:
         print(f"{TOOL}: {variant} ...", file=sys.stderr, flush=True)
         s = capture.capture(binaries[variant], variant, settings, guard, nsys, args.compare_trace)
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"{variant}.md").write_text(to_markdown(s))
+        runner.write_files(TOOL, {args.out / f"{variant}.md": to_markdown(s)})
         print(f"{variant}: {where_the_time_goes(s)}" + "".join(f" [{n}]" for n in s.notes), flush=True)
         comparison = busy_comparison(s)
         if comparison:
             print(f"{variant}: {comparison}", flush=True)
         summaries.append(s)
 
+    if not any(s.phases or s.kernels or s.window_ns for s in summaries):
+        # Nothing captured: a report of empty tables must not replace a good one of the same name.
+        runner.die(TOOL, "no profile captured anything (see the lines above); no combined report written", 1)
     run = next((s.run for s in summaries if s.run), {})
     gpu = str(run.get("gpu") or gpus[0])
     date = str(run.get("date") or runner.today())
     command = "python3 bench/profile.py " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     how = (f"nsys ({nsys}), " if nsys else "built-in --trace (no nsys), ") + \
           (f"batch {args.batch}, window of {args.profile_steps} steps after {args.warmup_steps} warm-up steps")
-    args.results.mkdir(parents=True, exist_ok=True)
     prefix, what = ("predict-profiles", "bin/predict's batches") if args.program == "predict" else \
         ("profiles", "the training step")
     combined = args.results / f"{prefix}-{runner.slug(gpu)}-{date}.md"
-    combined.write_text(combined_report(summaries, gpu, date, command, how, what))
+    runner.write_files(TOOL, {combined: combined_report(summaries, gpu, date, command, how, what)})
     print(f"{TOOL}: wrote {combined} and {args.out}/<variant>.md", file=sys.stderr)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    runner.main_entry(TOOL, main)

@@ -180,7 +180,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--bin-dir", type=Path, default=runner.BIN_DIR)
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--no-nsys", action="store_true", help="use the built-in --trace even if nsys is here")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    runner.check_timeout(p, args.timeout)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,4 +223,4 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if verdict.passed else 1
 
 if __name__ == "__main__":
-    sys.exit(main())
+    runner.main_entry(TOOL, main)

@@ -54,6 +54,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--gpus must be at least 1")
     if args.steps < args.warmup_steps + args.profile_steps:
         p.error("--steps must cover --warmup-steps + --profile-steps")
+    runner.check_timeout(p, args.timeout)
+    args.extra_flags = runner.split_flags(p, "--extra", args.extra)
     return args
 
 
@@ -87,23 +89,31 @@ def profile_command(nsys: Path, binary: Path, args: argparse.Namespace) -> list[
     graph_nodes = ["--cuda-graph-trace=node"] if args.binary in capture.CUDA_GRAPH_VARIANTS | {"train-ddp-naive"} else []
     return [str(nsys), "profile", "--trace=cuda,nvtx,osrt", *graph_nodes, "--capture-range=cudaProfilerApi",
             "--capture-range-end=stop", "-f", "true", "-o", str(args.out / (report_name(args) + "_%q{RANK}")),
-            str(binary), *capture.trainer_args(settings), *shlex.split(args.extra)]
+            str(binary), *capture.trainer_args(settings), *args.extra_flags]
 
 
 def run_ranks(cmd: list[str], envs: list[dict[str, str]], timeout_s: float) -> list[runner.RunOutput]:
     """Starts every rank, waits for all; a rank that overstays the timeout is killed (returncode None)."""
-    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              errors="replace") for env in envs]
-    outs = []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=timeout_s)
-            outs.append(runner.RunOutput(p.returncode, out, err, timeout_s))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, err = p.communicate()
-            outs.append(runner.RunOutput(None, out, err, timeout_s))
-    return outs
+    procs = []
+    try:
+        for env in envs:
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                          errors="replace"))
+        outs = []
+        for p in procs:
+            try:
+                out, err = p.communicate(timeout=timeout_s)
+                outs.append(runner.RunOutput(p.returncode, out, err, timeout_s))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+                outs.append(runner.RunOutput(None, out, err, timeout_s))
+        return outs
+    finally:  # Ctrl-C (or a rank that cannot start) must not leave the other ranks running
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 @dataclass
@@ -162,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         runner.die(TOOL, "nsys not found (not on PATH nor under /opt/nvidia/nsight-*): profiling every rank needs "
                    "Nsight Systems; without it, `bin/train --gpus N --json` reports the exposed all-reduce time "
                    "per step in its summary")
-    args.out.mkdir(parents=True, exist_ok=True)
+    runner.prepare_out_dir(TOOL, args.out)
+    runner.prepare_out_dir(TOOL, args.results, "--results")
     envs = rank_environments(args.gpus, free_port(), dict(os.environ))
     print(f"{TOOL}: {args.binary} on {args.gpus} GPUs under nsys ...", file=sys.stderr, flush=True)
     outs = run_ranks(profile_command(nsys, binaries[args.binary], args), envs, args.timeout)
@@ -182,9 +193,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.warmup_steps} warm-up steps; all-reduce = NCCL kernel time (waiting for the slowest rank "
             f"included), hidden = while other kernels ran\n\n" + allreduce_table(ranks) + "\n" +
             "\n".join(to_markdown(r.summary) for r in ranks))
-    args.results.mkdir(parents=True, exist_ok=True)
     combined = args.results / f"profiles-{args.gpus}gpu-{runner.slug(gpu)}-{date}.md"
-    combined.write_text(text)
+    runner.write_files(TOOL, {combined: text})
     print(allreduce_table(ranks), end="")
     print(f"{TOOL}: wrote {combined}, {args.out}/{report_name(args)}_<rank>.md and the .nsys-rep files",
           file=sys.stderr)
@@ -192,4 +202,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    runner.main_entry(TOOL, main)

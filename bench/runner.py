@@ -7,16 +7,21 @@ lives here. The table and profile parsers stay free of subprocess calls so they 
 
 from __future__ import annotations
 
+import argparse
 import datetime
+import errno
 import glob
+import math
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Callable, NoReturn
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BIN_DIR = REPO_ROOT / "bin"
@@ -44,6 +49,100 @@ class RunOutput:
 def die(tool: str, message: str, code: int = 2) -> NoReturn:
     """One line on stderr and a non-zero exit: what a user without a GPU or a build should see."""
     print(f"{tool}: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def check_timeout(p: argparse.ArgumentParser, timeout: float) -> None:
+    """--timeout as a usage error unless it is a finite, positive number of seconds: float() takes
+    "nan" and "inf", and subprocess cannot wait inf seconds (OverflowError) nor -1 (every run "times out")."""
+    if not (math.isfinite(timeout) and timeout > 0):
+        p.error(f"--timeout must be a positive number of seconds, not {timeout:g}")
+
+
+def parse_list(p: argparse.ArgumentParser, flag: str, spec: str, item: Callable[[str], object] = str,
+               distinct: bool = False) -> list:
+    """A comma list flag ("128,256"), each item through `item`; an empty item ("128,,256"), one that
+    `item` refuses (ValueError) or, with distinct, a repeat is a usage error: a typo must not
+    silently run fewer or more points than asked for."""
+    values = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            p.error(f"{flag} {spec!r} has an empty item")
+        try:
+            value = item(part)
+        except ValueError:
+            p.error(f"{flag}: {part!r} is not a valid item")
+        if distinct and value in values:
+            p.error(f"{flag} {spec!r} names {part} twice")
+        values.append(value)
+    return values
+
+
+def split_flags(p: argparse.ArgumentParser, flag: str, text: str) -> list[str]:
+    """--extra's flags as the shell would split them; an unclosed quote is a usage error here, not a
+    traceback after the other checks (or runs) went by."""
+    try:
+        return shlex.split(text)
+    except ValueError as e:
+        p.error(f"{flag} {text!r}: {e}")
+
+
+def takes_files(directory: Path) -> bool:
+    """Whether a file can be made in directory: a real try (deleted at once), since os.access says yes
+    to root for /proc and to read-only mounts."""
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            return True
+    except OSError:
+        return False
+
+
+def prepare_out_dir(tool: str, out: Path, flag: str = "--out") -> None:
+    """Checks before any run that an output directory could take files, so that a bad path costs no
+    run (exit 2, one line). It creates nothing: a run that writes nothing leaves no empty directory."""
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing == out and not out.is_dir():
+        die(tool, f"{flag} {out}: not a directory")
+    if existing == out and not takes_files(out):
+        die(tool, f"{flag} {out}: the directory is not writable")
+    if existing != out and not existing.is_dir():
+        die(tool, f"{flag} {out}: cannot create the directory: {os.strerror(errno.ENOTDIR)}")
+    if existing != out and not takes_files(existing):
+        die(tool, f"{flag} {out}: cannot create the directory: {os.strerror(errno.EACCES)}")
+
+
+def write_files(tool: str, files: dict[Path, str]) -> None:
+    """Writes the results, making their directory; a failure after the runs (disk full, directory
+    gone) is one line and exit 1."""
+    for path, text in files.items():
+        try:
+            if not path.parent.exists():  # (a file there fails the write below: "Not a directory")
+                path.parent.mkdir(parents=True)
+            path.write_text(text)
+        except OSError as e:
+            die(tool, f"cannot write {path}: {e.strerror}", 1)
+
+
+def stop_if_all_failed(tool: str, rows: list) -> None:
+    """A table of failures (table.Row's) is no result: nothing is written, so that it cannot overwrite
+    a good one of the same name, and the exit status says so."""
+    if all(row.failed for row in rows):
+        last = next((row.failures[-1] for row in reversed(rows) if row.failures), "no run")
+        die(tool, f"every run failed (the last: {last}); no results written", code=1)
+
+
+def main_entry(tool: str, main: Callable[[], int]) -> NoReturn:
+    """What each tool's `if __name__ == "__main__":` calls: Ctrl-C is one line and exit 130 (the shell's
+    128 + SIGINT), not a traceback. Children started with subprocess.run are killed by run() itself as
+    the interrupt unwinds; the tools that Popen their own kill them in a finally."""
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        print(f"{tool}: interrupted", file=sys.stderr)
+        sys.exit(130)
     sys.exit(code)
 
 

@@ -43,13 +43,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--bin-dir", type=Path, default=runner.BIN_DIR)
     p.add_argument("--timeout", type=float, default=900, help="seconds before a run counts as failed (900)")
     args = p.parse_args(argv)
-    try:
-        args.gpu_counts = [int(g) for g in args.gpus.split(",") if g.strip()]
-    except ValueError:
-        p.error(f"--gpus takes numbers separated by commas, not {args.gpus!r}")
+    # --gpus '' (the default) means 1, 2, 4, ... up to the GPUs here
+    args.gpu_counts = runner.parse_list(p, "--gpus", args.gpus, int, distinct=True) if args.gpus.strip() else []
     if any(g < 1 for g in args.gpu_counts) or args.batch < 1 or args.runs < 1 or args.timed_steps < 1:
         p.error("--gpus, --batch, --runs and --timed-steps must be at least 1")
-    args.variant_list = [runner.variant_name(v.strip()) for v in args.variants.split(",") if v.strip()]
+    runner.check_timeout(p, args.timeout)
+    args.variant_list = [runner.variant_name(v) for v in runner.parse_list(p, "--variants", args.variants)]
+    args.extra_flags = runner.split_flags(p, "--extra", args.extra)
     return args
 
 
@@ -67,7 +67,7 @@ def command(binary: Path, gpus: int, args: argparse.Namespace) -> list[str]:
     cmd = [str(binary)] + (["--gpus", str(gpus)] if gpus > 1 else [])
     return cmd + ["--data", "synthetic", "--batch", str(args.batch),
                   "--steps", str(args.warmup_steps + args.timed_steps), "--warmup-steps", str(args.warmup_steps),
-                  "--profile-steps", str(args.timed_steps), "--no-eval", "--json", *shlex.split(args.extra)]
+                  "--profile-steps", str(args.timed_steps), "--no-eval", "--json", *args.extra_flags]
 
 
 @dataclass
@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     binaries, missing = runner.find_binaries(args.variant_list, args.bin_dir)
     if missing:
         runner.die(TOOL, runner.missing_binaries_line(missing, args.bin_dir))
+    runner.prepare_out_dir(TOOL, args.out)
     guard = runner.GuardedRunner(TOOL)
     points = []
     for variant in args.variant_list:
@@ -151,14 +152,12 @@ def main(argv: list[str] | None = None) -> int:
               f"- synthetic data, batch {args.batch} per GPU, {args.warmup_steps} warm-up + {args.timed_steps} timed "
               f"steps, median of {args.runs} runs; efficiency = images/s on N GPUs / (N x images/s on 1)\n\n"
               + markdown(points))
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"scaling-{runner.slug(gpus[0])}-{date}"
-    stem.with_suffix(".md").write_text(report)
-    stem.with_suffix(".csv").write_text(csv_text(points))
+    runner.write_files(TOOL, {stem.with_suffix(".md"): report, stem.with_suffix(".csv"): csv_text(points)})
     print(markdown(points), end="")
     print(f"{TOOL}: wrote {stem}.md and .csv", file=sys.stderr)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    runner.main_entry(TOOL, main)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -66,12 +67,23 @@ def run_stamped(cmd: list[str], timeout_s: float) -> tuple[list[tuple[float, str
     (silent or not). stderr goes to a file, so a chatty stderr cannot block the stdout reader."""
     t0 = time.monotonic()
     with tempfile.TemporaryFile("w+") as err:
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+        try:
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+        except OSError as e:  # a program that vanished or lost its x bit since the check: a failed row
+            return [], 127, f"error: cannot run {cmd[0]}: {e.strerror}"
+        # daemon: a pending timer must not keep the tool alive after Ctrl-C (it would wait out timeout_s)
         timer = threading.Timer(timeout_s, p.kill)
+        timer.daemon = True
         timer.start()
-        stamped = [(time.monotonic() - t0, line.strip()) for line in p.stdout]
-        code = p.wait()
-        timer.cancel()
+        try:
+            stamped = [(time.monotonic() - t0, line.strip()) for line in p.stdout]
+            code = p.wait()
+        finally:  # on Ctrl-C too: no timer left pending, no child left running
+            timer.cancel()
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
         err.seek(0)
         return stamped, code, err.read()
 
@@ -96,6 +108,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("binaries", nargs="*", help="the programs to run, each with the flags after --")
     args = p.parse_args(argv[:args_end])
     flags = argv[args_end + 1:]
+    if not 0 < args.target <= 1:  # also refuses nan: every comparison with it is false
+        p.error(f"--target must be a test accuracy above 0 and at most 1, not {args.target:g}")
+    runner.check_timeout(p, args.timeout)
+    for b in args.binaries:
+        if shutil.which(b) is None:  # here, not as a traceback (or a failed row) after the other runs
+            p.error(f"{b} is not an executable file")
     try:
         rungs = pytorch_reference.parse_rungs(args.pytorch) if args.pytorch else []
     except ValueError as e:
@@ -107,6 +125,7 @@ def main(argv: list[str]) -> int:
     gpus = runner.gpu_names()
     if not gpus:
         runner.die(TOOL, runner.NO_GPU_LINE)
+    runner.prepare_out_dir(TOOL, args.out)
     lines = [f"# Time to {100 * args.target:g}% test accuracy on {gpus[0]}, {runner.today()}", "",
              f"Flags: `{' '.join(flags)}`; each run alone, time from process start.", "",
              "| program | seconds to target | epoch | final accuracy | run seconds |", "| --- | --- | --- | --- | --- |"]
@@ -116,12 +135,11 @@ def main(argv: list[str]) -> int:
         r = first_at_target(stamped, args.target, time.monotonic() - t0)
         lines.append(row(name, r, code, err))
         print(lines[-1], flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
     name = f"time-to-{round(100 * args.target)}-{runner.slug(gpus[0])}-{runner.today()}.md"
-    (args.out / name).write_text("\n".join(lines) + "\n")
+    runner.write_files(TOOL, {args.out / name: "\n".join(lines) + "\n"})
     print("\n".join(lines))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    runner.main_entry(TOOL, lambda: main(sys.argv[1:]))
