@@ -154,7 +154,10 @@ def condense(args: argparse.Namespace, nsys: Path, rank: int) -> RankProfile:
     summary = nsys_summary.summarize(base, f"rank {rank}")
     trace = nsys_summary.report_path(base, "cuda_gpu_trace")
     rows = nsys_summary.read_rows(trace.read_text(errors="replace")) if trace.is_file() else []
-    total, hidden = nsys_summary.allreduce_time(rows)
+    try:
+        total, hidden = nsys_summary.allreduce_time(rows)
+    except ValueError as e:  # a cell that is not a number: the table would be wrong, not just short
+        runner.die(TOOL, f"{trace}: {e}", 1)
     return RankProfile(rank, summary, total, hidden)
 
 

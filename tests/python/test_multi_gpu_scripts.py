@@ -4,6 +4,8 @@
 nvidia-smi and fake trainer binaries (no GPU needed).
 """
 
+import contextlib
+import io
 import sys
 import tempfile
 import textwrap
@@ -148,6 +150,22 @@ class ProfileRanks(unittest.TestCase):
         self.assertEqual(cmd[cmd.index("-o") + 1], "/tmp/p/train-2gpu_%q{RANK}")
         self.assertIn("bin/train", cmd)
         self.assertEqual(cmd[-2:], ["--bucket-mb", "50"])
+
+    def test_a_bad_cell_in_a_ranks_gpu_trace_is_one_line_naming_the_file(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            nsys = Path(tmp) / "nsys"  # its stats write a cuda_gpu_trace whose start is not a number
+            _write_executable(nsys, textwrap.dedent(f"""\
+                #!{sys.executable}
+                import sys
+                out = sys.argv[sys.argv.index("--output") + 1]
+                open(out + "_cuda_gpu_trace.csv", "w").write("Start (ns),Duration (ns),Name\\n12x4,100,ncclKernel\\n")
+                """))
+            args = profile_ranks.parse_args(["--gpus", "2", "--out", tmp])
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as stop:
+                profile_ranks.condense(args, nsys, 0)
+            self.assertEqual(stop.exception.code, 1)
+            self.assertRegex(err.getvalue(), r"^profile: \S+_0_cuda_gpu_trace\.csv: .12x4. is not a number\n$")
 
     def test_allreduce_table_per_step(self):
         s = ProfileSummary(variant="rank 0", source="nsys")

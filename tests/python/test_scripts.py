@@ -219,6 +219,16 @@ class ProfileEndToEnd(ScriptTest):
         self.assertIn("loss stats 34% of step time (waiting on the GPU)", md)
         self.assertTrue(all("--trace" in c for c in machine.calls()))
 
+    def test_no_nsys_uses_the_built_in_trace_without_saying_nsys_is_missing(self):
+        machine = FakeMachine(self.tmp, nsys=True)
+        machine.add_binary("train-baseline")
+        machine.add_binary("train-devloss")
+        result = self.run_profile(machine, "--no-nsys")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertNotIn("nsys not found", result.stderr)
+        self.assertFalse(any(c.startswith("nsys") for c in machine.calls()))
+        self.assertTrue(all("--trace" in c for c in machine.calls()))
+
     def test_compare_trace_reports_both_busy_figures(self):
         machine = FakeMachine(self.tmp, nsys=True)
         machine.add_binary("train-baseline")
