@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/flags.h"
 #include "data/data_flags.h"
@@ -57,11 +59,12 @@ struct Options : DataOptions {
 };
 
 Options parse_options(int argc, const char* const* argv);
-// No two of the files a run reads and writes (--resume, --save, --loss-log, --sample-png, --trace,
-// and --autotune-cache where it is written: autotuning builds without --deterministic) may be one
-// file, except --resume and --save (the checkpoint resumed from is replaced whole, at the end); a
-// UsageError naming both flags otherwise. parse_options checks all but the cache, whose use only the
-// trainer knows.
+// The files a run writes, flag and path ("" for a flag not given): --save, --loss-log, --sample-png,
+// --trace, and --autotune-cache where it is written (autotuning builds without --deterministic).
+std::vector<std::pair<std::string, std::string>> output_files(const Options& o, bool autotune_cache_written);
+// No two of those and --resume may be one file, except --resume and --save (the checkpoint resumed
+// from is replaced whole, at the end); a UsageError naming both flags otherwise. parse_options
+// checks all but the cache, whose use only the trainer knows.
 void check_files_distinct(const Options& o, bool autotune_cache_written);
 std::string usage_text();
 // The default loader thread count for this machine: min(cores - 1, 8), at least 1.

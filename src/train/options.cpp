@@ -113,14 +113,18 @@ Options parse_options(int argc, const char* const* argv) {
   return o;
 }
 
+std::vector<std::pair<std::string, std::string>> output_files(const Options& o, bool autotune_cache_written) {
+  return {{"--save", o.save},
+          {"--loss-log", o.loss_log},
+          {"--sample-png", o.sample_png},
+          {"--trace", o.trace},
+          {"--autotune-cache", autotune_cache_written ? o.autotune_cache : ""}};
+}
+
 void check_files_distinct(const Options& o, bool autotune_cache_written) {
-  check_distinct_files({{"--resume", o.resume},
-                        {"--save", o.save},
-                        {"--loss-log", o.loss_log},
-                        {"--sample-png", o.sample_png},
-                        {"--trace", o.trace},
-                        {"--autotune-cache", autotune_cache_written ? o.autotune_cache : ""}},
-                       {{"--resume", "--save"}});
+  std::vector<std::pair<std::string, std::string>> files = {{"--resume", o.resume}};
+  for (auto& f : output_files(o, autotune_cache_written)) files.push_back(std::move(f));
+  check_distinct_files(files, {{"--resume", "--save"}});
 }
 
 std::string usage_text() {

@@ -176,16 +176,10 @@ class Trainer {
 // Every file the run will write is checked before the data is loaded and the GPU is touched: a path
 // found bad only when it is written would cost the run (the end-of-run save, the first loss log).
 void Trainer::check_output_paths() const {
-  const std::pair<const char*, const std::string*> outputs[] = {{"--save", &opt_.save},
-                                                                 {"--loss-log", &opt_.loss_log},
-                                                                 {"--sample-png", &opt_.sample_png},
-                                                                 {"--trace", &opt_.trace}};
-  for (const auto& [flag, path] : outputs)
-    if (!path->empty()) check_output_path(*path, flag);
-  if (build_.algo == AlgoPolicy::Autotune && !opt_.deterministic) {  // the autotune cache is written only then
-    check_files_distinct(opt_, true);
-    check_output_path(opt_.autotune_cache, "--autotune-cache");
-  }
+  const bool cache_written = build_.algo == AlgoPolicy::Autotune && !opt_.deterministic;
+  if (cache_written) check_files_distinct(opt_, true);  // parse_options checked the files but the cache
+  for (const auto& [flag, path] : output_files(opt_, cache_written))
+    if (!path.empty()) check_output_path(path, flag);
 }
 
 void Trainer::load_data() {
