@@ -24,6 +24,13 @@ class ScriptTest(unittest.TestCase):
     def tearDown(self):
         self._tmp.cleanup()
 
+    def two_binary_machine(self, nsys):
+        """A machine with train-baseline and train-devloss, the pair profile.py and profile_check.py run."""
+        machine = FakeMachine(self.tmp, nsys=nsys)
+        machine.add_binary("train-baseline")
+        machine.add_binary("train-devloss")
+        return machine
+
     def assertOneLineFailure(self, result, *fragments):
         self.assertNotEqual(result.returncode, 0, result.stdout + result.stderr)
         self.assertNotIn("Traceback", result.stderr)
@@ -190,9 +197,7 @@ class ProfileEndToEnd(ScriptTest):
                                   "--out", str(self.tmp / "prof"), "--results", str(self.tmp / "results"), *extra)
 
     def test_with_nsys(self):
-        machine = FakeMachine(self.tmp, nsys=True)
-        machine.add_binary("train-baseline")
-        machine.add_binary("train-devloss")
+        machine = self.two_binary_machine(nsys=True)
         result = self.run_profile(machine)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("train-baseline: where the time goes: loss stats 42% of step time", result.stdout)
@@ -207,9 +212,7 @@ class ProfileEndToEnd(ScriptTest):
                       profiled[0])
 
     def test_without_nsys_falls_back_to_the_built_in_trace(self):
-        machine = FakeMachine(self.tmp, nsys=False)
-        machine.add_binary("train-baseline")
-        machine.add_binary("train-devloss")
+        machine = self.two_binary_machine(nsys=False)
         result = self.run_profile(machine)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("nsys not found", result.stderr.splitlines()[0])
@@ -220,9 +223,7 @@ class ProfileEndToEnd(ScriptTest):
         self.assertTrue(all("--trace" in c for c in machine.calls()))
 
     def test_no_nsys_uses_the_built_in_trace_without_saying_nsys_is_missing(self):
-        machine = FakeMachine(self.tmp, nsys=True)
-        machine.add_binary("train-baseline")
-        machine.add_binary("train-devloss")
+        machine = self.two_binary_machine(nsys=True)
         result = self.run_profile(machine, "--no-nsys")
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertNotIn("nsys not found", result.stderr)
@@ -230,9 +231,7 @@ class ProfileEndToEnd(ScriptTest):
         self.assertTrue(all("--trace" in c for c in machine.calls()))
 
     def test_compare_trace_reports_both_busy_figures(self):
-        machine = FakeMachine(self.tmp, nsys=True)
-        machine.add_binary("train-baseline")
-        machine.add_binary("train-devloss")
+        machine = self.two_binary_machine(nsys=True)
         result = self.run_profile(machine, "--compare-trace")
         self.assertEqual(result.returncode, 0, result.stderr)
         md = (self.tmp / "prof" / "train-baseline.md").read_text()
@@ -270,9 +269,7 @@ class NsysCommandLines(unittest.TestCase):
 
 class ProfileCheckEndToEnd(ScriptTest):
     def test_pass_with_nsys(self):
-        machine = FakeMachine(self.tmp, nsys=True)
-        machine.add_binary("train-baseline")
-        machine.add_binary("train-devloss")
+        machine = self.two_binary_machine(nsys=True)
         result = machine.run_script("profile_check.py", "--bin-dir", str(machine.bin_dir), "--out", str(self.tmp / "c"))
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         self.assertEqual(result.stdout.strip().splitlines()[-1], "PASS")
