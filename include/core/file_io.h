@@ -62,5 +62,6 @@ class AtomicFile {
 // Checks, before a run starts, that `path` (given with `flag`, e.g. "--save") can be written: its
 // directory exists and a file can be created in it (a probe file is created and removed; an
 // existing file is never opened for writing), the path is not a directory or another non-regular
-// file, and an existing file is writable. InputError "<flag> <path>: <what is wrong>" otherwise.
+// file, an existing file is writable, and so is a path.tmp left by a killed run (AtomicFile writes
+// there first). InputError "<flag> <path>: <what is wrong>" otherwise.
 void check_output_path(const std::string& path, const std::string& flag);

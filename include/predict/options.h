@@ -7,6 +7,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/types.h"
 #include "data/data_flags.h"
@@ -31,6 +33,14 @@ struct PredictOptions : DataOptions {
 };
 
 PredictOptions parse_predict_options(int argc, const char* const* argv);
+// The files a run writes, flag and path ("" for one not given): --export alone where it is given;
+// else --out, its confusion-matrix PNG, --features, --trace, and the autotune cache where it is
+// written (autotuning builds without --deterministic: bin/train's default file).
+std::vector<std::pair<std::string, std::string>> predict_output_files(const PredictOptions& o,
+                                                                      bool autotune_cache_written);
+// No two of those and --checkpoint may be one file: a UsageError naming both flags otherwise.
+// parse_predict_options checks all but the cache, whose use only the predictor knows.
+void check_predict_files_distinct(const PredictOptions& o, bool autotune_cache_written);
 std::string predict_usage_text();
 // The classes per row for a data set of `classes`: --top-k, which must not exceed them (a
 // UsageError), or without it the default, 5, or all the classes where there are fewer.

@@ -193,6 +193,14 @@ void check_output_path(const std::string& path, const std::string& flag) {
     if (!S_ISREG(st.st_mode)) throw InputError(where + "is " + file_kind(st.st_mode) + ", expected a regular file");
     if (access(path.c_str(), W_OK) != 0) throw InputError(where + "the file is not writable: " + std::strerror(errno));
   }
+  // The file is written as path.tmp first (AtomicFile), which a killed run may have left behind.
+  const std::string tmp = path + ".tmp";
+  if (stat(tmp.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode))
+      throw InputError(where + "the leftover " + tmp + " is " + file_kind(st.st_mode) + ", expected a regular file");
+    if (access(tmp.c_str(), W_OK) != 0)
+      throw InputError(where + "cannot replace the leftover " + tmp + ": " + std::strerror(errno));
+  }
   // Creating a file is the only test that every file system (read-only mounts, ACLs, quotas of
   // inodes) answers truthfully; an existing file at `path` is never touched.
   std::string probe = dir + "/.write-probe-XXXXXX";

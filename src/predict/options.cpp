@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "model/fused_patterns.h"
-#include "train/options.h"  // default_workers
+#include "train/options.h"  // default_workers, the autotune cache bin/train and bin/predict share
 
 namespace {
 
@@ -78,17 +78,29 @@ PredictOptions parse_predict_options(int argc, const char* const* argv) {
       throw UsageError(
           "--export writes the model only; run bin/predict again without it for --out, --features, --features-dtype or "
           "--trace");
-    check_distinct_files({{"--checkpoint", o.checkpoint}, {"--export", o.export_path}});
+    check_predict_files_distinct(o, false);
     return o;
   }
   if (o.out.empty()) o.out = kDefaultOut;
   if (o.features_dtype_given && o.features.empty()) throw UsageError("--features-dtype needs --features FILE");
-  check_distinct_files({{"--checkpoint", o.checkpoint},
-                        {"--out", o.out},
-                        {"--out's PNG", confusion_png_path(o.out)},
-                        {"--features", o.features},
-                        {"--trace", o.trace}});
+  check_predict_files_distinct(o, false);
   return o;
+}
+
+std::vector<std::pair<std::string, std::string>> predict_output_files(const PredictOptions& o,
+                                                                      bool autotune_cache_written) {
+  if (!o.export_path.empty()) return {{"--export", o.export_path}};
+  return {{"--out", o.out},
+          {"--out's PNG", confusion_png_path(o.out)},
+          {"--features", o.features},
+          {"--trace", o.trace},
+          {"the autotune cache", autotune_cache_written ? Options{}.autotune_cache : ""}};
+}
+
+void check_predict_files_distinct(const PredictOptions& o, bool autotune_cache_written) {
+  std::vector<std::pair<std::string, std::string>> files = {{"--checkpoint", o.checkpoint}};
+  for (auto& f : predict_output_files(o, autotune_cache_written)) files.push_back(std::move(f));
+  check_distinct_files(files);
 }
 
 std::string predict_usage_text() {

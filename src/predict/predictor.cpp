@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "core/elapsed.h"
+#include "core/file_io.h"
 #include "core/format.h"
 #include "core/handles.h"
 #include "core/json_line.h"
@@ -20,7 +21,6 @@
 #include "data/data_choice.h"
 #include "export/confusion_png.h"
 #include "export/npy.h"
-#include "export/output_file.h"
 #include "measure/profiling.h"
 #include "measure/step_timing.h"
 #include "model/autotune_cache.h"
@@ -68,6 +68,10 @@ class Predictor {
   void report() const;
   const Dataset& images() const { return opt_.split == "test" ? data_.split.test : data_.split.train; }
   int classes() const { return static_cast<int>(class_names_.size()); }
+  // As bin/train chooses: --deterministic takes cuDNN's heuristics; otherwise the build's policy,
+  // which for autotuning builds reads and writes the autotune cache.
+  AlgoPolicy conv_policy() const { return opt_.deterministic ? AlgoPolicy::Heuristic : build_.algo; }
+  bool writes_autotune_cache() const { return conv_policy() == AlgoPolicy::Autotune; }
 
   const BuildSettings& build_;
   const EgressSettings& egress_;
@@ -117,11 +121,10 @@ int Predictor::run() {
 
 // ---- inputs -------------------------------------------------------------------------------------
 void Predictor::check_output_paths() const {
-  if (!opt_.export_path.empty()) return check_output_file(opt_.export_path, "--export");
-  check_output_file(opt_.out, "--out");
-  check_output_file(confusion_png_path(opt_.out), "--out (its confusion-matrix PNG)");
-  if (!opt_.features.empty()) check_output_file(opt_.features, "--features");
-  if (!opt_.trace.empty()) check_output_file(opt_.trace, "--trace");
+  const bool cache_written = opt_.export_path.empty() && writes_autotune_cache();
+  if (cache_written) check_predict_files_distinct(opt_, true);  // parsing checked the files but the cache
+  for (const auto& [flag, path] : predict_output_files(opt_, cache_written))
+    if (!path.empty()) check_output_path(path, flag);
 }
 
 void Predictor::load_inputs() {
@@ -210,7 +213,7 @@ void Predictor::build_network() {
   cfg.dtype = build_.precision;
   cfg.layout = build_.layout;
   cfg.tf32 = trainer_defaults.tf32;
-  cfg.conv.policy = opt_.deterministic ? AlgoPolicy::Heuristic : build_.algo;  // as bin/train chooses
+  cfg.conv.policy = conv_policy();
   cfg.conv.deterministic = opt_.deterministic;
   cfg.conv.workspace_limit = size_t(trainer_defaults.workspace_mb) << 20;
   cfg.conv_api = build_.conv_api;
@@ -219,7 +222,7 @@ void Predictor::build_network() {
   cfg.inference = true;
   cfg.fused_bn = build_.fused_bn;  // each BN, the residual add and the ReLU in the conv before them
   cfg.unfused_patterns = opt_.no_fuse_patterns;
-  const bool measure = cfg.conv.policy == AlgoPolicy::Autotune;
+  const bool measure = writes_autotune_cache();
   AutotuneCache cache(measure ? trainer_defaults.autotune_cache : "",
                       AutotuneContext{prop_.name, cudnnGetVersion(), cfg.dtype, cfg.layout, cfg.tf32, cfg.conv_api,
                                       trainer_defaults.workspace_mb});

@@ -202,6 +202,26 @@ TEST(CheckOutputPath, AnExistingReadOnlyFileIsNamed) {
       ::testing::ExitedWithCode(0), "ro.ckpt: the file is not writable");
 }
 
+// A killed run leaves path.tmp (AtomicFile), which the next write must be able to replace.
+TEST(CheckOutputPath, ALeftoverTemporaryFileMustBeReplaceable) {
+  TempDir dir;
+  chmod(dir.path.c_str(), 0777);
+  const std::string path = dir / "out.csv";
+  write_file_atomic(path + ".tmp", "x", 1);
+  EXPECT_NO_THROW(check_output_path(path, "--out")) << "a writable leftover is replaced at the write";
+  chmod((path + ".tmp").c_str(), 0444);
+  EXPECT_EXIT(exit_with_input_error([&] { check_output_path(path, "--out"); }, true),
+      ::testing::ExitedWithCode(0), "--out .*out.csv: cannot replace the leftover .*out.csv.tmp: Permission denied");
+  fs::remove(path + ".tmp");
+  fs::create_directory(path + ".tmp");
+  EXPECT_EQ(input_error_of([&] { check_output_path(path, "--out"); }),
+            "--out " + path + ": the leftover " + path + ".tmp is a directory, expected a regular file");
+}
+
+TEST(CheckOutputPath, AnEmptyPathNamesTheFlag) {
+  EXPECT_EQ(input_error_of([] { check_output_path("", "--export"); }), "--export: an empty path");
+}
+
 TEST(Gunzip, InflatesGoodStreams) {
   for (size_t n : {size_t(0), size_t(1), size_t(1000), size_t(5'000'000)}) {
     const std::vector<uint8_t> data = compressible(n);

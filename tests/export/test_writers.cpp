@@ -1,11 +1,8 @@
 // The file writers of bin/predict, byte by byte: CSV quoting, the .npy header (every field, the
 // 64-byte alignment, the data after it), safetensors (header length, JSON entries, offsets that
 // tile the data, metadata, alignment, refused inputs), the confusion-matrix PNG (read back with
-// stb_image), the output-path check, and that no output carries its final name before commit.
+// stb_image), and that no output carries its final name before commit.
 #include <gtest/gtest.h>
-
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -21,14 +18,12 @@
 #include "export/confusion_png.h"
 #include "export/csv.h"
 #include "export/npy.h"
-#include "export/output_file.h"
 #include "export/safetensors.h"
 #include "support/test_files.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-using test_files::input_error_of;
 using test_files::TempDir;
 
 uint64_t le64(const uint8_t* p) {
@@ -242,53 +237,6 @@ TEST(ConfusionPng, WrittenPngReadsBackAsTheRendering) {
   EXPECT_EQ(h, want.height);
   EXPECT_EQ(std::memcmp(got, want.rgb.data(), want.rgb.size()), 0);
   stbi_image_free(got);
-}
-
-// ---- output paths ---------------------------------------------------------------------------------
-TEST(OutputPaths, WritableNewAndExistingFilesPass) {
-  TempDir dir;
-  check_output_file(dir / "new.csv", "--out");
-  EXPECT_FALSE(fs::exists(dir / "new.csv.tmp")) << "the probe file is removed";
-  write_file_atomic(dir / "old.csv", "x", 1);
-  check_output_file(dir / "old.csv", "--out");
-  EXPECT_EQ(read_file(dir / "old.csv").size(), 1u) << "checking does not touch the file";
-}
-
-TEST(OutputPaths, BadPathsNameTheFlagAndTheProblem) {
-  TempDir dir;
-  std::string m = input_error_of([&] { check_output_file(dir / "missing/x.npy", "--features"); });
-  EXPECT_HAS(m, "--features");
-  EXPECT_HAS(m, dir / "missing");
-  EXPECT_HAS(m, "does not exist");
-  m = input_error_of([&] { check_output_file(dir.path, "--out"); });
-  EXPECT_HAS(m, "is a directory");
-  m = input_error_of([&] { check_output_file(dir / "sub/", "--out"); });
-  EXPECT_HAS(m, "is a directory");
-  write_file_atomic(dir / "file", "x", 1);
-  m = input_error_of([&] { check_output_file(dir / "file/x.csv", "--out"); });
-  EXPECT_HAS(m, "not a directory");
-  m = input_error_of([&] { check_output_file("", "--export"); });
-  EXPECT_HAS(m, "--export");
-}
-
-TEST(OutputPaths, ReadOnlyDirectoryIsRefused) {
-  TempDir dir;
-  fs::create_directory(dir / "ro");
-  chmod(dir.path.c_str(), 0755);  // "nobody" must reach it
-  chmod((dir / "ro").c_str(), 0555);
-  // Root writes anywhere, so the check runs in a child that first drops to user "nobody".
-  EXPECT_EXIT(
-      {
-        if (geteuid() == 0 && setuid(65534) != 0) _exit(3);
-        try {
-          check_output_file(dir / "ro/out.csv", "--out");
-        } catch (const InputError& e) {
-          std::fprintf(stderr, "%s\n", e.what());
-          _exit(0);
-        }
-        _exit(1);
-      },
-      ::testing::ExitedWithCode(0), "--out .*ro/out.csv: cannot create files in");
 }
 
 // ---- streamed atomic files (core/file_io.h) ---------------------------------------------------------

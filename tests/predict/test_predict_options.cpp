@@ -116,6 +116,30 @@ TEST(PredictOptions, NoOutputMayNameTheCheckpoint) {
   EXPECT_EQ(parse({"--checkpoint", "m.ckpt", "--export", "m.safetensors"}).export_path, "m.safetensors");
 }
 
+// bin/predict writes bin/train's autotune cache (autotune-cache.txt) where it measures conv
+// algorithms: no output may be that file there; a build that never writes it may use the name.
+TEST(PredictOptions, TheAutotuneCacheIsAnOutputWhereItIsWritten) {
+  using Files = std::vector<std::pair<std::string, std::string>>;
+  const PredictOptions o = parse({"--checkpoint", "m.ckpt", "--out", "autotune-cache.txt"});
+  EXPECT_EQ(predict_output_files(o, false),
+            (Files{{"--out", "autotune-cache.txt"}, {"--out's PNG", "autotune-cache.txt.confusion.png"},
+                   {"--features", ""}, {"--trace", ""}, {"the autotune cache", ""}}));
+  EXPECT_EQ(predict_output_files(o, true).back(),
+            (std::pair<std::string, std::string>{"the autotune cache", "autotune-cache.txt"}));
+  EXPECT_NO_THROW(check_predict_files_distinct(o, false));
+  try {
+    check_predict_files_distinct(o, true);
+    ADD_FAILURE() << "--out over the autotune cache was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "--out and the autotune cache name the same file, autotune-cache.txt");
+  }
+  EXPECT_THROW(check_predict_files_distinct(parse({"--checkpoint", "m.ckpt", "--features", "./autotune-cache.txt"}), true),
+               UsageError);
+  // --export builds no network: the model file is its only output.
+  const PredictOptions exported = parse({"--checkpoint", "m.ckpt", "--export", "autotune-cache.txt"});
+  EXPECT_EQ(predict_output_files(exported, true), (Files{{"--export", "autotune-cache.txt"}}));
+}
+
 // A model of 3 classes predicts without --top-k (all 3 per row); --top-k above the classes is named.
 TEST(PredictOptions, TopKDefaultsToTheClassesWhereThereAreFewerThanFive) {
   const PredictOptions plain = parse({"--checkpoint", "a"});
