@@ -299,7 +299,7 @@ FUZZ_RUNS  ?= 1000000
 FUZZ_SRC   := src/core/file_io.cpp src/core/format.cpp src/data/cifar10.cpp src/data/fashion_mnist.cpp \
               src/train/checkpoint.cpp src/model/autotune_cache.cpp src/train/options.cpp src/core/flags.cpp \
               src/data/data_flags.cpp src/predict/options.cpp src/model/fused_patterns.cpp src/data/image_decode.cpp \
-              src/data/image_resize.cpp
+              src/data/image_resize.cpp src/core/late_notice.cpp
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.cpp,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.cpp))
 FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude \
               -isystem $(STB_INCLUDE)

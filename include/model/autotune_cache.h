@@ -21,10 +21,15 @@
 //   fused.conv-bn-relu.n256.c64.h32.w32.k64.r3.s1.p1 plan=2/1/0/0.0541 unfused=0.0612
 #pragma once
 
+#include <chrono>
+#include <cstdio>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/late_notice.h"
 #include "core/types.h"
 
 struct AlgoChoice {
@@ -100,12 +105,25 @@ class AutotuneCache {
   size_t entries_here() const;
   const std::string& path() const { return path_; }
   const std::string& context() const { return context_; }
-  // What the programs print when building the network runs long (core/late_notice.h): shapes and
-  // fused patterns missing here are being measured.
+  // What the programs print when measuring runs long: shapes and fused patterns missing here are
+  // being measured.
   std::string still_measuring_line() const;
+  // A first start measures every conv and fused pattern, a minute or more with nothing printed. Armed,
+  // the first lookup that misses (a search follows it) starts a LateNotice (core/late_notice.h) that
+  // prints still_measuring_line() to `out` if it is still going `delay` later; a network found whole
+  // in the cache prints nothing however long it takes to build. end_late_notice() (or the
+  // destructor) ends it: the programs arm it around building their network.
+  void arm_late_notice(std::chrono::milliseconds delay, FILE* out = stdout);
+  void end_late_notice();
+  ~AutotuneCache();
 
  private:
+  void missed() const;  // a lookup found nothing: starts the armed notice
+
   std::string path_, context_;
   AutotuneEntries all_;
   bool changed_ = false;
+  std::optional<std::chrono::milliseconds> notice_delay_;  // armed
+  FILE* notice_out_ = stdout;
+  mutable std::unique_ptr<LateNotice> notice_;  // started by a lookup (const) that misses
 };

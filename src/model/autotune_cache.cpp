@@ -170,8 +170,26 @@ bool put_entry(std::map<std::string, T>& entries, const std::string& key, const 
 
 }  // namespace
 
+AutotuneCache::~AutotuneCache() = default;
+
+void AutotuneCache::arm_late_notice(std::chrono::milliseconds delay, FILE* out) {
+  notice_delay_ = delay;
+  notice_out_ = out;
+}
+
+void AutotuneCache::end_late_notice() {
+  notice_.reset();  // waits for the notice's thread
+  notice_delay_.reset();
+}
+
+void AutotuneCache::missed() const {
+  if (notice_delay_ && !notice_) notice_ = std::make_unique<LateNotice>(*notice_delay_, still_measuring_line(), notice_out_);
+}
+
 const ConvAlgos* AutotuneCache::find(const std::string& shape) const {
-  return find_entry(all_, context_, &ContextEntries::convs, shape);
+  const ConvAlgos* hit = find_entry(all_, context_, &ContextEntries::convs, shape);
+  if (!hit) missed();
+  return hit;
 }
 
 void AutotuneCache::put(const std::string& shape, const ConvAlgos& algos) {
@@ -179,7 +197,9 @@ void AutotuneCache::put(const std::string& shape, const ConvAlgos& algos) {
 }
 
 const FusedChoice* AutotuneCache::find_fused(const std::string& key) const {
-  return find_entry(all_, context_, &ContextEntries::fused, key);
+  const FusedChoice* hit = find_entry(all_, context_, &ContextEntries::fused, key);
+  if (!hit) missed();
+  return hit;
 }
 
 void AutotuneCache::put_fused(const std::string& key, const FusedChoice& choice) {

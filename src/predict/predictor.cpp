@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
-#include <optional>
 
 #include <cudnn.h>
 
@@ -227,11 +226,9 @@ void Predictor::build_network() {
                       AutotuneContext{prop_.name, cudnnGetVersion(), cfg.dtype, cfg.layout, cfg.tf32, cfg.conv_api,
                                       trainer_defaults.workspace_mb});
   for (const std::string& w : cache.load()) std::fprintf(stderr, "warning: %s\n", w.c_str());
-  {
-    std::optional<LateNotice> notice;
-    if (measure) notice.emplace(kLateNoticeDelay, cache.still_measuring_line());
-    net_ = std::make_unique<ResNet50>(cfg, *ctx_, cache);
-  }
+  if (measure) cache.arm_late_notice(kLateNoticeDelay);
+  net_ = std::make_unique<ResNet50>(cfg, *ctx_, cache);
+  cache.end_late_notice();
   if (measure && cache.changed()) cache.save();  // new conv choices or fused plans
   if (cfg.fused_bn)
     for (const std::string& line : fusion_report_lines(net_->fusion_report())) std::printf("%s\n", line.c_str());

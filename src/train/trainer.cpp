@@ -293,11 +293,9 @@ void Trainer::build_network() {
   for (const std::string& w : cache_->load()) warn_once_per_machine(w);
 
   const auto start = std::chrono::steady_clock::now();
-  {
-    std::optional<LateNotice> notice;
-    if (measure) notice.emplace(kLateNoticeDelay, cache_->still_measuring_line());
-    net_ = std::make_unique<ResNet50>(cfg, *ctx_, *cache_);
-  }
+  if (measure) cache_->arm_late_notice(kLateNoticeDelay);
+  net_ = std::make_unique<ResNet50>(cfg, *ctx_, *cache_);
+  cache_->end_late_notice();
   const double build_s = seconds_since(start);
   const AlgoReport& ar = net_->algo_report();
   const char* api = conv_api_name(cfg.conv_api);

@@ -1,15 +1,21 @@
 // The conv-algorithm cache file: exact round trips, a corrupt file ignored with a warning (and
-// rewritten on save), and entries of other GPUs/builds kept but never used.
+// rewritten on save), entries of other GPUs/builds kept but never used, and the notice armed
+// around a first start's measuring.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "model/autotune_cache.h"
+#include "core/elapsed.h"
 #include "core/errors.h"
+#include "core/file_io.h"
 #include "support/test_files.h"
 
 namespace {
@@ -299,6 +305,61 @@ TEST(AutotuneCache, StillMeasuringLineSaysWhyTheSearchRuns) {
   EXPECT_EQ(c.still_measuring_line(),
             "convs: measuring cuDNN's conv algorithms and fused plans (shapes or patterns new to cache.txt: another "
             "batch or image size); this can take a minute, and they are saved so that later starts skip it");
+}
+
+// The armed notice (what bin/train and bin/predict print when a first start measures for long):
+// it starts at the first lookup that misses, so a network found whole in the cache never says it
+// is measuring, however long its build takes.
+std::string text_of(const std::string& path) {
+  const std::vector<uint8_t> bytes = read_file(path);  // a handle of its own: the notice's position stays
+  return std::string(bytes.begin(), bytes.end());
+}
+
+TEST(AutotuneCache, TheArmedNoticeStartsAtTheFirstMissOnly) {
+  using namespace std::chrono_literals;
+  test_files::TempDir dir;
+  const std::string out = dir / "out.txt";
+  FILE* f = std::fopen(out.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  AutotuneCache c("cache.txt", kHere);
+  c.put("a", algos(1));
+  c.arm_late_notice(1ms, f);
+  EXPECT_NE(c.find("a"), nullptr);
+  std::this_thread::sleep_for(200ms);  // hits only: no notice, though the delay is long past
+  EXPECT_EQ(text_of(out), "");
+  EXPECT_EQ(c.find("b"), nullptr);  // a miss: a search would follow
+  EXPECT_EQ(c.find_fused("k"), nullptr);  // a second miss starts no second notice
+  const auto start = std::chrono::steady_clock::now();
+  while (text_of(out).empty() && seconds_since(start) < 30) std::this_thread::sleep_for(10ms);
+  std::this_thread::sleep_for(100ms);  // time for a second line, were there one
+  c.end_late_notice();
+  std::fclose(f);
+  EXPECT_EQ(text_of(out), c.still_measuring_line() + "\n");
+}
+
+TEST(AutotuneCache, AnUnarmedOrEndedNoticePrintsNothing) {
+  using namespace std::chrono_literals;
+  test_files::TempDir dir;
+  const std::string out = dir / "out.txt";
+  FILE* f = std::fopen(out.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  {
+    AutotuneCache unarmed("cache.txt", kHere);
+    EXPECT_EQ(unarmed.find("a"), nullptr);
+    AutotuneCache ended("cache.txt", kHere);
+    ended.arm_late_notice(1ms, f);
+    ended.end_late_notice();
+    EXPECT_EQ(ended.find_fused("k"), nullptr);
+    const auto start = std::chrono::steady_clock::now();
+    AutotuneCache quick("cache.txt", kHere);
+    quick.arm_late_notice(60s, f);
+    EXPECT_EQ(quick.find("a"), nullptr);
+    quick.end_late_notice();
+    EXPECT_LT(seconds_since(start), 5.0) << "ending the notice waited for its delay";
+    std::this_thread::sleep_for(100ms);
+  }
+  std::fclose(f);
+  EXPECT_EQ(text_of(out), "");
 }
 
 TEST(AutotuneCache, EmptyPathNeverTouchesDisk) {
