@@ -268,8 +268,6 @@ TEST(Options, NoTwoFlagsNameOneFileButSaveMayReplaceTheResumedCheckpoint) {
   EXPECT_EQ(parse({"--resume", "r.ckpt", "--save", "r.ckpt"}).save, "r.ckpt");
 }
 
-// The autotune cache only where it is written (the trainer knows: autotuning builds without
-// --deterministic): a build that never writes it may use its name, the default one included.
 // What Trainer::check_output_paths checks can be written: the flags' files, the cache only where used.
 TEST(Options, OutputFilesAreTheWrittenOnes) {
   const Options o = parse({"--save", "s.ckpt", "--trace", "t.json"});
@@ -279,6 +277,8 @@ TEST(Options, OutputFilesAreTheWrittenOnes) {
   EXPECT_EQ(output_files(o, true).back(), (std::pair<std::string, std::string>{"--autotune-cache", "autotune-cache.txt"}));
 }
 
+// The autotune cache only where it is written (the trainer knows: autotuning builds without
+// --deterministic): a build that never writes it may use its name, the default one included.
 TEST(Options, TheAutotuneCacheClashesOnlyWhereItIsWritten) {
   const Options resumed = parse({"--resume", "r.ckpt", "--autotune-cache", "./r.ckpt"});
   EXPECT_NO_THROW(check_files_distinct(resumed, false));
