@@ -178,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     runner.prepare_out_dir(TOOL, args.out)
     runner.prepare_out_dir(TOOL, args.results, "--results")
     envs = rank_environments(args.gpus, free_port(), dict(os.environ))
+    args.out.mkdir(parents=True, exist_ok=True)  # nsys -o and nsys stats --output write into it, neither makes it
     print(f"{TOOL}: {args.binary} on {args.gpus} GPUs under nsys ...", file=sys.stderr, flush=True)
     outs = run_ranks(profile_command(nsys, binaries[args.binary], args), envs, args.timeout)
     for rank, out in enumerate(outs):
@@ -187,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     ranks = [condense(args, nsys, r) for r in range(args.gpus)]
     run = (table.summaries(outs[0].stdout) or [{}])[-1]
     gpu, date = str(run.get("gpu") or gpus[0]), str(run.get("date") or runner.today())
+    runner.write_files(TOOL, {args.out / f"{report_name(args)}_{r.rank}.md": to_markdown(r.summary) for r in ranks})
     for r in ranks:
-        (args.out / f"{report_name(args)}_{r.rank}.md").write_text(to_markdown(r.summary))
         print(f"rank {r.rank}: {where_the_time_goes(r.summary)}", flush=True)
     command = "python3 bench/profile_ranks.py " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     text = (f"# {args.binary} on {args.gpus} GPUs, every rank profiled, {gpu}, {date}\n\n- command: `{command}`\n"

@@ -15,6 +15,7 @@ from pathlib import Path
 import nsys_summary
 import profile_ranks
 import scaling
+from tests.python import FIXTURES
 from tests.python.fakes import FakeMachine, _write_executable
 from timeline import ProfileSummary, Stat
 
@@ -29,6 +30,22 @@ FAKE_DDP_TRAINER = textwrap.dedent('''
     print(json.dumps({{"event": "summary", "variant": "{variant}", "images_per_s": per_gpu * gpus,
                       "ms_per_step": 1000.0 * batch / per_gpu, "allreduce_exposed_ms_per_step": 0.25 * (gpus > 1),
                       "gpu": "NVIDIA H200", "date": "2026-11-24"}}))
+''')
+
+# nsys as profile_ranks.py runs it: `profile` expands %q{{RANK}} from the rank's environment and writes
+# the report where -o says (into a directory that must exist), then runs the trainer; `stats` writes
+# the recorded train-baseline CSVs (no NCCL kernels in them) under --output's prefix.
+FAKE_RANK_NSYS = textwrap.dedent('''
+    import os, shutil, subprocess, sys
+    from pathlib import Path
+    args = sys.argv[1:]
+    if args[0] == "profile":
+        out = args[args.index("-o") + 1].replace("%q{{RANK}}", os.environ["RANK"])
+        Path(out + ".nsys-rep").write_text("fake report")
+        sys.exit(subprocess.run(args[args.index("-o") + 2:]).returncode)
+    prefix = args[args.index("--output") + 1]
+    for recorded in Path({fixtures!r}).glob("train-baseline_*.csv"):
+        shutil.copy(recorded, prefix + recorded.name[len("train-baseline"):])
 ''')
 
 
@@ -120,6 +137,39 @@ class Scripts(unittest.TestCase):
         p = self.machine.run_script("scaling.py", "--gpus", "1,2", "--bin-dir", str(self.machine.bin_dir))
         self.assertEqual(p.returncode, 2)
         self.assertEqual(p.stderr.strip(), "bench-scaling: --gpus 2 needs 2 GPUs; this machine has 1")
+
+    def profile_ranks_machine(self):
+        """Two GPUs, bin/train and an nsys that profiles each rank."""
+        self.gpus(2)
+        self.fake_binary("train", 0.9)
+        _write_executable(self.machine.tools / "nsys", f"#!{sys.executable}\n" +
+                          FAKE_RANK_NSYS.format(fixtures=str(FIXTURES / "nsys")))
+
+    def run_profile_ranks(self, out, results):
+        return self.machine.run_script("profile_ranks.py", "--gpus", "2", "--bin-dir", str(self.machine.bin_dir),
+                                       "--out", str(out), "--results", str(results))
+
+    def test_profile_ranks_makes_its_out_directory(self):
+        # The default --out (bench/out/profile) is git-ignored: a fresh clone has none.
+        self.profile_ranks_machine()
+        out, results = Path(self.tmp.name) / "fresh" / "profile", Path(self.tmp.name) / "results"
+        p = self.run_profile_ranks(out, results)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for rank in (0, 1):
+            self.assertTrue((out / f"train-2gpu_{rank}.nsys-rep").is_file())
+            self.assertIn(f"## rank {rank} (nsys, 30 steps)", (out / f"train-2gpu_{rank}.md").read_text())
+        combined = (results / "profiles-2gpu-nvidia-h200-2026-11-24.md").read_text()
+        self.assertIn("| 1 | 41.390 | 68.5 | 0.000 | 0.000 | 0.000 | — |", combined)
+
+    def test_profile_ranks_a_failed_write_of_a_ranks_report_is_one_line(self):
+        self.profile_ranks_machine()
+        out, results = Path(self.tmp.name) / "profile", Path(self.tmp.name) / "results"
+        (out / "train-2gpu_1.md").mkdir(parents=True)  # where rank 1's report goes
+        p = self.run_profile_ranks(out, results)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+        self.assertEqual(p.stderr.splitlines()[-1], f"profile: cannot write {out / 'train-2gpu_1.md'}: Is a directory")
+        self.assertFalse(results.exists(), "no combined report after a failed write")
 
     def test_profile_ranks_refuses_more_gpus_than_the_machine_has_and_needs_nsys(self):
         self.gpus(1)
