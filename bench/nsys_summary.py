@@ -158,23 +158,35 @@ def allreduce_time(rows: list[dict[str, str]]) -> tuple[int, int]:
     return interval_union_ns(nccl), intersection_ns(nccl, compute)
 
 
+def parse_report(report: str, rows: list[dict[str, str]], summary: ProfileSummary) -> None:
+    """Sets one report's part of summary. Each part is parsed into a fresh object and set only once
+    all its rows parsed: a cell that is not a number (ValueError) leaves summary as it was."""
+    if report == "nvtx_sum":
+        phases: dict[str, Stat] = {}
+        parse_nvtx_sum(rows, phases)
+        summary.phases = phases
+    elif report == "cuda_gpu_kern_sum":
+        summary.kernels = parse_named_sum(rows)
+    elif report == "cuda_gpu_mem_time_sum":
+        copies = ProfileSummary(variant=summary.variant, source=summary.source)
+        parse_mem_time_sum(rows, copies)
+        summary.h2d, summary.d2h, summary.other_copies = copies.h2d, copies.d2h, copies.other_copies
+    elif report == "cuda_api_sum":
+        summary.api = parse_named_sum(rows, clean=api_name)
+    elif report == "cuda_gpu_trace":
+        summary.set_gpu_activity(gpu_intervals(rows))
+
+
 def summarize(prefix: Path | str, variant: str) -> ProfileSummary:
     """Reads <prefix>_<report>.csv for every report; a missing one becomes a note, not an error."""
     summary = ProfileSummary(variant=variant, source="nsys")
-    parsers = {
-        "nvtx_sum": lambda rows: parse_nvtx_sum(rows, summary.phases),
-        "cuda_gpu_kern_sum": lambda rows: setattr(summary, "kernels", parse_named_sum(rows)),
-        "cuda_gpu_mem_time_sum": lambda rows: parse_mem_time_sum(rows, summary),
-        "cuda_api_sum": lambda rows: setattr(summary, "api", parse_named_sum(rows, clean=api_name)),
-        "cuda_gpu_trace": lambda rows: summary.set_gpu_activity(gpu_intervals(rows)),
-    }
     for report in REPORTS:
         path = report_path(prefix, report)
         if not path.is_file():
             summary.notes.append(f"{path.name} is missing, so its part of this profile is empty")
             continue
         try:
-            parsers[report](read_rows(path.read_text(errors="replace")))
+            parse_report(report, read_rows(path.read_text(errors="replace")), summary)
         except ValueError as e:  # a hand-edited or damaged CSV spoils its own part, not the whole profile
             summary.notes.append(f"{path.name}: {e}, so its part of this profile is left out")
     return summary

@@ -159,6 +159,22 @@ class BadCells(BenchTest):
                             for n in summary.notes), summary.notes)
         self.assertTrue(summary.kernels)  # the other reports still count
 
+    def test_a_bad_cell_in_the_last_row_leaves_none_of_its_report_in_the_summary(self):
+        for path in (FIXTURES / "nsys").glob("train-baseline_*.csv"):
+            shutil.copy(path, self.tmp / path.name)
+        for report, good, bad in (("nvtx_sum", "26878226", "26878x226"), ("cuda_gpu_mem_time_sum", ",63000,", ",63x00,")):
+            path = self.tmp / f"train-baseline_{report}.csv"
+            lines = path.read_text().splitlines()
+            self.assertIn(good, lines[-1])
+            path.write_text("\n".join(lines[:-1] + [lines[-1].replace(good, bad)]) + "\n")
+        summary = nsys_summary.summarize(self.tmp / "train-baseline", "train-baseline")
+        for report in ("nvtx_sum", "cuda_gpu_mem_time_sum"):
+            self.assertTrue(any(n.startswith(f"train-baseline_{report}.csv: ") and n.endswith("is left out")
+                                for n in summary.notes), summary.notes)
+        self.assertEqual(summary.phases, {})  # not the rows before the bad one
+        self.assertEqual([(c.total_ns, c.count) for c in (summary.h2d, summary.d2h, summary.other_copies)], [(0, 0)] * 3)
+        self.assertTrue(summary.kernels and summary.api and summary.window_ns)  # the other reports still count
+
     def test_kernel_kinds_names_the_file_with_a_bad_cell(self):
         source = FIXTURES / "nsys" / "kinds-train_cuda_gpu_kern_sum.csv"
         header, first, *rest = source.read_text().splitlines()
