@@ -177,16 +177,28 @@ def parse_report(report: str, rows: list[dict[str, str]], summary: ProfileSummar
         summary.set_gpu_activity(gpu_intervals(rows))
 
 
-def summarize(prefix: Path | str, variant: str) -> ProfileSummary:
-    """Reads <prefix>_<report>.csv for every report; a missing one becomes a note, not an error."""
+def read_reports(prefix: Path | str) -> dict[str, list[dict[str, str]] | None]:
+    """The rows of <prefix>_<report>.csv for every report; None for a missing file."""
+    reports = {}
+    for report in REPORTS:
+        path = report_path(prefix, report)
+        reports[report] = read_rows(path.read_text(errors="replace")) if path.is_file() else None
+    return reports
+
+
+def summarize(prefix: Path | str, variant: str,
+              reports: dict[str, list[dict[str, str]] | None] | None = None) -> ProfileSummary:
+    """The profile in <prefix>_<report>.csv (reports: those files as read_reports read them, for a
+    caller that uses their rows too); a missing report becomes a note, not an error."""
+    reports = read_reports(prefix) if reports is None else reports
     summary = ProfileSummary(variant=variant, source="nsys")
     for report in REPORTS:
         path = report_path(prefix, report)
-        if not path.is_file():
+        if reports[report] is None:
             summary.notes.append(f"{path.name} is missing, so its part of this profile is empty")
             continue
         try:
-            parse_report(report, read_rows(path.read_text(errors="replace")), summary)
+            parse_report(report, reports[report], summary)
         except ValueError as e:  # a hand-edited or damaged CSV spoils its own part, not the whole profile
             summary.notes.append(f"{path.name}: {e}, so its part of this profile is left out")
     return summary

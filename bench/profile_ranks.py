@@ -151,13 +151,12 @@ def condense(args: argparse.Namespace, nsys: Path, rank: int) -> RankProfile:
     out = runner.run(stats, args.timeout)
     if out.returncode != 0:
         runner.die(TOOL, f"nsys stats of rank {rank} failed: {runner.last_line(out.stderr)}", 1)
-    summary = nsys_summary.summarize(base, f"rank {rank}")
-    trace = nsys_summary.report_path(base, "cuda_gpu_trace")
-    rows = nsys_summary.read_rows(trace.read_text(errors="replace")) if trace.is_file() else []
+    reports = nsys_summary.read_reports(base)  # each CSV read and parsed once, for both uses
+    summary = nsys_summary.summarize(base, f"rank {rank}", reports)
     try:
-        total, hidden = nsys_summary.allreduce_time(rows)
+        total, hidden = nsys_summary.allreduce_time(reports["cuda_gpu_trace"] or [])
     except ValueError as e:  # a cell that is not a number: the table would be wrong, not just short
-        runner.die(TOOL, f"{trace}: {e}", 1)
+        runner.die(TOOL, f"{nsys_summary.report_path(base, 'cuda_gpu_trace')}: {e}", 1)
     return RankProfile(rank, summary, total, hidden)
 
 

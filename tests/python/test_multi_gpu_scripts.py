@@ -11,6 +11,7 @@ import tempfile
 import textwrap
 import unittest
 from pathlib import Path
+from unittest import mock
 
 import nsys_summary
 import profile_ranks
@@ -47,6 +48,18 @@ FAKE_RANK_NSYS = textwrap.dedent('''
     for recorded in Path({fixtures!r}).glob("train-baseline_*.csv"):
         shutil.copy(recorded, prefix + recorded.name[len("train-baseline"):])
 ''')
+
+
+def trace_only_nsys(directory: Path, csv_text: str) -> Path:
+    """An nsys in directory whose stats write <prefix>_cuda_gpu_trace.csv alone, holding csv_text."""
+    nsys = directory / "nsys"
+    _write_executable(nsys, textwrap.dedent(f"""\
+        #!{sys.executable}
+        import sys
+        out = sys.argv[sys.argv.index("--output") + 1]
+        open(out + "_cuda_gpu_trace.csv", "w").write({csv_text!r})
+        """))
+    return nsys
 
 
 def trace_row(name, start, duration):
@@ -203,19 +216,25 @@ class ProfileRanks(unittest.TestCase):
 
     def test_a_bad_cell_in_a_ranks_gpu_trace_is_one_line_naming_the_file(self):
         with tempfile.TemporaryDirectory() as tmp:
-            nsys = Path(tmp) / "nsys"  # its stats write a cuda_gpu_trace whose start is not a number
-            _write_executable(nsys, textwrap.dedent(f"""\
-                #!{sys.executable}
-                import sys
-                out = sys.argv[sys.argv.index("--output") + 1]
-                open(out + "_cuda_gpu_trace.csv", "w").write("Start (ns),Duration (ns),Name\\n12x4,100,ncclKernel\\n")
-                """))
+            # its stats write a cuda_gpu_trace whose start is not a number
+            nsys = trace_only_nsys(Path(tmp), "Start (ns),Duration (ns),Name\n12x4,100,ncclKernel\n")
             args = profile_ranks.parse_args(["--gpus", "2", "--out", tmp])
             err = io.StringIO()
             with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as stop:
                 profile_ranks.condense(args, nsys, 0)
             self.assertEqual(stop.exception.code, 1)
             self.assertRegex(err.getvalue(), r"^profile: \S+_0_cuda_gpu_trace\.csv: .12x4. is not a number\n$")
+
+    def test_each_ranks_csvs_are_read_once(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            # an all-reduce half hidden by another kernel
+            nsys = trace_only_nsys(Path(tmp), "Start (ns),Duration (ns),Name\n0,100,ncclDevKernel_AllReduce\n50,100,sgemm\n")
+            args = profile_ranks.parse_args(["--gpus", "2", "--out", tmp])
+            with mock.patch.object(nsys_summary, "read_rows", wraps=nsys_summary.read_rows) as read_rows:
+                rank = profile_ranks.condense(args, nsys, 1)
+            self.assertEqual(read_rows.call_count, 1)  # the trace, for the summary and the all-reduce both
+            self.assertEqual((rank.rank, rank.allreduce_ns, rank.hidden_ns), (1, 100, 50))
+            self.assertEqual((rank.summary.busy_ns, rank.summary.window_ns), (150, 150))
 
     def test_allreduce_table_per_step(self):
         s = ProfileSummary(variant="rank 0", source="nsys")
