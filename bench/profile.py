@@ -106,18 +106,21 @@ def main(argv: list[str] | None = None) -> int:
     settings = capture.Settings(out_dir=args.out, batch=args.batch, warmup_steps=args.warmup_steps,
                                 profile_steps=args.profile_steps, steps=args.steps, timeout_s=args.timeout,
                                 program=args.program, checkpoint=checkpoint)
-    summaries = []
+    summaries, empty = [], []
     for variant in variants:
         print(f"{TOOL}: {variant} ...", file=sys.stderr, flush=True)
         s = capture.capture(binaries[variant], variant, settings, guard, nsys, args.compare_trace)
-        runner.write_files(TOOL, {args.out / f"{variant}.md": to_markdown(s)})
+        if s.captured():  # else an earlier good <variant>.md stays
+            runner.write_files(TOOL, {args.out / f"{variant}.md": to_markdown(s)})
+        else:
+            empty.append(variant)
         print(f"{variant}: {where_the_time_goes(s)}" + "".join(f" [{n}]" for n in s.notes), flush=True)
         comparison = busy_comparison(s)
         if comparison:
             print(f"{variant}: {comparison}", flush=True)
         summaries.append(s)
 
-    if not any(s.phases or s.kernels or s.window_ns for s in summaries):
+    if not any(s.captured() for s in summaries):
         # Nothing captured: a report of empty tables must not replace a good one of the same name.
         runner.die(TOOL, "no profile captured anything (see the lines above); no combined report written", 1)
     run = next((s.run for s in summaries if s.run), {})
@@ -130,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         ("profiles", "the training step")
     combined = args.results / f"{prefix}-{runner.slug(gpu)}-{date}.md"
     runner.write_files(TOOL, {combined: combined_report(summaries, gpu, date, command, how, what)})
-    print(f"{TOOL}: wrote {combined} and {args.out}/<variant>.md", file=sys.stderr)
+    print(f"{TOOL}: wrote {combined} and {args.out}/<variant>.md"
+          + (f" (none for {', '.join(empty)}: nothing captured)" if empty else ""), file=sys.stderr)
     return 0
 
 

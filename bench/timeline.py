@@ -117,6 +117,11 @@ class ProfileSummary:
         self.busy_ns, self.window_ns = busy_and_window_ns(intervals)
         self.idle_gaps = idle_by_gap_length(intervals)
 
+    def captured(self) -> bool:
+        """Whether the profile holds anything: a failed run's has notes only, and a report of its
+        empty tables must not replace a good one of the same name."""
+        return bool(self.phases or self.kernels or self.window_ns)
+
     @property
     def gpu_busy_pct(self) -> float | None:
         return 100.0 * self.busy_ns / self.window_ns if self.window_ns else None

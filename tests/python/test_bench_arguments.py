@@ -142,6 +142,24 @@ class NothingToWrite(BenchTest):
         self.assertIn("profile: no profile captured anything", result.stderr.splitlines()[-1])
         self.assertEqual(earlier.read_text(), "a good earlier report\n")
 
+    def test_profile_keeps_an_earlier_per_variant_report_for_a_variant_that_captured_nothing(self):
+        self.machine.add_binary("train-baseline")
+        self.machine.add_binary("train-fp16")  # its recording fails (a cuDNN error)
+        raw = self.tmp / "raw"
+        raw.mkdir()
+        earlier = raw / "train-fp16.md"
+        for variants, code in (("fp16", 1), ("baseline,fp16", 0)):
+            earlier.write_text("a good earlier report\n")
+            with self.subTest(variants=variants):
+                result = self.run_tool("profile.py", "--variants", variants, "--no-nsys", "--results", str(self.out),
+                                       "--out", str(raw))
+                self.assertEqual(result.returncode, code, result.stderr)
+                self.assertNotIn("Traceback", result.stderr)
+                self.assertEqual(earlier.read_text(), "a good earlier report\n")
+        self.assertIn("built-in trace", (raw / "train-baseline.md").read_text())
+        self.assertIn("(none for train-fp16: nothing captured)", result.stderr.splitlines()[-1])
+        self.assertIn("| train-fp16 |", next(self.out.glob("profiles-*.md")).read_text())
+
     def test_profile_step_counts(self):
         for args in (["--batch", "0"], ["--profile-steps", "0"], ["--warmup-steps", "-1"]):
             with self.subTest(args=args):
