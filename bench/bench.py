@@ -54,9 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         pytorch_reference.parse_rungs(args.pytorch_rungs)
     except ValueError as e:
         p.error(f"--pytorch-rungs: {e}")
-    args.variant_list = runner.parse_variants(args.variants)
-    if not args.variant_list:
-        p.error(f"--variants {args.variants!r} selects no variant (ladder names, 'all' or 'train')")
+    args.variant_list = runner.parse_variants(p, args.variants)
     return args
 
 
@@ -126,7 +124,7 @@ def progress(line: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    gpus, variants, binaries = runner.require_gpu_and_binaries(TOOL, args.variants, args.bin_dir)
+    gpus, binaries = runner.require_gpu_and_binaries(TOOL, args.variant_list, args.bin_dir)
     with_pytorch = not args.no_pytorch and importlib.util.find_spec("torch") is not None
 
     runner.prepare_out_dir(TOOL, args.out)
@@ -134,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[table.Row] = []
     with tempfile.TemporaryDirectory(prefix="bench-trace-") as trace_dir:
         for batch in args.batches:
-            rows += [bench.measure(v, batch, Path(trace_dir)) for v in variants]
+            rows += [bench.measure(v, batch, Path(trace_dir)) for v in args.variant_list]
             if with_pytorch:
                 rows += bench.measure_pytorch(batch)
 

@@ -51,8 +51,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.synthetic_size < (args.warmup_batches + 1) * args.batch:
         p.error("--synthetic-size must hold more than --warmup-batches batches")
     runner.check_timeout(p, args.timeout)
-    if not runner.parse_variants(args.variants, "predict"):
-        p.error(f"--variants {args.variants!r} selects no variant (rung names, 'all' or 'predict')")
+    args.variant_list = runner.parse_variants(p, args.variants, "predict")
     return args
 
 
@@ -130,12 +129,13 @@ def progress(line: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    gpus, variants, binaries = runner.require_gpu_and_binaries(TOOL, args.variants, args.bin_dir, "predict")
+    gpus, binaries = runner.require_gpu_and_binaries(TOOL, args.variant_list, args.bin_dir, "predict")
     runner.prepare_out_dir(TOOL, args.out)
     guard = runner.GuardedRunner(TOOL)
     with tempfile.TemporaryDirectory(prefix="bench-predict-") as scratch:
         checkpoint = runner.make_predict_checkpoint(TOOL, args.bin_dir, Path(scratch), guard, args.timeout)
-        rows = [measure(guard, v, predict_command(binaries[v], args, checkpoint, Path(scratch)), args) for v in variants]
+        rows = [measure(guard, v, predict_command(binaries[v], args, checkpoint, Path(scratch)), args)
+                for v in args.variant_list]
     meta = table.run_metadata(rows)
     gpu, date = str(meta.get("gpu") or gpus[0]), str(meta.get("date") or runner.today())
     command = "python3 bench/bench_predict.py " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))

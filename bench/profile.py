@@ -54,8 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.steps < args.warmup_steps + args.profile_steps:
         p.error("--steps must cover --warmup-steps + --profile-steps")
     runner.check_timeout(p, args.timeout)
-    if not runner.parse_variants(args.variants, args.program):
-        p.error(f"--variants {args.variants!r} selects no variant (ladder names, 'all' or {args.program!r})")
+    args.variant_list = runner.parse_variants(p, args.variants, args.program)
     return args
 
 
@@ -91,7 +90,7 @@ def combined_report(summaries: list[ProfileSummary], gpu: str, date: str, comman
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    gpus, variants, binaries = runner.require_gpu_and_binaries(TOOL, args.variants, args.bin_dir, args.program)
+    gpus, binaries = runner.require_gpu_and_binaries(TOOL, args.variant_list, args.bin_dir, args.program)
     runner.prepare_out_dir(TOOL, args.out)
     runner.prepare_out_dir(TOOL, args.results, "--results")
     nsys = None if args.no_nsys else runner.find_nsys()
@@ -107,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                                 profile_steps=args.profile_steps, steps=args.steps, timeout_s=args.timeout,
                                 program=args.program, checkpoint=checkpoint)
     summaries, empty = [], []
-    for variant in variants:
+    for variant in args.variant_list:
         print(f"{TOOL}: {variant} ...", file=sys.stderr, flush=True)
         s = capture.capture(binaries[variant], variant, settings, guard, nsys, args.compare_trace)
         if s.captured():  # else an earlier good <variant>.md stays

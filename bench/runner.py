@@ -170,16 +170,22 @@ def variant_name(name: str, program: str = "train") -> str:
     return f"{program}-{name}"
 
 
-def parse_variants(spec: str, program: str = "train") -> list[str]:
-    """--variants: "all" (the ladder), or a comma list; "all,train" adds bin/train to the ladder
-    ("all,predict" bin/predict to the egress ladder)."""
-    names = []
-    for part in (p.strip() for p in spec.split(",")):
-        if not part:
-            continue
-        for name in LADDERS[program] if part == "all" else [variant_name(part, program)]:
-            if name not in names:
-                names.append(name)
+def parse_variants(p: argparse.ArgumentParser, spec: str, program: str = "train", with_all: bool = True) -> list[str]:
+    """--variants as the binaries' names, for a tool to parse once: a comma list of names ("baseline"
+    or "train-baseline"; program's own name for bin/<program>), and with_all, "all" for the ladder
+    ("all,train" adds bin/train). An empty item, a binary named twice ("all,baseline" too) or a list
+    that names nothing is a usage error: a typo must not silently run fewer binaries than asked for."""
+    if not spec.replace(",", "").strip():
+        hint = f"ladder names, 'all' or {program!r}" if with_all else "binary names"
+        p.error(f"--variants {spec!r} selects no variant ({hint})")
+    parts = parse_list(p, "--variants", spec)
+    ladder = with_all and "all" in parts
+    names: list[str] = []
+    for part in parts:
+        for name in LADDERS[program] if ladder and part == "all" else [variant_name(part, program)]:
+            if name in names:
+                p.error(f"--variants {spec!r} names {name} twice" + (" ('all' is the whole ladder)" if ladder else ""))
+            names.append(name)
     return names
 
 
@@ -200,18 +206,17 @@ def missing_binaries_line(missing: list[str], bin_dir: Path, program: str = "tra
     return f"{shown} not built: run {MAKE_TARGETS[program]} first"
 
 
-def require_gpu_and_binaries(tool: str, spec: str, bin_dir: Path, program: str = "train"
-                             ) -> tuple[list[str], list[str], dict[str, Path]]:
-    """How every bench script starts: the GPUs, the --variants asked for, and their binaries; one line
-    and exit 2 when there is no GPU or a binary is not built."""
+def require_gpu_and_binaries(tool: str, variants: list[str], bin_dir: Path, program: str = "train"
+                             ) -> tuple[list[str], dict[str, Path]]:
+    """How every bench script starts: the GPUs, and the binaries of the variants (parse_variants) asked
+    for; one line and exit 2 when there is no GPU or a binary is not built."""
     gpus = gpu_names()
     if not gpus:
         die(tool, NO_GPU_LINE)
-    variants = parse_variants(spec, program)
     binaries, missing = find_binaries(variants, bin_dir)
     if missing:
         die(tool, missing_binaries_line(missing, bin_dir, program))
-    return gpus, variants, binaries
+    return gpus, binaries
 
 
 def run(cmd: list[str], timeout_s: float) -> RunOutput:

@@ -48,7 +48,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if any(g < 1 for g in args.gpu_counts) or args.batch < 1 or args.runs < 1 or args.timed_steps < 1:
         p.error("--gpus, --batch, --runs and --timed-steps must be at least 1")
     runner.check_timeout(p, args.timeout)
-    args.variant_list = [runner.variant_name(v) for v in runner.parse_list(p, "--variants", args.variants)]
+    args.variant_list = runner.parse_variants(p, args.variants, with_all=False)
     args.extra_flags = runner.split_flags(p, "--extra", args.extra)
     return args
 

@@ -4,6 +4,7 @@ that produced nothing. Ctrl-C is one line, exit 130, with no child left running.
 """
 
 import contextlib
+import importlib.util
 import io
 import os
 import shutil
@@ -32,6 +33,15 @@ from pathlib import Path
 Path({pid_file!r}).write_text(str(os.getpid()))
 time.sleep(120)
 '''
+
+
+def tool_module(name):
+    """bench/<name>.py as a module of its own name, whatever sys.modules holds: bench/profile.py's name
+    is also the standard library's profiler's."""
+    spec = importlib.util.spec_from_file_location(f"bench_tool_{name}", BENCH / f"{name}.py")
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # (a dataclass looks itself up there)
+    spec.loader.exec_module(module)
+    return module
 
 
 class BenchTest(unittest.TestCase):
@@ -241,6 +251,36 @@ class ListsAndFlags(BenchTest):
                                        ("scaling.py", ["--gpus", "1,x"], "--gpus: 'x' is not a valid item")):
             with self.subTest(script=script, args=args):
                 self.assertRefused(self.run_tool(script, *args), 2, fragment)
+
+    def test_an_empty_or_repeated_variant_is_a_usage_error(self):
+        # Each tool with two of its variants and the binary name the first one stands for.
+        for script, args, (a, b, name) in (("bench.py", [], ("baseline", "devloss", "train-baseline")),
+                                           ("bench_predict.py", [], ("baseline", "stream", "predict-baseline")),
+                                           ("profile.py", [], ("baseline", "devloss", "train-baseline")),
+                                           ("profile.py", ["--program", "predict"], ("pool", "async", "predict-pool")),
+                                           ("scaling.py", [], ("train", "train-ddp-naive", "train"))):
+            for spec, fragment in ((f"{a},,{b}", f"--variants '{a},,{b}' has an empty item"),
+                                   (f"{a},{a}", f"--variants '{a},{a}' names {name} twice"),
+                                   (f"{a},{name},{b}", f"--variants '{a},{name},{b}' names {name} twice")):
+                with self.subTest(script=script, args=args, spec=spec):
+                    self.assertRefused(self.run_tool(script, *args, "--variants", spec), 2, fragment)
+        for script, spec, name in (("bench.py", "all,fp16", "train-fp16"), ("bench_predict.py", "stream,all", "predict-stream")):
+            with self.subTest(script=script, spec=spec):
+                self.assertRefused(self.run_tool(script, "--variants", spec), 2,
+                                   f"--variants {spec!r} names {name} twice ('all' is the whole ladder)")
+        self.assertEqual(self.machine.calls(), [])
+
+    def test_each_tool_keeps_its_parsed_variants(self):
+        bench, bench_predict, profile, scaling = (tool_module(name) for name in ("bench", "bench_predict", "profile",
+                                                                                 "scaling"))
+        ladder = runner.LADDERS["train"]
+        self.assertEqual(bench.parse_args(["--variants", "all,train"]).variant_list, ladder + ["train"])
+        self.assertEqual(bench_predict.parse_args([]).variant_list, runner.LADDERS["predict"] + ["predict"])
+        self.assertEqual(profile.parse_args(["--variants", "devloss,train-baseline"]).variant_list,
+                         ["train-devloss", "train-baseline"])
+        self.assertEqual(profile.parse_args(["--program", "predict", "--variants", "stream"]).variant_list,
+                         ["predict-stream"])
+        self.assertEqual(scaling.parse_args(["--variants", "train, ddp-naive"]).variant_list, ["train", "train-ddp-naive"])
 
     def test_an_unclosed_quote_in_extra_is_a_usage_error(self):
         for script, args in (("scaling.py", []), ("profile_ranks.py", ["--gpus", "1"])):
