@@ -144,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr, flush=True)
                 results.append(table.result_of(guard.run(command(binaries[variant], n, args), args.timeout)))
             points.append(make_point(variant, n, args.batch, results))
-    if all(p.row.failed for p in points):
-        runner.die(TOOL, "every run failed: " + "; ".join(sorted({f for p in points for f in p.row.failures})), 1)
+    print(markdown(points), end="")
+    runner.stop_if_all_failed(TOOL, [p.row for p in points])
     date = runner.today()
     command_line = "python3 bench/scaling.py " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     report = (f"# Data-parallel scaling, {gpus[0]}, {date}\n\n- command: `{command_line}`\n"
@@ -154,7 +154,6 @@ def main(argv: list[str] | None = None) -> int:
               + markdown(points))
     stem = args.out / f"scaling-{runner.slug(gpus[0])}-{date}"
     runner.write_files(TOOL, {stem.with_suffix(".md"): report, stem.with_suffix(".csv"): csv_text(points)})
-    print(markdown(points), end="")
     print(f"{TOOL}: wrote {stem}.md and .csv", file=sys.stderr)
     return 0
 

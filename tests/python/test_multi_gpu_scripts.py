@@ -15,6 +15,7 @@ from unittest import mock
 
 import nsys_summary
 import profile_ranks
+import runner
 import scaling
 from tests.python import FIXTURES
 from tests.python.fakes import FakeMachine, _write_executable
@@ -143,6 +144,23 @@ class Scripts(unittest.TestCase):
         self.assertIn("| train | 2 | 256 | 1,800 | 900 | 90.0% |", md)
         self.assertIn("| train-ddp-naive | 2 | 256 | 1,600 | 800 | 80.0% |", md)
         self.assertTrue(next(out.glob("scaling-*.csv")).read_text().startswith("variant,GPUs,"))
+
+    def test_scaling_with_every_run_failed_says_so_as_the_other_tools_do_and_writes_nothing(self):
+        self.gpus(2)
+        _write_executable(self.machine.bin_dir / "train", "#!/bin/sh\necho 'error: NCCL timeout' >&2\nexit 1\n")
+        out = Path(self.tmp.name) / "results"
+        out.mkdir()
+        earlier = out / f"scaling-nvidia-h200-{runner.today()}.md"
+        earlier.write_text("a good earlier result\n")
+        p = self.machine.run_script("scaling.py", "--variants", "train", "--runs", "1", "--bin-dir",
+                                    str(self.machine.bin_dir), "--out", str(out))
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+        self.assertEqual(p.stderr.splitlines()[-1],
+                         "bench-scaling: every run failed (the last: error: NCCL timeout); no results written")
+        self.assertIn("| train | 2 | 256 | failed: error: NCCL timeout |", p.stdout)  # the table, as bench.py prints it
+        self.assertEqual(earlier.read_text(), "a good earlier result\n")
+        self.assertEqual(sorted(f.name for f in out.iterdir()), [earlier.name])
 
     def test_scaling_refuses_more_gpus_than_the_machine_has(self):
         self.gpus(1)
