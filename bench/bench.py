@@ -51,7 +51,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--batch, --runs, --timed-steps and --pytorch-runs must be at least 1")
     runner.check_timeout(p, args.timeout)
     try:  # here, not after every CUDA binary ran
-        pytorch_reference.parse_rungs(args.pytorch_rungs)
+        args.pytorch_rung_list = pytorch_reference.parse_rungs(args.pytorch_rungs)
     except ValueError as e:
         p.error(f"--pytorch-rungs: {e}")
     args.variant_list = runner.parse_variants(p, args.variants)
@@ -95,7 +95,7 @@ class Bench:
         return table.build_row(variant, batch, results, trace, start)
 
     def measure_pytorch(self, batch: int) -> list[table.Row]:
-        rungs = pytorch_reference.parse_rungs(self.args.pytorch_rungs)
+        rungs = self.args.pytorch_rung_list
         cmd = [sys.executable, str(Path(pytorch_reference.__file__)), "--batch", str(batch),
                "--warmup-steps", str(self.args.warmup_steps), "--timed-steps", str(self.args.timed_steps),
                "--rungs", ",".join(r.name for r in rungs), "--json"]

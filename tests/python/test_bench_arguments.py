@@ -15,6 +15,7 @@ import tempfile
 import time
 import unittest
 from pathlib import Path
+from unittest import mock
 
 from tests.python import BENCH, FIXTURES
 from tests.python.fakes import FakeMachine, _write_executable
@@ -269,6 +270,22 @@ class ListsAndFlags(BenchTest):
                 self.assertRefused(self.run_tool(script, "--variants", spec), 2,
                                    f"--variants {spec!r} names {name} twice ('all' is the whole ladder)")
         self.assertEqual(self.machine.calls(), [])
+
+    def test_bench_parses_pytorch_rungs_once(self):
+        bench = tool_module("bench")
+        args = bench.parse_args(["--pytorch-rungs", "compile,baseline", "--pytorch-runs", "2"])
+        ran = []
+
+        def run(cmd, timeout_s):  # the PyTorch ladder's run, failing at once
+            ran.append(cmd)
+            return runner.RunOutput(1, "", "error: no torch here", timeout_s)
+
+        with mock.patch.object(bench.pytorch_reference, "parse_rungs", side_effect=AssertionError("parsed again")), \
+                mock.patch.object(runner, "run", run), contextlib.redirect_stderr(io.StringIO()):
+            for batch in (128, 256):
+                bench.Bench(args, {}).measure_pytorch(batch)
+        self.assertEqual(len(ran), 4)
+        self.assertEqual({cmd[cmd.index("--rungs") + 1] for cmd in ran}, {"baseline,compile"})
 
     def test_each_tool_keeps_its_parsed_variants(self):
         bench, bench_predict, profile, scaling = (tool_module(name) for name in ("bench", "bench_predict", "profile",
