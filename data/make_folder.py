@@ -14,8 +14,10 @@ and the accuracies of the two can be compared. Class directories are prefixed wi
 image's position in its original file.
 
 The source files are checked as bin/train's readers check them (each idx file's length against the
-image count in its header, CIFAR-10's as whole records, the labels 0..9), so that no malformed image
-is written; a problem with them, or with --out, is one `data-folder: error:` line and exit status 1.
+image count in its header, CIFAR-10's as whole records, the labels 0..9), all the files of both
+splits of a set before any PNG of it is written, so that no malformed image is written and a bad
+test file is found at once; a problem with them, or with --out, is one `data-folder: error:` line
+and exit status 1.
 A set is written into a temporary directory that is renamed at the end, and removed on any failure,
 so that a failed or interrupted run leaves no half-written folder under the final name, which later
 runs would take as done; a set already there is left alone. No third-party modules: the PNGs are
@@ -81,6 +83,11 @@ def read_maybe_gz(directory: Path, base: str) -> tuple[Path, bytes]:
     return path, path.read_bytes()
 
 
+def first_bad_label(labels: bytes, classes: int) -> int | None:
+    """The index of the first label outside 0..classes-1, or None."""
+    return next((i for i, label in enumerate(labels) if label >= classes), None)
+
+
 def idx_count(ipath: Path, img: bytes, lpath: Path, lab: bytes) -> int:
     """The image count of an idx pair, checked as bin/train checks it (parse_idx in
     src/data/fashion_mnist.cpp): both headers, the same count in both, each file's length exactly what
@@ -99,18 +106,23 @@ def idx_count(ipath: Path, img: bytes, lpath: Path, lab: bytes) -> int:
         raise DataError(f"{ipath} holds {count:,} images but {lpath} holds {lcount:,} labels")
     check_length(ipath, img, 16 + count * MNIST_SIDE * MNIST_SIDE, f"the header says {count:,} images")
     check_length(lpath, lab, 8 + count, f"the header says {count:,} labels")
-    bad = [i for i, label in enumerate(lab[8:]) if label >= len(FASHION_CLASSES)]
-    if bad:
-        raise DataError(f"{lpath}: label {lab[8 + bad[0]]} at index {bad[0]}, expected 0..9")
+    bad = first_bad_label(lab[8:], len(FASHION_CLASSES))
+    if bad is not None:
+        raise DataError(f"{lpath}: label {lab[8 + bad]} at index {bad}, expected 0..9")
     return count
 
 
 def fashion_split(directory: Path, images: str, labels: str, limit: int | None):
-    """(label, 32x32 grey pixels) of one idx pair, each 28x28 image centred on a zero canvas."""
+    """(label, 32x32 grey pixels) of one idx pair, each 28x28 image centred on a zero canvas. Both files
+    are read and checked here, when it is called; the images are made as the result is iterated."""
     (ipath, img), (lpath, lab) = read_maybe_gz(directory, images), read_maybe_gz(directory, labels)
     count = idx_count(ipath, img, lpath, lab)
+    return _fashion_images(img, lab, count if limit is None else min(limit, count))
+
+
+def _fashion_images(img: bytes, lab: bytes, count: int):
     pad = (SIDE - MNIST_SIDE) // 2
-    for i in range(count if limit is None else min(limit, count)):
+    for i in range(count):
         src = img[16 + i * MNIST_SIDE * MNIST_SIDE:16 + (i + 1) * MNIST_SIDE * MNIST_SIDE]
         canvas = bytearray(SIDE * SIDE)
         for y in range(MNIST_SIDE):
@@ -119,9 +131,13 @@ def fashion_split(directory: Path, images: str, labels: str, limit: int | None):
 
 
 def cifar_split(directory: Path, files: list[str], limit: int | None):
-    """(label, 32x32 RGB interleaved pixels) of CIFAR-10 batch files (label byte, R, G, B planes)."""
-    done = 0
+    """(label, 32x32 RGB interleaved pixels) of CIFAR-10 batch files (label byte, R, G, B planes). The
+    files are read and checked here, when it is called (with --limit, those it reaches); the images
+    are made as the result is iterated."""
+    batches, records = [], 0
     for name in files:
+        if limit is not None and records >= limit:
+            break
         path = directory / name
         data = path.read_bytes()
         # Any whole number of records, not only bin/train's 10,000: tests/data/test_image_folder.cpp
@@ -129,15 +145,19 @@ def cifar_split(directory: Path, files: list[str], limit: int | None):
         if not data or len(data) % CIFAR_RECORD:
             raise DataError(f"{path}: {len(data):,} bytes, expected a whole number of {CIFAR_RECORD}-byte records "
                             "(a label byte and 3,072 pixel bytes each)")
-        for r in range(len(data) // CIFAR_RECORD):
-            if limit is not None and done >= limit:
-                return
-            rec = data[r * CIFAR_RECORD:(r + 1) * CIFAR_RECORD]
-            if rec[0] >= len(CIFAR_CLASSES):
-                raise DataError(f"{path}: record {r} has label {rec[0]}, expected 0..9")
-            planes = [rec[1 + c * SIDE * SIDE:1 + (c + 1) * SIDE * SIDE] for c in range(3)]
-            yield rec[0], bytes(v for p in zip(*planes) for v in p)
-            done += 1
+        bad = first_bad_label(data[::CIFAR_RECORD], len(CIFAR_CLASSES))
+        if bad is not None:
+            raise DataError(f"{path}: record {bad} has label {data[bad * CIFAR_RECORD]}, expected 0..9")
+        batches.append(data)
+        records += len(data) // CIFAR_RECORD
+    return _cifar_images(batches, records if limit is None else min(limit, records))
+
+
+def _cifar_images(batches: list[bytes], count: int):
+    records = (data[r * CIFAR_RECORD:(r + 1) * CIFAR_RECORD] for data in batches for r in range(len(data) // CIFAR_RECORD))
+    for _, rec in zip(range(count), records):
+        planes = [rec[1 + c * SIDE * SIDE:1 + (c + 1) * SIDE * SIDE] for c in range(3)]
+        yield rec[0], bytes(v for p in zip(*planes) for v in p)
 
 
 def write_set(out: Path, classes: list[str], channels: int, splits: dict) -> tuple[int, int]:

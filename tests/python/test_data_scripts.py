@@ -39,6 +39,14 @@ def write_fashion_mnist(directory: Path, gz: bool = False, train: int = 12, test
                 (directory / name).write_bytes(data)
 
 
+def load_make_folder():
+    """data/make_folder.py as a module of its own, so that a test can replace its functions."""
+    spec = importlib.util.spec_from_file_location("make_folder", REPO / "data" / "make_folder.py")
+    make_folder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_folder)
+    return make_folder
+
+
 class PrepareLooksWhereTrainLooks(unittest.TestCase):
     """The Fashion-MNIST look-up of bin/train (find_fashion_mnist_dir): $FASHION_MNIST_DIR when set,
     then data/fashion-mnist, then the package's directory; .gz or uncompressed; a set directory
@@ -181,7 +189,7 @@ class MakeFolder(unittest.TestCase):
 
     def test_truncated_gz(self):
         write_fashion_mnist(self.tmp / "fmgz", gz=True)
-        gz = self.tmp / "fmgz" / "t10k-images-idx3-ubyte.gz"  # the test split: the train split is written by then
+        gz = self.tmp / "fmgz" / "t10k-images-idx3-ubyte.gz"  # the test split, read before the train split is written
         gz.write_bytes(gz.read_bytes()[:-20])
         p = self.make_folder(fashion=self.tmp / "fmgz")
         self.assertFails(p, f"{gz}: not a valid gzip file (Compressed file ended before the end-of-stream "
@@ -230,10 +238,39 @@ class MakeFolder(unittest.TestCase):
         self.out.mkdir(mode=0o555)
         self.assertFails(self.make_folder(), f"{self.out / 'fashion-mnist-png.tmp'}: Permission denied")
 
+    def test_a_bad_test_file_is_found_before_any_png_is_written(self):
+        """Every source file of both splits of a set is read and checked before its first PNG, so a
+        bad test file no longer costs writing (then removing) the whole train split first."""
+        make_folder = load_make_folder()
+        written = []  # the channels of each PNG made
+
+        def counted_png(width, height, channels, pixels, png_bytes=make_folder.png_bytes):
+            written.append(channels)
+            return png_bytes(width, height, channels, pixels)
+        make_folder.png_bytes = counted_png
+
+        def run(*args):
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                status = make_folder.main(["--out", str(self.out), "--fashion-mnist-dir", str(self.fm), *args])
+            return status, err.getvalue()
+        labels = self.fm / "t10k-labels-idx1-ubyte"
+        os.truncate(labels, 12)
+        self.assertEqual(run("--cifar-dir", str(self.tmp / "no-cifar")),
+                         (1, f"data-folder: error: {labels}: truncated: 12 bytes, expected 13 (the header says 5 "
+                             "labels)\n"))
+        self.assertEqual(written, [])  # the old script wrote the 12 train PNGs first
+        self.assertFalse(self.out.exists())
+        write_fashion_mnist(self.fm)
+        cifar = self.write_cifar(test_bytes=5000)
+        self.assertEqual(run("--limit", "3", "--cifar-dir", str(cifar)),
+                         (1, f"data-folder: error: {cifar / 'test_batch.bin'}: 5,000 bytes, expected a whole number "
+                             "of 3073-byte records (a label byte and 3,072 pixel bytes each)\n"))
+        self.assertEqual(written, [1] * 6)  # Fashion-MNIST's 3 + 3 grey PNGs, none of CIFAR-10's train split
+        self.assertEqual(sorted(f.name for f in self.out.iterdir()), ["fashion-mnist-png"])
+
     def test_an_interrupt_is_one_line_and_exit_130(self):
-        spec = importlib.util.spec_from_file_location("make_folder", REPO / "data" / "make_folder.py")
-        make_folder = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(make_folder)
+        make_folder = load_make_folder()
 
         def interrupted(*args, **kwargs):
             raise KeyboardInterrupt
@@ -246,9 +283,7 @@ class MakeFolder(unittest.TestCase):
         self.assertEqual(err.getvalue(), "data-folder: error: interrupted; no folder was left half-written\n")
 
     def test_an_interrupt_leaves_no_tmp(self):
-        spec = importlib.util.spec_from_file_location("make_folder", REPO / "data" / "make_folder.py")
-        make_folder = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(make_folder)
+        make_folder = load_make_folder()
 
         def images():
             yield 0, bytes(32 * 32)
