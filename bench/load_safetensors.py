@@ -21,11 +21,15 @@ import argparse
 import csv
 import gzip
 import json
-import os
 import re
 import struct
 import sys
 from pathlib import Path
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+if str(DATA) not in sys.path:
+    sys.path.insert(0, str(DATA))
+from dataset_files import fashion_mnist_dirs, find_fashion_mnist_dir  # noqa: E402  (data/, shared with make_folder.py)
 
 STAGE_BLOCKS = (3, 4, 6, 3)  # bottleneck blocks per stage, as pytorch_resnet.py builds them
 DTYPES = {"F32": ("f", 4), "F16": ("e", 2), "I64": ("q", 8)}
@@ -132,20 +136,21 @@ def pytorch_resnet_name(name: str) -> str:
 
 def read_test_set(data: str, data_dir: str | None) -> tuple[bytes, list[int], int]:
     """uint8 images (count x channels x 32 x 32), labels and channels of the test split, read from
-    the same files bin/train reads."""
+    the same files bin/train reads: Fashion-MNIST's t10k files from --data-dir, else from the directory
+    bin/train --data auto trains on (find_fashion_mnist_dir)."""
     if data == "cifar10":
         path = Path(data_dir or "data/cifar-10-batches-bin") / "test_batch.bin"
         raw = path.read_bytes()
         records = [raw[i:i + 3073] for i in range(0, len(raw), 3073)]
         return b"".join(r[1:] for r in records), [r[0] for r in records], 3
     if data == "fashion-mnist":
-        candidates = [data_dir] if data_dir else [os.environ.get("FASHION_MNIST_DIR"), "data/fashion-mnist",
-                                                   "/usr/share/datasets/fashion-mnist"]
-        for d in filter(None, candidates):
-            images, labels = _idx(Path(d), "t10k-images-idx3-ubyte", 16), _idx(Path(d), "t10k-labels-idx1-ubyte", 8)
-            if images is not None and labels is not None:
-                return _pad_to_32(images, 28), list(labels), 1
-        raise SystemExit(f"error: Fashion-MNIST test files not found in {', '.join(filter(None, candidates))}")
+        directory = Path(data_dir) if data_dir else find_fashion_mnist_dir()
+        if directory is None:
+            raise SystemExit(f"error: Fashion-MNIST not found in {', '.join(fashion_mnist_dirs())}")
+        images, labels = _idx(directory, "t10k-images-idx3-ubyte", 16), _idx(directory, "t10k-labels-idx1-ubyte", 8)
+        if images is None or labels is None:
+            raise SystemExit(f"error: Fashion-MNIST test files not found in {directory}")
+        return _pad_to_32(images, 28), list(labels), 1
     raise SystemExit(f"error: the model was trained on {data!r}; only cifar10 and fashion-mnist have a test set to "
                      "evaluate on (synthetic data is random)")
 

@@ -38,6 +38,10 @@ import zlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO / "data") not in sys.path:  # for dataset_files when this file is imported, not run
+    sys.path.insert(0, str(REPO / "data"))
+from dataset_files import find_fashion_mnist_dir, holds_fashion_mnist  # noqa: E402  (data/, shared with bench/)
+
 FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
                    "Ankle boot"]
 CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
@@ -183,22 +187,11 @@ def write_set(out: Path, classes: list[str], channels: int, splits: dict) -> tup
     return counts[0], counts[1]
 
 
-def holds_fashion_mnist(directory: Path) -> bool:
-    return any((directory / f).exists() for f in ("train-images-idx3-ubyte.gz", "train-images-idx3-ubyte"))
-
-
-def default_fashion_dir() -> Path | None:
-    for d in [os.environ.get("FASHION_MNIST_DIR"), REPO / "data" / "fashion-mnist", "/usr/share/datasets/fashion-mnist"]:
-        if d and holds_fashion_mnist(Path(d)):
-            return Path(d)
-    return None
-
-
 def write_folders(args: argparse.Namespace) -> int:
     """Both sets' folders; a DataError or OSError stops it with nothing left under a set's final name."""
     if args.fashion_mnist_dir and not holds_fashion_mnist(args.fashion_mnist_dir):
         raise DataError(f"--fashion-mnist-dir {args.fashion_mnist_dir}: no train-images-idx3-ubyte(.gz) there")
-    fashion = args.fashion_mnist_dir or default_fashion_dir()
+    fashion = args.fashion_mnist_dir or find_fashion_mnist_dir(REPO / "data" / "fashion-mnist")
     if fashion is None:
         raise DataError("Fashion-MNIST not found: install the Debian package dataset-fashion-mnist "
                         "or pass --fashion-mnist-dir")

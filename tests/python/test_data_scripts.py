@@ -122,6 +122,56 @@ class PrepareLooksWhereTrainLooks(unittest.TestCase):
         self.assertEqual(self.prepare().returncode, 0)  # without --strict, a missing data set is no failure
 
 
+class MakeFolderLooksWhereTrainLooks(unittest.TestCase):
+    """make_folder.py without --fashion-mnist-dir takes the directory bin/train --data auto takes:
+    $FASHION_MNIST_DIR, then the tree's data/fashion-mnist, then the package's directory, which
+    FASHION_MNIST_PACKAGE_DIR names here as it does for prepare.sh and the Makefile. It runs as a copy
+    in a temporary tree (with data/dataset_files.py beside it), so that the real data/ is not seen."""
+
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.tmp = Path(self._tmp.name)
+        (self.tmp / "tree" / "data").mkdir(parents=True)
+        for name in ("make_folder.py", "dataset_files.py"):
+            shutil.copy(REPO / "data" / name, self.tmp / "tree" / "data" / name)
+        self.package_dir = self.tmp / "package"
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def source(self, fashion_mnist_dir=None) -> str:
+        """The directory make_folder.py names in its `wrote ...` line, the set written with --limit 2."""
+        env = {k: v for k, v in os.environ.items() if k != "FASHION_MNIST_DIR"}
+        env["FASHION_MNIST_PACKAGE_DIR"] = str(self.package_dir)
+        if fashion_mnist_dir is not None:
+            env["FASHION_MNIST_DIR"] = str(fashion_mnist_dir)
+        out = self.tmp / "out"
+        shutil.rmtree(out, ignore_errors=True)
+        p = subprocess.run([sys.executable, str(self.tmp / "tree" / "data" / "make_folder.py"), "--out", str(out),
+                            "--cifar-dir", str(self.tmp / "no-cifar"), "--limit", "2"], cwd=self.tmp, env=env,
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        first = p.stdout.splitlines()[0]
+        self.assertTrue(first.startswith("data-folder: wrote 2 train and 2 test PNGs of Fashion-MNIST (from "), first)
+        return first.split("(from ", 1)[1].split(") to ", 1)[0]
+
+    def test_the_package_dir_is_fashion_mnist_package_dir(self):
+        write_fashion_mnist(self.package_dir, gz=True)
+        self.assertEqual(self.source(), str(self.package_dir))  # the old script looked in /usr/share/datasets only
+
+    def test_in_bin_trains_order(self):
+        local = self.tmp / "tree" / "data" / "fashion-mnist"
+        for d in (self.package_dir, local, self.tmp / "fmraw"):
+            write_fashion_mnist(d)
+        self.assertEqual(self.source(fashion_mnist_dir=self.tmp / "fmraw"), str(self.tmp / "fmraw"))
+        self.assertEqual(self.source(), str(local))
+        (self.tmp / "tests-only").mkdir()
+        (self.tmp / "tests-only" / "t10k-images-idx3-ubyte").write_bytes(b"")  # no training images: passed over
+        self.assertEqual(self.source(fashion_mnist_dir=self.tmp / "tests-only"), str(local))
+        shutil.rmtree(local)
+        self.assertEqual(self.source(fashion_mnist_dir=""), str(self.package_dir))
+
+
 class MakeFolder(unittest.TestCase):
     def setUp(self):
         self._tmp = tempfile.TemporaryDirectory()

@@ -19,8 +19,10 @@ import sys
 import tempfile
 import unittest
 from pathlib import Path
+from unittest import mock
 
 from tests.python import BENCH, REPO
+from tests.python.test_data_scripts import write_fashion_mnist
 
 import load_safetensors  # bench/, on sys.path through tests/python/__init__.py
 
@@ -188,6 +190,50 @@ class BadFiles(Base):
                 p = self.run_script(str(path))
                 self.assertOneLineError(p, path, f"tensor {tensor!r}: data_offsets")
                 self.assertIn("the file is truncated", p.stderr)
+
+
+class TestSetWhereTrainFindsIt(Base):
+    """Without --data-dir, Fashion-MNIST's test split is read from the directory bin/train --data auto
+    trains on (data/dataset_files.py, shared with make_folder.py): $FASHION_MNIST_DIR, then
+    data/fashion-mnist from where it runs, then the package's directory, FASHION_MNIST_PACKAGE_DIR here
+    as for prepare.sh and the Makefile; the first holding train-images-idx3-ubyte(.gz) wins."""
+
+    def setUp(self):
+        super().setUp()
+        self.package_dir = self.dir / "package"
+        cwd = os.getcwd()
+        os.chdir(self.dir)  # data/fashion-mnist is relative, as for bin/train
+        self.addCleanup(os.chdir, cwd)
+
+    def labels(self, fashion_mnist_dir=None) -> list[int]:
+        """The test labels read_test_set finds: write_fashion_mnist's 0, 1, 2, ... in turn, as many as
+        the directory has test images."""
+        env = {k: v for k, v in os.environ.items() if k != "FASHION_MNIST_DIR"}
+        env["FASHION_MNIST_PACKAGE_DIR"] = str(self.package_dir)
+        if fashion_mnist_dir is not None:
+            env["FASHION_MNIST_DIR"] = str(fashion_mnist_dir)
+        with mock.patch.dict(os.environ, env, clear=True):
+            images, labels, channels = load_safetensors.read_test_set("fashion-mnist", None)
+        self.assertEqual((len(images), channels), (len(labels) * 32 * 32, 1))
+        return labels
+
+    def test_the_package_dir_is_fashion_mnist_package_dir(self):
+        write_fashion_mnist(self.package_dir, gz=True, test=3)
+        self.assertEqual(self.labels(), [0, 1, 2])  # the old script looked in /usr/share/datasets only
+
+    def test_in_bin_trains_order(self):
+        write_fashion_mnist(self.package_dir, test=2)
+        write_fashion_mnist(self.dir / "data" / "fashion-mnist", test=3)
+        write_fashion_mnist(self.dir / "fmraw", test=4)
+        self.assertEqual(len(self.labels(fashion_mnist_dir=self.dir / "fmraw")), 4)
+        self.assertEqual(len(self.labels()), 3)
+        write_fashion_mnist(self.dir / "tests-only", test=5)
+        for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"):
+            (self.dir / "tests-only" / name).unlink()
+        # Its test files alone do not make it the directory bin/train trained on: passed over.
+        self.assertEqual(len(self.labels(fashion_mnist_dir=self.dir / "tests-only")), 3)
+        shutil.rmtree(self.dir / "data")
+        self.assertEqual(len(self.labels(fashion_mnist_dir="")), 2)
 
 
 class TruncatedExport(Base):
