@@ -1,6 +1,7 @@
-"""The data set files as bin/train finds them, for the Python scripts that read them outside it:
-data/make_folder.py and bench/load_safetensors.py import this (standard library only), so both look
-for Fashion-MNIST where bin/train --data auto looks, in its order.
+"""The data set files as bin/train finds and reads them, for the Python scripts that read them outside
+it: data/make_folder.py and bench/load_safetensors.py import this (standard library only), so both
+look for Fashion-MNIST where bin/train --data auto looks, in its order, and check Fashion-MNIST's idx
+files and CIFAR-10's batch files as its readers do (a problem is a DataError naming the file).
 
 Each script puts this folder on sys.path itself (by its own path), so it is found whether the script
 runs as `python3 data/make_folder.py` or `python3 bench/load_safetensors.py`, or is imported by the
@@ -9,10 +10,20 @@ tests.
 
 from __future__ import annotations
 
+import gzip
 import os
+import struct
+import zlib
 from pathlib import Path
 
 FASHION_MNIST_PACKAGE_DIR = "/usr/share/datasets/fashion-mnist"  # the Debian package dataset-fashion-mnist
+MNIST_SIDE = 28
+CIFAR_RECORD = 1 + 3 * 32 * 32
+CLASSES = 10  # both data sets' labels are 0..9, as bin/train's readers require (kArrayClasses)
+
+
+class DataError(Exception):
+    """Source data that is missing, or that bin/train would refuse; the scripts report it on one line."""
 
 
 def fashion_mnist_dirs(local: str | Path = "data/fashion-mnist") -> list[str]:
@@ -35,3 +46,72 @@ def find_fashion_mnist_dir(local: str | Path = "data/fashion-mnist") -> Path | N
     """The first of fashion_mnist_dirs(local) that holds the training images, or None: the directory
     bin/train --data auto trains on."""
     return next((Path(d) for d in fashion_mnist_dirs(local) if holds_fashion_mnist(d)), None)
+
+
+def check_length(path: Path, data: bytes, expected: int, what: str) -> None:
+    if len(data) != expected:
+        raise DataError(f"{path}: {'truncated' if len(data) < expected else 'too large'}: {len(data):,} bytes, "
+                        f"expected {expected:,} ({what})")
+
+
+def read_maybe_gz(directory: Path, base: str) -> tuple[Path, bytes]:
+    """The file bin/train reads, <base>.gz if present (decompressed), else <base>; and its bytes."""
+    path = directory / (base + ".gz")
+    if path.exists():
+        data = path.read_bytes()
+        try:
+            return path, gzip.decompress(data)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+            raise DataError(f"{path}: not a valid gzip file ({e})") from None
+    path = directory / base
+    return path, path.read_bytes()
+
+
+def first_bad_label(labels: bytes) -> int | None:
+    """The index of the first label outside 0..9, or None."""
+    return next((i for i, label in enumerate(labels) if label >= CLASSES), None)
+
+
+def read_idx_pair(directory: Path, images: str, labels: str) -> tuple[int, bytes, bytes]:
+    """The image count and the bytes (headers included) of an idx pair, read as bin/train reads them
+    (read_maybe_gz) and checked (idx_count)."""
+    (ipath, img), (lpath, lab) = read_maybe_gz(directory, images), read_maybe_gz(directory, labels)
+    return idx_count(ipath, img, lpath, lab), img, lab
+
+
+def idx_count(ipath: Path, img: bytes, lpath: Path, lab: bytes) -> int:
+    """The image count of an idx pair, checked as bin/train checks it (parse_idx in
+    src/data/fashion_mnist.cpp): both headers, the same count in both, each file's length exactly what
+    the count makes it, and every label 0..9."""
+    if len(img) < 16 or len(lab) < 8:
+        raise DataError(f"{ipath if len(img) < 16 else lpath}: truncated idx header")
+    magic, count, rows, cols = struct.unpack(">IIII", img[:16])
+    lmagic, lcount = struct.unpack(">II", lab[:8])
+    if magic != 0x803 or (rows, cols) != (MNIST_SIDE, MNIST_SIDE):
+        raise DataError(f"{ipath}: not a Fashion-MNIST image file (idx3 of 28x28 unsigned bytes)")
+    if lmagic != 0x801:
+        raise DataError(f"{lpath}: not a Fashion-MNIST label file (idx1 of unsigned bytes)")
+    if count == 0:
+        raise DataError(f"{ipath}: the header says 0 images")
+    if count != lcount:
+        raise DataError(f"{ipath} holds {count:,} images but {lpath} holds {lcount:,} labels")
+    check_length(ipath, img, 16 + count * MNIST_SIDE * MNIST_SIDE, f"the header says {count:,} images")
+    check_length(lpath, lab, 8 + count, f"the header says {count:,} labels")
+    bad = first_bad_label(lab[8:])
+    if bad is not None:
+        raise DataError(f"{lpath}: label {lab[8 + bad]} at index {bad}, expected 0..9")
+    return count
+
+
+def read_cifar_batch(path: Path) -> bytes:
+    """A CIFAR-10 batch file's bytes, checked: whole records (a label byte, then the R, G and B planes of
+    32x32), every label 0..9. Any whole number of records, not only bin/train's 10,000:
+    tests/data/test_image_folder.cpp exports files of 10."""
+    data = path.read_bytes()
+    if not data or len(data) % CIFAR_RECORD:
+        raise DataError(f"{path}: {len(data):,} bytes, expected a whole number of {CIFAR_RECORD}-byte records "
+                        "(a label byte and 3,072 pixel bytes each)")
+    bad = first_bad_label(data[::CIFAR_RECORD])
+    if bad is not None:
+        raise DataError(f"{path}: record {bad} has label {data[bad * CIFAR_RECORD]}, expected 0..9")
+    return data

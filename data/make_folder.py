@@ -29,7 +29,6 @@ written with zlib.
 from __future__ import annotations
 
 import argparse
-import gzip
 import os
 import shutil
 import struct
@@ -40,17 +39,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO / "data") not in sys.path:  # for dataset_files when this file is imported, not run
     sys.path.insert(0, str(REPO / "data"))
-from dataset_files import find_fashion_mnist_dir, holds_fashion_mnist  # noqa: E402  (data/, shared with bench/)
+from dataset_files import (CIFAR_RECORD, MNIST_SIDE, DataError, find_fashion_mnist_dir,  # noqa: E402  (data/,
+                           holds_fashion_mnist, read_cifar_batch, read_idx_pair)  # shared with bench/)
 
 FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
                    "Ankle boot"]
 CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-SIDE, MNIST_SIDE = 32, 28
-CIFAR_RECORD = 1 + 3 * SIDE * SIDE
-
-
-class DataError(Exception):
-    """Source data that is missing, or that bin/train would refuse; main reports it on one line."""
+SIDE = 32
 
 
 def png_bytes(width: int, height: int, channels: int, pixels: bytes) -> bytes:
@@ -68,59 +63,10 @@ def class_dir(label: int, name: str) -> str:
     return f"{label}_" + name.replace("/", "_").replace(" ", "_")
 
 
-def check_length(path: Path, data: bytes, expected: int, what: str) -> None:
-    if len(data) != expected:
-        raise DataError(f"{path}: {'truncated' if len(data) < expected else 'too large'}: {len(data):,} bytes, "
-                        f"expected {expected:,} ({what})")
-
-
-def read_maybe_gz(directory: Path, base: str) -> tuple[Path, bytes]:
-    """The file bin/train reads, <base>.gz if present (decompressed), else <base>; and its bytes."""
-    path = directory / (base + ".gz")
-    if path.exists():
-        data = path.read_bytes()
-        try:
-            return path, gzip.decompress(data)
-        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-            raise DataError(f"{path}: not a valid gzip file ({e})") from None
-    path = directory / base
-    return path, path.read_bytes()
-
-
-def first_bad_label(labels: bytes, classes: int) -> int | None:
-    """The index of the first label outside 0..classes-1, or None."""
-    return next((i for i, label in enumerate(labels) if label >= classes), None)
-
-
-def idx_count(ipath: Path, img: bytes, lpath: Path, lab: bytes) -> int:
-    """The image count of an idx pair, checked as bin/train checks it (parse_idx in
-    src/data/fashion_mnist.cpp): both headers, the same count in both, each file's length exactly what
-    the count makes it, and every label 0..9."""
-    if len(img) < 16 or len(lab) < 8:
-        raise DataError(f"{ipath if len(img) < 16 else lpath}: truncated idx header")
-    magic, count, rows, cols = struct.unpack(">IIII", img[:16])
-    lmagic, lcount = struct.unpack(">II", lab[:8])
-    if magic != 0x803 or (rows, cols) != (MNIST_SIDE, MNIST_SIDE):
-        raise DataError(f"{ipath}: not a Fashion-MNIST image file (idx3 of 28x28 unsigned bytes)")
-    if lmagic != 0x801:
-        raise DataError(f"{lpath}: not a Fashion-MNIST label file (idx1 of unsigned bytes)")
-    if count == 0:
-        raise DataError(f"{ipath}: the header says 0 images")
-    if count != lcount:
-        raise DataError(f"{ipath} holds {count:,} images but {lpath} holds {lcount:,} labels")
-    check_length(ipath, img, 16 + count * MNIST_SIDE * MNIST_SIDE, f"the header says {count:,} images")
-    check_length(lpath, lab, 8 + count, f"the header says {count:,} labels")
-    bad = first_bad_label(lab[8:], len(FASHION_CLASSES))
-    if bad is not None:
-        raise DataError(f"{lpath}: label {lab[8 + bad]} at index {bad}, expected 0..9")
-    return count
-
-
 def fashion_split(directory: Path, images: str, labels: str, limit: int | None):
     """(label, 32x32 grey pixels) of one idx pair, each 28x28 image centred on a zero canvas. Both files
     are read and checked here, when it is called; the images are made as the result is iterated."""
-    (ipath, img), (lpath, lab) = read_maybe_gz(directory, images), read_maybe_gz(directory, labels)
-    count = idx_count(ipath, img, lpath, lab)
+    count, img, lab = read_idx_pair(directory, images, labels)
     return _fashion_images(img, lab, count if limit is None else min(limit, count))
 
 
@@ -142,18 +88,8 @@ def cifar_split(directory: Path, files: list[str], limit: int | None):
     for name in files:
         if limit is not None and records >= limit:
             break
-        path = directory / name
-        data = path.read_bytes()
-        # Any whole number of records, not only bin/train's 10,000: tests/data/test_image_folder.cpp
-        # exports files of 10.
-        if not data or len(data) % CIFAR_RECORD:
-            raise DataError(f"{path}: {len(data):,} bytes, expected a whole number of {CIFAR_RECORD}-byte records "
-                            "(a label byte and 3,072 pixel bytes each)")
-        bad = first_bad_label(data[::CIFAR_RECORD], len(CIFAR_CLASSES))
-        if bad is not None:
-            raise DataError(f"{path}: record {bad} has label {data[bad * CIFAR_RECORD]}, expected 0..9")
-        batches.append(data)
-        records += len(data) // CIFAR_RECORD
+        batches.append(read_cifar_batch(directory / name))
+        records += len(batches[-1]) // CIFAR_RECORD
     return _cifar_images(batches, records if limit is None else min(limit, records))
 
 
