@@ -12,35 +12,47 @@ blocks.N and shortcut.0/1, so each name is mapped (pytorch_resnet_name()). The i
 and, with --compare-csv, how often PyTorch's prediction equals bin/predict's.
 
 Reading the file and mapping the names need only the standard library (the tests run them without
-PyTorch); evaluating needs torch.
+PyTorch); evaluating needs torch. Every input is checked before torch is imported: the file, its
+metadata (classes, and the mean and std of each of the model's 3 input channels) and the test set
+(read and checked as bin/train reads it, data/dataset_files.py); a problem with any of them, or a
+missing PyTorch, is one `load_safetensors: error:` line and exit status 1, and a bad option is a
+usage error (exit 2).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import gzip
 import json
+import math
 import re
 import struct
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 if str(DATA) not in sys.path:
     sys.path.insert(0, str(DATA))
-from dataset_files import fashion_mnist_dirs, find_fashion_mnist_dir  # noqa: E402  (data/, shared with make_folder.py)
+from dataset_files import (CIFAR_RECORD, MNIST_SIDE, DataError,  # noqa: E402  (data/, shared with make_folder.py)
+                           fashion_mnist_dirs, find_fashion_mnist_dir, read_cifar_batch, read_idx_pair)
 
 STAGE_BLOCKS = (3, 4, 6, 3)  # bottleneck blocks per stage, as pytorch_resnet.py builds them
 DTYPES = {"F32": ("f", 4), "F16": ("e", 2), "I64": ("q", 8)}
+MODEL_CHANNELS = 3  # the stem's input channels; a grey image is replicated into all three
+TEST_SETS = ("cifar10", "fashion-mnist")
 
 
-class SafetensorsError(ValueError):
+class InputError(Exception):
+    """Input that cannot be evaluated (or no PyTorch to do it with); main prints str() as one
+    `load_safetensors: error:` line."""
+
+
+class SafetensorsError(InputError, ValueError):
     """A file that is not a well-formed safetensors file; str() names the file and the problem."""
 
     def __init__(self, path: str | Path, problem: str):
         super().__init__(f"{path}: {problem}")
-        self.path, self.problem = str(path), problem
 
 
 def read_safetensors(path: str | Path) -> tuple[dict[str, tuple[str, list[int], bytes]], dict[str, str]]:
@@ -134,33 +146,64 @@ def pytorch_resnet_name(name: str) -> str:
     raise ValueError(f"{name}: not a parameter of the CIFAR ResNet-50")
 
 
+class ModelMeta(NamedTuple):
+    classes: int
+    data: str
+    mean: list[float]
+    std: list[float]
+
+
+def model_metadata(path: str | Path, meta: dict[str, str]) -> ModelMeta:
+    """What evaluating takes from the __metadata__ that bin/predict --export writes, parsed and checked:
+    classes a whole number of at least 1 (the size of fc), input_mean and input_std JSON lists of one
+    finite number per model channel, each std above 0 (the inputs are divided by it). A problem raises
+    SafetensorsError naming the file."""
+    for key in ("classes", "data", "input_mean", "input_std"):
+        if key not in meta:
+            raise SafetensorsError(path, f"no {key!r} in __metadata__ (not written by bin/predict --export?)")
+    if not re.fullmatch(r"[0-9]+", meta["classes"]) or int(meta["classes"]) < 1:
+        raise SafetensorsError(path, f"__metadata__ classes {meta['classes']!r} is not a whole number of at least 1")
+    mean, std = _channel_values(path, meta, "input_mean"), _channel_values(path, meta, "input_std")
+    if min(std) <= 0:
+        raise SafetensorsError(path, f"__metadata__ input_std {meta['input_std']!r}: every std must be above 0")
+    return ModelMeta(int(meta["classes"]), meta["data"], mean, std)
+
+
+def _channel_values(path: str | Path, meta: dict[str, str], key: str) -> list[float]:
+    try:
+        v = json.loads(meta[key])
+    except ValueError:
+        v = None
+    if (not isinstance(v, list) or len(v) != MODEL_CHANNELS
+            or not all(type(x) in (int, float) and math.isfinite(x) for x in v)):
+        raise SafetensorsError(path, f"__metadata__ {key} {meta[key]!r} is not a JSON list of {MODEL_CHANNELS} "
+                                     "finite numbers (one per input channel)")
+    return [float(x) for x in v]
+
+
 def read_test_set(data: str, data_dir: str | None) -> tuple[bytes, list[int], int]:
     """uint8 images (count x channels x 32 x 32), labels and channels of the test split, read from
-    the same files bin/train reads: Fashion-MNIST's t10k files from --data-dir, else from the directory
+    the same files bin/train reads and checked as it checks them (a problem raises DataError, or
+    OSError, naming the file): Fashion-MNIST's t10k files from --data-dir, else from the directory
     bin/train --data auto trains on (find_fashion_mnist_dir)."""
     if data == "cifar10":
-        path = Path(data_dir or "data/cifar-10-batches-bin") / "test_batch.bin"
-        raw = path.read_bytes()
-        records = [raw[i:i + 3073] for i in range(0, len(raw), 3073)]
+        raw = read_cifar_batch(Path(data_dir or "data/cifar-10-batches-bin") / "test_batch.bin")
+        records = [raw[i:i + CIFAR_RECORD] for i in range(0, len(raw), CIFAR_RECORD)]
         return b"".join(r[1:] for r in records), [r[0] for r in records], 3
     if data == "fashion-mnist":
         directory = Path(data_dir) if data_dir else find_fashion_mnist_dir()
         if directory is None:
-            raise SystemExit(f"error: Fashion-MNIST not found in {', '.join(fashion_mnist_dirs())}")
-        images, labels = _idx(directory, "t10k-images-idx3-ubyte", 16), _idx(directory, "t10k-labels-idx1-ubyte", 8)
-        if images is None or labels is None:
-            raise SystemExit(f"error: Fashion-MNIST test files not found in {directory}")
-        return _pad_to_32(images, 28), list(labels), 1
-    raise SystemExit(f"error: the model was trained on {data!r}; only cifar10 and fashion-mnist have a test set to "
-                     "evaluate on (synthetic data is random)")
+            raise InputError(f"Fashion-MNIST not found in {', '.join(fashion_mnist_dirs())}")
+        _, images, labels = read_idx_pair(directory, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+        return _pad_to_32(images[16:], MNIST_SIDE), list(labels[8:]), 1
+    raise no_test_set(data)
 
 
-def _idx(directory: Path, stem: str, header: int) -> bytes | None:
-    for path, opener in ((directory / f"{stem}.gz", gzip.open), (directory / stem, open)):
-        if path.is_file():
-            with opener(path, "rb") as f:
-                return f.read()[header:]
-    return None
+def no_test_set(data: str) -> SystemExit:
+    """The one refusal that is a SystemExit (status 1, the line printed by Python), as read_test_set's
+    callers have always had it (tests/python/test_predict_files.py catches it), in the same format."""
+    return SystemExit(f"load_safetensors: error: the model was trained on {data!r}; only {' and '.join(TEST_SETS)} "
+                      "have a test set to evaluate on (synthetic data is random)")
 
 
 def _pad_to_32(images: bytes, side: int) -> bytes:
@@ -181,15 +224,18 @@ def predicted_column(path: str) -> list[int]:
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    tensors, meta = read_safetensors(args.model)  # checked first, so a bad file is reported with or without torch
-    for key in ("classes", "data", "input_mean", "input_std"):
-        if key not in meta:
-            raise SafetensorsError(args.model, f"no {key!r} in __metadata__ (not written by bin/predict --export?)")
+    # The inputs are read and checked first, so that a bad one is reported with or without torch (a model
+    # of data with no test set is refused after the torch check, as it always was).
+    tensors, raw_meta = read_safetensors(args.model)
+    meta = model_metadata(args.model, raw_meta)
+    test_set = read_test_set(meta.data, args.data_dir) if meta.data in TEST_SETS else None
     try:
         import torch  # only here: reading and mapping work without it
     except ImportError:
-        raise SystemExit("error: evaluating needs PyTorch (pip install torch); reading the file and mapping its "
+        raise InputError("evaluating needs PyTorch (pip install torch); reading the file and mapping its "
                          "names do not") from None
+    if test_set is None:
+        raise no_test_set(meta.data)
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from pytorch_resnet import ResNet50Cifar
@@ -197,15 +243,15 @@ def evaluate(args: argparse.Namespace) -> int:
     types = {"F32": torch.float32, "F16": torch.float16, "I64": torch.int64}
     state = {pytorch_resnet_name(name): torch.frombuffer(bytearray(raw), dtype=types[dtype]).reshape(shape)
              for name, (dtype, shape, raw) in tensors.items()}
-    model = ResNet50Cifar(num_classes=int(meta["classes"]))
+    model = ResNet50Cifar(num_classes=meta.classes)
     model.load_state_dict(state, strict=True)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model.to(device).eval()
 
-    images, labels, channels = read_test_set(meta["data"], args.data_dir)
+    images, labels, channels = test_set
     x = torch.frombuffer(bytearray(images), dtype=torch.uint8).reshape(len(labels), channels, 32, 32)
-    mean = torch.tensor(json.loads(meta["input_mean"])).view(1, 3, 1, 1)
-    std = torch.tensor(json.loads(meta["input_std"])).view(1, 3, 1, 1)
+    mean = torch.tensor(meta.mean).view(1, MODEL_CHANNELS, 1, 1)
+    std = torch.tensor(meta.std).view(1, MODEL_CHANNELS, 1, 1)
     predictions = []
     with torch.inference_mode():
         for i in range(0, len(labels), args.batch):
@@ -213,34 +259,44 @@ def evaluate(args: argparse.Namespace) -> int:
             logits = model(((batch - mean) / std).to(device))
             predictions += logits.argmax(1).tolist()
     correct = sum(p == t for p, t in zip(predictions, labels))
-    print(f"accuracy: {100.0 * correct / len(labels):.2f}% ({correct:,} of {len(labels):,} test images of {meta['data']}, "
+    print(f"accuracy: {100.0 * correct / len(labels):.2f}% ({correct:,} of {len(labels):,} test images of {meta.data}, "
           f"PyTorch {torch.__version__} on {device})")
     if args.compare_csv:
         theirs = predicted_column(args.compare_csv)
         if len(theirs) != len(predictions):
-            raise SystemExit(f"error: {args.compare_csv} has {len(theirs)} rows, the test set {len(predictions)}")
+            raise InputError(f"{args.compare_csv} has {len(theirs)} rows, the test set {len(predictions)}")
         same = sum(a == b for a, b in zip(predictions, theirs))
         print(f"agreement with {args.compare_csv}: {100.0 * same / len(theirs):.2f}% ({same:,} of {len(theirs):,})")
     return 0
+
+
+def at_least_one(text: str) -> int:
+    """argparse type of --batch: a whole number of at least 1 (a usage error, exit 2, otherwise)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    return n
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="a .safetensors file written by bin/predict --export")
     p.add_argument("--data-dir", help="where the test set's files are (default: where bin/train looks)")
-    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--batch", type=at_least_one, default=256, help="images a forward pass (default 256)")
     p.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
     p.add_argument("--compare-csv", help="a predictions CSV of bin/predict over the same test set")
     args = p.parse_args(argv)
     try:
         return evaluate(args)
-    except SafetensorsError as e:
+    except (InputError, DataError) as e:
         print(f"load_safetensors: error: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"load_safetensors: error: {args.model if e.filename is None else e.filename}: "
-              f"{e.strerror or e}", file=sys.stderr)
-        return 1
+    except OSError as e:  # one naming no file is not blamed on the model file
+        print(f"load_safetensors: error: {e.filename}: {e.strerror}" if e.filename else f"load_safetensors: error: {e}",
+              file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -102,9 +102,14 @@ class Base(unittest.TestCase):
         path.write_bytes(data)
         return path
 
-    def run_script(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=self.dir, capture_output=True, text=True,
-                              timeout=120)
+    def run_script(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=self.dir, env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    def model(self, **changes: str) -> Path:
+        """A small file whose __metadata__ is META with `changes`: good up to the evaluation itself."""
+        name = f"model{len(list(self.dir.glob('model*')))}"
+        return self.write(name, safetensors_bytes({"__metadata__": dict(META, **changes), "w": entry()}, b"\0" * 8))
 
     def assertOneLineError(self, p: subprocess.CompletedProcess, path: Path | str, problem: str):
         self.assertEqual(p.returncode, 1, p.stderr)
@@ -142,8 +147,8 @@ class GoodFile(Base):
     def test_good_file_without_torch_says_so_in_one_line(self):
         p = self.run_script(str(self.write("good", good_file())))
         self.assertEqual(p.returncode, 1, p.stderr)
-        self.assertEqual(p.stderr.splitlines(), ["error: evaluating needs PyTorch (pip install torch); reading the file "
-                                                 "and mapping its names do not"])
+        self.assertEqual(p.stderr.splitlines(), ["load_safetensors: error: evaluating needs PyTorch (pip install torch); "
+                                                 "reading the file and mapping its names do not"])
 
 
 class BadFiles(Base):
@@ -177,6 +182,14 @@ class BadFiles(Base):
     def test_directory(self):
         self.assertOneLineError(self.run_script(str(self.dir)), self.dir, "Is a directory")
 
+    def test_an_os_error_naming_no_file_is_not_blamed_on_the_model(self):
+        def no_file_named(*args):
+            raise OSError("Not a gzipped file (b'th')")  # as gzip.BadGzipFile: no filename
+        err = io.StringIO()
+        with mock.patch.object(load_safetensors, "read_safetensors", no_file_named), contextlib.redirect_stderr(err):
+            self.assertEqual(load_safetensors.main([str(self.write("good", good_file()))]), 1)
+        self.assertEqual(err.getvalue(), "load_safetensors: error: Not a gzipped file (b'th')\n")
+
     def test_metadata_without_the_exports_keys(self):
         path = self.write("nometa", safetensors_bytes({"w": entry()}, b"\0" * 8))
         self.assertOneLineError(self.run_script(str(path)), path, "no 'classes' in __metadata__")
@@ -190,6 +203,92 @@ class BadFiles(Base):
                 p = self.run_script(str(path))
                 self.assertOneLineError(p, path, f"tensor {tensor!r}: data_offsets")
                 self.assertIn("the file is truncated", p.stderr)
+
+
+class BadMetadata(Base):
+    """The metadata evaluating uses is parsed and checked with the file, before torch: the old script
+    checked only that the keys were there, and gave a traceback from int() or json.loads() (or from
+    torch's view() on a list of the wrong length; a std of 0 made infinities)."""
+
+    BAD = {  # key -> [(value, a piece of the problem)]
+        "classes": [("ten", "__metadata__ classes 'ten' is not a whole number of at least 1"), ("0", "at least 1"),
+                    ("-1", "at least 1"), ("1.5", "at least 1"), ("", "at least 1")],
+        "input_mean": [("[0.5,0.5]", "__metadata__ input_mean '[0.5,0.5]' is not a JSON list of 3 finite numbers"),
+                       ("0.5", "not a JSON list"), ("mean", "not a JSON list"), ('["a","b","c"]', "not a JSON list"),
+                       ("[NaN,0.5,0.5]", "finite numbers"), ("[true,0.5,0.5]", "finite numbers")],
+        "input_std": [("[0.25,0,0.25]", "__metadata__ input_std '[0.25,0,0.25]': every std must be above 0"),
+                      ("[-1,1,1]", "must be above 0"), ("[0.25,0.25,0.25,0.25]", "not a JSON list of 3")],
+    }
+
+    def test_each_bad_value_is_one_line_naming_the_file(self):
+        for key, cases in self.BAD.items():
+            for value, problem in cases:
+                with self.subTest(key=key, value=value):
+                    path = self.model(**{key: value})
+                    self.assertOneLineError(self.run_script(str(path)), path, problem)
+
+    def test_good_metadata_is_parsed(self):
+        self.assertEqual(load_safetensors.model_metadata("f", META),
+                         load_safetensors.ModelMeta(10, "synthetic", [0.5] * 3, [0.25] * 3))
+
+
+class BadTestSet(Base):
+    """The test set is read (and checked as bin/train checks it) before torch is imported, and a
+    problem with it is one line naming its file: the old script read it after torch, and a corrupt
+    t10k .gz was blamed on the model file (gzip's error has no file name), a truncated one a traceback."""
+
+    def setUp(self):
+        super().setUp()
+        self.fm = self.dir / "fm"
+        write_fashion_mnist(self.fm, gz=True)
+        self.fashion_model = self.model(data="fashion-mnist")
+
+    def test_a_corrupt_gz_names_the_gz(self):
+        gz = self.fm / "t10k-images-idx3-ubyte.gz"
+        gz.write_bytes(b"this is not gzip data")
+        p = self.run_script(str(self.fashion_model), "--data-dir", str(self.fm))
+        self.assertOneLineError(p, gz, "not a valid gzip file (Not a gzipped file")
+
+    def test_a_truncated_gz_names_the_gz(self):
+        gz = self.fm / "t10k-labels-idx1-ubyte.gz"
+        gz.write_bytes(gz.read_bytes()[:-20])
+        p = self.run_script(str(self.fashion_model), "--data-dir", str(self.fm))
+        self.assertOneLineError(p, gz, "Compressed file ended before the end-of-stream marker was reached")
+
+    def test_files_checked_as_bin_train_checks_them(self):
+        images = self.dir / "raw" / "t10k-images-idx3-ubyte"
+        write_fashion_mnist(images.parent)
+        os.truncate(images, 1000)
+        p = self.run_script(str(self.fashion_model), "--data-dir", str(images.parent))
+        self.assertOneLineError(p, images, "truncated: 1,000 bytes, expected 3,936 (the header says 5 images)")
+        cifar = self.dir / "cifar"
+        cifar.mkdir()
+        (cifar / "test_batch.bin").write_bytes(bytes(5000))
+        p = self.run_script(str(self.model(data="cifar10")), "--data-dir", str(cifar))
+        self.assertOneLineError(p, cifar / "test_batch.bin", "5,000 bytes, expected a whole number of 3073-byte records")
+
+    def test_missing_files(self):
+        p = self.run_script(str(self.model(data="cifar10")), "--data-dir", str(self.dir / "nowhere"))
+        self.assertOneLineError(p, self.dir / "nowhere" / "test_batch.bin", "No such file or directory")
+        p = self.run_script(str(self.fashion_model), "--data-dir", str(self.dir / "nowhere"))
+        self.assertOneLineError(p, self.dir / "nowhere" / "t10k-images-idx3-ubyte", "No such file or directory")
+        env = {k: v for k, v in os.environ.items() if k != "FASHION_MNIST_DIR"}
+        env["FASHION_MNIST_PACKAGE_DIR"] = str(self.dir / "no-package")
+        p = self.run_script(str(self.fashion_model), env=env)
+        self.assertEqual((p.returncode, p.stderr.splitlines()), (1, [
+            f"load_safetensors: error: Fashion-MNIST not found in data/fashion-mnist, {self.dir / 'no-package'}"]))
+
+
+class Options(Base):
+    def test_batch_must_be_at_least_one(self):  # the old script took 0 and failed in range() after evaluating
+        path = self.write("good", good_file())
+        for batch, problem in (("0", "must be at least 1, not 0"), ("-3", "must be at least 1, not -3"),
+                               ("x", "'x' is not a whole number")):
+            with self.subTest(batch=batch):
+                p = self.run_script(str(path), "--batch", batch)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertNotIn("Traceback", p.stderr)
+                self.assertEqual(p.stderr.splitlines()[-1], f"load_safetensors.py: error: argument --batch: {problem}")
 
 
 class TestSetWhereTrainFindsIt(Base):
