@@ -12,11 +12,12 @@ blocks.N and shortcut.0/1, so each name is mapped (pytorch_resnet_name()). The i
 and, with --compare-csv, how often PyTorch's prediction equals bin/predict's.
 
 Reading the file and mapping the names need only the standard library (the tests run them without
-PyTorch); evaluating needs torch. Every input is checked before torch is imported: the file, its
-metadata (classes, and the mean and std of each of the model's 3 input channels) and the test set
-(read and checked as bin/train reads it, data/dataset_files.py); a problem with any of them, or a
-missing PyTorch, is one `load_safetensors: error:` line and exit status 1, and a bad option is a
-usage error (exit 2).
+PyTorch); evaluating needs torch. The inputs are checked before torch is imported: the file, its
+metadata (classes, matching fc's rows, and the mean and std of each of the model's 3 input channels),
+the test set (read and checked as bin/train reads it, data/dataset_files.py) and --compare-csv. A
+problem with any of them, a missing PyTorch, a --device that cannot be used, or tensors that do not
+fill ResNet50Cifar is one `load_safetensors: error:` line and exit status 1; a bad option is a usage
+error (exit 2).
 """
 
 from __future__ import annotations
@@ -153,16 +154,21 @@ class ModelMeta(NamedTuple):
     std: list[float]
 
 
-def model_metadata(path: str | Path, meta: dict[str, str]) -> ModelMeta:
+def model_metadata(path: str | Path, meta: dict[str, str], tensors: dict | None = None) -> ModelMeta:
     """What evaluating takes from the __metadata__ that bin/predict --export writes, parsed and checked:
-    classes a whole number of at least 1 (the size of fc), input_mean and input_std JSON lists of one
-    finite number per model channel, each std above 0 (the inputs are divided by it). A problem raises
-    SafetensorsError naming the file."""
+    classes a whole number of at least 1 (the size of fc: the rows of the file's fc tensors, when
+    `tensors` are given), input_mean and input_std JSON lists of one finite number per model channel,
+    each std above 0 (the inputs are divided by it). A problem raises SafetensorsError naming the file."""
     for key in ("classes", "data", "input_mean", "input_std"):
         if key not in meta:
             raise SafetensorsError(path, f"no {key!r} in __metadata__ (not written by bin/predict --export?)")
     if not re.fullmatch(r"[0-9]+", meta["classes"]) or int(meta["classes"]) < 1:
         raise SafetensorsError(path, f"__metadata__ classes {meta['classes']!r} is not a whole number of at least 1")
+    for name in ("fc.weight", "fc.bias"):
+        shape = (tensors or {}).get(name, (None, None))[1]
+        if shape is not None and shape[:1] != [int(meta["classes"])]:
+            raise SafetensorsError(path, f"tensor {name!r} has shape {shape}, but __metadata__ classes is "
+                                         f"{meta['classes']}")
     mean, std = _channel_values(path, meta, "input_mean"), _channel_values(path, meta, "input_std")
     if min(std) <= 0:
         raise SafetensorsError(path, f"__metadata__ input_std {meta['input_std']!r}: every std must be above 0")
@@ -219,16 +225,29 @@ def _pad_to_32(images: bytes, side: int) -> bytes:
 
 
 def predicted_column(path: str) -> list[int]:
+    """The `predicted` column of a predictions CSV of bin/predict; a problem raises InputError naming
+    the file (an unreadable one, OSError)."""
     with open(path, newline="") as f:
-        return [int(row["predicted"]) for row in csv.DictReader(f)]
+        reader = csv.DictReader(f)
+        if "predicted" not in (reader.fieldnames or []):
+            raise InputError(f"{path}: no 'predicted' column (not a predictions CSV of bin/predict?)")
+        column = []
+        for row in reader:
+            if not re.fullmatch(r"[0-9]+", row["predicted"] or ""):
+                raise InputError(f"{path}: line {reader.line_num}: predicted {row['predicted']!r} is not a class number")
+            column.append(int(row["predicted"]))
+    return column
 
 
 def evaluate(args: argparse.Namespace) -> int:
     # The inputs are read and checked first, so that a bad one is reported with or without torch (a model
     # of data with no test set is refused after the torch check, as it always was).
     tensors, raw_meta = read_safetensors(args.model)
-    meta = model_metadata(args.model, raw_meta)
+    meta = model_metadata(args.model, raw_meta, tensors)
     test_set = read_test_set(meta.data, args.data_dir) if meta.data in TEST_SETS else None
+    theirs = predicted_column(args.compare_csv) if args.compare_csv else None
+    if test_set is not None and theirs is not None and len(theirs) != len(test_set[1]):
+        raise InputError(f"{args.compare_csv} has {len(theirs)} rows, the test set {len(test_set[1])}")
     try:
         import torch  # only here: reading and mapping work without it
     except ImportError:
@@ -236,16 +255,32 @@ def evaluate(args: argparse.Namespace) -> int:
                          "names do not") from None
     if test_set is None:
         raise no_test_set(meta.data)
+    try:
+        device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        torch.empty(0, device=device)  # a device that cannot be used fails here, before the model is built
+    except (RuntimeError, AssertionError) as e:  # AssertionError: a PyTorch built without CUDA
+        raise InputError(f"--device {args.device}: {_first_line(e)}") from None
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from pytorch_resnet import ResNet50Cifar
 
     types = {"F32": torch.float32, "F16": torch.float16, "I64": torch.int64}
-    state = {pytorch_resnet_name(name): torch.frombuffer(bytearray(raw), dtype=types[dtype]).reshape(shape)
-             for name, (dtype, shape, raw) in tensors.items()}
+    state = {}
+    for name, (dtype, shape, raw) in tensors.items():
+        try:
+            key = pytorch_resnet_name(name)
+        except ValueError as e:
+            raise SafetensorsError(args.model, str(e)) from None
+        state[key] = (torch.frombuffer(bytearray(raw), dtype=types[dtype]).reshape(shape) if raw
+                      else torch.empty(shape, dtype=types[dtype]))  # frombuffer refuses an empty buffer
     model = ResNet50Cifar(num_classes=meta.classes)
-    model.load_state_dict(state, strict=True)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:  # missing or unexpected tensors, or shapes that differ: one line, cut short
+        problems = "; ".join(line.strip() for line in str(e).splitlines()[1:]) or str(e)
+        raise SafetensorsError(args.model, f"does not fit ResNet50Cifar(num_classes={meta.classes}) of "
+                                           f"bench/pytorch_resnet.py (its names): {problems[:400]}"
+                                           f"{'...' if len(problems) > 400 else ''}") from None
     model.to(device).eval()
 
     images, labels, channels = test_set
@@ -261,13 +296,14 @@ def evaluate(args: argparse.Namespace) -> int:
     correct = sum(p == t for p, t in zip(predictions, labels))
     print(f"accuracy: {100.0 * correct / len(labels):.2f}% ({correct:,} of {len(labels):,} test images of {meta.data}, "
           f"PyTorch {torch.__version__} on {device})")
-    if args.compare_csv:
-        theirs = predicted_column(args.compare_csv)
-        if len(theirs) != len(predictions):
-            raise InputError(f"{args.compare_csv} has {len(theirs)} rows, the test set {len(predictions)}")
+    if theirs is not None:
         same = sum(a == b for a, b in zip(predictions, theirs))
         print(f"agreement with {args.compare_csv}: {100.0 * same / len(theirs):.2f}% ({same:,} of {len(theirs):,})")
     return 0
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 def at_least_one(text: str) -> int:

@@ -279,6 +279,88 @@ class BadTestSet(Base):
             f"load_safetensors: error: Fashion-MNIST not found in data/fashion-mnist, {self.dir / 'no-package'}"]))
 
 
+class CompareCsvAndClasses(Base):
+    """--compare-csv and the fc tensors' rows are checked before torch too: the old script read the CSV
+    after evaluating (a KeyError or ValueError traceback on a CSV of other columns or values) and
+    left a classes that fc does not have to load_state_dict's multi-line traceback."""
+
+    def setUp(self):
+        super().setUp()
+        self.fm = self.dir / "fm"
+        write_fashion_mnist(self.fm, test=5)
+
+    def csv(self, text: str) -> Path:
+        path = self.dir / "predictions.csv"
+        path.write_text(text)
+        return path
+
+    def test_bad_csvs(self):
+        model = self.model(data="fashion-mnist")
+        header = "id,label,label_name,predicted,predicted_name\n"
+        for text, problem in [("id,label\n0,1\n", "no 'predicted' column (not a predictions CSV of bin/predict?)"),
+                              ("", "no 'predicted' column"),
+                              (header + "0,0,a,1,b\n1,0,a,x,b\n", "line 3: predicted 'x' is not a class number"),
+                              (header + "0,0,a,1,b\n1,0,a\n", "line 3: predicted None is not a class number"),
+                              (header + "0,0,a,1,b\n", "")]:
+            with self.subTest(text=text):
+                csv = self.csv(text)
+                p = self.run_script(str(model), "--data-dir", str(self.fm), "--compare-csv", str(csv))
+                if problem:
+                    self.assertOneLineError(p, csv, problem)
+                else:  # one row for a test set of 5
+                    self.assertEqual(p.stderr.splitlines(), [f"load_safetensors: error: {csv} has 1 rows, the test set 5"])
+                    self.assertEqual(p.returncode, 1)
+
+    def test_fc_rows_must_be_the_classes(self):
+        header = {"__metadata__": META, "fc.weight": entry(shape=[3, 2], data_offsets=[0, 24]),
+                  "fc.bias": entry(shape=[3], data_offsets=[24, 36])}
+        path = self.write("fc3", safetensors_bytes(header, b"\0" * 36))
+        self.assertOneLineError(self.run_script(str(path)), path,
+                                "tensor 'fc.weight' has shape [3, 2], but __metadata__ classes is 10")
+        path = self.write("fc10", safetensors_bytes(dict(header, **{"__metadata__": dict(META, classes="3")}), b"\0" * 36))
+        p = self.run_script(str(path))  # the rows agree: the file goes on to the PyTorch check
+        self.assertNotIn("fc.weight", p.stderr)
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs PyTorch: the model is built and the device used only once torch is there")
+class AfterTorch(Base):
+    """With torch: a --device that cannot be used, a tensor name ResNet50Cifar lacks and a file that does
+    not fill the model are each one line (the old script gave torch's tracebacks)."""
+
+    def setUp(self):
+        super().setUp()
+        write_fashion_mnist(self.dir / "fm", test=2)
+
+    def run_on_fm(self, path: Path, *args: str) -> subprocess.CompletedProcess:
+        return self.run_script(str(path), "--data-dir", str(self.dir / "fm"), *args)
+
+    def test_a_model_of_synthetic_data(self):
+        p = self.run_script(str(self.write("good", good_file())))
+        self.assertEqual((p.returncode, p.stdout), (1, ""))
+        self.assertEqual(p.stderr.splitlines(), ["load_safetensors: error: the model was trained on 'synthetic'; only "
+                                                 "cifar10 and fashion-mnist have a test set to evaluate on (synthetic "
+                                                 "data is random)"])
+
+    def test_a_device_that_cannot_be_used(self):
+        p = self.run_on_fm(self.model(data="fashion-mnist"), "--device", "nonsense")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
+        self.assertTrue(p.stderr.startswith("load_safetensors: error: --device nonsense: "), p.stderr)
+
+    def test_a_name_resnet50cifar_lacks(self):
+        path = self.model(data="fashion-mnist")  # its one tensor is 'w'
+        self.assertOneLineError(self.run_on_fm(path, "--device", "cpu"), path, "w: not a parameter of the CIFAR ResNet-50")
+
+    def test_a_file_that_does_not_fill_the_model(self):
+        header = {"__metadata__": dict(META, data="fashion-mnist"),
+                  "fc.weight": entry(shape=[10, 2048], data_offsets=[0, 4 * 20480]),
+                  "fc.bias": entry(shape=[10], data_offsets=[4 * 20480, 4 * 20490])}
+        path = self.write("fc", safetensors_bytes(header, b"\0" * 4 * 20490))
+        p = self.run_on_fm(path, "--device", "cpu")
+        self.assertOneLineError(p, path, "does not fit ResNet50Cifar(num_classes=10) of bench/pytorch_resnet.py")
+        self.assertIn("stem.0.weight", p.stderr)
+
+
 class Options(Base):
     def test_batch_must_be_at_least_one(self):  # the old script took 0 and failed in range() after evaluating
         path = self.write("good", good_file())
