@@ -310,56 +310,63 @@ TEST(AutotuneCache, StillMeasuringLineSaysWhyTheSearchRuns) {
 // The armed notice (what bin/train and bin/predict print when a first start measures for long):
 // it starts at the first lookup that misses, so a network found whole in the cache never says it
 // is measuring, however long its build takes.
-std::string text_of(const std::string& path) {
-  const std::vector<uint8_t> bytes = read_file(path);  // a handle of its own: the notice's position stays
-  return std::string(bytes.begin(), bytes.end());
-}
+struct NoticeFile {
+  test_files::TempDir dir;
+  std::string path = dir / "out.txt";
+  FILE* f = std::fopen(path.c_str(), "w");
+  ~NoticeFile() {
+    if (f) std::fclose(f);
+  }
+  std::string text() const {
+    const std::vector<uint8_t> bytes = read_file(path);  // a handle of its own: the notice's position stays
+    return std::string(bytes.begin(), bytes.end());
+  }
+};
 
 TEST(AutotuneCache, TheArmedNoticeStartsAtTheFirstMissOnly) {
   using namespace std::chrono_literals;
-  test_files::TempDir dir;
-  const std::string out = dir / "out.txt";
-  FILE* f = std::fopen(out.c_str(), "w");
-  ASSERT_NE(f, nullptr);
+  NoticeFile out;
+  ASSERT_NE(out.f, nullptr);
   AutotuneCache c("cache.txt", kHere);
   c.put("a", algos(1));
-  c.arm_late_notice(1ms, f);
+  c.arm_late_notice(1ms, out.f);
   EXPECT_NE(c.find("a"), nullptr);
   std::this_thread::sleep_for(200ms);  // hits only: no notice, though the delay is long past
-  EXPECT_EQ(text_of(out), "");
+  EXPECT_EQ(out.text(), "");
   EXPECT_EQ(c.find("b"), nullptr);  // a miss: a search would follow
   EXPECT_EQ(c.find_fused("k"), nullptr);  // a second miss starts no second notice
   const auto start = std::chrono::steady_clock::now();
-  while (text_of(out).empty() && seconds_since(start) < 30) std::this_thread::sleep_for(10ms);
+  while (out.text().empty() && seconds_since(start) < 30) std::this_thread::sleep_for(10ms);
   std::this_thread::sleep_for(100ms);  // time for a second line, were there one
   c.end_late_notice();
-  std::fclose(f);
-  EXPECT_EQ(text_of(out), c.still_measuring_line() + "\n");
+  EXPECT_EQ(out.text(), c.still_measuring_line() + "\n");
 }
 
 TEST(AutotuneCache, AnUnarmedOrEndedNoticePrintsNothing) {
   using namespace std::chrono_literals;
-  test_files::TempDir dir;
-  const std::string out = dir / "out.txt";
-  FILE* f = std::fopen(out.c_str(), "w");
-  ASSERT_NE(f, nullptr);
+  testing::internal::CaptureStdout();  // where an unarmed cache's notice would go
   {
     AutotuneCache unarmed("cache.txt", kHere);
     EXPECT_EQ(unarmed.find("a"), nullptr);
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "");
+  NoticeFile out;
+  ASSERT_NE(out.f, nullptr);
+  {
     AutotuneCache ended("cache.txt", kHere);
-    ended.arm_late_notice(1ms, f);
+    ended.arm_late_notice(1ms, out.f);
     ended.end_late_notice();
     EXPECT_EQ(ended.find_fused("k"), nullptr);
     const auto start = std::chrono::steady_clock::now();
     AutotuneCache quick("cache.txt", kHere);
-    quick.arm_late_notice(60s, f);
+    quick.arm_late_notice(60s, out.f);
     EXPECT_EQ(quick.find("a"), nullptr);
     quick.end_late_notice();
     EXPECT_LT(seconds_since(start), 5.0) << "ending the notice waited for its delay";
     std::this_thread::sleep_for(100ms);
   }
-  std::fclose(f);
-  EXPECT_EQ(text_of(out), "");
+  EXPECT_EQ(out.text(), "");
 }
 
 TEST(AutotuneCache, EmptyPathNeverTouchesDisk) {
