@@ -51,7 +51,7 @@ INCLUDES := -Iinclude $(addprefix -I,$(INC_DIRS)) -isystem $(STB_INCLUDE)
 CXXFLAGS := -std=c++20 -O2 -g -Wall -Wextra -Wno-unused-parameter $(INCLUDES)
 NVFLAGS  := -std=c++20 -O3 -g -lineinfo $(GENCODE) --expt-relaxed-constexpr -Xcompiler -Wall $(INCLUDES)
 LDFLAGS  := $(addprefix -L,$(LIB_DIRS)) $(addprefix -Wl$(comma)-rpath$(comma),$(LIB_DIRS))
-LDLIBS   := -lcudnn -lcublas -lcupti $(NCCL_LINK) -lcudart -lz -lpthread -ldl
+LDLIBS   := -lcudnn -lcublasLt -lcublas -lcupti $(NCCL_LINK) -lcudart -lz -lpthread -ldl
 
 # ---- sources ------------------------------------------------------------------------------------
 # src/<concern>/*.cpp and kernels/*.cu are compiled once and shared by every program and variant.

@@ -62,6 +62,17 @@ struct BnEvalTarget {
   void* shift_h;
 };
 void bn_forward_eval_coefs_all(const BnEvalTarget* targets, int count, int max_channels, cudaStream_t stream);
+// bin/predict's 1x1 convs that run as one cuBLASLt GEMM (model/gemm_conv.h) read their BN's scale
+// folded into the filter: w_folded[k][c] = fp16(w[k][c] * scale[k]), fp16, k-major (KRSC with r = 1),
+// from the scale bn_forward_eval_coefs_all wrote for this forward. One launch for every such conv
+// (`targets` in device memory); max_elements is the largest k * c among them.
+struct FilterFold {
+  const void* w;
+  const float* scale;
+  void* w_folded;
+  int k, c;
+};
+void fold_bn_into_filters(const FilterFold* targets, int count, size_t max_elements, cudaStream_t stream);
 
 // y = relu?(x * scale + shift + residual), residual = none, a raw tensor, or a second BN applied to
 // its own input (the projection shortcut, fused so its output is never stored).

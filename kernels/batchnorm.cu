@@ -11,6 +11,7 @@
 // flight per thread, per-channel constants loaded once per thread in NHWC, 32-bit index arithmetic
 // (no 64-bit division per element), and block reductions through warp shuffles.
 #include <algorithm>
+#include <cstdint>
 
 #include "common.cuh"
 #include "kernels.h"
@@ -398,6 +399,27 @@ __global__ void eval_coefs_all(const BnEvalTarget* targets) {
   }
 }
 
+// grid.y: one filter each; grid-stride over its k * c values, 8 at a time (16-byte loads and stores)
+// where c is a multiple of 8 and both filters are 16-byte aligned, as the network's are.
+__global__ void fold_filters(const FilterFold* targets) {
+  const FilterFold& t = targets[blockIdx.y];
+  const size_t n = size_t(t.k) * t.c;
+  const __half* w = static_cast<const __half*>(t.w);
+  __half* out = static_cast<__half*>(t.w_folded);
+  const size_t first = blockIdx.x * size_t(blockDim.x) + threadIdx.x, step = size_t(gridDim.x) * blockDim.x;
+  if (t.c % 8 == 0 && (reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(out)) % 16 == 0) {
+    for (size_t v = first; v < n / 8; v += step) {
+      uint4 raw = reinterpret_cast<const uint4*>(w)[v];
+      const float s = t.scale[v * 8 / t.c];
+      __half2* h = reinterpret_cast<__half2*>(&raw);
+      for (int j = 0; j < 4; ++j) h[j] = __floats2half2_rn(__low2float(h[j]) * s, __high2float(h[j]) * s);
+      reinterpret_cast<uint4*>(out)[v] = raw;
+    }
+    return;
+  }
+  for (size_t i = first; i < n; i += step) out[i] = __float2half_rn(__half2float(w[i]) * t.scale[i / t.c]);
+}
+
 // What backward_coefs reads of channel c, loaded before the first store (see ForwardInputs).
 struct BackwardInputs {
   float invstd, gamma, mean;
@@ -626,6 +648,13 @@ size_t relu_bits_bytes(Shape4 s, DType t) { return s.count() * dtype_size(t) / 1
 void bn_forward_eval_coefs_all(const BnEvalTarget* targets, int count, int max_channels, cudaStream_t stream) {
   if (count == 0) return;
   eval_coefs_all<<<dim3(channel_blocks(max_channels), count), 128, 0, stream>>>(targets);
+  CUDA_CHECK_LAUNCH();
+}
+
+void fold_bn_into_filters(const FilterFold* targets, int count, size_t max_elements, cudaStream_t stream) {
+  if (count == 0) return;
+  const unsigned blocks = std::min(grid_for((max_elements + 7) / 8, kThreads), 1024u);
+  fold_filters<<<dim3(blocks, count), kThreads, 0, stream>>>(targets);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,7 @@
-// RAII owners for CUDA streams and events and the cuDNN / cuBLAS handles.
+// RAII owners for CUDA streams and events and the cuDNN / cuBLAS / cuBLASLt handles.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -81,11 +82,26 @@ class CublasHandle {
   cublasHandle_t h_ = nullptr;
 };
 
-// The GPU context a network runs in: one compute stream, with the library handles bound to it.
+class CublasLtHandle {
+ public:
+  CublasLtHandle() { CUBLAS_CHECK(cublasLtCreate(&h_)); }
+  ~CublasLtHandle() { cublasLtDestroy(h_); }
+  CublasLtHandle(const CublasLtHandle&) = delete;
+  CublasLtHandle& operator=(const CublasLtHandle&) = delete;
+  cublasLtHandle_t get() const { return h_; }
+  operator cublasLtHandle_t() const { return h_; }
+
+ private:
+  cublasLtHandle_t h_ = nullptr;
+};
+
+// The GPU context a network runs in: one compute stream, with the library handles bound to it
+// (cuBLASLt takes the stream with each call).
 struct GpuContext {
   Stream stream;
   CudnnHandle cudnn;
   CublasHandle cublas;
+  CublasLtHandle cublas_lt;
   GpuContext() {
     CUDNN_CHECK(cudnnSetStream(cudnn, stream));
     CUBLAS_CHECK(cublasSetStream(cublas, stream));

@@ -89,6 +89,7 @@ struct FusionRefusal {
 };
 struct FusionReport {
   int tried = 0, fused = 0;
+  int gemms = 0;              // of the fused, inference's 1x1 convs run as cuBLASLt GEMMs (model/gemm_conv.h)
   int half_coefficients = 0;  // fused patterns whose engines take the BN scale/bias in fp16
   bool off_for_determinism = false;  // --deterministic: nothing tried (see fusion_report_lines)
   double seconds = -1;   // building (and, autotuning, timing) the patterns took; -1: not given

@@ -187,5 +187,8 @@ class ResNet50 {
   DeviceBuffer zeros_;                    // fused builds: a zero vector
   DeviceBuffer eval_targets_;             // fused inference: every BN, for one launch of their coefficients
   int eval_target_count_ = 0, widest_bn_ = 0;
+  DeviceBuffer gemm_filters_, fold_targets_;  // fused inference: the GEMM convs' folded filters, what folds them
+  int fold_count_ = 0;
+  size_t largest_fold_ = 0;
   const void* images_ = nullptr;          // the batch of the last forward (backward's stem input)
 };

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "model/fused_conv.h"
+#include "model/gemm_conv.h"
 #include "model/resnet50.h"
 
 struct ResNet50::Bn {
@@ -32,6 +33,10 @@ struct ResNet50::ConvUnit {
   // Fused builds: the patterns this conv runs, where cuDNN accepted them (model/fused_conv.h).
   // One object serves every conv of the same shape and pattern.
   std::shared_ptr<FusedConv> fused_fwd, fused_wgrad, fused_dgrad;
+  // Fused inference: a 1x1 conv that runs as one cuBLASLt GEMM instead (model/gemm_conv.h), shared
+  // like the patterns, reading its filter with the BN's scale folded in from gemm_filter.
+  std::shared_ptr<GemmConv> gemm;
+  void* gemm_filter = nullptr;
 };
 
 struct ResNet50::Block {

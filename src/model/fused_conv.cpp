@@ -100,8 +100,11 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
                     " plans from the autotune cache");
   std::string noted;
   for (const std::string& n : notes) noted += (noted.empty() ? " (" : "; ") + n;
+  const std::string how = r.gemms ? ": " + std::to_string(r.fused - r.gemms) + " through cuDNN, " +
+                                         std::to_string(r.gemms) + " as cuBLASLt GEMMs with the BN folded into the filter"
+                                   : " through cuDNN";
   lines.push_back("fused batch norm: " + std::to_string(r.fused) + " of " + std::to_string(r.tried) +
-                  " conv patterns run fused through cuDNN" + (noted.empty() ? "" : noted + ")") +
+                  " conv patterns run fused" + how + (noted.empty() ? "" : noted + ")") +
                   (r.refused.empty() ? "" : "; the rest run as the plain conv and our BN kernels:"));
   std::vector<bool> done(r.refused.size(), false);
   for (size_t i = 0; i < r.refused.size(); ++i) {

@@ -8,7 +8,8 @@
 namespace {
 constexpr FusedPattern kAllPatterns[] = {FusedPattern::ConvStats,     FusedPattern::SbrConvStats, FusedPattern::SbrWgrad,
                                          FusedPattern::DgradDreluDbn, FusedPattern::ConvBn,       FusedPattern::ConvBnRelu,
-                                         FusedPattern::ConvBnAddRelu};
+                                         FusedPattern::ConvBnAddRelu, FusedPattern::GemmBn,     FusedPattern::GemmBnRelu,
+                                         FusedPattern::GemmBnAddRelu};
 }  // namespace
 
 const char* fused_pattern_name(FusedPattern p) {
@@ -19,7 +20,10 @@ const char* fused_pattern_name(FusedPattern p) {
     case FusedPattern::DgradDreluDbn: return "data gradient + ReLU backward + BN backward weights";
     case FusedPattern::ConvBn: return "conv + BN";
     case FusedPattern::ConvBnRelu: return "conv + BN + ReLU";
-    default: return "conv + BN + residual add + ReLU";
+    case FusedPattern::ConvBnAddRelu: return "conv + BN + residual add + ReLU";
+    case FusedPattern::GemmBn: return "1x1 conv as a cuBLASLt GEMM + BN";
+    case FusedPattern::GemmBnRelu: return "1x1 conv as a cuBLASLt GEMM + BN + ReLU";
+    default: return "1x1 conv as a cuBLASLt GEMM + BN + residual add + ReLU";
   }
 }
 
@@ -32,7 +36,10 @@ const char* fused_pattern_slug(FusedPattern p) {
     case FusedPattern::DgradDreluDbn: return "dgrad-drelu-dbn";
     case FusedPattern::ConvBn: return "conv-bn";
     case FusedPattern::ConvBnRelu: return "conv-bn-relu";
-    default: return "conv-bn-add-relu";
+    case FusedPattern::ConvBnAddRelu: return "conv-bn-add-relu";
+    case FusedPattern::GemmBn: return "gemm-bn";
+    case FusedPattern::GemmBnRelu: return "gemm-bn-relu";
+    default: return "gemm-bn-add-relu";
   }
 }
 

@@ -355,9 +355,11 @@ void ResNet50::forward(const void* images, bool train) {
   images_ = images;
   const Shape4 stem{cfg_.batch, 64, cfg_.image_side, cfg_.image_side};
   if (fused_inference()) {
-    // Every BN's coefficients in one launch: the running statistics may have changed since the last
-    // forward (a checkpoint restored into the network).
+    // Every BN's coefficients in one launch, then the GEMM convs' filters with their BN's scale
+    // folded in: the weights and running statistics may have changed since the last forward (a
+    // checkpoint restored into the network).
     bn_forward_eval_coefs_all(eval_targets_.as<BnEvalTarget>(), eval_target_count_, widest_bn_, ctx_.stream);
+    fold_bn_into_filters(fold_targets_.as<FilterFold>(), fold_count_, largest_fold_, ctx_.stream);
     inference_conv(*stem_conv_, images, stem_y_.get(), *stem_bn_, stem, true, nullptr);
   } else {
     conv_forward(*stem_conv_, images, stem_a_.get());

@@ -11,7 +11,9 @@
 //             of ours applies dx = eq_dy * g + eq_x * x + eq_b.
 //   inference the BN's coefficients come from its running statistics, known before the conv runs:
 //             every conv (the stem's too) applies its BN, the ReLU and at conv3 the residual in its
-//             epilogue (ConvBnRelu, ConvBn, ConvBnAddRelu), so no BN pass of ours remains.
+//             epilogue (ConvBnRelu, ConvBn, ConvBnAddRelu), so no BN pass of ours remains; a 1x1
+//             conv measured faster so runs instead as one cuBLASLt GEMM with the BN's scale folded
+//             into its filter and the rest in the GEMM's epilogue (GemmConv, model/gemm_conv.h).
 // A pattern cuDNN refused for a conv runs as the plain conv and our BN kernels instead (unfused,
 // as src/model/resnet50.cpp runs every block), storing y1/y2 where that needs them.
 #include <algorithm>
@@ -189,19 +191,59 @@ size_t ResNet50::build_fusion(AutotuneCache& cache) {
     ws = std::max(ws, f->workspace());
     return f;
   };
+  // Inference, a 1x1 conv as one cuBLASLt GEMM (model/gemm_conv.h): only where measured faster than
+  // what cuDNN runs for it (`alternative_ms`, kept in the GEMM's cache entry as `unfused`, so that a
+  // later start makes the same choice). Returns null where it is not taken.
+  std::map<std::string, std::shared_ptr<GemmConv>> made_gemm;
+  auto gemm = [&](ConvUnit& u, FusedPattern p, float alternative_ms) -> std::shared_ptr<GemmConv> {
+    const ConvGeometry& g = u.conv->geometry();
+    if (!measure || !GemmConv::applies(g) || cfg_.dtype != DType::F16 || cfg_.layout != Layout::NHWC ||
+        (cfg_.unfused_patterns & fused_pattern_bit(p)))
+      return nullptr;
+    const std::string key = fused_cache_key(p, g);
+    const FusedChoice* cached = cache.find_fused(key);
+    std::shared_ptr<GemmConv>& m = made_gemm[key];
+    if (!m) {
+      m = std::make_shared<GemmConv>(ctx_.cublas_lt, p, g, cfg_.conv.workspace_limit, ctx_.stream, cached);
+      ++fusion_report_.plans;
+      fusion_report_.plans_cached += m->from_cache();
+      if (m->ok() && (!m->from_cache() || cached->unfused_ms < 0)) {
+        FusedChoice c = m->choice();
+        c.unfused_ms = alternative_ms;
+        cache.put_fused(key, c);
+      } else if (cached && !m->ok()) {
+        cache.erase_fused(key);
+      }
+    }
+    if (m->from_cache() && cached->unfused_ms >= 0) alternative_ms = cached->unfused_ms;
+    if (!m->ok() || alternative_ms < 0 || m->ms() >= alternative_ms) return nullptr;
+    ws = std::max(ws, m->workspace());
+    return m;
+  };
   if (cfg_.inference) {
     // Each BN in the epilogue of the conv that writes its input: saves the apply pass (conv3's also
     // reads the residual). The projection shortcut's BN has no ReLU: the join's comes after the add.
-    auto epilogue = [&](ConvUnit& u, FusedPattern p, Shape4 out) {
+    auto epilogue = [&](ConvUnit& u, FusedPattern p, FusedPattern as_gemm, Shape4 out) {
       const BnPass saved = p == FusedPattern::ConvBnAddRelu ? BnPass::ApplyAdd : BnPass::Apply;
-      u.fused_fwd = fuse(u, p, total_ms({u.conv->algorithms().fwd.ms, pass(saved, out)}));
+      const float unfused = total_ms({u.conv->algorithms().fwd.ms, pass(saved, out)});
+      u.fused_fwd = fuse(u, p, unfused);
+      u.gemm = gemm(u, as_gemm, u.fused_fwd ? u.fused_fwd->ms() : unfused);
+      if (!u.gemm) return;
+      ++fusion_report_.gemms;
+      if (u.fused_fwd) {
+        u.fused_fwd = nullptr;
+        return;
+      }
+      ++fusion_report_.fused;  // the BN is fused after all: not a refusal
+      auto& r = fusion_report_.refused;
+      r.erase(std::remove_if(r.begin(), r.end(), [&](const FusionRefusal& f) { return f.layer == u.name; }), r.end());
     };
-    epilogue(*stem_conv_, FusedPattern::ConvBnRelu, stem);
+    epilogue(*stem_conv_, FusedPattern::ConvBnRelu, FusedPattern::GemmBnRelu, stem);
     for (auto& b : blocks_) {
-      epilogue(b->c1, FusedPattern::ConvBnRelu, b->mid1);
-      epilogue(b->c2, FusedPattern::ConvBnRelu, b->mid2);
-      if (b->down) epilogue(*b->down, FusedPattern::ConvBn, b->out);
-      epilogue(b->c3, FusedPattern::ConvBnAddRelu, b->out);
+      epilogue(b->c1, FusedPattern::ConvBnRelu, FusedPattern::GemmBnRelu, b->mid1);
+      epilogue(b->c2, FusedPattern::ConvBnRelu, FusedPattern::GemmBnRelu, b->mid2);
+      if (b->down) epilogue(*b->down, FusedPattern::ConvBn, FusedPattern::GemmBn, b->out);
+      epilogue(b->c3, FusedPattern::ConvBnAddRelu, FusedPattern::GemmBnAddRelu, b->out);
     }
   } else {
     for (auto& b : blocks_) {
@@ -261,14 +303,33 @@ void ResNet50::allocate_fused_state() {
     halves += 2 * C;
   }
   auto reads_half = [](const std::shared_ptr<FusedConv>& f) { return usable(f) && f->scale_type() == DType::F16; };
-  if (cfg_.inference) {  // each conv's epilogue reads its own BN's coefficients
-    stem_bn_->wants_half = reads_half(stem_conv_->fused_fwd);
+  if (cfg_.inference) {  // each conv's epilogue reads its own BN's coefficients (a GEMM's bias: the fp16 shift)
+    std::vector<std::pair<ConvUnit*, Bn*>> convs = {{stem_conv_.get(), stem_bn_.get()}};
     for (auto& b : blocks_) {
-      b->b1.wants_half = reads_half(b->c1.fused_fwd);
-      b->b2.wants_half = reads_half(b->c2.fused_fwd);
-      b->b3.wants_half = reads_half(b->c3.fused_fwd);
-      if (b->down) b->bdown->wants_half = reads_half(b->down->fused_fwd);
+      convs.insert(convs.end(), {{&b->c1, &b->b1}, {&b->c2, &b->b2}, {&b->c3, &b->b3}});
+      if (b->down) convs.push_back({&*b->down, &*b->bdown});
     }
+    size_t folded = 0;
+    for (auto [u, bn] : convs) {
+      bn->wants_half = reads_half(u->fused_fwd) || u->gemm;
+      if (u->gemm) folded += u->conv->geometry().filter_count();
+    }
+    // The GEMM convs' filters with the BN's scale folded in, refreshed by each forward (forward()).
+    gemm_filters_ = DeviceBuffer(folded * sizeof(uint16_t), "filters with the BN folded in");
+    std::vector<FilterFold> folds;
+    uint16_t* next = gemm_filters_.as<uint16_t>();
+    for (auto [u, bn] : convs) {
+      if (!u->gemm) continue;
+      const ConvGeometry& g = u->conv->geometry();
+      u->gemm_filter = next;
+      folds.push_back({params_.working(u->weight), bn->st.scale, next, g.k, g.c});
+      next += g.filter_count();
+      largest_fold_ = std::max(largest_fold_, g.filter_count());
+    }
+    fold_targets_ = DeviceBuffer(folds.size() * sizeof(FilterFold), "filter folds");
+    if (!folds.empty())
+      CUDA_CHECK(cudaMemcpy(fold_targets_.get(), folds.data(), fold_targets_.bytes(), cudaMemcpyHostToDevice));
+    fold_count_ = static_cast<int>(folds.size());
     // All of them are computed in one launch at the start of each forward (forward()).
     std::vector<BnEvalTarget> targets;
     for (const Bn* bn : bns)
@@ -341,6 +402,10 @@ void ResNet50::fused_block_forward(Block& b, const void* in, bool train) {
 // every BN at the start of the forward.
 void ResNet50::inference_conv(ConvUnit& c, const void* x, void* y, Bn& bn, Shape4 s, bool relu, const void* z) {
   const cudaStream_t stream = ctx_.stream;
+  if (c.gemm) {
+    c.gemm->run(ctx_.cublas_lt, x, c.gemm_filter, bn.shift_h, z, y, workspace_.get(), workspace_.bytes(), stream);
+    return;
+  }
   if (usable(c.fused_fwd)) {
     FusedArgs a;
     a.x = x;

@@ -15,6 +15,7 @@
 #include "kernels.h"
 #include "model/autotune_cache.h"
 #include "model/fused_conv.h"
+#include "model/gemm_conv.h"
 #include "model/resnet50.h"
 #include "support/bn_data.h"
 #include "support/gpu_test_util.h"
@@ -222,6 +223,63 @@ TEST_P(FusedGpu, ConvBnAddReluAddsTheResidualBeforeTheRelu) {
   check_epilogue(FusedPattern::ConvBnAddRelu, GetParam().g, *f, ws);
 }
 
+// Inference's 1x1 convs as one cuBLASLt GEMM (model/gemm_conv.h): the filter with the BN's scale
+// folded in by fold_bn_into_filters, the shift as the epilogue's bias, the residual read as C; the
+// same y = relu?(conv(x) * s + b + z?) as the cuDNN epilogues, against the reference.
+void check_gemm(FusedPattern p, const ConvGeometry& g) {
+  const GemmConv gemm(ctx().cublas_lt, p, g, size_t(64) << 20, ctx().stream);
+  if (!gemm.ok()) GTEST_SKIP() << "cuBLASLt offers nothing for " << fused_pattern_name(p) << ": " << gemm.why();
+  EXPECT_GT(gemm.ms(), 0.f) << "the algorithm was chosen by timing";
+  auto rng = test_rng();
+  const ref::ConvDims cd = conv_dims(g);
+  Act x(random_normal(rng, cd.input().count(), 0.2, 1.0), cd.input());
+  Filter w(rng, g);
+  Act z(random_normal(rng, cd.output().count(), 0.0, 1.0), cd.output());
+  const ref::BnCoefs k{quantize(DType::F32, random_uniform(rng, g.k, 0.5, 1.5)),
+                       quantize(DType::F16, random_normal(rng, g.k, 0.0, 0.5))};
+  DeviceTensor scale(k.scale, DType::F32), shift_h(k.shift, DType::F16), folded(g.filter_count(), DType::F16),
+      y(cd.output().count(), DType::F16), ws(gemm.workspace() / 4 + 16, DType::F32, "workspace");
+  for (DeviceTensor* t : {&folded, &y}) t->poison();
+  const FilterFold fold{w.d.get(), scale.f32(), folded.get(), g.k, g.c};
+  DeviceBuffer folds(sizeof fold, "filter folds");
+  CUDA_CHECK(cudaMemcpy(folds.get(), &fold, sizeof fold, cudaMemcpyHostToDevice));
+  fold_bn_into_filters(folds.as<FilterFold>(), 1, g.filter_count(), ctx().stream);
+  const bool add_z = p == FusedPattern::GemmBnAddRelu;
+  gemm.run(ctx().cublas_lt, x.d.get(), folded.get(), shift_h.get(), add_z ? z.d.get() : nullptr, y.get(), ws.get(),
+           ws.count() * 4, ctx().stream);
+  Vec want = ref::bn_affine(cd.output(), ref::conv2d_forward(cd, x.v, w.v), k);
+  if (add_z) want = ref::add(want, z.v);
+  if (p != FusedPattern::GemmBn) want = ref::relu(want);
+  EXPECT_CLOSE(download_activation(y, cd.output(), kL), want, kTol);
+  // The fold alone: each filter row times its channel's scale, rounded once to fp16.
+  const Vec wf = folded.download(), wd = w.d.download();
+  for (size_t i = 0; i < wf.size(); ++i)
+    ASSERT_EQ(wf[i], quantize(DType::F16, Vec{double(float(wd[i]) * float(k.scale[i / g.c]))})[0]) << "filter value " << i;
+}
+
+TEST_P(FusedGpu, GemmBnIsTheConvWithItsBnInTheFilterAndBias) {
+  if (GetParam().g.r != 1) GTEST_SKIP() << "a GEMM runs only the 1x1 convs";
+  check_gemm(FusedPattern::GemmBn, GetParam().g);
+}
+
+TEST_P(FusedGpu, GemmBnReluAppliesTheReluInTheEpilogue) {
+  if (GetParam().g.r != 1) GTEST_SKIP() << "a GEMM runs only the 1x1 convs";
+  check_gemm(FusedPattern::GemmBnRelu, GetParam().g);
+}
+
+TEST_P(FusedGpu, GemmBnAddReluReadsTheResidualAsC) {
+  if (GetParam().g.r != 1) GTEST_SKIP() << "a GEMM runs only the 1x1 convs";
+  check_gemm(FusedPattern::GemmBnAddRelu, GetParam().g);
+}
+
+// Only a 1x1 stride-1 unpadded conv is a matrix product in NHWC; anything else is refused, not run.
+TEST(GemmConv, AppliesToThe1x1Stride1ConvsOnly) {
+  EXPECT_TRUE(GemmConv::applies({8, 64, 8, 8, 256, 1, 1, 0}));
+  EXPECT_FALSE(GemmConv::applies({8, 64, 8, 8, 64, 3, 1, 1}));
+  EXPECT_FALSE(GemmConv::applies({8, 256, 8, 8, 512, 1, 2, 0})) << "the strided projection shortcut";
+  EXPECT_FALSE(GemmConv::applies({8, 64, 8, 8, 64, 1, 1, 1})) << "padded";
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, FusedGpu, testing::ValuesIn(kCases),
                          [](const testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
@@ -389,6 +447,19 @@ TEST(FusionReport, CountsAndGroupsRefusalsByPatternAndReason) {
   r.plans_cached = 5;
   EXPECT_EQ(fusion_report_lines(r)[0], "fused batch norm: 10 of 10 conv patterns run fused through cuDNN (chosen in "
                                        "4.3 s; 5 of 6 plans from the autotune cache)");
+}
+
+// bin/predict's 1x1 convs that run as cuBLASLt GEMMs are fused too, and the line says how many.
+TEST(FusionReport, SaysHowManyRunAsGemms) {
+  FusionReport r;
+  r.tried = 53;
+  r.fused = 52;
+  r.gemms = 9;
+  r.refused = {{"conv1", FusedPattern::ConvBnRelu, kSlowerThanUnfused}};
+  const std::vector<std::string> lines = fusion_report_lines(r);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "fused batch norm: 52 of 53 conv patterns run fused: 43 through cuDNN, 9 as cuBLASLt GEMMs with "
+                      "the BN folded into the filter; the rest run as the plain conv and our BN kernels:");
 }
 
 TEST(FusionReport, SaysFusionIsOffUnderDeterministic) {

@@ -16,6 +16,8 @@
 
 #include "core/errors.h"
 #include "kernels.h"
+#include "model/gemm_conv.h"
+#include "model/resnet50_spec.h"
 #include "pipeline/egress_copy.h"
 #include "predict/outputs.h"
 #include "predict/weights.h"
@@ -282,6 +284,90 @@ TEST_F(PredictGpu, BatchNormInTheConvEpiloguesGivesTheUnfusedLogits) {
     const std::vector<uint16_t> fa = download<uint16_t>(fused->features(), size_t(kBatch) * fused->feature_count());
     for (uint16_t h : fa) ASSERT_FALSE((h & 0x8000) && (h & 0x7fff)) << "pooled ReLU outputs are never negative";
   }
+}
+
+// bin/predict's 1x1 convs as cuBLASLt GEMMs with the BN folded into the filter (model/gemm_conv.h),
+// every one of them: the autotune cache is given, for each 1x1 stride-1 shape, the GEMM's own measured
+// choice made to look far faster than cuDNN's (which is how a measured choice is kept from start to
+// start), so the network runs all 33 as GEMMs. Its logits stray from the fp32 network's no further
+// than the fp16 network's with plain convs and our BN passes does (twice that, as for the cuDNN
+// epilogues above), and a second forward after the weights change folds the new ones.
+TEST_F(PredictGpu, GemmConvsWithTheBnFoldedInGiveTheUnfusedLogits) {
+  std::unique_ptr<ResNet50> a = net(Layout::NCHW, false);
+  Checkpoint c = trained_checkpoint(*a);
+  c.master = convert_filters(c.master, ResNet50::tensor_layout(kClasses), Layout::NCHW, Layout::NHWC);
+  AutotuneCache cache("", "predict-test GEMM convs");
+  NetConfig cfg = config(Layout::NHWC, true);
+  cfg.dtype = DType::F16;
+  cfg.conv_api = ConvApi::Graph;
+  cfg.conv.policy = AlgoPolicy::Autotune;
+  cfg.conv.deterministic = false;  // fusion is off under --deterministic
+  cfg.fused_bn = true;
+  int gemm_convs = 0;
+  auto prefer_gemm = [&](const ConvSpec& conv, FusedPattern p) {
+    if (!GemmConv::applies(conv.g)) return;
+    ++gemm_convs;
+    const std::string key = fused_cache_key(p, conv.g);
+    if (cache.find_fused(key)) return;
+    const GemmConv measured(ctx_->cublas_lt, p, conv.g, cfg.conv.workspace_limit, ctx_->stream);
+    ASSERT_TRUE(measured.ok()) << measured.why();
+    FusedChoice choice = measured.choice();
+    choice.ms = 1e-6f;  // "measured" far faster than the alternative
+    choice.unfused_ms = 1e3f;
+    cache.put_fused(key, choice);
+  };
+  for (const BlockSpec& b : resnet50_spec(cfg).blocks) {
+    prefer_gemm(b.c1, FusedPattern::GemmBnRelu);
+    prefer_gemm(b.c3, FusedPattern::GemmBnAddRelu);
+    if (b.down) prefer_gemm(*b.down, FusedPattern::GemmBn);
+  }
+  EXPECT_EQ(gemm_convs, 33) << "conv1 and conv3 of the 16 blocks, and stage 1's projection shortcut";
+  auto half_net = [&](bool fused, AutotuneCache& k) {
+    NetConfig h = cfg;
+    h.fused_bn = fused;
+    auto n = std::make_unique<ResNet50>(h, *ctx_, k);
+    restore_checkpoint(*n, c, ctx_->stream);
+    return n;
+  };
+  AutotuneCache plain_cache("", "predict-test GEMM convs, plain");
+  const std::unique_ptr<ResNet50> plain = half_net(false, plain_cache), gemms = half_net(true, cache);
+  const FusionReport& r = gemms->fusion_report();
+  std::printf("[ fusion ] %s\n", fusion_report_lines(r)[0].c_str());
+  EXPECT_EQ(r.gemms, gemm_convs);
+  EXPECT_NE(fusion_report_lines(r)[0].find(std::to_string(gemm_convs) + " as cuBLASLt GEMMs"), std::string::npos);
+  const std::unique_ptr<ResNet50> exact = net(Layout::NHWC, true);  // fp32, no TF32
+  restore_checkpoint(*exact, c, ctx_->stream);
+  DeviceBuffer half_images(kBatch * kImage * 2, "fp16 test images");
+  auto logits_of = [&](const ResNet50& n) {
+    const std::vector<float> l = download<float>(n.logits(), size_t(kBatch) * kClasses);
+    return ref::Vec(l.begin(), l.end());
+  };
+  auto compare = [&](int k, const char* when) {
+    const void* images = batches_->images(Layout::NHWC, k);
+    cast_f32_to_f16(static_cast<const float*>(images), half_images.get(), kBatch * kImage, ctx_->stream);
+    exact->forward(images, false);
+    plain->forward(half_images.get(), false);
+    gemms->forward(half_images.get(), false);
+    const ref::Vec want = logits_of(*exact);
+    const double plain_error = ref::rel_error(logits_of(*plain), want);
+    const double gemm_error = ref::rel_error(logits_of(*gemms), want);
+    std::printf("[ fp16 ] batch %d, %s: relative error against fp32, plain %.4f, GEMMs %.4f\n", k, when, plain_error,
+                gemm_error);
+    EXPECT_LE(plain_error, 1e-2) << when << ", batch " << k;
+    EXPECT_LE(gemm_error, 2 * plain_error + 1e-3) << when << " (plain: " << plain_error << "), batch " << k;
+  };
+  for (int k = 0; k < 2; ++k) compare(k, "as restored");
+  // Other weights and running statistics in all three: the folded filters follow them.
+  std::unique_ptr<ResNet50> b = net(Layout::NCHW, false);
+  b->init_params(9);
+  for (int k = 0; k < kBatches; ++k) b->forward(batches_->images(Layout::NCHW, kBatches - 1 - k), true);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CheckpointMeta m;
+  m.layout = "NCHW";
+  c = capture_checkpoint(*b, m);
+  c.master = convert_filters(c.master, ResNet50::tensor_layout(kClasses), Layout::NCHW, Layout::NHWC);
+  for (ResNet50* n : {plain.get(), gemms.get(), exact.get()}) restore_checkpoint(*n, c, ctx_->stream);
+  compare(2, "after other weights were restored");
 }
 
 // Autotuning, each fused pattern's measured plan goes into the autotune cache, and the network

@@ -365,7 +365,8 @@ TEST(Options, SeveralGpuFlags) {
 
 const FusedPattern kEveryPattern[] = {FusedPattern::ConvStats,     FusedPattern::SbrConvStats, FusedPattern::SbrWgrad,
                                       FusedPattern::DgradDreluDbn, FusedPattern::ConvBn,       FusedPattern::ConvBnRelu,
-                                      FusedPattern::ConvBnAddRelu};
+                                      FusedPattern::ConvBnAddRelu, FusedPattern::GemmBn,       FusedPattern::GemmBnRelu,
+                                      FusedPattern::GemmBnAddRelu};
 
 // --no-fuse: which fused BN patterns run plain (model/fused_patterns.h), as bits and as the one
 // text the ranks compare.

@@ -1,0 +1,142 @@
+// bin/predict's 1x1 convs as cuBLASLt GEMMs with the BN in the epilogue (model/gemm_conv.h).
+//
+// cuBLASLt is column-major: the row-major [M, K] output y (M = N*H*W) is a column-major K x M
+// matrix with ld = K, and so on, so the product is written for the transposes:
+//   y^T (K x M) = w' (K x C, stored as the column-major C x K matrix w'^T: op T) * x^T (C x M)
+// and the epilogue's bias is per row of y^T: per output channel, as the BN's shift is.
+#include "model/gemm_conv.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/check.h"
+#include "core/errors.h"
+#include "core/format.h"
+#include "core/handles.h"
+#include "core/memory.h"
+#include "kernels.h"
+
+namespace {
+
+constexpr int kHeuristics = 8;  // algorithms asked of cuBLASLt's heuristics, each timed
+constexpr int kTimedRuns = 3;
+
+void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void* v, size_t bytes) {
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, a, v, bytes));
+}
+
+}  // namespace
+
+struct GemmConv::Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t w = nullptr, x = nullptr, y = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (y) cublasLtMatrixLayoutDestroy(y);
+    if (x) cublasLtMatrixLayoutDestroy(x);
+    if (w) cublasLtMatrixLayoutDestroy(w);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, size_t workspace_limit,
+                   cudaStream_t stream, const FusedChoice* cached)
+    : pattern_(p), g_(g), plan_(std::make_unique<Plan>()) {
+  if (!applies(g)) {
+    why_ = "not a 1x1 stride-1 conv";
+    return;
+  }
+  const bool relu = p != FusedPattern::GemmBn, add_z = p == FusedPattern::GemmBnAddRelu;
+  const int64_t M = int64_t(g.n) * g.h * g.w;
+  Plan& pl = *plan_;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&pl.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  set(pl.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+  set(pl.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+  const cublasLtEpilogue_t ep = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+  set(pl.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.w, CUDA_R_16F, g.c, g.k, g.c));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.x, CUDA_R_16F, g.c, M, g.c));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.y, CUDA_R_16F, g.k, M, g.k));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &workspace_limit, sizeof workspace_limit));
+  cublasLtMatmulHeuristicResult_t found[kHeuristics];
+  int n = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(lt, pl.op, pl.w, pl.x, pl.y, pl.y, pref, kHeuristics, found, &n);
+  cublasLtMatmulPreferenceDestroy(pref);
+  std::vector<int> usable;
+  for (int i = 0; i < n && st == CUBLAS_STATUS_SUCCESS; ++i)
+    if (found[i].state == CUBLAS_STATUS_SUCCESS) usable.push_back(i);
+  if (usable.empty()) {
+    why_ = std::string("cuBLASLt offers no algorithm for it (") + cublas_status_name(st) + ")";
+    return;
+  }
+  // A cached index that still names an algorithm with the same workspace is taken as it is: the
+  // choice stays as it was made. Otherwise every algorithm offered is timed.
+  if (cached && std::find(usable.begin(), usable.end(), cached->rank) != usable.end() &&
+      found[cached->rank].workspaceSize == cached->workspace) {
+    pl.algo = found[cached->rank].algo;
+    workspace_ = cached->workspace;
+    choice_ = *cached;
+    from_cache_ = ok_ = true;
+    return;
+  }
+  size_t ws_bytes = 0;
+  for (int i : usable) ws_bytes = std::max(ws_bytes, found[i].workspaceSize);
+  // Scratch operands of non-zero bytes (0x3C: about 1.06 in fp16), as FusedConv times its plans.
+  const size_t es = 2, xs = size_t(M) * g.c * es, fs = size_t(g.k) * g.c * es, ys = size_t(M) * g.k * es;
+  DeviceBuffer x(xs, "cuBLASLt conv autotune input"), w(fs, "cuBLASLt conv autotune filter"),
+      y(ys, "cuBLASLt conv autotune output"), z(add_z ? ys : 0, "cuBLASLt conv autotune residual"),
+      b(size_t(g.k) * es, "cuBLASLt conv autotune bias"), ws(ws_bytes + 256, "cuBLASLt conv autotune workspace");
+  for (DeviceBuffer* d : {&x, &w, &y, &z, &b})
+    if (d->bytes()) CUDA_CHECK(cudaMemset(d->get(), 0x3C, d->bytes()));
+  int best = -1;
+  for (int i : usable) {
+    pl.algo = found[i].algo;
+    const float t = fastest_ms(stream, kTimedRuns, [&] {
+      launch(lt, x.get(), w.get(), b.get(), add_z ? z.get() : nullptr, y.get(), ws.get(), found[i].workspaceSize, stream);
+    });
+    if (best < 0 || t < choice_.ms) best = i, choice_.ms = t;
+  }
+  // Each forward folds the BN's scale into the filter before the GEMM (fold_bn_into_filters): that
+  // pass is part of what the GEMM costs against cuDNN's kernel, which reads the scale as it is.
+  DeviceBuffer folded(fs, "cuBLASLt conv autotune folded filter"), scale(size_t(g.k) * 4, "cuBLASLt conv autotune scale"),
+      target(sizeof(FilterFold), "cuBLASLt conv autotune fold");
+  CUDA_CHECK(cudaMemset(scale.get(), 0x3C, scale.bytes()));
+  const FilterFold fold{w.get(), scale.as<float>(), folded.get(), g.k, g.c};
+  CUDA_CHECK(cudaMemcpy(target.get(), &fold, sizeof fold, cudaMemcpyHostToDevice));
+  choice_.ms += fastest_ms(stream, kTimedRuns,
+                           [&] { fold_bn_into_filters(target.as<FilterFold>(), 1, g.filter_count(), stream); });
+  pl.algo = found[best].algo;
+  workspace_ = found[best].workspaceSize;
+  choice_.rank = best;
+  choice_.types = 0;
+  choice_.workspace = workspace_;
+  ok_ = true;
+}
+
+GemmConv::~GemmConv() = default;
+
+void GemmConv::run(cublasLtHandle_t lt, const void* x, const void* w_folded, const void* bias, const void* z, void* y,
+                   void* ws, size_t ws_bytes, cudaStream_t stream) const {
+  if (!ok_) throw Fatal(std::string(fused_pattern_name(pattern_)) + " for conv " + g_.key() + " run though " + why_);
+  const bool add_z = pattern_ == FusedPattern::GemmBnAddRelu;
+  if (add_z != (z != nullptr))
+    throw Fatal(std::string(fused_pattern_name(pattern_)) + ": the residual is " + (add_z ? "missing" : "not read"));
+  if (workspace_ > ws_bytes)
+    throw Fatal(std::string(fused_pattern_name(pattern_)) + " for conv " + g_.key() + " needs " +
+                format_bytes(workspace_) + " of workspace, given " + format_bytes(ws_bytes));
+  launch(lt, x, w_folded, bias, z, y, ws, workspace_, stream);
+}
+
+void GemmConv::launch(cublasLtHandle_t lt, const void* x, const void* w_folded, const void* bias, const void* z,
+                      void* y, void* ws, size_t ws_bytes, cudaStream_t stream) const {
+  set(plan_->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  const float one = 1.f, beta = z ? 1.f : 0.f;
+  CUBLAS_CHECK(cublasLtMatmul(lt, plan_->op, &one, w_folded, plan_->w, x, plan_->x, &beta, z ? z : y, plan_->y, y,
+                              plan_->y, &plan_->algo, ws, ws_bytes, stream));
+}
