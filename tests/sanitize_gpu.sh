@@ -56,7 +56,7 @@ RACECHECK_CLEAN="RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
 # The GPU unit tests of our kernel families, on more shapes than a training run has (partial tiles,
 # short last chunks); the conv and linear tests are left out: they run only library kernels.
 GPU_TESTS='*GpuBatchNorm*:*GpuPool*:*GpuSoftmaxXent*:GpuSgd*:GpuLossScale*:GpuNormalize*:GpuCast*'
-FUSED_TESTS='Shapes/FusedGpu*:FusedBnFinalize*:FusedParityGpu*:PredictGpu.BatchNormInTheConvEpiloguesGivesTheUnfusedLogits'
+FUSED_TESTS='Shapes/FusedGpu*:Shapes/GemmGpu*:FusedBnFinalize*:FusedParityGpu*:PredictGpu.BatchNormInTheConvEpiloguesGivesTheUnfusedLogits:PredictGpu.GemmConvsWithTheBnFoldedInGiveTheUnfusedLogits'
 failed=0
 
 # check NAME CLEAN_LINE -- sanitizer arguments and program: passes when the sanitizer printed

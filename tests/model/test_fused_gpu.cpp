@@ -257,20 +257,21 @@ void check_gemm(FusedPattern p, const ConvGeometry& g) {
     ASSERT_EQ(wf[i], quantize(DType::F16, Vec{double(float(wd[i]) * float(k.scale[i / g.c]))})[0]) << "filter value " << i;
 }
 
-TEST_P(FusedGpu, GemmBnIsTheConvWithItsBnInTheFilterAndBias) {
-  if (GetParam().g.r != 1) GTEST_SKIP() << "a GEMM runs only the 1x1 convs";
-  check_gemm(FusedPattern::GemmBn, GetParam().g);
-}
+class GemmGpu : public testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override { SKIP_WITHOUT_GPU("cuBLASLt's GEMMs"); }
+};
 
-TEST_P(FusedGpu, GemmBnReluAppliesTheReluInTheEpilogue) {
-  if (GetParam().g.r != 1) GTEST_SKIP() << "a GEMM runs only the 1x1 convs";
-  check_gemm(FusedPattern::GemmBnRelu, GetParam().g);
-}
+TEST_P(GemmGpu, GemmBnIsTheConvWithItsBnInTheFilterAndBias) { check_gemm(FusedPattern::GemmBn, GetParam().g); }
 
-TEST_P(FusedGpu, GemmBnAddReluReadsTheResidualAsC) {
-  if (GetParam().g.r != 1) GTEST_SKIP() << "a GEMM runs only the 1x1 convs";
-  check_gemm(FusedPattern::GemmBnAddRelu, GetParam().g);
-}
+TEST_P(GemmGpu, GemmBnReluAppliesTheReluInTheEpilogue) { check_gemm(FusedPattern::GemmBnRelu, GetParam().g); }
+
+TEST_P(GemmGpu, GemmBnAddReluReadsTheResidualAsC) { check_gemm(FusedPattern::GemmBnAddRelu, GetParam().g); }
+
+// The network's 1x1 convs: a GEMM runs no other.
+const Case kGemmCases[] = {kCases[1], kCases[2]};
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmGpu, testing::ValuesIn(kGemmCases),
+                         [](const testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // Only a 1x1 stride-1 unpadded conv is a matrix product in NHWC; anything else is refused, not run.
 TEST(GemmConv, AppliesToThe1x1Stride1ConvsOnly) {

@@ -112,7 +112,9 @@ class SanitizeGpuScript(unittest.TestCase):
         fused = [c for c in calls if "--tool memcheck" in c and "unit_tests" in c]
         self.assertEqual(len(fused), 1, calls)
         self.assertIn("Shapes/FusedGpu*", fused[0])
+        self.assertIn("Shapes/GemmGpu*", fused[0])
         self.assertIn("PredictGpu.BatchNormInTheConvEpiloguesGivesTheUnfusedLogits", fused[0])
+        self.assertIn("PredictGpu.GemmConvsWithTheBnFoldedInGiveTheUnfusedLogits", fused[0])  # cuBLASLt's 1x1 convs
         # the training runs under racecheck are the fp32 builds with --no-tf32 (no tensor-core kernels)
         race_runs = [c for c in calls if "--tool racecheck" in c and "--data synthetic" in c]
         self.assertEqual([Path(c.split(" --data")[0].split()[-1]).name for c in race_runs],
