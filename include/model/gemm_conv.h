@@ -26,8 +26,12 @@
 
 class GemmConv {
  public:
-  // Whether a conv is a plain matrix product in NHWC: 1x1, stride 1, no padding.
-  static bool applies(const ConvGeometry& g) { return g.r == 1 && g.stride == 1 && g.pad == 0; }
+  // Whether a conv is a plain matrix product in NHWC: 1x1, stride 1, no padding; and channels in
+  // multiples of 8, so that every row of x, w' and y starts 16-byte aligned, as cuBLASLt's fp16
+  // kernels assume (the network's are multiples of 64).
+  static bool applies(const ConvGeometry& g) {
+    return g.r == 1 && g.stride == 1 && g.pad == 0 && g.c % 8 == 0 && g.k % 8 == 0;
+  }
 
   // Plans the GEMM for `g` (fp16) with pattern p's epilogue (GemmBn, GemmBnRelu or GemmBnAddRelu):
   // cuBLASLt's heuristics' algorithms within `workspace_limit`, each timed on scratch memory on

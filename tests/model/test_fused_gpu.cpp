@@ -273,12 +273,15 @@ const Case kGemmCases[] = {kCases[1], kCases[2]};
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmGpu, testing::ValuesIn(kGemmCases),
                          [](const testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
-// Only a 1x1 stride-1 unpadded conv is a matrix product in NHWC; anything else is refused, not run.
+// Only a 1x1 stride-1 unpadded conv is a matrix product in NHWC (with rows cuBLASLt can read
+// aligned); anything else is refused, not run.
 TEST(GemmConv, AppliesToThe1x1Stride1ConvsOnly) {
   EXPECT_TRUE(GemmConv::applies({8, 64, 8, 8, 256, 1, 1, 0}));
   EXPECT_FALSE(GemmConv::applies({8, 64, 8, 8, 64, 3, 1, 1}));
   EXPECT_FALSE(GemmConv::applies({8, 256, 8, 8, 512, 1, 2, 0})) << "the strided projection shortcut";
   EXPECT_FALSE(GemmConv::applies({8, 64, 8, 8, 64, 1, 1, 1})) << "padded";
+  EXPECT_FALSE(GemmConv::applies({8, 3, 8, 8, 64, 1, 1, 0})) << "rows of x not 16-byte aligned";
+  EXPECT_FALSE(GemmConv::applies({8, 64, 8, 8, 10, 1, 1, 0})) << "rows of y not 16-byte aligned";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, FusedGpu, testing::ValuesIn(kCases),
