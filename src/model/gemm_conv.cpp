@@ -43,7 +43,7 @@ GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, s
                    cudaStream_t stream, const FusedChoice* cached)
     : pattern_(p), g_(g), plan_(std::make_unique<Plan>()) {
   if (!applies(g)) {
-    why_ = "not a 1x1 stride-1 conv";
+    why_ = "not a 1x1 stride-1 conv with channels in multiples of 8";
     return;
   }
   const bool relu = p != FusedPattern::GemmBn, add_z = p == FusedPattern::GemmBnAddRelu;
