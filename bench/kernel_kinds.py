@@ -35,7 +35,8 @@ TOOL = "kernel_kinds"
 # First match wins: the fills before the convs (cuDNN's workspace set-up kernel carries xmma in its
 # name), batch norm before the copies (Triton's BN statistics kernels end in "copy_": the running
 # statistics), and cuDNN's batch-norm statistics kernel of its fused data-gradient pattern counts
-# with the convs. PyTorch's foreach copies are copies, not its optimizer; its "nocast" elementwise
+# with the convs. bin/predict's BN coefficients from the running statistics, and their scale folded
+# into the filters of its cuBLASLt GEMM convs, are batch norm. PyTorch's foreach copies are copies, not its optimizer; its "nocast" elementwise
 # kernels are not casts.
 KINDS: list[tuple[str, re.Pattern]] = [
     ("optimizer step (SGD, gradient check)",
@@ -43,7 +44,8 @@ KINDS: list[tuple[str, re.Pattern]] = [
     ("fills (zeroed buffers, workspace set-up)", re.compile(r"fill_regions|FillFunctor|init_device_workspace")),
     ("convolutions and GEMMs", re.compile(r"xmma|nvjet|cublas|cutlass|gemm|implicit_|conv2d|cudnn")),
     ("batch norm, ReLU, residual add",
-     re.compile(r"batch_norm|\bbn_|apply_forward|apply_backward|reduce_nhwc|reduce_nchw|finalize_|relu|threshold")),
+     re.compile(r"batch_norm|\bbn_|apply_forward|apply_backward|reduce_nhwc|reduce_nchw|finalize_|relu|threshold|"
+                r"eval_coefs|fold_filters")),
     ("casts and copies", re.compile(r"to_copy|_to_f16|_to_f32|(?<!no)cast|copy_|::Copy<", re.I)),
 ]
 OTHER = "other (loss, pooling, input, loss scale)"

@@ -37,6 +37,9 @@ class KindOf(unittest.TestCase):
                 kind("batch norm"),
             "trainer_kernels::<unnamed>::finalize_sums(float *, float *, double, BnChannelState, int, __half *, __half *)":
                 kind("batch norm"),
+            "trainer_kernels::<unnamed>::eval_coefs_all(const BnEvalTarget *)": kind("batch norm"),
+            "trainer_kernels::<unnamed>::fold_filters(const FilterFold *)": kind("batch norm"),
+            "nvjet_sm90_hsh_64x384_64x3_2x1_v_bx_coopB_relubias_TNT": kind("conv"),
             "triton_poi_fused__native_batch_norm_legit_functional_add_convolution_backward_native_batch_norm_"
             "backward_threshold_backward_67": kind("batch norm"),
             "void trainer_kernels::<unnamed>::sgd_kernel<__half>(SgdArgs, unsigned long, const ScalerState *)":
