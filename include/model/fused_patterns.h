@@ -1,6 +1,7 @@
 // The kinds of batch norm fused into the convolutions, by cuDNN (model/fused_conv.h says what each
-// computes) or, for bin/predict's 1x1 convs, by cuBLASLt (model/gemm_conv.h), by name: for people, and the short stable names that the autotune cache's keys and the
-// programs' --no-fuse flag use. No CUDA here: the flag parsers (and their fuzz targets) read it.
+// computes) or, for bin/predict's 1x1 convs, by cuBLASLt (model/gemm_conv.h), by name: for people,
+// and the short stable names that the autotune cache's keys and the programs' --no-fuse flag use.
+// No CUDA here: the flag parsers (and their fuzz targets) read it.
 #pragma once
 
 #include <string>

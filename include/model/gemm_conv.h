@@ -35,9 +35,9 @@ class GemmConv {
 
   // Plans the GEMM for `g` (fp16) with pattern p's epilogue (GemmBn, GemmBnRelu or GemmBnAddRelu):
   // cuBLASLt's heuristics' algorithms within `workspace_limit`, each timed on scratch memory on
-  // `stream`, the fastest kept (its time with the fold of the filter added, which each forward runs); or, given a `cached` choice (an earlier start's choice()), that
-  // algorithm alone when the heuristics still offer it with the same workspace. ok() is false where
-  // cuBLASLt offers none.
+  // `stream`, the fastest kept (its time with the fold of the filter added, which each forward
+  // runs); or, given a `cached` choice (an earlier start's choice()), that algorithm alone when the
+  // heuristics still offer it with the same workspace. ok() is false where cuBLASLt offers none.
   GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, size_t workspace_limit, cudaStream_t stream,
            const FusedChoice* cached = nullptr);
   ~GemmConv();
@@ -52,7 +52,7 @@ class GemmConv {
   const FusedChoice& choice() const { return choice_; }  // rank: the algorithm's index in the heuristics' list
   bool from_cache() const { return from_cache_; }
 
-  // y = epilogue(x w_folded^T): `bias` fp16 [K]; `z` the residual (GemmBnAddRelu only; may be y).
+  // y = epilogue(x w_folded^T): `bias` fp16 [K]; `z` the residual (GemmBnAddRelu only, else null).
   void run(cublasLtHandle_t lt, const void* x, const void* w_folded, const void* bias, const void* z, void* y,
            void* ws, size_t ws_bytes, cudaStream_t stream) const;
 
