@@ -123,6 +123,25 @@ class PredictGpu : public testing::Test {
     return correct;
   }
 
+  // The logits of n's last forward.
+  static ref::Vec logits_of(const ResNet50& n) {
+    const std::vector<float> l = download<float>(n.logits(), size_t(kBatch) * kClasses);
+    return ref::Vec(l.begin(), l.end());
+  }
+
+  // Batch k (NHWC) through the fp32 network `exact` and, cast to fp16, through the fp16 networks
+  // `plain` and `other`: the relative errors of plain's and of other's logits against exact's.
+  std::pair<double, double> fp16_errors(ResNet50& exact, ResNet50& plain, ResNet50& other, int k) {
+    DeviceBuffer half_images(kBatch * kImage * 2, "fp16 test images");
+    const void* images = batches_->images(Layout::NHWC, k);
+    cast_f32_to_f16(static_cast<const float*>(images), half_images.get(), kBatch * kImage, ctx_->stream);
+    exact.forward(images, false);
+    plain.forward(half_images.get(), false);
+    other.forward(half_images.get(), false);
+    const ref::Vec want = logits_of(exact);
+    return {ref::rel_error(logits_of(plain), want), ref::rel_error(logits_of(other), want)};
+  }
+
   std::unique_ptr<GpuContext> ctx_;
   std::unique_ptr<AutotuneCache> cache_, cache_nhwc_;
   std::unique_ptr<Batches> batches_;
@@ -261,22 +280,10 @@ TEST_F(PredictGpu, BatchNormInTheConvEpiloguesGivesTheUnfusedLogits) {
   EXPECT_EQ(r.tried, 53) << "the stem conv and the 52 convs of the blocks";
   if (r.fused == 0) GTEST_SKIP() << "cuDNN fused no conv here: " << fusion_report_lines(r).back();
   std::printf("[ fusion ] %s\n", fusion_report_lines(r)[0].c_str());
-  DeviceBuffer half_images(kBatch * kImage * 2, "fp16 test images");
   const std::unique_ptr<ResNet50> exact = net(Layout::NHWC, true);  // fp32, no TF32
   restore_checkpoint(*exact, c, ctx_->stream);
-  auto logits_of = [&](const ResNet50& n) {
-    const std::vector<float> l = download<float>(n.logits(), size_t(kBatch) * kClasses);
-    return ref::Vec(l.begin(), l.end());
-  };
   for (int k = 0; k < kBatches; ++k) {
-    const void* images = batches_->images(Layout::NHWC, k);
-    cast_f32_to_f16(static_cast<const float*>(images), half_images.get(), kBatch * kImage, ctx_->stream);
-    exact->forward(images, false);
-    plain->forward(half_images.get(), false);
-    fused->forward(half_images.get(), false);
-    const ref::Vec want = logits_of(*exact);
-    const double plain_error = ref::rel_error(logits_of(*plain), want);
-    const double fused_error = ref::rel_error(logits_of(*fused), want);
+    const auto [plain_error, fused_error] = fp16_errors(*exact, *plain, *fused, k);
     std::printf("[ fp16 ] batch %d: relative error against fp32, plain %.4f, fused %.4f\n", k, plain_error, fused_error);
     EXPECT_LE(plain_error, 1e-2) << "the plain fp16 network against fp32, batch " << k;
     EXPECT_LE(fused_error, 2 * plain_error + 1e-3) << "the fused fp16 network against fp32 (plain: " << plain_error
@@ -337,20 +344,8 @@ TEST_F(PredictGpu, GemmConvsWithTheBnFoldedInGiveTheUnfusedLogits) {
   EXPECT_NE(fusion_report_lines(r)[0].find(std::to_string(gemm_convs) + " as cuBLASLt GEMMs"), std::string::npos);
   const std::unique_ptr<ResNet50> exact = net(Layout::NHWC, true);  // fp32, no TF32
   restore_checkpoint(*exact, c, ctx_->stream);
-  DeviceBuffer half_images(kBatch * kImage * 2, "fp16 test images");
-  auto logits_of = [&](const ResNet50& n) {
-    const std::vector<float> l = download<float>(n.logits(), size_t(kBatch) * kClasses);
-    return ref::Vec(l.begin(), l.end());
-  };
   auto compare = [&](int k, const char* when) {
-    const void* images = batches_->images(Layout::NHWC, k);
-    cast_f32_to_f16(static_cast<const float*>(images), half_images.get(), kBatch * kImage, ctx_->stream);
-    exact->forward(images, false);
-    plain->forward(half_images.get(), false);
-    gemms->forward(half_images.get(), false);
-    const ref::Vec want = logits_of(*exact);
-    const double plain_error = ref::rel_error(logits_of(*plain), want);
-    const double gemm_error = ref::rel_error(logits_of(*gemms), want);
+    const auto [plain_error, gemm_error] = fp16_errors(*exact, *plain, *gemms, k);
     std::printf("[ fp16 ] batch %d, %s: relative error against fp32, plain %.4f, GEMMs %.4f\n", k, when, plain_error,
                 gemm_error);
     EXPECT_LE(plain_error, 1e-2) << when << ", batch " << k;
