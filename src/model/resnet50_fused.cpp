@@ -151,8 +151,32 @@ size_t ResNet50::build_fusion(AutotuneCache& cache) {
   for (const auto& b : blocks_) largest = std::max({largest, b->mid1.count(), b->mid2.count(), b->out.count()});
   BnPassTimer pass(measure, largest, cfg_.dtype, cfg_.layout, bn_scratch_.as<float>(), ctx_.stream);
 
-  std::map<std::string, std::shared_ptr<FusedConv>> made;
   size_t ws = 0;
+  // One plan per pattern and shape (`key`), shared by the convs of that shape, whether cuDNN's
+  // (FusedConv) or cuBLASLt's (GemmConv): built once by make(); measuring, its choice goes into the
+  // cache with the alternative's time it is weighed against (`alternative_ms`), and a cached plan
+  // that no longer plans is dropped from it. A cached plan is weighed against the alternative's time
+  // measured with it: alternative_ms becomes that, so the choice stays as it was made (our BN passes,
+  // timed again, would turn near ties from start to start).
+  auto plan_once = [&](auto& made, const std::string& key, const FusedChoice* cached, float& alternative_ms,
+                       auto make) -> auto& {
+    auto& plan = made[key];
+    if (!plan) {
+      plan = make();
+      ++fusion_report_.plans;
+      fusion_report_.plans_cached += plan->from_cache();
+      if (measure && plan->ok() && (!plan->from_cache() || cached->unfused_ms < 0)) {
+        FusedChoice c = plan->choice();  // measured now, or cached without the alternative's time
+        c.unfused_ms = alternative_ms;
+        cache.put_fused(key, c);
+      } else if (cached && !plan->ok()) {
+        cache.erase_fused(key);  // refused now: nothing to rebuild at the next start
+      }
+    }
+    if (plan->from_cache() && cached->unfused_ms >= 0) alternative_ms = cached->unfused_ms;
+    return plan;
+  };
+  std::map<std::string, std::shared_ptr<FusedConv>> made;
   auto fuse = [&](ConvUnit& u, FusedPattern p, float unfused_ms) -> std::shared_ptr<FusedConv> {
     if (cfg_.unfused_patterns & fused_pattern_bit(p)) {  // not even planned: nothing to measure or cache
       ++fusion_report_.tried;
@@ -161,22 +185,9 @@ size_t ResNet50::build_fusion(AutotuneCache& cache) {
     }
     const std::string key = fused_cache_key(p, u.conv->geometry());
     const FusedChoice* cached = measure ? cache.find_fused(key) : nullptr;
-    std::shared_ptr<FusedConv>& f = made[key];
-    if (!f) {
-      f = std::make_shared<FusedConv>(ctx_.cudnn, p, u.conv->geometry(), o, cached);
-      ++fusion_report_.plans;
-      fusion_report_.plans_cached += f->from_cache();
-      if (measure && f->ok() && (!f->from_cache() || cached->unfused_ms < 0)) {
-        FusedChoice c = f->choice();  // measured now, or cached without the alternative's time
-        c.unfused_ms = unfused_ms;
-        cache.put_fused(key, c);
-      } else if (cached && !f->ok()) {
-        cache.erase_fused(key);  // cuDNN refuses the pattern now: nothing to rebuild at the next start
-      }
-    }
-    // A cached plan is weighed against the alternative's time measured with it: the choice stays as
-    // it was made (our BN passes, timed again, would turn near ties from start to start).
-    if (f->from_cache() && cached->unfused_ms >= 0) unfused_ms = cached->unfused_ms;
+    const std::shared_ptr<FusedConv>& f = plan_once(made, key, cached, unfused_ms, [&] {
+      return std::make_shared<FusedConv>(ctx_.cudnn, p, u.conv->geometry(), o, cached);
+    });
     ++fusion_report_.tried;
     if (!f->ok()) {
       fusion_report_.refused.push_back({u.name, p, f->why()});
@@ -202,20 +213,9 @@ size_t ResNet50::build_fusion(AutotuneCache& cache) {
       return nullptr;
     const std::string key = fused_cache_key(p, g);
     const FusedChoice* cached = cache.find_fused(key);
-    std::shared_ptr<GemmConv>& m = made_gemm[key];
-    if (!m) {
-      m = std::make_shared<GemmConv>(ctx_.cublas_lt, p, g, cfg_.conv.workspace_limit, ctx_.stream, cached);
-      ++fusion_report_.plans;
-      fusion_report_.plans_cached += m->from_cache();
-      if (m->ok() && (!m->from_cache() || cached->unfused_ms < 0)) {
-        FusedChoice c = m->choice();
-        c.unfused_ms = alternative_ms;
-        cache.put_fused(key, c);
-      } else if (cached && !m->ok()) {
-        cache.erase_fused(key);
-      }
-    }
-    if (m->from_cache() && cached->unfused_ms >= 0) alternative_ms = cached->unfused_ms;
+    const std::shared_ptr<GemmConv>& m = plan_once(made_gemm, key, cached, alternative_ms, [&] {
+      return std::make_shared<GemmConv>(ctx_.cublas_lt, p, g, cfg_.conv.workspace_limit, ctx_.stream, cached);
+    });
     if (!m->ok() || alternative_ms < 0 || m->ms() >= alternative_ms) return nullptr;
     ws = std::max(ws, m->workspace());
     return m;
