@@ -47,17 +47,19 @@ GENCODE    := $(foreach a,$(SASS_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
 uniq      = $(if $(1),$(firstword $(1)) $(call uniq,$(filter-out $(firstword $(1)),$(1))))
 INC_DIRS := $(call uniq,$(CUDA_HOME)/include $(CUDNN_INC) $(CUPTI_INC) $(NCCL_INC))
 LIB_DIRS := $(call uniq,$(CUDA_HOME)/lib64 $(CUDNN_LIB) $(CUPTI_LIB) $(NCCL_LIB))
-INCLUDES := -Iinclude $(addprefix -I,$(INC_DIRS)) -isystem $(STB_INCLUDE)
+# include/: the public headers; src/: the few private to a concern (model/cudnn/, the model's layers).
+INCLUDES := -Iinclude -Isrc $(addprefix -I,$(INC_DIRS)) -isystem $(STB_INCLUDE)
 CXXFLAGS := -std=c++20 -O2 -g -Wall -Wextra -Wno-unused-parameter $(INCLUDES)
 NVFLAGS  := -std=c++20 -O3 -g -lineinfo $(GENCODE) --expt-relaxed-constexpr -Xcompiler -Wall $(INCLUDES)
 LDFLAGS  := $(addprefix -L,$(LIB_DIRS)) $(addprefix -Wl$(comma)-rpath$(comma),$(LIB_DIRS))
-LDLIBS   := -lcudnn -lcublasLt -lcublas -lcupti $(NCCL_LINK) -lcudart -lz -lpthread -ldl
+# nvrtc: cudnn-frontend compiles some engines at run time (none that this project picks by default).
+LDLIBS   := -lcudnn -lcublasLt -lcublas -lcupti $(NCCL_LINK) -lnvrtc -lcudart -lz -lpthread -ldl
 
 # ---- sources ------------------------------------------------------------------------------------
 # src/<concern>/*.cpp and kernels/*.cu are compiled once and shared by every program and variant.
 # Each src/programs/<name>.cpp holds one program's main; it alone reads the switchboard
 # (include/settings.h), so it is the only unit compiled once per variant.
-LIB_SRC     := $(filter-out src/programs/%,$(wildcard src/*/*.cpp))
+LIB_SRC     := $(filter-out src/programs/%,$(wildcard src/*/*.cpp src/*/*/*.cpp))
 KERNEL_SRC  := $(wildcard kernels/*.cu)
 COMMON_OBJ  := $(LIB_SRC:src/%.cpp=build/obj/%.o) $(KERNEL_SRC:kernels/%.cu=build/obj/kernels/%.o)
 TEST_SRC    := $(filter-out tests/fuzz/%,$(wildcard tests/*/*.cpp))
@@ -126,7 +128,32 @@ build/.deps-ok:
 	@test -n "$(CUDNN_INC)" || { echo "error: cudnn.h not found (looked in $(CUDA_HOME)/include and /usr/include): install cuDNN 9 or set CUDNN_INC and CUDNN_LIB"; exit 1; }
 	@test -n "$(NCCL_INC)" -a -n "$(NCCL_LIB)" || { echo "error: NCCL not found (nccl.h and libnccl.so in $(CUDA_HOME)/include and lib64, /usr/include and /usr/lib/x86_64-linux-gnu): install NCCL (libnccl-dev) or set NCCL_INC and NCCL_LIB"; exit 1; }
 	@mkdir -p build && touch $@
-deps: build/.deps-ok
+
+# cudnn-frontend, NVIDIA's header-only C++ graph API over cuDNN: every cuDNN graph is built through it
+# (src/model/cudnn/). Pinned; its headers come from PyPI's wheel (the same in every wheel of a
+# version), unpacked into build/deps/. CUDNN_FRONTEND_INC=<dir> uses headers found elsewhere (a
+# machine without PyPI: carry build/deps/ there, as the GPU machine's runs do).
+CUDNN_FRONTEND_VERSION := 1.32.0
+CUDNN_FRONTEND_INC ?= build/deps/cudnn-frontend-$(CUDNN_FRONTEND_VERSION)/include
+CUDNN_FRONTEND_STAMP := $(CUDNN_FRONTEND_INC)/cudnn_frontend.h
+build/deps/cudnn-frontend-$(CUDNN_FRONTEND_VERSION)/include/cudnn_frontend.h:
+	@echo "set-up: fetching cudnn-frontend $(CUDNN_FRONTEND_VERSION) (PyPI nvidia-cudnn-frontend) into build/deps/"
+	@rm -rf build/deps/wheel && mkdir -p build/deps/wheel
+	@python3 -m pip download -q --no-deps --only-binary=:all: -d build/deps/wheel \
+	   nvidia-cudnn-frontend==$(CUDNN_FRONTEND_VERSION) >build/deps/wheel/pip.log 2>&1 || \
+	 { tail -3 build/deps/wheel/pip.log; echo "error: could not fetch nvidia-cudnn-frontend==$(CUDNN_FRONTEND_VERSION) from PyPI; fetch it where PyPI is reachable and set CUDNN_FRONTEND_INC to its include/ directory"; exit 1; }
+	@python3 -c 'import sys, zipfile, glob; z = zipfile.ZipFile(glob.glob("build/deps/wheel/*.whl")[0]); \
+	  [z.extract(n, sys.argv[1]) for n in z.namelist() if n.startswith("include/")]' \
+	  build/deps/cudnn-frontend-$(CUDNN_FRONTEND_VERSION)
+	@rm -rf build/deps/wheel
+	@test -f $@ || { echo "error: the nvidia-cudnn-frontend wheel held no include/cudnn_frontend.h"; exit 1; }
+# Only the files of src/model/cudnn/ include it (slow to compile). The JSON library it carries is
+# not needed (no plan is serialized).
+FRONTEND_FLAGS := -isystem $(CUDNN_FRONTEND_INC) -DCUDNN_FRONTEND_SKIP_JSON_LIB
+build/obj/model/cudnn/%.o build/sanitize/obj/model/cudnn/%.o: CXXFLAGS += $(FRONTEND_FLAGS)
+FRONTEND_OBJ := $(patsubst src/%.cpp,build/obj/%.o,$(wildcard src/model/cudnn/*.cpp))
+$(FRONTEND_OBJ) $(FRONTEND_OBJ:build/%=build/sanitize/%): | $(CUDNN_FRONTEND_STAMP)
+deps: build/.deps-ok $(CUDNN_FRONTEND_STAMP)
 
 # ---- compile ------------------------------------------------------------------------------------
 build/obj/%.o: src/%.cpp | build/.deps-ok
