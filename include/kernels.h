@@ -107,6 +107,9 @@ size_t relu_bits_bytes(Shape4 s, DType t);
 enum class ReluMask { None, FromOutput, FromInput, FromBits };
 struct BnBackwardArgs {
   const void* dy;
+  // A second part of dy, summed as it is read, or nullptr: a block's input gradient arrives from its
+  // shortcut and from its main path (model/training_network.h).
+  const void* dy2 = nullptr;
   ReluMask relu = ReluMask::None;
   const void* y = nullptr;        // the forward output, for ReluMask::FromOutput
   const uint8_t* relu_bits = nullptr;  // the forward's ReLU bits, for ReluMask::FromBits

@@ -105,6 +105,19 @@ __device__ __forceinline__ bool relu_passes(float x, float scale, float shift) {
   return to_float(from_float<T>(affine(x, scale, shift))) > 0.f;
 }
 
+// A gradient that arrives in two parts (a block's input gradient: its shortcut's and its main
+// path's) is summed in fp32 as it is read: g[u] += dy2 at the same offsets.
+template <class T, int U, int V>
+__device__ __forceinline__ void add_second_part(const T* dy2, const size_t (&off)[U], float (&g)[U][V]) {
+  float g2[U][V];
+#pragma unroll
+  for (int u = 0; u < U; ++u) load_vec(dy2 + off[u], g2[u]);
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int j = 0; j < V; ++j) g[u][j] += g2[u][j];
+}
+
 // ---- the reduction ops ---------------------------------------------------------------------------
 // Each op loads U vectors (all loads first, so they are in flight together), then adds them into
 // acc[sum][element].
@@ -145,7 +158,7 @@ struct BackwardOp {  // sums of dz, dz * xhat, and dz * xhat2 for the second BN
   static constexpr int kLoads = 2 + (kMask == ReluMask::FromOutput) + kDual;
   static constexpr int kUnroll = kLoads <= 2 ? 4 : 2;
   static constexpr int V = kVec<T>;
-  const T *dy, *y, *x, *x2;
+  const T *dy, *dy2, *y, *x, *x2;  // dy2: a second part of dy, or null
   const uint8_t* bits;
   const float *mean, *invstd, *mean2, *invstd2, *scale, *shift;
   float m[V], is[V], m2[V], is2[V], sc[V], sh[V];
@@ -173,6 +186,7 @@ struct BackwardOp {  // sums of dz, dz * xhat, and dz * xhat2 for the second BN
       if (kMask == ReluMask::FromBits) bv[u] = bits[off[u] / V];
       if (kDual) load_vec(x2 + off[u], x2v[u]);
     }
+    if (dy2) add_second_part(dy2, off, g);
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -521,7 +535,7 @@ __global__ void __launch_bounds__(kThreads) apply_forward(ApplyArgs a, Shape4 s,
 
 // Device-side arguments of the backward apply (the host struct holds host pointers to BN state).
 struct BackwardApply {
-  const void *dy, *y, *x, *x2;
+  const void *dy, *dy2, *y, *x, *x2;  // dy2: a second part of dy, or null
   const uint8_t* bits;
   const float *coef, *coef2;    // 3*C each: k_dz, k_x, k_c
   const float *scale, *shift;   // the forward's, for a ReLU mask recomputed from x
@@ -533,6 +547,7 @@ __global__ void __launch_bounds__(kThreads) apply_backward(BackwardApply a, Shap
   constexpr int V = kVec<T>, U = kApplyUnroll<L>;
   const int C = s.c;
   const T* dy_in = static_cast<const T*>(a.dy);
+  const T* dy2_in = static_cast<const T*>(a.dy2);
   const T* y_in = static_cast<const T*>(a.y);
   const T* x_in = static_cast<const T*>(a.x);
   const T* x2_in = static_cast<const T*>(a.x2);
@@ -551,6 +566,12 @@ __global__ void __launch_bounds__(kThreads) apply_backward(BackwardApply a, Shap
       if (kMask == ReluMask::FromOutput) load_vec(y_in + size_t(i) * V, y[u]);
       if (kMask == ReluMask::FromBits) bv[u] = a.bits[i];
       if (kDual) load_vec(x2_in + size_t(i) * V, x2[u]);
+      if (dy2_in) {
+        float g2[V];
+        load_vec(dy2_in + size_t(i) * V, g2);
+#pragma unroll
+        for (int j = 0; j < V; ++j) g[u][j] += g2[j];
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -697,6 +718,7 @@ void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* sc
     auto reduce = [&]<ReluMask kMask, bool kDual>() {
       BackwardOp<T, L, kMask, kDual> op{};
       op.dy = static_cast<const T*>(a.dy);
+      op.dy2 = static_cast<const T*>(a.dy2);
       op.y = static_cast<const T*>(a.y);
       op.bits = a.relu_bits;
       op.x = static_cast<const T*>(a.x);
@@ -736,7 +758,7 @@ void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* sc
 
     const unsigned vecs = static_cast<unsigned>(s.count() / kVec<T>);
     const unsigned grid = grid_for((vecs + kApplyUnroll<L> - 1) / kApplyUnroll<L>, kThreads);
-    const BackwardApply args{a.dy, a.y, a.x, a.x2, a.relu_bits, a.bn->bwd_coef, dual ? a.bn2->bwd_coef : nullptr,
+    const BackwardApply args{a.dy, a.dy2, a.y, a.x, a.x2, a.relu_bits, a.bn->bwd_coef, dual ? a.bn2->bwd_coef : nullptr,
                              a.bn->scale, a.bn->shift, a.dx, a.dx2, a.dres};
     auto apply = [&]<ReluMask kMask, bool kDual, bool kDres>() {
       apply_backward<T, L, kMask, kDual, kDres><<<grid, kThreads, 0, stream>>>(args, s, vecs);

@@ -9,7 +9,7 @@
 #             fused batch-norm patterns (training and inference) and of the networks that run them
 #
 # The training runs take --deterministic (the same algorithms every run, no search under the
-# sanitizer), and --deterministic runs every conv unfused (src/model/resnet50.h says why); so the
+# sanitizer), and --deterministic runs every conv unfused (NetConfig::fuses in model/network.h says why); so the
 # fused patterns, bin/train's and bin/predict's, are checked through their unit tests, which build
 # them with the heuristics' engines and no determinism asked.
 #

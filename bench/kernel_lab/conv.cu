@@ -255,7 +255,7 @@ void conv_dgrad(Lab& lab, ConvCase& c) {
   };
   ConvLayer* conv = nullptr;
   auto dgrad = [&] {
-    conv->backward_data(lab.cudnn(), c.DY.get(), c.W.get(), c.DX.get(), false, lab.workspace(), lab.workspace_bytes());
+    conv->backward_data(lab.cudnn(), c.DY.get(), c.W.get(), c.DX.get(), lab.workspace(), lab.workspace_bytes());
   };
   auto poison = [&] {
     for (DeviceTensor* t : {&c.DX, &c.dgamma, &c.dbeta}) t->poison();

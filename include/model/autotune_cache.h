@@ -2,23 +2,25 @@
 //
 // Entries are grouped under a context line naming everything a choice depends on besides the shape
 // (GPU, cuDNN version, precision, layout, TF32, cuDNN API, workspace limit), so one file can serve
-// several binaries and GPUs. A corrupt file is ignored with a warning (and rewritten on save); a
-// file without entries for this context is used for nothing but kept for the others.
+// several binaries and GPUs. A corrupt file, or one of an older format, is ignored with a warning
+// (and rewritten on save); a file without entries for this context is used for nothing but kept for
+// the others.
 //
-//   resnet-trainer autotune cache v1
-//   [gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;tf32=1;api=legacy;workspace_mb=1024]
-//   n128.c64.h32.w32.k64.r3.s1.p1 fwd=1/1/0/0.0412 bwd_data=1/1/0/0.0511 bwd_filter=1/1/4096/0.0612
+//   resnet-trainer autotune cache v2
+//   [gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;tf32=1;api=graph;workspace_mb=1024]
+//   n128.c64.h32.w32.k64.r3.s1.p1 fwd=eng62_k2=4_k25=1/0/0/0.0322 bwd_data=eng67_k2=4/0/0/0.0316 bwd_filter=...
 //
-// A choice is algo/math type/workspace bytes/measured ms; for the graph API (context "api=graph")
-// algo is the rank of the engine configuration in cuDNN's heuristics lists (mode A's, then mode
-// B's: "lists=a,b" in the context), and an entry may end
-// with bwd_data_acc=.. (the accumulating backward-data plan).
+// A choice is algorithm/math type/workspace bytes/measured ms. The algorithm is the legacy API's
+// number, or for the graph API (context "api=graph") the engine tag of cudnn-frontend (engine and
+// knobs: model/cudnn/plan_picker.h), which a later start builds alone; math is the legacy API's math
+// type (0 for a graph-API engine, whose tag fixes it).
 //
 // A fused batch-norm pattern's measured plan (FusedConv) is a line of its own, keyed by the pattern
-// and the conv's shape; its plan is rank/types/workspace bytes/measured ms, types being which of the
-// pattern's scale/intermediate type pairs it was built with, and unfused= the time of the plain conv
-// with the BN passes fusing saves, as measured then (so a later start makes the same choice):
-//   fused.conv-bn-relu.n256.c64.h32.w32.k64.r3.s1.p1 plan=2/1/0/0.0541 unfused=0.0612
+// and the conv's shape; its plan is engine/types/workspace bytes/measured ms, types being which of the
+// pattern's scale/intermediate type pairs it was built with (a cuBLASLt GEMM's engine is "lt" and its
+// algorithm's index in cuBLASLt's heuristics), and unfused= the time of the plain conv with the BN
+// passes fusing saves, as measured then (so a later start makes the same choice):
+//   fused.conv-bn-relu.n256.c64.h32.w32.k64.r3.s1.p1 plan=eng31_k2=1/1/0/0.0541 unfused=0.0612
 #pragma once
 
 #include <chrono>
@@ -33,7 +35,7 @@
 #include "core/types.h"
 
 struct AlgoChoice {
-  int algo = -1;
+  std::string algo;      // a legacy algorithm's number or a graph-API engine tag; empty: none chosen
   int math = 0;          // cudnnMathType_t
   size_t workspace = 0;  // bytes
   float ms = -1;         // measured time; -1 when it came from the heuristics
@@ -42,18 +44,15 @@ struct AlgoChoice {
 
 struct ConvAlgos {
   AlgoChoice fwd, bwd_data, bwd_filter;
-  // dx += conv^T(dy): the graph API plans accumulation separately (beta = 1); the legacy API
-  // passes beta to the bwd_data algorithm, and leaves this unset (algo -1, not written).
-  AlgoChoice bwd_data_acc;
   bool operator==(const ConvAlgos&) const = default;
 };
 
 struct FusedChoice {
-  int rank = -1;         // in the heuristics lists of the pattern's operation graph, A's then B's
+  std::string engine;    // cuDNN's engine tag, or "lt<index>" for a cuBLASLt GEMM; empty: none
   int types = 0;         // index of the scale/bias and intermediate types tried (FusedConv)
   size_t workspace = 0;  // bytes
   float ms = -1;         // measured time of one run
-  float unfused_ms = -1; // the network's time for the alternative (ResNet50::build_fusion); -1: not kept
+  float unfused_ms = -1; // the network's time for the alternative (model/fusion_planner.h); -1: not kept
   bool operator==(const FusedChoice&) const = default;
 };
 
@@ -73,7 +72,7 @@ AutotuneEntries parse_autotune_cache(const std::string& text, const std::string&
 std::string format_autotune_cache(const AutotuneEntries& entries);
 
 // Everything a measured choice depends on besides the shape. Its key() is the file's context line:
-// "gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;tf32=1;api=graph;lists=a,b;workspace_mb=1024".
+// "gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;tf32=1;api=graph;workspace_mb=1024".
 struct AutotuneContext {
   std::string gpu;
   size_t cudnn_version = 0;

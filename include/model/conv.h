@@ -4,7 +4,7 @@
 // filters are KRSC. Two implementations share one interface (ConvLayer):
 //   Conv2d     cuDNN's cudnnConvolution* calls, algorithms from the _v7 heuristics or measured with
 //              cudnnFind*AlgorithmEx (include/model/conv.h, src/model/conv.cpp);
-//   ConvGraph  cuDNN's graph (backend) API with execution plans built once (include/conv_graph.h).
+//   ConvGraph  cuDNN's graph API through cudnn-frontend, execution plans built once (model/conv_graph.h).
 // An AlgoChooser configures each layer once per distinct shape, from the cache when it has the
 // shape, else by the layer's own search (heuristics or measurement).
 #pragma once
@@ -14,8 +14,8 @@
 
 #include <cudnn.h>
 
-#include "model/autotune_cache.h"
 #include "kernels.h"
+#include "model/autotune_cache.h"
 #include "core/types.h"
 
 struct ConvGeometry {
@@ -53,9 +53,9 @@ class ConvLayer {
   size_t workspace_bytes() const;
 
   virtual void forward(cudnnHandle_t h, const void* x, const void* w, void* y, void* ws, size_t ws_bytes) const = 0;
-  // dx = conv^T(dy), or dx += conv^T(dy) when accumulate (the block input's second gradient path).
-  virtual void backward_data(cudnnHandle_t h, const void* dy, const void* w, void* dx, bool accumulate,
-                             void* ws, size_t ws_bytes) const = 0;
+  // dx = conv^T(dy).
+  virtual void backward_data(cudnnHandle_t h, const void* dy, const void* w, void* dx, void* ws,
+                             size_t ws_bytes) const = 0;
   virtual void backward_filter(cudnnHandle_t h, const void* x, const void* dy, void* dw, void* ws,
                                size_t ws_bytes) const = 0;
 
@@ -81,7 +81,7 @@ class Conv2d : public ConvLayer {
   ConvAlgos search(cudnnHandle_t h, const ConvPolicy& p) override;
   bool use(cudnnHandle_t h, const ConvAlgos& a) override;
   void forward(cudnnHandle_t h, const void* x, const void* w, void* y, void* ws, size_t ws_bytes) const override;
-  void backward_data(cudnnHandle_t h, const void* dy, const void* w, void* dx, bool accumulate, void* ws,
+  void backward_data(cudnnHandle_t h, const void* dy, const void* w, void* dx, void* ws,
                      size_t ws_bytes) const override;
   void backward_filter(cudnnHandle_t h, const void* x, const void* dy, void* dw, void* ws,
                        size_t ws_bytes) const override;

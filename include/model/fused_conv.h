@@ -31,6 +31,8 @@
 #include "model/conv.h"
 #include "model/fused_patterns.h"
 
+struct PlannedGraph;
+
 // The autotune cache's key of a pattern's plan for a conv shape ("fused.conv-bn-relu.n256.c64...").
 std::string fused_cache_key(FusedPattern p, const ConvGeometry& g);
 // Patterns that read a per-channel scale and bias: the prologue's (training) or the epilogue's (inference).
@@ -41,7 +43,7 @@ struct FusedOptions {
   Layout layout = Layout::NHWC;
   bool deterministic = false; // refuse engines cuDNN marks non-deterministic
   size_t workspace_limit = size_t(1) << 30;
-  bool measure = false;       // time the heuristics' first acceptable engines and keep the fastest
+  bool measure = false;       // time every engine configuration the rules allow and keep the fastest
 };
 
 // The pointers of one call, by role; a pattern reads the ones it has (see the table above).
@@ -68,43 +70,11 @@ struct FusedArgs {
   float* eq_b = nullptr;
 };
 
-// Whether a conv runs a pattern fused: cuDNN accepted it, and where both ways were measured
-// (autotuning), the fused kernel costs no more than the plain conv plus the passes of our BN kernels
-// that fusing saves. Times of -1 were not measured.
-struct PatternCost {
-  bool accepted;
-  float fused_ms;
-  float unfused_ms;
-};
-bool run_fused(const PatternCost& c);
-constexpr const char* kSlowerThanUnfused = "measured slower than the plain conv with our BN kernels";
-constexpr const char* kSwitchedOff = "switched off by --no-fuse";
-
-// What trying the patterns for a whole network found, for the start-up report: a pattern that
-// cuDNN refused or that measured slower is "not fused", with the reason.
-struct FusionRefusal {
-  std::string layer;   // "layer1.0.conv2"
-  FusedPattern pattern;
-  std::string why;
-};
-struct FusionReport {
-  int tried = 0, fused = 0;
-  int gemms = 0;              // of the fused, inference's 1x1 convs run as cuBLASLt GEMMs (model/gemm_conv.h)
-  int half_coefficients = 0;  // fused patterns whose engines take the BN scale/bias in fp16
-  bool off_for_determinism = false;  // --deterministic: nothing tried (see fusion_report_lines)
-  double seconds = -1;   // building (and, autotuning, timing) the patterns took; -1: not given
-  int plans = 0, plans_cached = 0;  // distinct pattern-shape plans built, and of them taken from the autotune cache
-  std::vector<FusionRefusal> refused;
-};
-// The report as lines for people: how many patterns run fused, then one line per distinct refusal
-// (pattern and reason) with the layers it hit.
-std::vector<std::string> fusion_report_lines(const FusionReport& r);
-
 class FusedConv {
  public:
-  // Builds the pattern for `g` and finalizes an execution plan; on refusal ok() is false. When
-  // measuring, a `cached` plan (an earlier run's choice()) is built alone, without timing the others;
-  // one that no longer plans (another cuDNN list, too little workspace) is searched again.
+  // Builds the pattern for `g` and its execution plan (model/cudnn/plan_picker.h); on refusal ok()
+  // is false. A `cached` plan (an earlier run's choice()) is rebuilt alone, without timing the
+  // others; one that no longer builds here is picked again.
   FusedConv(cudnnHandle_t h, FusedPattern p, const ConvGeometry& g, const FusedOptions& o,
             const FusedChoice* cached = nullptr);
   ~FusedConv();
@@ -112,37 +82,26 @@ class FusedConv {
   FusedConv& operator=(const FusedConv&) = delete;
 
   FusedPattern pattern() const { return pattern_; }
-  bool ok() const { return ok_; }
+  bool ok() const { return plan_ != nullptr; }
   const std::string& why() const { return why_; }  // why cuDNN refused it
-  size_t workspace() const { return workspace_; }
-  DType scale_type() const { return scale_type_; }  // of the prologue's s and b
-  bool runtime_compiled() const { return runtime_compiled_; }
-  float ms() const { return ms_; }  // measured time of one run; -1 when not measured
+  size_t workspace() const;
+  DType scale_type() const { return scale_type_; }  // of the prologue's or epilogue's s and b
+  bool runtime_compiled() const;
+  float ms() const { return choice_.ms; }  // measured time of one run; -1 when not measured
   const FusedChoice& choice() const { return choice_; }  // what the autotune cache keeps (measured, ok())
   bool from_cache() const { return from_cache_; }
 
   void run(cudnnHandle_t h, const FusedArgs& a, void* ws, size_t ws_bytes) const;
 
  private:
-  struct Graph;
-  // One scale/intermediate type pair (index `types` of the tries): the heuristics' first usable
-  // engine, or when measuring the fastest of the first of each list; or only the `cached` rank.
-  bool try_build(cudnnHandle_t h, int types, const FusedChoice* cached);
-  // The pattern's tensors and operations into `gr` (throws Fatal where cuDNN refuses a node).
-  void add_training_ops(Graph& gr, cudnnDataType_t scale_type, cudnnDataType_t intermediate) const;
-  void add_epilogue_ops(Graph& gr, cudnnDataType_t scale_type, cudnnDataType_t intermediate) const;
-  std::vector<int64_t> uids() const;
-  // Every tensor the pattern has, in scratch memory filled with non-zero bytes, for measuring.
-  FusedArgs scratch_args(DeviceBuffer& scratch) const;
-  const void* pointer_of(int64_t uid, const FusedArgs& a) const;
+  // One scale/intermediate type pair (index `types` of the tries): picked, or the cached engine alone.
+  bool try_types(cudnnHandle_t h, int types, const FusedChoice* cached);
   FusedPattern pattern_;
   ConvGeometry g_;
   FusedOptions o_;
-  std::unique_ptr<Graph> graph_;
-  bool ok_ = false, runtime_compiled_ = false, from_cache_ = false;
+  std::shared_ptr<const PlannedGraph> plan_;
+  bool from_cache_ = false;
   FusedChoice choice_;
   std::string why_;
-  size_t workspace_ = 0;
   DType scale_type_ = DType::F32;
-  float ms_ = -1;
 };

@@ -11,7 +11,7 @@
 // (bin/predict's autotuning, 2026-11-26) the GEMM reading it as C ran conv3 of stage 1 in 110 µs
 // against cuDNN's 142 µs (stage 2: 58 against 76), while for other 1x1 convs the two are within a
 // few percent either way. So the network measures both and keeps the faster for each conv
-// (ResNet50::build_fusion); nothing is chosen without measuring.
+// (InferenceNetwork::plan_convs); nothing is chosen without measuring.
 #pragma once
 
 #include <memory>

@@ -1,6 +1,6 @@
 // ResNet-50's architecture as data, computed on the CPU from a NetConfig: every layer that has
-// parameters, with its name and shape, in the order the network registers them. ResNet50::build()
-// creates its layers from this description, and the trainer computes a checkpoint's model signature
+// parameters, with its name and shape, in the order the network registers them. Both networks build
+// their layers from this description (build_layers), and the trainer computes a checkpoint's model signature
 // from it before any GPU is touched, so the two cannot drift apart.
 #pragma once
 
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "model/params.h"
-#include "model/resnet50.h"
+#include "model/network.h"
 
 struct ConvSpec {
   std::string name;   // "layer1.0.conv1": its weight is name + ".weight"
@@ -45,7 +45,7 @@ struct ParamSpec {
   ParamKind kind;
   std::vector<int> shape;
 };
-// What each layer registers, in this order (ResNet50::build() registers through these).
+// What each layer registers, in this order (build_layers() registers through these).
 ParamSpec conv_weight(const ConvSpec& c);
 std::pair<ParamSpec, ParamSpec> bn_params(const BnSpec& b);   // gamma, beta
 std::pair<ParamSpec, ParamSpec> fc_params(const NetSpec& n);  // weight, bias

@@ -11,7 +11,7 @@
 
 #include "core/types.h"
 #include "export/safetensors.h"
-#include "model/resnet50.h"
+#include "model/network.h"
 #include "train/checkpoint.h"
 
 // InputError naming `file` unless the checkpoint holds the network `layout` describes (its model,

@@ -8,7 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "data/dataset.h"
-#include "model/resnet50.h"
+#include "model/network.h"
 #include "model/resnet50_spec.h"
 #include "train/build.h"
 #include "train/checkpoint.h"
@@ -22,10 +22,10 @@
 CheckpointMeta run_meta(const BuildSettings& build, const ParamListing& params, const Dataset& train, const Options& o);
 
 // The network's master weights, momentum and BN running statistics, with `meta`.
-Checkpoint capture_checkpoint(const ResNet50& net, const CheckpointMeta& meta);
+Checkpoint capture_checkpoint(const Network& net, const CheckpointMeta& meta);
 // Puts a checkpoint's state into the network (and refreshes its fp16 weight copy); a network built
 // for inference takes the weights and BN statistics only.
-void restore_checkpoint(ResNet50& net, const Checkpoint& c, cudaStream_t stream);
+void restore_checkpoint(Network& net, const Checkpoint& c, cudaStream_t stream);
 
 // Where a checkpoint goes when its own path cannot be written (the disk filled up, the directory
 // went away during the run): rescue-<pid>.ckpt in the working directory, else in $TMPDIR (or /tmp).

@@ -8,7 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels.h"
-#include "model/resnet50.h"
+#include "model/training_network.h"
 #include "pipeline/loader.h"
 #include "train/step_graph.h"
 
@@ -32,5 +32,5 @@ struct SgdSettings {
 // Enqueues one training step on `stream` (the network's), inside the NVTX ranges "forward",
 // "backward" and "optimizer step"; `batch` is where the batch already is, or will be when the
 // enqueued work reaches it.
-void enqueue_train_step(ResNet50& net, const DeviceBatch& batch, const StepTargets& targets, const SgdSettings& sgd,
+void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const StepTargets& targets, const SgdSettings& sgd,
                         cudaStream_t stream);

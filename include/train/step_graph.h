@@ -122,7 +122,7 @@ class StepGraph {
   void run(long step, const StepShape& shape, const std::function<void()>& enqueue);
   // An evaluation pass ran: the next training step captures again.
   void after_evaluation() { plan_.invalidate(); }
-  // Memory the step's code keeps zero between uses (ResNet50::statistics_kept_zero): the captured
+  // Memory the step's code keeps zero between uses (TrainingNetwork::statistics_kept_zero): the captured
   // graph drops the memsets into it.
   void drop_memsets_into(ZeroedRange r) { graph_.drop_memsets_into(r); }
   size_t memsets_dropped() const { return graph_.memsets_dropped(); }

@@ -186,7 +186,7 @@ void DataParallel::check_step() const {
   if (tracker_->reported() == 0 && joined_steps_ > 0) return;  // a replayed graph: no hook runs
   throw Fatal("gradient buckets: only " + std::to_string(tracker_->reported()) + " of " +
               std::to_string(plan_.bucket_of.size()) + " parameter gradients were reported in a step "
-              "(ResNet50::on_grad_ready is not called after every gradient): they would not be averaged");
+              "(TrainingNetwork::on_grad_ready is not called after every gradient): they would not be averaged");
 }
 
 template <class Fn>

@@ -17,7 +17,7 @@ constexpr int kExpansion = 4;
 constexpr int kSide = 32;      // CIFAR images; the stem keeps the side
 constexpr int kStemWidth = 64;
 
-// One bottleneck block's sizes, as ResNet50::build makes them.
+// One bottleneck block's sizes, as the network builds them (model/resnet50_spec.h).
 struct BlockDims {
   int stage, index;
   int in_c, width, out_c;

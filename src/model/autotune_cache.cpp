@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -14,24 +15,52 @@
 
 namespace {
 
-const char* kHeader = "resnet-trainer autotune cache v1";
+const char* kHeader = "resnet-trainer autotune cache v2";
+// Earlier formats, refused with a line of their own: their choices name engines by rank, not tag.
+const char* kOlderHeader = "resnet-trainer autotune cache v1";
 
-// The four numbers of a choice: two integers, bytes, milliseconds ("3/1/4096/0.0412"), all present.
-// The first is a legacy algorithm or a rank in cuDNN's heuristics lists, which for the graph API
-// can run past a hundred (the bound only rejects nonsense).
-bool parse_quad(const std::string& text, int& first, int& second, size_t& bytes, float& ms) {
+// A choice's algorithm: a legacy algorithm's number ("3"), a cuBLASLt GEMM's ("lt3"), or
+// cudnn-frontend's engine tag, the engine's number and its knobs ("eng62_k2=4_k25=-1").
+bool digits(const std::string& a, size_t& at) {
+  const size_t from = at;
+  while (at < a.size() && at - from < 9 && std::isdigit(static_cast<unsigned char>(a[at]))) ++at;
+  return at > from && (at == a.size() || !std::isdigit(static_cast<unsigned char>(a[at])));
+}
+bool valid_algorithm(const std::string& a) {
+  size_t at = 0;
+  if (a.rfind("lt", 0) == 0) at = 2;
+  if (a.rfind("eng", 0) == 0) {
+    at = 3;
+    if (!digits(a, at)) return false;
+    while (at < a.size()) {  // _k<type>=<value>
+      if (a.compare(at, 2, "_k") != 0) return false;
+      at += 2;
+      if (!digits(a, at) || at == a.size() || a[at] != '=') return false;
+      if (++at < a.size() && a[at] == '-') ++at;
+      if (!digits(a, at)) return false;
+    }
+    return true;
+  }
+  return digits(a, at) && at == a.size();
+}
+
+// The four fields of a choice: algorithm, a small integer, bytes, milliseconds ("eng3_k2=1/1/4096/0.0412").
+bool parse_quad(const std::string& text, std::string& first, int& second, size_t& bytes, float& ms) {
+  const size_t slash = text.find('/');
+  if (slash == std::string::npos) return false;
+  first = text.substr(0, slash);
   unsigned long long ws = 0;
   char tail = 0;
-  if (std::sscanf(text.c_str(), "%d/%d/%llu/%f%c", &first, &second, &ws, &ms, &tail) != 4) return false;
-  if (first < 0 || first > 65535 || second < 0 || second > 16 || !std::isfinite(ms)) return false;
+  if (std::sscanf(text.c_str() + slash + 1, "%d/%llu/%f%c", &second, &ws, &ms, &tail) != 3) return false;
+  if (!valid_algorithm(first) || second < 0 || second > 16 || !std::isfinite(ms)) return false;
   bytes = static_cast<size_t>(ws);
   return true;
 }
 
-std::string format_quad(int first, int second, size_t bytes, float ms) {
-  char buf[96];
-  std::snprintf(buf, sizeof(buf), "%d/%d/%zu/%.6g", first, second, bytes, ms);
-  return buf;
+std::string format_quad(const std::string& first, int second, size_t bytes, float ms) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "/%d/%zu/%.6g", second, bytes, ms);
+  return first + buf;
 }
 
 bool parse_choice(const std::string& text, AlgoChoice& c) { return parse_quad(text, c.algo, c.math, c.workspace, c.ms); }
@@ -54,6 +83,7 @@ AutotuneEntries parse_autotune_cache(const std::string& text, const std::string&
   while (std::getline(in, line)) {
     ++number;
     if (number == 1) {
+      if (line == kOlderHeader) fail("written by an older version of the trainer (format v1, this one reads v2)");
       if (line != kHeader) fail("not an autotune cache (expected the line '" + std::string(kHeader) + "')");
       continue;
     }
@@ -71,23 +101,20 @@ AutotuneEntries parse_autotune_cache(const std::string& text, const std::string&
       FusedChoice c;
       char tail = 0;
       if (!(fields >> key >> plan) || plan.rfind(kPlanField, 0) != 0 ||
-          !parse_quad(plan.substr(5), c.rank, c.types, c.workspace, c.ms) ||
+          !parse_quad(plan.substr(5), c.engine, c.types, c.workspace, c.ms) ||
           (fields >> unfused && (unfused.rfind(kUnfusedField, 0) != 0 ||
                                  std::sscanf(unfused.c_str() + 8, "%f%c", &c.unfused_ms, &tail) != 1 ||
                                  !std::isfinite(c.unfused_ms) || fields >> extra)))
-        fail("expected: fused.<pattern>.<shape> plan=rank/types/workspace/ms [unfused=ms]");
+        fail("expected: fused.<pattern>.<shape> plan=engine/types/workspace/ms [unfused=ms]");
       out[context].fused[key] = c;
       continue;
     }
-    std::string shape, f, b, w, acc;
-    if (!(fields >> shape >> f >> b >> w) || (fields >> acc && (acc.rfind("bwd_data_acc=", 0) != 0 || fields >> line)))
-      fail("expected: shape fwd=.. bwd_data=.. bwd_filter=.. [bwd_data_acc=..]");
+    std::string shape, f, b, w;
+    if (!(fields >> shape >> f >> b >> w) || fields >> line) fail("expected: shape fwd=.. bwd_data=.. bwd_filter=..");
     ConvAlgos a;
     if (f.rfind("fwd=", 0) != 0 || !parse_choice(f.substr(4), a.fwd)) fail("bad fwd field '" + f + "'");
     if (b.rfind("bwd_data=", 0) != 0 || !parse_choice(b.substr(9), a.bwd_data)) fail("bad bwd_data field '" + b + "'");
     if (w.rfind("bwd_filter=", 0) != 0 || !parse_choice(w.substr(11), a.bwd_filter)) fail("bad bwd_filter field '" + w + "'");
-    if (!acc.empty() && !parse_choice(acc.substr(13), a.bwd_data_acc))
-      fail("bad bwd_data_acc field '" + acc + "'");
     out[context].convs[shape] = a;
   }
   if (number == 0) fail("empty file");
@@ -101,10 +128,9 @@ std::string format_autotune_cache(const AutotuneEntries& entries) {
     s += "[" + context + "]\n";
     for (const auto& [shape, a] : here.convs)
       s += shape + " fwd=" + format_choice(a.fwd) + " bwd_data=" + format_choice(a.bwd_data) +
-           " bwd_filter=" + format_choice(a.bwd_filter) +
-           (a.bwd_data_acc.algo >= 0 ? " bwd_data_acc=" + format_choice(a.bwd_data_acc) : "") + "\n";
+           " bwd_filter=" + format_choice(a.bwd_filter) + "\n";
     for (const auto& [key, c] : here.fused) {
-      s += key + " " + kPlanField + format_quad(c.rank, c.types, c.workspace, c.ms);
+      s += key + " " + kPlanField + format_quad(c.engine, c.types, c.workspace, c.ms);
       if (c.unfused_ms >= 0) {
         char buf[48];
         std::snprintf(buf, sizeof(buf), " %s%.6g", kUnfusedField, c.unfused_ms);
@@ -117,11 +143,9 @@ std::string format_autotune_cache(const AutotuneEntries& entries) {
 }
 
 std::string AutotuneContext::key() const {
-  // A graph-API choice is a rank in the heuristics' lists of modes A then B (ConvGraph): files from
-  // before B's list was searched hold A-only choices, and their context differs, so they are searched again.
   return "gpu=" + gpu + ";cudnn=" + std::to_string(cudnn_version) + ";precision=" + dtype_name(precision) +
          ";layout=" + layout_name(layout) + ";tf32=" + (tf32 ? "1" : "0") + ";api=" + conv_api_name(api) +
-         (api == ConvApi::Graph ? ";lists=a,b" : "") + ";workspace_mb=" + std::to_string(workspace_mb);
+         ";workspace_mb=" + std::to_string(workspace_mb);
 }
 
 AutotuneCache::AutotuneCache(std::string path, std::string context)

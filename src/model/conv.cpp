@@ -1,6 +1,7 @@
 // Convolutions through cuDNN's legacy API, and the chooser that configures every conv layer.
 #include "model/conv.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -16,6 +17,12 @@ cudnnTensorFormat_t cudnn_format(Layout l) { return l == Layout::NCHW ? CUDNN_TE
 
 enum Direction { kFwd = 0, kBwdData = 1, kBwdFilter = 2 };
 
+// A choice's algorithm as the legacy API's number; -1 where it is none (an engine tag, a corrupt entry).
+int legacy_algorithm(const AlgoChoice& c) {
+  if (c.algo.empty() || c.algo.size() > 3 || c.algo.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoi(c.algo);
+}
+
 }  // namespace
 
 std::string ConvGeometry::key() const {
@@ -25,10 +32,7 @@ std::string ConvGeometry::key() const {
 }
 
 size_t ConvLayer::workspace_bytes() const {
-  size_t m = algos_.fwd.workspace;
-  for (const AlgoChoice* c : {&algos_.bwd_data, &algos_.bwd_data_acc, &algos_.bwd_filter})
-    if (c->workspace > m) m = c->workspace;
-  return m;
+  return std::max({algos_.fwd.workspace, algos_.bwd_data.workspace, algos_.bwd_filter.workspace});
 }
 
 Conv2d::Conv2d(const ConvGeometry& g, DType t, Layout l, bool tf32) : ConvLayer(g, t, tf32) {
@@ -63,7 +67,8 @@ bool Conv2d::use(cudnnHandle_t, const ConvAlgos& a) {
   // A cached choice naming an algorithm or math type this cuDNN does not have (a corrupt or hand-
   // edited file) is refused, so the shape is searched again rather than failing at its first call.
   auto valid = [](const AlgoChoice& c, int algorithms) {
-    return c.algo >= 0 && c.algo < algorithms && c.math >= 0 && c.math <= int(CUDNN_FMA_MATH);
+    const int algo = legacy_algorithm(c);
+    return algo >= 0 && algo < algorithms && c.math >= 0 && c.math <= int(CUDNN_FMA_MATH);
   };
   if (!valid(a.fwd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT) || !valid(a.bwd_data, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT) ||
       !valid(a.bwd_filter, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT))
@@ -78,23 +83,23 @@ bool Conv2d::use(cudnnHandle_t, const ConvAlgos& a) {
 void Conv2d::forward(cudnnHandle_t h, const void* x, const void* w, void* y, void* ws, size_t ws_bytes) const {
   const float one = 1.f, zero = 0.f;
   CUDNN_CHECK(cudnnConvolutionForward(h, &one, x_, x, w_, w, conv_[kFwd],
-                                      static_cast<cudnnConvolutionFwdAlgo_t>(algos_.fwd.algo), ws,
+                                      static_cast<cudnnConvolutionFwdAlgo_t>(legacy_algorithm(algos_.fwd)), ws,
                                       ws_bytes, &zero, y_, y));
 }
 
-void Conv2d::backward_data(cudnnHandle_t h, const void* dy, const void* w, void* dx, bool accumulate,
-                           void* ws, size_t ws_bytes) const {
-  const float one = 1.f, beta = accumulate ? 1.f : 0.f;
+void Conv2d::backward_data(cudnnHandle_t h, const void* dy, const void* w, void* dx, void* ws,
+                           size_t ws_bytes) const {
+  const float one = 1.f, zero = 0.f;
   CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, w_, w, y_, dy, conv_[kBwdData],
-                                           static_cast<cudnnConvolutionBwdDataAlgo_t>(algos_.bwd_data.algo),
-                                           ws, ws_bytes, &beta, x_, dx));
+                                           static_cast<cudnnConvolutionBwdDataAlgo_t>(legacy_algorithm(algos_.bwd_data)),
+                                           ws, ws_bytes, &zero, x_, dx));
 }
 
 void Conv2d::backward_filter(cudnnHandle_t h, const void* x, const void* dy, void* dw, void* ws,
                              size_t ws_bytes) const {
   const float one = 1.f, zero = 0.f;
   CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, x_, x, y_, dy, conv_[kBwdFilter],
-                                             static_cast<cudnnConvolutionBwdFilterAlgo_t>(algos_.bwd_filter.algo),
+                                             static_cast<cudnnConvolutionBwdFilterAlgo_t>(legacy_algorithm(algos_.bwd_filter)),
                                              ws, ws_bytes, &zero, w_, dw));
 }
 
@@ -119,7 +124,7 @@ AlgoChoice pick(const Perf* perf, int count, const ConvPolicy& p, bool fma_only,
     if (fma_only && (r.mathType == CUDNN_TENSOR_OP_MATH || r.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)) continue;
     // CUDNN_DEFAULT_MATH still permits TF32 on Ampere and later: under --no-tf32 only FMA will do.
     const cudnnMathType_t math = fma_only ? CUDNN_FMA_MATH : r.mathType;
-    return {static_cast<int>(r.algo), static_cast<int>(math), r.memory, measured ? r.time : -1.f};
+    return {std::to_string(int(r.algo)), static_cast<int>(math), r.memory, measured ? r.time : -1.f};
   }
   throw Fatal(std::string("cuDNN offers no usable ") + direction + " algorithm for conv " + g.key() +
               (p.deterministic ? " (deterministic)" : "") + " within a workspace of " +

@@ -25,6 +25,14 @@ void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void* v
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, a, v, bytes));
 }
 
+// A cached choice's algorithm: "lt<index>", the index in cuBLASLt's heuristics' list; -1 otherwise.
+int algorithm_index(const std::string& engine) {
+  if (engine.size() < 3 || engine.size() > 4 || engine.compare(0, 2, "lt") != 0 ||
+      engine.find_first_not_of("0123456789", 2) != std::string::npos)
+    return -1;
+  return std::stoi(engine.substr(2));
+}
+
 }  // namespace
 
 struct GemmConv::Plan {
@@ -77,9 +85,10 @@ GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, s
   }
   // A cached index that still names an algorithm with the same workspace is taken as it is: the
   // choice stays as it was made. Otherwise every algorithm offered is timed.
-  if (cached && std::find(usable.begin(), usable.end(), cached->rank) != usable.end() &&
-      found[cached->rank].workspaceSize == cached->workspace) {
-    pl.algo = found[cached->rank].algo;
+  const int cached_index = cached ? algorithm_index(cached->engine) : -1;
+  if (std::find(usable.begin(), usable.end(), cached_index) != usable.end() &&
+      found[cached_index].workspaceSize == cached->workspace) {
+    pl.algo = found[cached_index].algo;
     workspace_ = cached->workspace;
     choice_ = *cached;
     from_cache_ = ok_ = true;
@@ -113,7 +122,7 @@ GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, s
                            [&] { fold_bn_into_filters(target.as<FilterFold>(), 1, g.filter_count(), stream); });
   pl.algo = found[best].algo;
   workspace_ = found[best].workspaceSize;
-  choice_.rank = best;
+  choice_.engine = "lt" + std::to_string(best);
   choice_.types = 0;
   choice_.workspace = workspace_;
   ok_ = true;

@@ -23,7 +23,7 @@
 #include "measure/profiling.h"
 #include "measure/step_timing.h"
 #include "model/autotune_cache.h"
-#include "model/resnet50.h"
+#include "model/inference_network.h"
 #include "pipeline/egress_copy.h"
 #include "pipeline/loader.h"
 #include "predict/outputs.h"
@@ -87,7 +87,7 @@ class Predictor {
   // GPU
   std::unique_ptr<GpuContext> ctx_;
   cudaDeviceProp prop_{};
-  std::unique_ptr<ResNet50> net_;
+  std::unique_ptr<InferenceNetwork> net_;
   std::unique_ptr<BatchLoader> loader_;
   // outputs, written by the pipeline's commits in batch order
   OutputFormat format_;
@@ -149,7 +149,7 @@ void Predictor::load_inputs() {
   class_names_ = images().class_names;
   if (class_names_.empty())  // a data set without names: the class indices
     for (int c = 0; c < kArrayClasses; ++c) class_names_.push_back(std::to_string(c));
-  tensors_ = ResNet50::tensor_layout(classes());
+  tensors_ = Network::tensor_layout(classes());
   check_checkpoint_model(m, tensors_, opt_.checkpoint);
   stored_layout_ = checkpoint_layout(m, opt_.checkpoint);
   opt_.top_k = resolved_top_k(opt_, classes(), train.name);
@@ -218,7 +218,6 @@ void Predictor::build_network() {
   cfg.conv_api = build_.conv_api;
   cfg.classes = classes();
   cfg.image_side = images().side;
-  cfg.inference = true;
   cfg.fused_bn = build_.fused_bn;  // each BN, the residual add and the ReLU in the conv before them
   cfg.unfused_patterns = opt_.no_fuse_patterns;
   const bool measure = writes_autotune_cache();
@@ -227,7 +226,7 @@ void Predictor::build_network() {
                                       trainer_defaults.workspace_mb});
   for (const std::string& w : cache.load()) std::fprintf(stderr, "warning: %s\n", w.c_str());
   if (measure) cache.arm_late_notice(kLateNoticeDelay);
-  net_ = std::make_unique<ResNet50>(cfg, *ctx_, cache);
+  net_ = std::make_unique<InferenceNetwork>(cfg, *ctx_, cache);
   cache.end_late_notice();
   if (measure && cache.changed()) cache.save();  // new conv choices or fused plans
   if (cfg.fused_bn)
@@ -316,7 +315,7 @@ void Predictor::run_batches() {
     timing.data_ready();
     {
       NvtxRange r("compute", phase_color::kGreen);
-      net_->forward(batch.images, false);
+      net_->forward(batch.images);
     }
     pipeline.submit(k);  // "copy to CPU", and without output workers "process output" too
   }

@@ -28,7 +28,7 @@ CheckpointMeta run_meta(const BuildSettings& build, const ParamListing& params, 
   return m;
 }
 
-Checkpoint capture_checkpoint(const ResNet50& net, const CheckpointMeta& meta) {
+Checkpoint capture_checkpoint(const Network& net, const CheckpointMeta& meta) {
   const ParamStore& p = net.params();
   Checkpoint c;
   c.meta = meta;
@@ -41,7 +41,7 @@ Checkpoint capture_checkpoint(const ResNet50& net, const CheckpointMeta& meta) {
   return c;
 }
 
-void restore_checkpoint(ResNet50& net, const Checkpoint& c, cudaStream_t stream) {
+void restore_checkpoint(Network& net, const Checkpoint& c, cudaStream_t stream) {
   ParamStore& p = net.params();
   CUDA_CHECK(cudaMemcpy(p.master_all(), c.master.data(), c.master.size() * 4, cudaMemcpyHostToDevice));
   if (p.momentum_all())  // a network built for inference keeps no momentum

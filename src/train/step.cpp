@@ -3,7 +3,7 @@
 
 #include "measure/profiling.h"
 
-void enqueue_train_step(ResNet50& net, const DeviceBatch& batch, const StepTargets& t, const SgdSettings& sgd,
+void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const StepTargets& t, const SgdSettings& sgd,
                         cudaStream_t stream) {
   {
     NvtxRange r("forward", phase_color::kGreen);

@@ -35,7 +35,7 @@
 #include "measure/profiling.h"
 #include "measure/step_timing.h"
 #include "model/autotune_cache.h"
-#include "model/resnet50.h"
+#include "model/training_network.h"
 #include "model/resnet50_spec.h"
 #include "pipeline/loader.h"
 #include "train/checkpointing.h"
@@ -148,7 +148,7 @@ class Trainer {
   size_t free_before_ = 0;
   double peak_mem_mb_ = 0;
   std::unique_ptr<AutotuneCache> cache_;
-  std::unique_ptr<ResNet50> net_;
+  std::unique_ptr<TrainingNetwork> net_;
   std::unique_ptr<DataParallel> dp_;  // several ranks only
   CheckpointMeta meta_;  // what this run's checkpoints record
   std::unique_ptr<BatchLoader> loader_;
@@ -294,7 +294,7 @@ void Trainer::build_network() {
 
   const auto start = std::chrono::steady_clock::now();
   if (measure) cache_->arm_late_notice(kLateNoticeDelay);
-  net_ = std::make_unique<ResNet50>(cfg, *ctx_, *cache_);
+  net_ = std::make_unique<TrainingNetwork>(cfg, *ctx_, *cache_);
   cache_->end_late_notice();
   const double build_s = seconds_since(start);
   const AlgoReport& ar = net_->algo_report();

@@ -12,7 +12,7 @@
 
 namespace {
 
-// The tensors of a ResNet-like network, registered in forward order as ResNet50::build() does
+// The tensors of a ResNet-like network, registered in forward order as build_layers() does
 // (stem conv + BN; per block conv1 bn1 conv2 bn2 conv3 bn3 [downsample conv + BN]; fc weight and
 // bias), with offsets laid out as ParamStore::allocate() does: weights first, then the vectors.
 struct Net {

@@ -19,7 +19,7 @@
 #include "dist/data_parallel.h"
 #include "dist/socket.h"
 #include "model/autotune_cache.h"
-#include "model/resnet50.h"
+#include "model/training_network.h"
 #include "support/gpu_test_util.h"
 
 namespace {
@@ -93,7 +93,7 @@ struct Counters {
 struct Replica {
   GpuContext ctx;
   AutotuneCache cache{"", "data-parallel test"};
-  ResNet50 net;
+  TrainingNetwork net;
   DeviceBuffer images{size_t(kHalf) * 3 * 32 * 32 * 4, "test images"}, labels{size_t(kHalf) * 4, "test labels"};
   DeviceBuffer counters{sizeof(Counters), "test counters"};
 

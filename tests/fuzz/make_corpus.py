@@ -30,8 +30,11 @@ def main(out):
         "idx": [],
         "gunzip": [gzip.compress(b"hello fuzz" * 50), gzip.compress(bytes(range(256)) * 8)],
         "checkpoint": [checkpoint(4, 2), checkpoint(0, 0)],
-        "autotune_cache": [b"resnet-trainer autotune cache v1\n[gpu=X;cudnn=91400;precision=fp16;layout=NHWC]\n"
-                           b"n8.c64.h32.w32.k64.r3.s1.p1 fwd=1/1/0/0.5 bwd_data=1/1/0/0.25 bwd_filter=0/0/4096/-1\n"],
+        "autotune_cache": [b"resnet-trainer autotune cache v2\n[gpu=X;cudnn=91400;precision=fp16;layout=NHWC]\n"
+                           b"n8.c64.h32.w32.k64.r3.s1.p1 fwd=1/1/0/0.5 bwd_data=1/1/0/0.25 bwd_filter=0/0/4096/-1\n"
+                           b"n8.c64.h32.w32.k64.r1.s1.p0 fwd=eng62_k2=4_k25=1/0/0/0.5 bwd_data=eng67/0/0/0.25 "
+                           b"bwd_filter=eng1_k3=-1/0/4096/-1\n"
+                           b"fused.conv-bn.n8.c64.h32.w32.k64.r1.s1.p0 plan=eng31_k2=1/1/0/0.0541 unfused=0.0612\n"],
         "options": [b"--batch\x00256\x00--lr=0.05\x00--no-eval", b"--data\x00synthetic\x00--steps\x0010\x00--json"],
         "predict_options": [b"--checkpoint\x00m.ckpt\x00--features\x00f.npy\x00--features-dtype=float16",
                             b"--checkpoint=m\x00--export\x00m.safetensors\x00--top-k\x003"],

@@ -36,22 +36,22 @@ std::string read_text(const std::string& path) {
 
 const std::string kHere = "gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;deterministic=0;workspace_mb=1024";
 const std::string kOther = "gpu=NVIDIA A100-SXM4-40GB;cudnn=90100;precision=fp32;layout=NCHW;deterministic=1;workspace_mb=256";
-const char* kHeaderLine = "resnet-trainer autotune cache v1\n";
+const char* kHeaderLine = "resnet-trainer autotune cache v2\n";
 
 ConvAlgos algos(int seed) {
-  // Times with at most 6 significant digits, as the file stores them. Odd seeds carry the graph
-  // API's accumulating backward-data choice, even ones leave it unset as the legacy API does.
-  const AlgoChoice acc = seed % 2 ? AlgoChoice{(seed + 3) % 8, 3, 256, 0.5f} : AlgoChoice{};
-  return {{seed % 8, 1, size_t(seed) * 4096, 0.0412f},
-          {(seed + 1) % 8, 0, 0, -1.f},
-          {(seed + 2) % 8, 2, (size_t(5) << 32) + seed, 12.5f},  // a workspace above 4 GiB
-          acc};
+  // Times with at most 6 significant digits, as the file stores them. Odd seeds hold graph-API
+  // engine tags, even ones the legacy API's algorithm numbers.
+  auto algo = [&](int i) { return seed % 2 ? "eng" + std::to_string(i) + "_k2=" + std::to_string(seed) : std::to_string(i); };
+  return {{algo(seed % 8), 1, size_t(seed) * 4096, 0.0412f},
+          {algo((seed + 1) % 8), 0, 0, -1.f},
+          {algo((seed + 2) % 8), 2, (size_t(5) << 32) + seed, 12.5f}};  // a workspace above 4 GiB
 }
 
 AutotuneEntries sample_entries() {
   AutotuneEntries e;
-  e[kHere].fused["fused.conv-bn-relu.n256.c64.h32.w32.k64.r3.s1.p1"] = {2, 1, 0, 0.0541f, 0.0612f};
-  e[kHere].fused["fused.conv-stats.n128.c64.h32.w32.k64.r1.s1.p0"] = {97, 0, 4096, 0.125f};
+  e[kHere].fused["fused.conv-bn-relu.n256.c64.h32.w32.k64.r3.s1.p1"] = {"eng31_k2=1_k25=0", 1, 0, 0.0541f, 0.0612f};
+  e[kHere].fused["fused.conv-stats.n128.c64.h32.w32.k64.r1.s1.p0"] = {"eng97", 0, 4096, 0.125f};
+  e[kHere].fused["fused.gemm-bn-relu.n128.c64.h32.w32.k256.r1.s1.p0"] = {"lt3", 0, 0, 0.02f, 0.03f};
   e[kHere].convs["n128.c64.h32.w32.k64.r3.s1.p1"] = algos(1);
   e[kHere].convs["n128.c256.h8.w8.k512.r1.s2.p0"] = algos(2);
   e[kOther].convs["n128.c64.h32.w32.k64.r3.s1.p1"] = algos(3);
@@ -68,30 +68,32 @@ TEST(AutotuneCacheFile, FormatParseRoundTrip) {
 
 TEST(AutotuneCacheFile, MeasuredTimesKeepSixSignificantDigits) {
   AutotuneEntries e;
-  e[kHere].convs["s"] = {{3, 1, 0, 0.123456789f}, {1, 0, 0, 1234.5678f}, {2, 0, 0, 3.3333333e-5f}, {}};
+  e[kHere].convs["s"] = {{"3", 1, 0, 0.123456789f}, {"1", 0, 0, 1234.5678f}, {"2", 0, 0, 3.3333333e-5f}};
   const ConvAlgos back = parse_autotune_cache(format_autotune_cache(e), "c.txt").at(kHere).convs.at("s");
   EXPECT_NEAR(back.fwd.ms, 0.123456789f, 1e-6f);
   EXPECT_NEAR(back.bwd_data.ms, 1234.5678f, 1e-2f);
   EXPECT_NEAR(back.bwd_filter.ms, 3.3333333e-5f, 1e-10f);
-  EXPECT_EQ(back.fwd.algo, 3);
+  EXPECT_EQ(back.fwd.algo, "3");
   EXPECT_EQ(back.fwd.math, 1);
 }
 
-// A graph-API choice is a rank in two heuristics lists one after the other, which can pass 64
-// (before, the parser refused such a file: every start searched again and wrote it again).
-TEST(AutotuneCacheFile, GraphRanksPastSixtyFourRoundTrip) {
+// A graph-API choice is cudnn-frontend's engine tag: the engine's global index and its knobs, as
+// many as cuDNN gives it (negative knob values included).
+TEST(AutotuneCacheFile, EngineTagsRoundTrip) {
   AutotuneEntries e;
-  e[kHere].convs["s"] = {{97, 1, 0, 0.5f}, {130, 1, 0, 0.25f}, {65, 0, 0, 1.f}, {200, 1, 0, 2.f}};
+  e[kHere].convs["s"] = {{"eng67_k2=3_k13=1_k18=0_k25=0_k27=2_k28=1", 0, 0, 0.5f},
+                         {"eng130", 0, 0, 0.25f},
+                         {"eng62_k2=-1", 0, 1024, 1.f}};
   EXPECT_EQ(parse_autotune_cache(format_autotune_cache(e), "c.txt"), e);
 }
 
 TEST(AutotuneCacheFile, ReadsTheDocumentedFusedLine) {
   const std::string text = std::string(kHeaderLine) + "[" + kHere + "]\n" +
-                           "fused.conv-bn-relu.n256.c64.h32.w32.k64.r3.s1.p1 plan=2/1/0/0.0541 unfused=0.0612\n" +
-                           "fused.conv-bn.n256.c64.h32.w32.k256.r1.s1.p0 plan=0/0/0/0.03\n";
+                           "fused.conv-bn-relu.n256.c64.h32.w32.k64.r3.s1.p1 plan=eng31_k2=1/1/0/0.0541 unfused=0.0612\n" +
+                           "fused.conv-bn.n256.c64.h32.w32.k256.r1.s1.p0 plan=eng0/0/0/0.03\n";
   const AutotuneEntries e = parse_autotune_cache(text, "c.txt");
   const FusedChoice& c = e.at(kHere).fused.at("fused.conv-bn-relu.n256.c64.h32.w32.k64.r3.s1.p1");
-  EXPECT_EQ(c, (FusedChoice{2, 1, 0, 0.0541f, 0.0612f}));
+  EXPECT_EQ(c, (FusedChoice{"eng31_k2=1", 1, 0, 0.0541f, 0.0612f}));
   EXPECT_EQ(e.at(kHere).fused.at("fused.conv-bn.n256.c64.h32.w32.k256.r1.s1.p0").unfused_ms, -1.f) << "not kept";
   EXPECT_EQ(format_autotune_cache(e), text);
   EXPECT_TRUE(e.at(kHere).convs.empty());
@@ -99,10 +101,11 @@ TEST(AutotuneCacheFile, ReadsTheDocumentedFusedLine) {
 
 TEST(AutotuneCacheFile, ReadsTheDocumentedExample) {
   const std::string text = std::string(kHeaderLine) + "[" + kHere + "]\n" +
-                           "n128.c64.h32.w32.k64.r3.s1.p1 fwd=1/1/0/0.0412 bwd_data=1/1/0/0.0511 bwd_filter=1/1/4096/0.0612\n";
+                           "n128.c64.h32.w32.k64.r3.s1.p1 fwd=eng62_k2=4_k25=1/0/0/0.0322 bwd_data=eng67_k2=4/0/0/0.0511 bwd_filter=1/1/4096/0.0612\n";
   const AutotuneEntries e = parse_autotune_cache(text, "c.txt");
   const ConvAlgos& a = e.at(kHere).convs.at("n128.c64.h32.w32.k64.r3.s1.p1");
-  EXPECT_EQ(a.bwd_filter.algo, 1);
+  EXPECT_EQ(a.fwd.algo, "eng62_k2=4_k25=1");
+  EXPECT_EQ(a.bwd_filter.algo, "1");
   EXPECT_EQ(a.bwd_filter.workspace, 4096u);
   EXPECT_FLOAT_EQ(a.bwd_data.ms, 0.0511f);
 }
@@ -119,11 +122,11 @@ TEST(AutotuneCacheFile, MalformedLinesNameFileAndLine) {
       {std::string(kHeaderLine) + ctx + "s fwd=1/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1x\n", "bad bwd_filter field"},
       {std::string(kHeaderLine) + ctx + "s fwd=1/1/0/1 bwd_data=1/1/0/1\n", "expected: shape"},
       {std::string(kHeaderLine) + ctx + "s fwd=1/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1 extra\n", "expected: shape"},
-      {std::string(kHeaderLine) + ctx + "s fwd=1/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1 bwd_data_acc=1/x\n",
-       "bad bwd_data_acc field"},
-      {std::string(kHeaderLine) + ctx + "s fwd=1/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1 bwd_data_acc=1/1/0/1 x\n",
-       "expected: shape"},
-      {std::string(kHeaderLine) + ctx + "s fwd=70000/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1\n", "bad fwd field"},
+      {std::string(kHeaderLine) + ctx + "s fwd=eng1 k2/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1\n", "expected: shape"},
+      {std::string(kHeaderLine) + ctx + "s fwd=eng1/k2/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1\n", "bad fwd field"},
+      {std::string(kHeaderLine) + ctx + "s fwd=/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1\n", "bad fwd field"},
+      {std::string(kHeaderLine) + ctx + "s fwd=" + std::string(201, 'e') + "/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1\n",
+       "bad fwd field"},
       {std::string(kHeaderLine) + ctx + "fused.conv-bn s fwd=1/1/0/1\n", "expected: fused."},
       {std::string(kHeaderLine) + ctx + "fused.conv-bn.s plan=1/1/0\n", "expected: fused."},
       {std::string(kHeaderLine) + ctx + "fused.conv-bn.s plan=1/99/0/1\n", "expected: fused."},
@@ -134,6 +137,12 @@ TEST(AutotuneCacheFile, MalformedLinesNameFileAndLine) {
       {std::string(kHeaderLine) + ctx + "fused.conv-bn.s plan=1/1/0/1 unfused=0.5 x\n", "expected: fused."},
       {std::string(kHeaderLine) + "[unclosed\n", "malformed context"},
       {"", "empty"},
+      {"resnet-trainer autotune cache v1\n[" + kHere + "]\ns fwd=1/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1\n",
+       "written by an older version of the trainer (format v1, this one reads v2)"},
+      {std::string(kHeaderLine) + ctx + "s fwd=eng1_k2/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1\n", "bad fwd field"},
+      {std::string(kHeaderLine) + ctx + "s fwd=eng1_k2=x/1/0/1 bwd_data=1/1/0/1 bwd_filter=1/1/0/1\n", "bad fwd field"},
+      {std::string(kHeaderLine) + ctx + "s fwd=1/1/0/1 bwd_data=lt/1/0/1 bwd_filter=1/1/0/1\n", "bad bwd_data field"},
+      {std::string(kHeaderLine) + ctx + "s fwd=1/1/0/1 bwd_data=1/1/0/1 bwd_filter=1x/1/0/1\n", "bad bwd_filter field"},
   };
   for (const Case& c : cases) {
     try {
@@ -185,14 +194,14 @@ TEST(AutotuneCache, FusedPlansAreKeptBesideTheConvsAndSaved) {
     c.load();
     EXPECT_EQ(c.find_fused(key), nullptr);
     c.put("a", algos(1));
-    c.put_fused(key, {5, 2, 256, 0.0765f});
+    c.put_fused(key, {"eng5", 2, 256, 0.0765f});
     c.save();
   }
   AutotuneCache c(path, kHere);
   EXPECT_TRUE(c.load().empty());
   EXPECT_EQ(c.entries_here(), 2u);
   ASSERT_NE(c.find_fused(key), nullptr);
-  EXPECT_EQ(*c.find_fused(key), (FusedChoice{5, 2, 256, 0.0765f}));
+  EXPECT_EQ(*c.find_fused(key), (FusedChoice{"eng5", 2, 256, 0.0765f}));
   EXPECT_EQ(c.find_fused("fused.conv-bn.other"), nullptr);
   EXPECT_EQ(c.find(key), nullptr) << "a fused key is not a conv shape";
   EXPECT_FALSE(c.changed());
@@ -216,16 +225,16 @@ TEST(AutotuneCache, ChangedOnlyWhenAnEntryChanges) {
     c.load();
     EXPECT_FALSE(c.changed());
     c.put("a", algos(1));
-    c.put_fused("fused.k", {1, 0, 0, 0.5f});
+    c.put_fused("fused.k", {"eng1", 0, 0, 0.5f});
     EXPECT_TRUE(c.changed());
     c.save();
   }
   AutotuneCache c(path, kHere);
   c.load();
   c.put("a", algos(1));
-  c.put_fused("fused.k", {1, 0, 0, 0.5f});
+  c.put_fused("fused.k", {"eng1", 0, 0, 0.5f});
   EXPECT_FALSE(c.changed()) << "the same choices as the file's";
-  c.put_fused("fused.k", {2, 0, 0, 0.4f});
+  c.put_fused("fused.k", {"eng2", 0, 0, 0.4f});
   EXPECT_TRUE(c.changed());
   AutotuneCache d(path, kHere);
   d.load();
@@ -383,7 +392,7 @@ namespace {
 
 TEST(AutotuneCache, ComposesItsContextLineFromWhatAChoiceDependsOn) {
   const AutotuneContext c{"NVIDIA H100 80GB HBM3", 91400, DType::F16, Layout::NHWC, true, ConvApi::Graph, 1024};
-  EXPECT_EQ(c.key(), "gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;tf32=1;api=graph;lists=a,b;workspace_mb=1024");
+  EXPECT_EQ(c.key(), "gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;tf32=1;api=graph;workspace_mb=1024");
   AutotuneCache cache("", c);
   EXPECT_EQ(cache.context(), c.key());
 }

@@ -16,7 +16,7 @@
 #include "model/autotune_cache.h"
 #include "model/fused_conv.h"
 #include "model/gemm_conv.h"
-#include "model/resnet50.h"
+#include "model/training_network.h"
 #include "support/bn_data.h"
 #include "support/gpu_test_util.h"
 
@@ -298,7 +298,7 @@ TEST(FusedGpuCache, ACachedPlanIsBuiltAloneAndComputesThePattern) {
   if (!measured.ok()) GTEST_SKIP() << "cuDNN refused " << fused_pattern_name(FusedPattern::ConvBnRelu) << ": " << measured.why();
   EXPECT_FALSE(measured.from_cache());
   const FusedChoice c = measured.choice();
-  EXPECT_GE(c.rank, 0);
+  EXPECT_FALSE(c.engine.empty());
   EXPECT_GT(c.ms, 0.f);
   EXPECT_EQ(c.ms, measured.ms());
   EXPECT_EQ(c.workspace, measured.workspace());
@@ -306,20 +306,20 @@ TEST(FusedGpuCache, ACachedPlanIsBuiltAloneAndComputesThePattern) {
   FusedConv again(ctx().cudnn, FusedPattern::ConvBnRelu, g, o, &c);
   ASSERT_TRUE(again.ok()) << again.why();
   EXPECT_TRUE(again.from_cache());
-  EXPECT_EQ(again.choice(), c) << "the same rank, types, workspace and time";
+  EXPECT_EQ(again.choice(), c) << "the same engine, types, workspace and time";
   EXPECT_EQ(again.scale_type(), measured.scale_type());
   DeviceTensor ws(again.workspace() + 16, DType::F32, "workspace");
   check_epilogue(FusedPattern::ConvBnRelu, g, again, ws);
 
-  // A rank past both heuristics lists; a type pair that is not one of the tries; the same rank with
-  // another workspace (the engine at that rank changed).
-  for (const FusedChoice& stale : {FusedChoice{60000, c.types, c.workspace, 0.001f},
-                                   FusedChoice{c.rank, 9, c.workspace, 0.001f},
-                                   FusedChoice{c.rank, c.types, c.workspace + 256, 0.001f}}) {
+  // An engine cuDNN does not have; a type pair that is not one of the tries; a tag that names no
+  // engine (a hand-edited file).
+  for (const FusedChoice& stale : {FusedChoice{"eng99999", c.types, c.workspace, 0.001f},
+                                   FusedChoice{c.engine, 9, c.workspace, 0.001f},
+                                   FusedChoice{"engine", c.types, c.workspace, 0.001f}}) {
     FusedConv searched(ctx().cudnn, FusedPattern::ConvBnRelu, g, o, &stale);
     ASSERT_TRUE(searched.ok()) << searched.why();
     EXPECT_FALSE(searched.from_cache());
-    EXPECT_NE(searched.choice().rank, 60000);
+    EXPECT_NE(searched.choice().engine, "eng99999");
     EXPECT_NE(searched.ms(), 0.001f) << "measured again, not the stale entry's time";
     EXPECT_TRUE(searched.why().empty()) << "a stale entry is no refusal: " << searched.why();
   }
@@ -383,7 +383,7 @@ TEST(FusedNetworkGpu, SwitchedOffPatternsRunPlainAndTheRestAsBefore) {
     cfg.conv_api = ConvApi::Graph;
     cfg.fused_bn = true;
     cfg.unfused_patterns = off;
-    return ResNet50(cfg, ctx, cache).fusion_report();
+    return TrainingNetwork(cfg, ctx, cache).fusion_report();
   };
   const FusionReport full = report(0);
   if (full.fused == 0) GTEST_SKIP() << "cuDNN fused no conv here: " << fusion_report_lines(full).back();

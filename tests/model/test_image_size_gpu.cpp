@@ -17,7 +17,7 @@
 #include "data/dataset.h"
 #include "kernels.h"
 #include "model/autotune_cache.h"
-#include "model/resnet50.h"
+#include "model/training_network.h"
 #include "pipeline/loader.h"
 #include "support/gpu_test_util.h"
 
@@ -46,7 +46,7 @@ NetConfig config(int side, int classes, DType t, Layout l) {
 struct Net {
   GpuContext ctx;
   AutotuneCache cache{"", "image-size test"};
-  ResNet50 net;
+  TrainingNetwork net;
   DeviceBuffer images, labels, counters, lr;  // lr: the SGD kernel reads it from device memory
   Net(int side, int classes, DType t, Layout l)
       : net(config(side, classes, t, l), ctx, cache),

@@ -92,7 +92,7 @@ std::string conv_param_name(const testing::TestParamInfo<ConvParam>& info) {
          conv_api_name(api);
 }
 
-// Forward, backward-data (overwriting and accumulating) and backward-filter of one shape.
+// Forward, backward-data and backward-filter of one shape.
 TEST_P(GpuConv, MatchesReference) {
   SKIP_WITHOUT_GPU("the cuDNN convolution");
   const auto& [cs, prec, layout, policy, api] = GetParam();
@@ -125,14 +125,8 @@ TEST_P(GpuConv, MatchesReference) {
 
   DeviceTensor dx(xd.count(), t);
   dx.poison();
-  conv.backward_data(c.cudnn, dy_d.get(), w_d.get(), dx.get(), false, ws.get(), ws.bytes());
-  const Vec dx_ref = ref::conv2d_backward_data(rg, dy, w);
-  EXPECT_CLOSE(download_activation(dx, xd, layout), dx_ref, bound) << "backward_data";
-
-  const Vec prior = quantize(t, random_normal(rng, xd.count()));
-  dx.upload(to_layout(layout, xd, prior));
-  conv.backward_data(c.cudnn, dy_d.get(), w_d.get(), dx.get(), true, ws.get(), ws.bytes());
-  EXPECT_CLOSE(download_activation(dx, xd, layout), ref::add(prior, dx_ref), bound) << "backward_data accumulate";
+  conv.backward_data(c.cudnn, dy_d.get(), w_d.get(), dx.get(), ws.get(), ws.bytes());
+  EXPECT_CLOSE(download_activation(dx, xd, layout), ref::conv2d_backward_data(rg, dy, w), bound) << "backward_data";
 
   DeviceTensor dw(wd.count(), t);
   dw.poison();
@@ -151,13 +145,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GpuConv,
 
 // --no-tf32 must keep fp32 convs off tensor cores in all directions. Legacy API: the math type a
 // chosen algorithm reports is written back into the descriptor (Conv2d::use), and on Ampere and
-// later CUDNN_DEFAULT_MATH permits TF32: only CUDNN_FMA_MATH guarantees full fp32 products. Graph
-// API: engines with cuDNN's TENSOR_CORE or DOWN_CONVERT_INPUTS notes are refused, and the choice
-// records CUDNN_FMA_MATH for the others.
+// later CUDNN_DEFAULT_MATH permits TF32: only CUDNN_FMA_MATH guarantees full fp32 products. (Graph
+// API: the plan picker refuses engines with cuDNN's TENSOR_CORE or DOWN_CONVERT_INPUTS notes; the
+// fp32 cases of MatchesReference, held to fp32's bound, would fail on a TF32 engine.)
 TEST(GpuConvAlgos, NoTf32ChoosesFmaMathInEveryDirection) {
   SKIP_WITHOUT_GPU("cuDNN's algorithm choice");
   GpuContext& c = ctx();
-  for (const ConvApi api : {ConvApi::Legacy, ConvApi::Graph})
+  for (const ConvApi api : {ConvApi::Legacy})
     for (const AlgoPolicy policy : {AlgoPolicy::Heuristic, AlgoPolicy::Autotune})
       for (const Layout l : {Layout::NCHW, Layout::NHWC})
         for (const ConvCase& cs : kConvCases) {
@@ -170,14 +164,11 @@ TEST(GpuConvAlgos, NoTf32ChoosesFmaMathInEveryDirection) {
           EXPECT_EQ(a.fwd.math, int(CUDNN_FMA_MATH)) << "forward algo " << a.fwd.algo;
           EXPECT_EQ(a.bwd_data.math, int(CUDNN_FMA_MATH)) << "backward-data algo " << a.bwd_data.algo;
           EXPECT_EQ(a.bwd_filter.math, int(CUDNN_FMA_MATH)) << "backward-filter algo " << a.bwd_filter.algo;
-          if (api == ConvApi::Graph) {
-            EXPECT_EQ(a.bwd_data_acc.math, int(CUDNN_FMA_MATH)) << "accumulating algo " << a.bwd_data_acc.algo;
-          }
         }
 }
 
 // A choice taken from the autotune cache builds the same plans as the search that produced it, and
-// an entry naming an engine configuration that cuDNN does not list is refused (so it is searched).
+// an entry naming an engine cuDNN does not have, or naming none, is refused (so it is searched).
 TEST(GpuConvAlgos, GraphPlansFromTheCacheMatchTheSearch) {
   SKIP_WITHOUT_GPU("cuDNN's graph API");
   GpuContext& c = ctx();
@@ -191,14 +182,16 @@ TEST(GpuConvAlgos, GraphPlansFromTheCacheMatchTheSearch) {
   EXPECT_EQ(chooser.searched(), 1) << "the second layer of the same shape searched again";
   EXPECT_EQ(first.algorithms().fwd.algo, second.algorithms().fwd.algo);
   EXPECT_EQ(first.algorithms().bwd_filter.algo, second.algorithms().bwd_filter.algo);
-  ConvAlgos stale = first.algorithms();
   ConvGraph third(g, DType::F16, Layout::NHWC, false);
-  stale.fwd.algo = static_cast<int>(third.heuristic_lists(ConvGraph::kForward, c.cudnn).all);  // one past the last
-  EXPECT_FALSE(third.use(c.cudnn, stale));
+  for (const char* engine : {"eng99999", "eng1_k99999=1", "3", "engine"}) {
+    ConvAlgos stale = first.algorithms();
+    stale.fwd.algo = engine;
+    EXPECT_FALSE(third.use(c.cudnn, stale)) << engine;
+  }
 }
 
 // The legacy API's choice from the cache is an algorithm number and a math type: one this cuDNN
-// does not have (the file's parser takes numbers up to 65535, for the graph API's ranks) is refused.
+// does not have, or a graph-API engine tag, is refused.
 TEST(GpuConvAlgos, LegacyChoicesCuDnnDoesNotHaveAreRefused) {
   SKIP_WITHOUT_GPU("cuDNN's legacy API");
   GpuContext& c = ctx();
@@ -209,10 +202,13 @@ TEST(GpuConvAlgos, LegacyChoicesCuDnnDoesNotHaveAreRefused) {
   const ConvAlgos good = conv.algorithms();
   EXPECT_TRUE(conv.use(c.cudnn, good));
   ConvAlgos bad = good;
-  bad.fwd.algo = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+  bad.fwd.algo = std::to_string(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
   EXPECT_FALSE(conv.use(c.cudnn, bad));
   bad = good;
-  bad.bwd_filter.algo = 70;
+  bad.bwd_filter.algo = "70";
+  EXPECT_FALSE(conv.use(c.cudnn, bad));
+  bad = good;
+  bad.bwd_data.algo = "eng1_k2=3";
   EXPECT_FALSE(conv.use(c.cudnn, bad));
   bad = good;
   bad.bwd_data.math = 9;
@@ -220,11 +216,11 @@ TEST(GpuConvAlgos, LegacyChoicesCuDnnDoesNotHaveAreRefused) {
   EXPECT_EQ(conv.algorithms(), good) << "a refused choice leaves the layer as it was";
 }
 
-// A configuration from the second heuristics list (mode B), as a search or the autotune cache may
-// choose it, computes the reference forward, and its rank names the same engine in a layer built
-// after the first is gone (its heuristics asked again, as in a later run reading the cache): both
-// layers' outputs are equal bit for bit.
-TEST(GpuConvAlgos, GraphConfigurationsFromModeBComputeTheConvolution) {
+// An autotuned choice (every engine configuration of both heuristics lists timed) computes the
+// reference forward, and its engine tag, as the autotune cache keeps it, builds the same engine in a
+// layer made after the first is gone (as in a later run reading the cache): both layers' outputs
+// are equal bit for bit.
+TEST(GpuConvAlgos, AnEngineTagRebuildsTheEngineItNames) {
   SKIP_WITHOUT_GPU("cuDNN's graph API");
   GpuContext& c = ctx();
   const ConvGeometry& g = kConvCases[1].g;
@@ -242,30 +238,21 @@ TEST(GpuConvAlgos, GraphConfigurationsFromModeBComputeTheConvolution) {
     conv.forward(c.cudnn, x_d.get(), w_d.get(), y.get(), ws.get(), ws.bytes());
     return download_activation(y, yd, Layout::NHWC);
   };
-
   ConvAlgos chosen;
   Vec out1;
   {
     ConvGraph first(g, DType::F16, Layout::NHWC, false);
-    const ConvGraph::ListSizes lists = first.heuristic_lists(ConvGraph::kForward, c.cudnn);
-    if (lists.second == lists.all) GTEST_SKIP() << "cuDNN's mode B lists no forward configuration for this conv on this GPU";
-    AlgoChooser chooser(c.cudnn, ConvPolicy{AlgoPolicy::Heuristic, false, size_t(256) << 20}, nullptr);
-    chooser.configure(first);
-    ConvAlgos a = first.algorithms();
-    bool usable = false;
-    for (size_t rank = lists.second; rank < lists.all && !usable; ++rank) {
-      a.fwd.algo = static_cast<int>(rank);
-      usable = first.use(c.cudnn, a);
-    }
-    if (!usable) GTEST_SKIP() << "none of mode B's " << lists.all - lists.second << " forward configurations can be planned here";
+    AlgoChooser(c.cudnn, ConvPolicy{AlgoPolicy::Autotune, false, size_t(256) << 20}, nullptr).configure(first);
     chosen = first.algorithms();
-    EXPECT_GE(chosen.fwd.algo, static_cast<int>(lists.second));
+    EXPECT_EQ(chosen.fwd.algo.rfind("eng", 0), 0u) << chosen.fwd.algo;
+    EXPECT_GT(chosen.fwd.ms, 0.f);
     out1 = forward(first);
   }
-  EXPECT_CLOSE(out1, ref::conv2d_forward(rg, x, w), kTolF16) << "mode B rank " << chosen.fwd.algo;
+  EXPECT_CLOSE(out1, ref::conv2d_forward(rg, x, w), kTolF16) << "engine " << chosen.fwd.algo;
   ConvGraph second(g, DType::F16, Layout::NHWC, false);
-  ASSERT_TRUE(second.use(c.cudnn, chosen)) << "rank " << chosen.fwd.algo << " refused by a new layer";
-  EXPECT_EQ(out1, forward(second)) << "rank " << chosen.fwd.algo << " named another engine in a new layer";
+  ASSERT_TRUE(second.use(c.cudnn, chosen)) << chosen.fwd.algo << " refused by a new layer";
+  EXPECT_EQ(second.algorithms(), chosen);
+  EXPECT_EQ(out1, forward(second)) << chosen.fwd.algo << " built another engine in a new layer";
 }
 
 // ================================================================================================

@@ -15,7 +15,7 @@
 
 #include "core/handles.h"
 #include "kernels.h"
-#include "model/resnet50.h"
+#include "model/training_network.h"
 #include "core/rng.h"
 #include "support/gpu_test_util.h"
 
@@ -144,7 +144,7 @@ class ParityNet {
     cfg.conv_api = b.api;
     cfg.fused_bn = b.fused;
     cfg.wgrad_beside = b.wgrad_beside;
-    net_ = std::make_unique<ResNet50>(cfg, ctx_, *cache_);
+    net_ = std::make_unique<TrainingNetwork>(cfg, ctx_, *cache_);
     net_->init_params_for_parity(f.seed);
 
     // The batch, from the same hash as the script's batch(), NCHW, then in the build's type and layout.
@@ -248,7 +248,7 @@ class ParityNet {
   Build b_;
   GpuContext ctx_;
   std::unique_ptr<AutotuneCache> cache_;
-  std::unique_ptr<ResNet50> net_;
+  std::unique_ptr<TrainingNetwork> net_;
   std::unique_ptr<gpu_test::DeviceTensor> images_;
   DeviceBuffer labels_, counters_, lr_;
 };

@@ -1,6 +1,6 @@
 // The CPU description of ResNet-50 (resnet50_spec.h): the parameter listing a resume is checked
 // against before the GPU is touched. On the CPU: its count is the documented one and it follows
-// NetConfig; on a GPU: it is exactly what ResNet50 registers (names, shapes, order, running stats).
+// NetConfig; on a GPU: it is exactly what the network registers (names, shapes, order, running stats).
 #include <gtest/gtest.h>
 
 #include <set>
@@ -8,7 +8,7 @@
 
 #include "core/handles.h"
 #include "model/autotune_cache.h"
-#include "model/resnet50.h"
+#include "model/training_network.h"
 #include "model/resnet50_spec.h"
 #include "support/gpu_test_util.h"
 
@@ -54,7 +54,7 @@ TEST(Resnet50SpecGpu, IsExactlyWhatTheNetworkRegisters) {
   AutotuneCache cache("", "spec-test");
   NetConfig cfg;
   cfg.batch = 4;
-  const ResNet50 net(cfg, ctx, cache);
+  const TrainingNetwork net(cfg, ctx, cache);
   const ParamListing l = resnet50_params(cfg);
   const std::vector<ParamTensor>& t = net.params().tensors();
   ASSERT_EQ(t.size(), l.tensors.size());

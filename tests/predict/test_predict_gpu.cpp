@@ -1,5 +1,5 @@
 // bin/predict's pieces on the GPU, against the trainer's (each test skips, with its reason, without a
-// GPU): the network built for inference has the tensors ResNet50::tensor_layout() describes and no
+// GPU): the network built for inference has the tensors Network::tensor_layout() describes and no
 // training state; a model restored from a checkpoint predicts exactly what the trainer's evaluation
 // counts as correct, also with its filters converted to the other layout; the features are the pooled
 // activations the classifier reads (they reproduce its logits); and every rung of the egress ladder
@@ -16,7 +16,10 @@
 
 #include "core/errors.h"
 #include "kernels.h"
+#include "model/fused_conv.h"
 #include "model/gemm_conv.h"
+#include "model/inference_network.h"
+#include "model/training_network.h"
 #include "model/resnet50_spec.h"
 #include "pipeline/egress_copy.h"
 #include "predict/outputs.h"
@@ -29,7 +32,7 @@ namespace {
 constexpr int kBatch = 32, kBatches = 5, kClasses = 10;
 constexpr size_t kImage = 3 * 32 * 32;
 
-NetConfig config(Layout layout, bool inference) {
+NetConfig config(Layout layout) {
   NetConfig cfg;
   cfg.batch = kBatch;
   cfg.dtype = DType::F32;
@@ -38,7 +41,6 @@ NetConfig config(Layout layout, bool inference) {
   cfg.conv = {AlgoPolicy::Heuristic, true, size_t(256) << 20};
   cfg.conv_api = ConvApi::Legacy;
   cfg.classes = kClasses;
-  cfg.inference = inference;
   return cfg;
 }
 
@@ -92,13 +94,17 @@ class PredictGpu : public testing::Test {
 
   // One algorithm cache per layout: its entries are keyed by shape alone, and an NCHW choice given
   // to an NHWC conv is refused by cuDNN (CUDNN_STATUS_NOT_SUPPORTED, seen on the H100).
-  std::unique_ptr<ResNet50> net(Layout l, bool inference) {
-    return std::make_unique<ResNet50>(config(l, inference), *ctx_, l == Layout::NCHW ? *cache_ : *cache_nhwc_);
+  AutotuneCache& cache_of(Layout l) { return l == Layout::NCHW ? *cache_ : *cache_nhwc_; }
+  std::unique_ptr<TrainingNetwork> training_net(Layout l) {
+    return std::make_unique<TrainingNetwork>(config(l), *ctx_, cache_of(l));
+  }
+  std::unique_ptr<InferenceNetwork> inference_net(Layout l) {
+    return std::make_unique<InferenceNetwork>(config(l), *ctx_, cache_of(l));
   }
 
   // A trained-looking model: initialised, with BN running statistics moved by a few training
   // forwards, captured as bin/train would save it.
-  Checkpoint trained_checkpoint(ResNet50& a) {
+  Checkpoint trained_checkpoint(TrainingNetwork& a) {
     a.init_params(5);
     for (int k = 0; k < kBatches; ++k) a.forward(batches_->images(Layout::NCHW, k), true);
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -108,7 +114,7 @@ class PredictGpu : public testing::Test {
   }
 
   // Images of batch k that process_batch counts as correct, from the network's logits.
-  long correct_from_logits(const ResNet50& n, int k, const std::vector<float>& bias) {
+  long correct_from_logits(const Network& n, int k, const std::vector<float>& bias) {
     OutputFormat f;
     f.batch = kBatch;
     f.classes = kClasses;
@@ -124,20 +130,21 @@ class PredictGpu : public testing::Test {
   }
 
   // The logits of n's last forward.
-  static ref::Vec logits_of(const ResNet50& n) {
+  static ref::Vec logits_of(const Network& n) {
     const std::vector<float> l = download<float>(n.logits(), size_t(kBatch) * kClasses);
     return ref::Vec(l.begin(), l.end());
   }
 
   // Batch k (NHWC) through the fp32 network `exact` and, cast to fp16, through the fp16 networks
   // `plain` and `other`: the relative errors of plain's and of other's logits against exact's.
-  std::pair<double, double> fp16_errors(ResNet50& exact, ResNet50& plain, ResNet50& other, int k) {
+  std::pair<double, double> fp16_errors(InferenceNetwork& exact, InferenceNetwork& plain, InferenceNetwork& other,
+                                        int k) {
     DeviceBuffer half_images(kBatch * kImage * 2, "fp16 test images");
     const void* images = batches_->images(Layout::NHWC, k);
     cast_f32_to_f16(static_cast<const float*>(images), half_images.get(), kBatch * kImage, ctx_->stream);
-    exact.forward(images, false);
-    plain.forward(half_images.get(), false);
-    other.forward(half_images.get(), false);
+    exact.forward(images);
+    plain.forward(half_images.get());
+    other.forward(half_images.get());
     const ref::Vec want = logits_of(exact);
     return {ref::rel_error(logits_of(plain), want), ref::rel_error(logits_of(other), want)};
   }
@@ -148,13 +155,13 @@ class PredictGpu : public testing::Test {
 };
 
 std::vector<float> fc_bias(const Checkpoint& c) {
-  const ParamTensor& b = ResNet50::tensor_layout(kClasses).params.back();
+  const ParamTensor& b = Network::tensor_layout(kClasses).params.back();
   return std::vector<float>(c.master.begin() + b.offset, c.master.begin() + b.offset + b.count);
 }
 
 TEST_F(PredictGpu, NetworkHasTheTensorLayout) {
-  const std::unique_ptr<ResNet50> n = net(Layout::NCHW, false);
-  const TensorLayout l = ResNet50::tensor_layout(kClasses);
+  const std::unique_ptr<TrainingNetwork> n = training_net(Layout::NCHW);
+  const TensorLayout l = Network::tensor_layout(kClasses);
   const std::vector<ParamTensor>& got = n->params().tensors();
   ASSERT_EQ(got.size(), l.params.size());
   for (size_t i = 0; i < got.size(); ++i) {
@@ -177,22 +184,20 @@ TEST_F(PredictGpu, NetworkHasTheTensorLayout) {
 TEST_F(PredictGpu, InferenceNetworkKeepsNoTrainingState) {
   size_t free0 = 0, free1 = 0, free2 = 0, total = 0;
   CUDA_CHECK(cudaMemGetInfo(&free0, &total));
-  std::unique_ptr<ResNet50> inference = net(Layout::NCHW, true);
+  std::unique_ptr<InferenceNetwork> inference = inference_net(Layout::NCHW);
   CUDA_CHECK(cudaMemGetInfo(&free1, &total));
-  std::unique_ptr<ResNet50> training = net(Layout::NCHW, false);
+  std::unique_ptr<TrainingNetwork> training = training_net(Layout::NCHW);
   CUDA_CHECK(cudaMemGetInfo(&free2, &total));
   EXPECT_LT(free0 - free1, free1 - free2) << "inference must need less memory than training";
   EXPECT_EQ(inference->params().momentum_all(), nullptr);
   EXPECT_THROW(inference->params().weight_grad(0), Fatal);
-  EXPECT_THROW(inference->backward(), Fatal);
-  EXPECT_THROW(inference->forward(batches_->images(Layout::NCHW, 0), true), Fatal);
   inference->init_params(1);  // works without momentum
-  inference->forward(batches_->images(Layout::NCHW, 0), false);
+  inference->forward(batches_->images(Layout::NCHW, 0));
   CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 TEST_F(PredictGpu, PredictionsCountWhatTheTrainersEvaluationCounts) {
-  std::unique_ptr<ResNet50> a = net(Layout::NCHW, false);
+  std::unique_ptr<TrainingNetwork> a = training_net(Layout::NCHW);
   const Checkpoint c = trained_checkpoint(*a);
   // The trainer's evaluation: forward with running statistics, the loss kernel counts correct ones.
   DeviceBuffer totals(sizeof(LossTotals), "eval totals");
@@ -204,22 +209,22 @@ TEST_F(PredictGpu, PredictionsCountWhatTheTrainersEvaluationCounts) {
   const LossTotals eval = download<LossTotals>(totals.get(), 1)[0];
   ASSERT_EQ(eval.count, unsigned(kBatch * kBatches));
   // bin/predict's path: a network built for inference, restored without momentum.
-  std::unique_ptr<ResNet50> b = net(Layout::NCHW, true);
+  std::unique_ptr<InferenceNetwork> b = inference_net(Layout::NCHW);
   restore_checkpoint(*b, c, ctx_->stream);
   long correct = 0;
   for (int k = 0; k < kBatches; ++k) {
-    b->forward(batches_->images(Layout::NCHW, k), false);
+    b->forward(batches_->images(Layout::NCHW, k));
     correct += correct_from_logits(*b, k, fc_bias(c));
   }
   EXPECT_EQ(correct, long(eval.correct));
   // The same checkpoint in an NHWC build: filters rearranged on the host, logits within fp32 error.
   Checkpoint nhwc = c;
-  nhwc.master = convert_filters(c.master, ResNet50::tensor_layout(kClasses), Layout::NCHW, Layout::NHWC);
-  std::unique_ptr<ResNet50> h = net(Layout::NHWC, true);
+  nhwc.master = convert_filters(c.master, Network::tensor_layout(kClasses), Layout::NCHW, Layout::NHWC);
+  std::unique_ptr<InferenceNetwork> h = inference_net(Layout::NHWC);
   restore_checkpoint(*h, nhwc, ctx_->stream);
   for (int k = 0; k < kBatches; ++k) {
-    b->forward(batches_->images(Layout::NCHW, k), false);
-    h->forward(batches_->images(Layout::NHWC, k), false);
+    b->forward(batches_->images(Layout::NCHW, k));
+    h->forward(batches_->images(Layout::NHWC, k));
     const std::vector<float> want = download<float>(b->logits(), size_t(kBatch) * kClasses);
     const std::vector<float> got = download<float>(h->logits(), size_t(kBatch) * kClasses);
     EXPECT_CLOSE(ref::Vec(got.begin(), got.end()), ref::Vec(want.begin(), want.end()), 1e-4);
@@ -227,16 +232,16 @@ TEST_F(PredictGpu, PredictionsCountWhatTheTrainersEvaluationCounts) {
 }
 
 TEST_F(PredictGpu, FeaturesAreWhatTheClassifierReads) {
-  std::unique_ptr<ResNet50> a = net(Layout::NCHW, false);
+  std::unique_ptr<TrainingNetwork> a = training_net(Layout::NCHW);
   const Checkpoint c = trained_checkpoint(*a);
-  std::unique_ptr<ResNet50> b = net(Layout::NCHW, true);
+  std::unique_ptr<InferenceNetwork> b = inference_net(Layout::NCHW);
   restore_checkpoint(*b, c, ctx_->stream);
-  b->forward(batches_->images(Layout::NCHW, 2), false);
+  b->forward(batches_->images(Layout::NCHW, 2));
   const int F = b->feature_count();
   ASSERT_EQ(F, 2048);
   const std::vector<float> feat = download<float>(b->features(), size_t(kBatch) * F);
   const std::vector<float> logits = download<float>(b->logits(), size_t(kBatch) * kClasses);
-  const ParamTensor& w = ResNet50::tensor_layout(kClasses).params[ResNet50::tensor_layout(kClasses).params.size() - 2];
+  const ParamTensor& w = Network::tensor_layout(kClasses).params[Network::tensor_layout(kClasses).params.size() - 2];
   ASSERT_EQ(w.name, "fc.weight");
   ref::Vec want(size_t(kBatch) * kClasses);
   for (int n = 0; n < kBatch; ++n)
@@ -256,31 +261,33 @@ TEST_F(PredictGpu, FeaturesAreWhatTheClassifierReads) {
 // against the network in fp32: the fused one may stray from it at most twice as far as the plain
 // one (on an H100: 0.12-0.13% and 0.14-0.15% relative error in the logits).
 TEST_F(PredictGpu, BatchNormInTheConvEpiloguesGivesTheUnfusedLogits) {
-  std::unique_ptr<ResNet50> a = net(Layout::NCHW, false);
+  std::unique_ptr<TrainingNetwork> a = training_net(Layout::NCHW);
   Checkpoint c = trained_checkpoint(*a);
-  c.master = convert_filters(c.master, ResNet50::tensor_layout(kClasses), Layout::NCHW, Layout::NHWC);
+  c.master = convert_filters(c.master, Network::tensor_layout(kClasses), Layout::NCHW, Layout::NHWC);
   AutotuneCache half_cache("", "predict-test fp16 NHWC graph");
   auto half_net = [&](bool fused) {
-    NetConfig cfg = config(Layout::NHWC, true);
+    NetConfig cfg = config(Layout::NHWC);
     cfg.dtype = DType::F16;
     cfg.conv_api = ConvApi::Graph;
     cfg.conv.deterministic = false;  // fusion is off under --deterministic
     cfg.fused_bn = fused;
-    auto n = std::make_unique<ResNet50>(cfg, *ctx_, half_cache);
+    auto n = std::make_unique<InferenceNetwork>(cfg, *ctx_, half_cache);
     restore_checkpoint(*n, c, ctx_->stream);
     return n;
   };
-  const std::unique_ptr<ResNet50> plain = half_net(false), fused = half_net(true);
-  // The epilogues store no conv output before its BN, nor the inner BN outputs y1, y2: per image of
-  // side s, the stem conv's 64 s^2 values, a3 of the 16 blocks (256, 512, 1024, 2048 channels at s,
-  // s/2, s/4, s/8, in 3, 4, 6, 3 blocks: 1760 s^2) and y1 + y2 (1048 s^2), in fp16.
+  const std::unique_ptr<InferenceNetwork> plain = half_net(false), fused = half_net(true);
+  // Fused or not, inference stores each conv's BN output alone: per image of side s, the stem's 64
+  // s^2 values, conv1's and conv2's outputs of the 16 blocks (1048 s^2), the blocks' outputs (256,
+  // 512, 1024, 2048 channels at s, s/2, s/4, s/8, in 3, 4, 6, 3 blocks: 1760 s^2) and the 4
+  // projection shortcuts' (256 + 128 + 64 + 32 = 480 s^2), in fp16; no conv output before its BN.
   const size_t side2 = 32 * 32;
-  EXPECT_EQ(plain->activation_bytes() - fused->activation_bytes(), size_t(kBatch) * (64 + 1760 + 1048) * side2 * 2);
+  EXPECT_EQ(fused->activation_bytes(), size_t(kBatch) * (64 + 1048 + 1760 + 480) * side2 * 2);
+  EXPECT_EQ(plain->activation_bytes(), fused->activation_bytes());
   const FusionReport& r = fused->fusion_report();
   EXPECT_EQ(r.tried, 53) << "the stem conv and the 52 convs of the blocks";
   if (r.fused == 0) GTEST_SKIP() << "cuDNN fused no conv here: " << fusion_report_lines(r).back();
   std::printf("[ fusion ] %s\n", fusion_report_lines(r)[0].c_str());
-  const std::unique_ptr<ResNet50> exact = net(Layout::NHWC, true);  // fp32, no TF32
+  const std::unique_ptr<InferenceNetwork> exact = inference_net(Layout::NHWC);  // fp32, no TF32
   restore_checkpoint(*exact, c, ctx_->stream);
   for (int k = 0; k < kBatches; ++k) {
     const auto [plain_error, fused_error] = fp16_errors(*exact, *plain, *fused, k);
@@ -300,11 +307,11 @@ TEST_F(PredictGpu, BatchNormInTheConvEpiloguesGivesTheUnfusedLogits) {
 // than the fp16 network's with plain convs and our BN passes does (twice that, as for the cuDNN
 // epilogues above), and a second forward after the weights change folds the new ones.
 TEST_F(PredictGpu, GemmConvsWithTheBnFoldedInGiveTheUnfusedLogits) {
-  std::unique_ptr<ResNet50> a = net(Layout::NCHW, false);
+  std::unique_ptr<TrainingNetwork> a = training_net(Layout::NCHW);
   Checkpoint c = trained_checkpoint(*a);
-  c.master = convert_filters(c.master, ResNet50::tensor_layout(kClasses), Layout::NCHW, Layout::NHWC);
+  c.master = convert_filters(c.master, Network::tensor_layout(kClasses), Layout::NCHW, Layout::NHWC);
   AutotuneCache cache("", "predict-test GEMM convs");
-  NetConfig cfg = config(Layout::NHWC, true);
+  NetConfig cfg = config(Layout::NHWC);
   cfg.dtype = DType::F16;
   cfg.conv_api = ConvApi::Graph;
   cfg.conv.policy = AlgoPolicy::Autotune;
@@ -332,17 +339,17 @@ TEST_F(PredictGpu, GemmConvsWithTheBnFoldedInGiveTheUnfusedLogits) {
   auto half_net = [&](bool fused, AutotuneCache& k) {
     NetConfig h = cfg;
     h.fused_bn = fused;
-    auto n = std::make_unique<ResNet50>(h, *ctx_, k);
+    auto n = std::make_unique<InferenceNetwork>(h, *ctx_, k);
     restore_checkpoint(*n, c, ctx_->stream);
     return n;
   };
   AutotuneCache plain_cache("", "predict-test GEMM convs, plain");
-  const std::unique_ptr<ResNet50> plain = half_net(false, plain_cache), gemms = half_net(true, cache);
+  const std::unique_ptr<InferenceNetwork> plain = half_net(false, plain_cache), gemms = half_net(true, cache);
   const FusionReport& r = gemms->fusion_report();
   std::printf("[ fusion ] %s\n", fusion_report_lines(r)[0].c_str());
   EXPECT_EQ(r.gemms, gemm_convs);
   EXPECT_NE(fusion_report_lines(r)[0].find(std::to_string(gemm_convs) + " as cuBLASLt GEMMs"), std::string::npos);
-  const std::unique_ptr<ResNet50> exact = net(Layout::NHWC, true);  // fp32, no TF32
+  const std::unique_ptr<InferenceNetwork> exact = inference_net(Layout::NHWC);  // fp32, no TF32
   restore_checkpoint(*exact, c, ctx_->stream);
   auto compare = [&](int k, const char* when) {
     const auto [plain_error, gemm_error] = fp16_errors(*exact, *plain, *gemms, k);
@@ -353,15 +360,15 @@ TEST_F(PredictGpu, GemmConvsWithTheBnFoldedInGiveTheUnfusedLogits) {
   };
   for (int k = 0; k < 2; ++k) compare(k, "as restored");
   // Other weights and running statistics in all three: the folded filters follow them.
-  std::unique_ptr<ResNet50> b = net(Layout::NCHW, false);
+  std::unique_ptr<TrainingNetwork> b = training_net(Layout::NCHW);
   b->init_params(9);
   for (int k = 0; k < kBatches; ++k) b->forward(batches_->images(Layout::NCHW, kBatches - 1 - k), true);
   CUDA_CHECK(cudaDeviceSynchronize());
   CheckpointMeta m;
   m.layout = "NCHW";
   c = capture_checkpoint(*b, m);
-  c.master = convert_filters(c.master, ResNet50::tensor_layout(kClasses), Layout::NCHW, Layout::NHWC);
-  for (ResNet50* n : {plain.get(), gemms.get(), exact.get()}) restore_checkpoint(*n, c, ctx_->stream);
+  c.master = convert_filters(c.master, Network::tensor_layout(kClasses), Layout::NCHW, Layout::NHWC);
+  for (InferenceNetwork* n : {plain.get(), gemms.get(), exact.get()}) restore_checkpoint(*n, c, ctx_->stream);
   compare(2, "after other weights were restored");
 }
 
@@ -371,22 +378,22 @@ TEST_F(PredictGpu, GemmConvsWithTheBnFoldedInGiveTheUnfusedLogits) {
 // makes the same fused-or-plain choice for every conv (its first try at this test, re-timing our BN
 // passes, fused 51 of 53 convs and then 53), and gives the same logits bit for bit: the same engines.
 TEST_F(PredictGpu, FusedPlansComeBackFromTheAutotuneCache) {
-  std::unique_ptr<ResNet50> a = net(Layout::NCHW, false);
+  std::unique_ptr<TrainingNetwork> a = training_net(Layout::NCHW);
   Checkpoint c = trained_checkpoint(*a);
-  c.master = convert_filters(c.master, ResNet50::tensor_layout(kClasses), Layout::NCHW, Layout::NHWC);
+  c.master = convert_filters(c.master, Network::tensor_layout(kClasses), Layout::NCHW, Layout::NHWC);
   AutotuneCache cache("", "predict-test fused plans");
   auto build = [&] {
-    NetConfig cfg = config(Layout::NHWC, true);
+    NetConfig cfg = config(Layout::NHWC);
     cfg.dtype = DType::F16;
     cfg.conv_api = ConvApi::Graph;
     cfg.conv.policy = AlgoPolicy::Autotune;
     cfg.conv.deterministic = false;  // fusion is off under --deterministic
     cfg.fused_bn = true;
-    auto n = std::make_unique<ResNet50>(cfg, *ctx_, cache);
+    auto n = std::make_unique<InferenceNetwork>(cfg, *ctx_, cache);
     restore_checkpoint(*n, c, ctx_->stream);
     return n;
   };
-  const std::unique_ptr<ResNet50> first = build();
+  const std::unique_ptr<InferenceNetwork> first = build();
   const FusionReport r1 = first->fusion_report();
   if (r1.fused == 0) GTEST_SKIP() << "cuDNN fused no conv here: " << fusion_report_lines(r1).back();
   EXPECT_EQ(r1.plans_cached, 0);
@@ -394,7 +401,7 @@ TEST_F(PredictGpu, FusedPlansComeBackFromTheAutotuneCache) {
   int refused_by_cudnn = 0;  // convs, not plans: 0 where cuDNN took every pattern
   for (const FusionRefusal& f : r1.refused) refused_by_cudnn += f.why != kSlowerThanUnfused;
 
-  const std::unique_ptr<ResNet50> second = build();
+  const std::unique_ptr<InferenceNetwork> second = build();
   const FusionReport r2 = second->fusion_report();
   std::printf("[ fusion ] first:  %s\n[ fusion ] second: %s\n", fusion_report_lines(r1)[0].c_str(),
               fusion_report_lines(r2)[0].c_str());
@@ -414,23 +421,39 @@ TEST_F(PredictGpu, FusedPlansComeBackFromTheAutotuneCache) {
   DeviceBuffer half_images(kBatch * kImage * 2, "fp16 test images");
   cast_f32_to_f16(static_cast<const float*>(batches_->images(Layout::NHWC, 0)), half_images.get(), kBatch * kImage,
                   ctx_->stream);
-  first->forward(half_images.get(), false);
+  first->forward(half_images.get());
   const std::vector<float> l1 = download<float>(first->logits(), size_t(kBatch) * kClasses);
-  second->forward(half_images.get(), false);
+  second->forward(half_images.get());
   const std::vector<float> l2 = download<float>(second->logits(), size_t(kBatch) * kClasses);
   EXPECT_EQ(l1, l2) << "the cached plans run the engines that were measured";
+  // The fastest engines are no less exact than the plain convs with our BN passes (the bound of
+  // BatchNormInTheConvEpiloguesGivesTheUnfusedLogits): speed is never bought with precision.
+  AutotuneCache plain_cache("", "predict-test fused plans, plain");
+  NetConfig plain_cfg = config(Layout::NHWC);
+  plain_cfg.dtype = DType::F16;
+  plain_cfg.conv_api = ConvApi::Graph;
+  InferenceNetwork plain(plain_cfg, *ctx_, plain_cache);
+  restore_checkpoint(plain, c, ctx_->stream);
+  const std::unique_ptr<InferenceNetwork> exact = inference_net(Layout::NHWC);  // fp32, no TF32
+  restore_checkpoint(*exact, c, ctx_->stream);
+  for (int k = 0; k < kBatches; ++k) {
+    const auto [plain_error, fused_error] = fp16_errors(*exact, plain, *second, k);
+    std::printf("[ fp16 ] batch %d: relative error against fp32, plain %.4f, measured fused %.4f\n", k, plain_error,
+                fused_error);
+    EXPECT_LE(fused_error, 2 * plain_error + 1e-3) << "the measured fused network, batch " << k;
+  }
 }
 
 TEST_F(PredictGpu, EveryEgressRungDeliversEachBatchInOrder) {
-  std::unique_ptr<ResNet50> a = net(Layout::NCHW, false);
+  std::unique_ptr<TrainingNetwork> a = training_net(Layout::NCHW);
   const Checkpoint c = trained_checkpoint(*a);
-  std::unique_ptr<ResNet50> b = net(Layout::NCHW, true);
+  std::unique_ptr<InferenceNetwork> b = inference_net(Layout::NCHW);
   restore_checkpoint(*b, c, ctx_->stream);
   const size_t logit_bytes = size_t(kBatch) * kClasses * 4, feat_bytes = size_t(kBatch) * b->feature_count() * 4;
   // The reference: after each batch, wait and copy.
   std::vector<std::vector<uint8_t>> want;
   for (int k = 0; k < kBatches; ++k) {
-    b->forward(batches_->images(Layout::NCHW, k), false);
+    b->forward(batches_->images(Layout::NCHW, k));
     std::vector<uint8_t> bytes = download<uint8_t>(b->logits(), logit_bytes);
     const std::vector<uint8_t> f = download<uint8_t>(b->features(), feat_bytes);
     bytes.insert(bytes.end(), f.begin(), f.end());
@@ -453,7 +476,7 @@ TEST_F(PredictGpu, EveryEgressRungDeliversEachBatchInOrder) {
         return [&order, k] { order.push_back(k); };
       });
       for (int k = 0; k < kBatches; ++k) {
-        b->forward(batches_->images(Layout::NCHW, k), false);  // overwrites the outputs of batch k - 1
+        b->forward(batches_->images(Layout::NCHW, k));  // overwrites the outputs of batch k - 1
         pipe.submit(k);
       }
       pipe.finish();

@@ -68,7 +68,7 @@ TEST(PredictSamples, FilesForThePythonReaders) {
   const char* env = std::getenv("PREDICT_SAMPLES_DIR");
   const std::string dir = env && *env ? env : scratch.path;
   if (env && *env) {  // 188 MB: only when the Python tests ask (the export and the command line use it)
-    save_checkpoint(dir + "/sample.ckpt", predict_test::sample_checkpoint(ResNet50::tensor_layout(10), Layout::NHWC));
+    save_checkpoint(dir + "/sample.ckpt", predict_test::sample_checkpoint(Network::tensor_layout(10), Layout::NHWC));
     EXPECT_TRUE(std::filesystem::exists(dir + "/sample.ckpt"));
   }
   write_npy(dir + "/f32-5x7.npy", DType::F32, {5, 7});

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/errors.h"
-#include "model/resnet50.h"
+#include "model/network.h"
 #include "support/sample_checkpoint.h"
 #include "predict/weights.h"
 #include "support/test_files.h"
@@ -29,7 +29,7 @@ const ParamTensor* find(const TensorLayout& l, const std::string& name) {
 }
 
 TEST(TensorLayout, TheCifarResNet50) {
-  const TensorLayout l = ResNet50::tensor_layout(10);
+  const TensorLayout l = Network::tensor_layout(10);
   size_t total = 0, running = 0;
   std::set<std::string> names;
   for (const ParamTensor& t : l.params) {
@@ -62,11 +62,11 @@ TEST(TensorLayout, TheCifarResNet50) {
     }
   }
   EXPECT_EQ(find(l, "conv1.weight")->offset, 0u);
-  EXPECT_EQ(ResNet50::tensor_layout(100).params.back().shape, std::vector<int>{100});
+  EXPECT_EQ(Network::tensor_layout(100).params.back().shape, std::vector<int>{100});
 }
 
 TEST(Weights, FiltersRearrangeBetweenLayoutsAndBack) {
-  const TensorLayout l = ResNet50::tensor_layout(10);
+  const TensorLayout l = Network::tensor_layout(10);
   const Checkpoint nchw = sample_checkpoint(l, Layout::NCHW), nhwc = sample_checkpoint(l, Layout::NHWC);
   EXPECT_NE(nchw.master, nhwc.master);
   EXPECT_EQ(convert_filters(nchw.master, l, Layout::NCHW, Layout::NHWC), nhwc.master);
@@ -79,10 +79,10 @@ TEST(Weights, FiltersRearrangeBetweenLayoutsAndBack) {
 }
 
 TEST(Weights, CheckpointsOfOtherModelsAreRefusedNamingTheFile) {
-  const TensorLayout l = ResNet50::tensor_layout(10);
+  const TensorLayout l = Network::tensor_layout(10);
   const Checkpoint c = sample_checkpoint(l, Layout::NHWC);
   check_checkpoint_model(c.meta, l, "ok.ckpt");
-  std::string m = input_error_of([&] { check_checkpoint_model(c.meta, ResNet50::tensor_layout(100), "ten.ckpt"); });
+  std::string m = input_error_of([&] { check_checkpoint_model(c.meta, Network::tensor_layout(100), "ten.ckpt"); });
   EXPECT_HAS(m, "ten.ckpt");
   EXPECT_HAS(m, "another model");
   EXPECT_HAS(m, "for 100 classes");
@@ -99,7 +99,7 @@ TEST(Weights, CheckpointsOfOtherModelsAreRefusedNamingTheFile) {
 }
 
 TEST(Weights, ExportIsAPyTorchStateDictInModuleOrder) {
-  const TensorLayout l = ResNet50::tensor_layout(10);
+  const TensorLayout l = Network::tensor_layout(10);
   for (Layout stored : {Layout::NCHW, Layout::NHWC}) {
     SCOPED_TRACE(layout_name(stored));
     const Checkpoint c = sample_checkpoint(l, stored);

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "model/resnet50.h"
+#include "model/network.h"
 #include "train/checkpoint.h"
 
 namespace predict_test {

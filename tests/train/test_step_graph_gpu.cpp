@@ -17,7 +17,7 @@
 
 #include "core/cuda_graph.h"
 #include "model/autotune_cache.h"
-#include "model/resnet50.h"
+#include "model/training_network.h"
 #include "support/gpu_test_util.h"
 #include "train/counters.h"
 #include "train/step.h"
@@ -202,13 +202,13 @@ constexpr int kEvalAfter = 4;  // an evaluation pass after this many steps
 struct TrainingRun {
   GpuContext ctx;
   AutotuneCache cache{"", "step graph test"};
-  std::unique_ptr<ResNet50> net;
+  std::unique_ptr<TrainingNetwork> net;
   StepGraph graph;
   StepParamsOnDevice params{ctx.stream};
   DeviceBuffer images, labels, counters, history;
 
   TrainingRun(const NetConfig& cfg, bool graphs_on) : graph(ctx, cfg.batch, true, graphs_on) {
-    net = std::make_unique<ResNet50>(cfg, ctx, cache);
+    net = std::make_unique<TrainingNetwork>(cfg, ctx, cache);
     net->init_params(11);
     graph.drop_memsets_into(net->statistics_kept_zero());  // as the trainer does
     images = DeviceBuffer(size_t(cfg.batch) * 3 * 32 * 32 * dtype_size(cfg.dtype), "test images");

@@ -1,0 +1,102 @@
+// The training network: forward (training, or evaluation with the running statistics), the loss
+// and backward, over the layers every network shares (model/network.h).
+//
+// Each block runs from a table of decisions made once at construction (training_network.cpp):
+// for each of its convs, the fused pattern cuDNN runs (model/fused_conv.h) or, where none was taken
+// (refused, measured slower, switched off, or a build that does not fuse), the plain conv and our
+// BN kernels. Fused as NVIDIA's MLPerf ResNet-50 does it (../shared/design.md, "Fusion and graphs"):
+//   forward   conv1 and the shortcut conv emit their output's BN statistics (ConvStats); conv2 and
+//             conv3 apply the previous BN's scale/bias + ReLU while reading their input and emit
+//             their own statistics (SbrConvStats); a per-channel finalize turns sums into scale/bias;
+//             one of our kernels applies both branches' BN + add + ReLU at the join.
+//   backward  the join's BN backward is ours; conv3 and conv2 take their weight gradient from the
+//             BN output recomputed as they read (SbrWgrad) and their data gradient with the ReLU and
+//             BN backward weights in its epilogue (DgradDreluDbn), after which one elementwise pass
+//             of ours applies dx = eq_dy * g + eq_x * x + eq_b.
+// The network owns what backward needs (each block's stored activations, only those its table
+// requires), four gradient buffers it rotates through, and, with NetConfig::wgrad_beside, the
+// weight gradients' stream.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "core/graph_memsets.h"
+#include "model/network.h"
+
+struct LossTotals;
+struct Block;
+struct Bn;
+class FusedConv;
+
+class TrainingNetwork : public Network {
+ public:
+  // Builds the layers and allocates everything; chooses conv algorithms and fused patterns through
+  // `cache` (which may be an empty in-memory cache: repeated shapes are then chosen once).
+  TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache);
+  ~TrainingNetwork() override;
+
+  // images: batch x 3 x side x side in the configured type and layout. train=false uses the
+  // running statistics (evaluation).
+  void forward(const void* images, bool train);
+  // Softmax cross-entropy on the logits; with loss_scale != nullptr also the gradients of the logits
+  // and the bias (training). Accumulates into totals. loss_scale and step are device memory
+  // (softmax_xent in kernels.h); step nullptr: no step index (evaluation).
+  void loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, const long long* step);
+  void backward();
+  // Called during backward once the work that writes a parameter's gradient is ordered on the main
+  // stream (with wgrad_beside, after the lane's join; its id in params()), in the order they are
+  // produced: data-parallel training starts averaging a bucket of gradients as soon as all of it is
+  // there (dist/data_parallel.h). Unset: nothing.
+  std::function<void(int param_id)> on_grad_ready;
+  // The per-BN sums the fused convs accumulate into, which bn_finalize_sums (and an evaluation
+  // forward) leave zero: a step's CUDA graph needs none of cuDNN's memsets into them
+  // (core/graph_memsets.h). Empty where nothing is fused.
+  ZeroedRange statistics_kept_zero() const;
+
+  struct BlockRun;  // one block's decisions and stored activations
+
+ private:
+  struct FusedBn;
+  struct Lane;
+  void plan_blocks(AutotuneCache& cache);
+  void allocate(size_t largest);
+  void block_forward(const Block& b, BlockRun& r, const void* in, bool train);
+  void block_backward(const Block& b, BlockRun& r, const void* in, const void* dy2);
+  // y = conv(x), or conv(relu(bn_prev(x))) with `prologue`, then bn's coefficients from y's
+  // statistics (training) or its running statistics (evaluation).
+  void conv_stats(const struct ConvUnit& c, const FusedConv* fused, const void* x, void* y, const Bn& bn, FusedBn& fb,
+                  Shape4 s, bool train, const Bn* prologue, const FusedBn* prologue_fb, void* stored, Shape4 s_prev);
+  // The backward of conv c whose input was relu(bn(x)): its weight gradient, and dx, the gradient of
+  // bn's input x, from dy.
+  void inner_backward(const struct ConvUnit& c, const FusedConv* wgrad, const FusedConv* dgrad, bool fwd_fused,
+                      const void* x, const Bn& bn, const FusedBn& fb, void* stored, Shape4 s_in, void* dy, void* dx);
+  // A conv's plain backward: dw (beside, on the lane) and dx = dgrad(dy).
+  void conv_backward(const struct ConvUnit& c, const void* x, const void* dy, void* dx);
+  void join_forward(const Block& b, BlockRun& r, const void* in, bool train);
+  void join_backward(const Block& b, BlockRun& r, const void* dy2);
+  void bn_forward(const Bn& bn, const void* x, Shape4 s, bool train);
+  void grad_ready(int param_id) const {
+    if (on_grad_ready) on_grad_ready(param_id);
+  }
+  void bn_grads_ready(const Bn& bn) const;
+  // Enqueues `work`, a weight gradient, on the lane after everything on the main stream so far, with
+  // cuDNN's handle pointed at the lane meanwhile; without a lane, on the main stream. work(stream,
+  // workspace, bytes) gets the stream and workspace it must use. Then lane_join() before anything
+  // writes what `work` reads, or reads what it writes.
+  void wgrad_beside(const std::function<void(cudaStream_t, void*, size_t)>& work);
+  void lane_join();
+
+  std::vector<BlockRun> runs_;
+  std::map<std::string, std::shared_ptr<FusedConv>> plans_;  // the fused patterns taken
+  DeviceBuffer stem_a_, stem_y_;          // stem conv output, stem BN+ReLU output
+  DeviceBuffer dlogits_, dfeat_;
+  DeviceBuffer grad_[4];                  // activation gradients, each of the largest activation's size
+  DeviceBuffer bn_scratch_;
+  DeviceBuffer fused_sums_, fused_half_;  // per fused BN: sums (sum, sum of squares); fp16 scale/shift
+  DeviceBuffer zeros_;                    // a zero vector (the dx pass after a fused data gradient)
+  std::unique_ptr<Lane> lane_;
+  const void* images_ = nullptr;          // the batch of the last forward (backward's stem input)
+};

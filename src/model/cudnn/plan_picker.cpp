@@ -1,0 +1,240 @@
+// The plan picker (plan_picker.h) and the frontend helpers of frontend.h.
+#include "model/cudnn/plan_picker.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "core/check.h"
+#include "core/errors.h"
+#include "core/handles.h"
+#include "core/memory.h"
+
+// ---- frontend helpers ---------------------------------------------------------------------------
+fe::DataType_t fe_type(DType t) { return t == DType::F32 ? fe::DataType_t::FLOAT : fe::DataType_t::HALF; }
+
+std::array<int64_t, 4> strides_of(const std::array<int64_t, 4>& d, Layout l) {
+  const auto [n, c, h, w] = d;
+  (void)n;
+  if (l == Layout::NCHW) return {c * h * w, h * w, w, 1};
+  return {h * w * c, 1, w * c, c};
+}
+
+TensorPtr graph_tensor(fe::graph::Graph& g, int64_t uid, DType t, const std::array<int64_t, 4>& dims, Layout l) {
+  const std::array<int64_t, 4> s = strides_of(dims, l);
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_uid(uid)
+                      .set_name("t" + std::to_string(uid))
+                      .set_data_type(fe_type(t))
+                      .set_dim({dims.begin(), dims.end()})
+                      .set_stride({s.begin(), s.end()}));
+}
+
+void set_stored(const TensorPtr& t, int64_t uid, DType type, const std::array<int64_t, 4>& dims, Layout l) {
+  const std::array<int64_t, 4> s = strides_of(dims, l);
+  t->set_output(true).set_uid(uid).set_data_type(fe_type(type)).set_dim({dims.begin(), dims.end()});
+  t->set_stride({s.begin(), s.end()});
+}
+
+void set_virtual(const TensorPtr& t, const std::array<int64_t, 4>& dims, Layout l) {
+  const std::array<int64_t, 4> s = strides_of(dims, l);
+  t->set_dim({dims.begin(), dims.end()}).set_stride({s.begin(), s.end()});
+}
+
+void fe_check(fe::error_t e, const std::string& what) {
+  if (e.is_bad()) throw Fatal("cuDNN (frontend): " + what + ": " + e.get_message());
+}
+
+// ---- the picker ---------------------------------------------------------------------------------
+namespace {
+
+constexpr int kTimedRuns = 3;
+
+// The graph of `recipe`, validated and lowered to cuDNN's operation graph; null with `why` where
+// cuDNN refuses it.
+std::shared_ptr<fe::graph::Graph> operation_graph(const GraphRecipe& recipe, cudnnHandle_t h, std::string& why) {
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_compute_data_type(fe::DataType_t::FLOAT);
+  recipe(*g);
+  fe::error_t st = g->validate();
+  if (st.is_good()) st = g->build_operation_graph(h);
+  if (st.is_bad()) {
+    why = "cuDNN refused the operation graph: " + st.get_message();
+    return nullptr;
+  }
+  return g;
+}
+
+// The rules as the frontend's filters (a filtered configuration neither builds nor runs).
+void apply_rules(fe::graph::Graph& g, const PlanRules& r) {
+  std::vector<fe::NumericalNote_t> barred{fe::NumericalNote_t::REDUCED_PRECISION_REDUCTION};
+  if (r.fma_only) barred.insert(barred.end(), {fe::NumericalNote_t::TENSOR_CORE, fe::NumericalNote_t::DOWN_CONVERT_INPUTS});
+  if (r.deterministic) barred.push_back(fe::NumericalNote_t::NONDETERMINISTIC);
+  g.deselect_numeric_notes(barred);
+  g.deselect_workspace_greater_than(static_cast<int64_t>(r.workspace_limit));
+}
+
+bool runtime_compiled(const fe::graph::Graph& g, int64_t i) {
+  std::vector<fe::BehaviorNote_t> notes;
+  if (g.get_behavior_notes_for_plan_at_index(i, notes).is_bad()) return false;
+  return std::find(notes.begin(), notes.end(), fe::BehaviorNote_t::RUNTIME_COMPILATION) != notes.end();
+}
+
+std::string engine_at(const fe::graph::Graph& g, int64_t i) {
+  std::string name;
+  return g.get_plan_name_at_index(i, name).is_good() ? name : std::string();
+}
+
+// The rules' reason for an empty list, for the refusal message.
+std::string nothing_allowed(const PlanRules& r) {
+  std::string why = "no engine configuration could be built";
+  if (r.deterministic) why += " (deterministic)";
+  return why + " within a workspace of " + format_bytes(r.workspace_limit);
+}
+
+// Times the built configurations on scratch memory; returns the fastest's index and time.
+std::pair<int64_t, float> fastest(fe::graph::Graph& g, cudnnHandle_t h, const std::vector<int64_t>& built,
+                                  const ScratchPointers& scratch) {
+  int64_t ws_bytes = 0;
+  for (int64_t i : built) ws_bytes = std::max(ws_bytes, g.get_workspace_size_plan_at_index(i));
+  DeviceBuffer ws(size_t(ws_bytes) + kCudnnAlignment, "cuDNN autotune workspace");
+  std::unordered_map<int64_t, void*> pointers(scratch.begin(), scratch.end());
+  cudaStream_t stream = nullptr;
+  CUDNN_CHECK(cudnnGetStream(h, &stream));
+  int64_t best = -1;
+  float best_ms = -1;
+  for (int64_t i : built) {
+    bool failed = false;
+    const float ms = fastest_ms(stream, kTimedRuns, [&] {
+      failed |= g.execute_plan_at_index(h, pointers, ws.get(), i).is_bad();
+    });
+    if (!failed && (best < 0 || ms < best_ms)) best = i, best_ms = ms;
+  }
+  return {best, best_ms};
+}
+
+// An engine tag's engine and knobs, where every knob has a frontend name (cuDNN still hands out
+// configurations with knobs it has deprecated, which the frontend's replay cannot name).
+bool parse_engine(const std::string& tag, int64_t& id, std::unordered_map<fe::KnobType_t, int64_t>& knobs) {
+  int consumed = 0;
+  long long v = 0;
+  if (std::sscanf(tag.c_str(), "eng%lld%n", &v, &consumed) != 1 || v < 0) return false;
+  id = v;
+  size_t at = size_t(consumed);
+  while (at < tag.size()) {
+    int type = 0, n = 0;
+    long long value = 0;
+    if (std::sscanf(tag.c_str() + at, "_k%d=%lld%n", &type, &value, &n) != 2 || type < 0) return false;
+    const fe::KnobType_t k = fe::convert_from_backend_knob_type(static_cast<cudnnBackendKnobType_t>(type));
+    if (k == fe::KnobType_t::NOT_SET) return false;
+    knobs[k] = value;
+    at += size_t(n);
+  }
+  return true;
+}
+
+// Adds the configuration `engine` names to g's list; its index, or -1 where cuDNN offers none by
+// that tag. Replayed from its engine and knobs where it can be (no heuristics query), else found
+// among the configurations of the heuristics' modes A, B and the fallback list.
+int64_t add_engine(fe::graph::Graph& g, const std::string& engine) {
+  int64_t id = -1;
+  std::unordered_map<fe::KnobType_t, int64_t> knobs;
+  if (parse_engine(engine, id, knobs) && g.create_execution_plan(id, knobs).is_good() &&
+      g.get_execution_plan_count() == 1 && engine_at(g, 0) == engine)
+    return 0;
+  for (fe::HeurMode_t mode : {fe::HeurMode_t::A, fe::HeurMode_t::B, fe::HeurMode_t::FALLBACK}) {
+    const int64_t first = g.get_execution_plan_count();
+    if (g.create_execution_plans({mode}).is_bad()) continue;
+    for (int64_t i = first; i < g.get_execution_plan_count(); ++i)
+      if (engine_at(g, i) == engine) return i;
+  }
+  return -1;
+}
+
+}  // namespace
+
+PlannedGraph pick_plan(const GraphRecipe& recipe, cudnnHandle_t h, const PlanRules& rules,
+                       const ScratchPointers& scratch) {
+  PlannedGraph p;
+  std::shared_ptr<fe::graph::Graph> g = operation_graph(recipe, h, p.why);
+  if (!g) return p;
+  // Mode B ranks engines otherwise than A, and the fastest was in B's list for 42 of ResNet-50's 69
+  // conv directions (H100, cuDNN 9.14); asked only when measuring (its query costs host time).
+  fe::error_t st = g->create_execution_plans(rules.measure ? std::vector{fe::HeurMode_t::A, fe::HeurMode_t::B}
+                                                           : std::vector{fe::HeurMode_t::A});
+  if (st.is_bad() || g->get_execution_plan_count() == 0) st = g->create_execution_plans({fe::HeurMode_t::FALLBACK});
+  if (st.is_bad() || g->get_execution_plan_count() == 0) {
+    p.why = "cuDNN has no engine for it on this GPU" + (st.is_bad() ? " (" + st.get_message() + ")" : "");
+    return p;
+  }
+  apply_rules(*g, rules);
+  const int64_t count = g->get_execution_plan_count();
+  std::vector<int64_t> built;
+  for (int64_t i = 0; i < count; ++i) {
+    if (!rules.runtime_compiled && runtime_compiled(*g, i)) continue;
+    if (g->build_plan_at_index(i).is_bad()) continue;
+    built.push_back(i);
+    if (!rules.measure) break;  // the heuristics' first that builds
+  }
+  if (built.empty()) {
+    p.why = nothing_allowed(rules);
+    return p;
+  }
+  if (!rules.measure) {  // the heuristics' first that builds, in this graph
+    p.index = built.front();
+    p.engine = engine_at(*g, p.index);
+    p.workspace = size_t(g->get_workspace_size_plan_at_index(p.index));
+    p.runtime_compiled = runtime_compiled(*g, p.index);
+    p.graph = std::move(g);
+    return p;
+  }
+  const auto [chosen, ms] = fastest(*g, h, built, scratch);
+  if (chosen < 0) {
+    p.why = "every engine configuration failed to run";
+    return p;
+  }
+  // The chosen engine again, alone in a fresh graph (this one holds every plan built to time it),
+  // as a later start builds it from the cache.
+  p = plan_engine(recipe, h, rules, engine_at(*g, chosen));
+  p.ms = ms;
+  return p;
+}
+
+PlannedGraph plan_engine(const GraphRecipe& recipe, cudnnHandle_t h, const PlanRules& rules, const std::string& engine) {
+  PlannedGraph p;
+  if (engine.rfind("eng", 0) != 0) {
+    p.why = "'" + engine + "' names no engine";
+    return p;
+  }
+  std::shared_ptr<fe::graph::Graph> g = operation_graph(recipe, h, p.why);
+  if (!g) return p;
+  const int64_t i = add_engine(*g, engine);
+  if (i < 0) {
+    p.why = "engine " + engine + " is not offered for it";
+    return p;
+  }
+  apply_rules(*g, rules);
+  p.runtime_compiled = runtime_compiled(*g, i);
+  if (p.runtime_compiled && !rules.runtime_compiled) {
+    p.why = "engine " + engine + " is compiled at run time";
+    return p;
+  }
+  if (g->build_plan_at_index(i).is_bad()) {
+    p.why = "engine " + engine + " does not build for it";
+    return p;
+  }
+  p.index = i;
+  p.workspace = size_t(g->get_workspace_size_plan_at_index(i));
+  p.engine = engine;
+  p.graph = std::move(g);
+  return p;
+}
+
+void execute_plan(const PlannedGraph& p, cudnnHandle_t h, std::unordered_map<int64_t, void*>& pointers, void* ws,
+                  const std::string& what) {
+  for (const auto& [uid, ptr] : pointers)
+    if (reinterpret_cast<uintptr_t>(ptr) % kCudnnAlignment != 0)
+      throw Fatal(what + ": tensor " + std::to_string(uid) + " is not " + std::to_string(kCudnnAlignment) +
+                  "-byte aligned, as its graph promises");
+  fe_check(p.graph->execute_plan_at_index(h, pointers, ws, p.index), what);
+}

@@ -1,0 +1,194 @@
+// The inference network (model/inference_network.h): its table of decisions, buffers and forward.
+#include "model/inference_network.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/check.h"
+#include "core/elapsed.h"
+#include "model/fused_conv.h"
+#include "model/fusion_planner.h"
+#include "model/gemm_conv.h"
+#include "model/resnet50_layers.h"
+
+// One conv: what writes its BN's output (a cuDNN epilogue pattern, a cuBLASLt GEMM, or neither: the
+// plain conv and our apply pass), and the fp16 coefficients the one that reads them so takes.
+struct InferenceNetwork::ConvRun {
+  const ConvUnit* conv = nullptr;
+  const Bn* bn = nullptr;
+  Shape4 out;
+  const FusedConv* fused = nullptr;
+  const GemmConv* gemm = nullptr;
+  void* gemm_filter = nullptr;  // the filter with the BN's scale folded in
+  void* scale_h = nullptr;
+  void* shift_h = nullptr;
+  bool wants_half() const { return gemm || (fused && fused->scale_type() == DType::F16); }
+};
+
+InferenceNetwork::InferenceNetwork(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache)
+    : Network(cfg, ctx, cache, false), outputs_(layers_->blocks.size()) {
+  // In the order of convs(): the stem's, then each block's c1, c2, c3 and down.
+  runs_.push_back({&layers_->stem, &layers_->stem_bn, layers_->stem_out});
+  for (const Block& b : layers_->blocks) {
+    runs_.push_back({&b.c1, &b.b1, b.mid1});
+    runs_.push_back({&b.c2, &b.b2, b.mid2});
+    runs_.push_back({&b.c3, &b.b3, b.out});
+    if (b.down) runs_.push_back({&*b.down, &*b.bdown, b.out});
+  }
+  const size_t es = dtype_size(cfg.dtype);
+  size_t act = layers_->stem_out.count();  // each conv writes its BN's output: no conv output is stored apart
+  for (const Block& b : layers_->blocks) act += b.mid1.count() + b.mid2.count() + (b.down ? 2 : 1) * b.out.count();
+  activation_bytes_ = act * es;
+  check_memory(activation_bytes_);
+  if (cfg.fuses()) plan_convs(cache);
+  size_t ws = conv_workspace_;
+  for (const auto& [key, plan] : fused_plans_) ws = std::max(ws, plan->workspace());
+  for (const auto& [key, plan] : gemm_plans_) ws = std::max(ws, plan->workspace());
+  workspace_ = DeviceBuffer(ws, "cuDNN workspace (--workspace-mb)");
+  algo_report_.workspace = ws;
+  const std::string batch = " (batch " + std::to_string(cfg.batch) + ")";
+  stem_y_ = DeviceBuffer(layers_->stem_out.count() * es, "stem output" + batch);
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    const Block& b = layers_->blocks[i];
+    BlockOutputs& o = outputs_[i];
+    o.a1 = DeviceBuffer(b.mid1.count() * es, "activations" + batch);
+    o.a2 = DeviceBuffer(b.mid2.count() * es, "activations" + batch);
+    if (b.down) o.ad = DeviceBuffer(b.out.count() * es, "activations" + batch);
+    o.out = DeviceBuffer(b.out.count() * es, "activations" + batch);
+  }
+  allocate_coefficients();
+}
+
+InferenceNetwork::~InferenceNetwork() = default;
+
+// The table of decisions: each BN in the epilogue of the conv that writes its input, which saves
+// our apply pass (conv3's also reads the residual); the projection shortcut's BN has no ReLU (the
+// join's comes after the add). A 1x1 conv runs as a GEMM where measured faster than what cuDNN runs
+// for it (nothing is chosen without measuring).
+void InferenceNetwork::plan_convs(AutotuneCache& cache) {
+  const auto start = std::chrono::steady_clock::now();
+  size_t largest = layers_->stem_out.count();
+  for (const ConvRun& r : runs_) largest = std::max(largest, r.out.count());
+  FusionPlanner planner(cfg_, ctx_, cache, fusion_report_, largest, nullptr);
+  auto epilogue = [&](ConvRun& r, FusedPattern p, FusedPattern as_gemm) {
+    const BnPass saved = p == FusedPattern::ConvBnAddRelu ? BnPass::ApplyAdd : BnPass::Apply;
+    const float unfused = total_ms({r.conv->conv->algorithms().fwd.ms, planner.pass_ms(saved, r.out)});
+    r.fused = planner.fuse(*r.conv, p, unfused);
+    r.gemm = planner.gemm(*r.conv, as_gemm, r.fused ? r.fused->ms() : unfused);
+    if (!r.gemm) return;
+    ++fusion_report_.gemms;
+    if (r.fused) {
+      r.fused = nullptr;
+      return;
+    }
+    ++fusion_report_.fused;  // the BN is fused after all: not a refusal
+    auto& refused = fusion_report_.refused;
+    refused.erase(std::remove_if(refused.begin(), refused.end(),
+                                 [&](const FusionRefusal& f) { return f.layer == r.conv->name; }),
+                  refused.end());
+  };
+  epilogue(runs_[0], FusedPattern::ConvBnRelu, FusedPattern::GemmBnRelu);
+  for (size_t k = 1, i = 0; i < layers_->blocks.size(); ++i) {
+    const bool down = layers_->blocks[i].down.has_value();
+    epilogue(runs_[k], FusedPattern::ConvBnRelu, FusedPattern::GemmBnRelu);
+    epilogue(runs_[k + 1], FusedPattern::ConvBnRelu, FusedPattern::GemmBnRelu);
+    if (down) epilogue(runs_[k + 3], FusedPattern::ConvBn, FusedPattern::GemmBn);
+    epilogue(runs_[k + 2], FusedPattern::ConvBnAddRelu, FusedPattern::GemmBnAddRelu);
+    k += down ? 4 : 3;
+  }
+  fused_plans_ = planner.take_fused();
+  gemm_plans_ = planner.take_gemms();
+  fusion_report_.seconds = seconds_since(start);
+}
+
+// Every BN's coefficients in one launch (with fp16 copies for the convs that read them so), and the
+// GEMM convs' filters with their BN's scale folded in, refreshed by each forward.
+void InferenceNetwork::allocate_coefficients() {
+  size_t halves = 0, folded = 0;
+  for (const ConvRun& r : runs_) {
+    if (r.wants_half()) halves += 2 * size_t(r.bn->channels);
+    if (r.gemm) folded += r.conv->geometry().filter_count();
+    widest_bn_ = std::max(widest_bn_, r.bn->channels);
+  }
+  coefficients_half_ = DeviceBuffer(halves * sizeof(uint16_t), "fused BN fp16 scale and shift");
+  gemm_filters_ = DeviceBuffer(folded * sizeof(uint16_t), "filters with the BN folded in");
+  uint16_t* half = coefficients_half_.as<uint16_t>();
+  uint16_t* filter = gemm_filters_.as<uint16_t>();
+  std::vector<FilterFold> folds;
+  for (ConvRun& r : runs_) {
+    if (r.wants_half()) {
+      r.scale_h = half;
+      r.shift_h = half + r.bn->channels;
+      half += 2 * r.bn->channels;
+    }
+    if (!r.gemm) continue;
+    const ConvGeometry& g = r.conv->geometry();
+    r.gemm_filter = filter;
+    folds.push_back({params_.working(r.conv->weight), r.bn->st.scale, filter, g.k, g.c});
+    filter += g.filter_count();
+    largest_fold_ = std::max(largest_fold_, g.filter_count());
+  }
+  fold_targets_ = DeviceBuffer(folds.size() * sizeof(FilterFold), "filter folds");
+  if (!folds.empty())
+    CUDA_CHECK(cudaMemcpy(fold_targets_.get(), folds.data(), fold_targets_.bytes(), cudaMemcpyHostToDevice));
+  fold_count_ = static_cast<int>(folds.size());
+  // In running_stats() order, as bns() lists them.
+  std::vector<BnEvalTarget> targets;
+  for (const Bn* bn : layers_->bns()) {
+    const auto r = std::find_if(runs_.begin(), runs_.end(), [&](const ConvRun& c) { return c.bn == bn; });
+    targets.push_back({bn->st, bn->channels, r->scale_h, r->shift_h});
+  }
+  eval_targets_ = DeviceBuffer(targets.size() * sizeof(BnEvalTarget), "BN evaluation targets");
+  CUDA_CHECK(cudaMemcpy(eval_targets_.get(), targets.data(), eval_targets_.bytes(), cudaMemcpyHostToDevice));
+  eval_target_count_ = static_cast<int>(targets.size());
+}
+
+void InferenceNetwork::conv_bn(const ConvRun& r, const void* x, void* y, bool relu, const void* z) {
+  const cudaStream_t stream = ctx_.stream;
+  if (r.gemm) {
+    r.gemm->run(ctx_.cublas_lt, x, r.gemm_filter, r.shift_h, z, y, workspace_.get(), workspace_.bytes(), stream);
+    return;
+  }
+  const BnChannelState& st = r.bn->st;
+  if (r.fused) {
+    const bool half = r.fused->scale_type() == DType::F16;
+    FusedArgs a;
+    a.x = x;
+    a.w = params_.working(r.conv->weight);
+    a.y = y;
+    a.z = z;
+    a.scale = half ? r.scale_h : st.scale;
+    a.bias = half ? r.shift_h : st.shift;
+    r.fused->run(ctx_.cudnn, a, workspace_.get(), workspace_.bytes());
+    return;
+  }
+  conv_forward(*r.conv, x, y);
+  bn_apply({y, st.scale, st.shift, z ? Residual::Tensor : Residual::None, z, nullptr, nullptr, relu, y}, r.out,
+           cfg_.dtype, cfg_.layout, stream);
+}
+
+// out = relu(bn3(conv3(a2)) + shortcut) per block, the shortcut bn_down(conv_down(in)) or in itself;
+// a1 and a2 hold the BN + ReLU outputs (no conv output is stored that is not read again).
+void InferenceNetwork::forward(const void* images) {
+  // The weights and running statistics may have changed since the last forward (a checkpoint
+  // restored into the network).
+  bn_forward_eval_coefs_all(eval_targets_.as<BnEvalTarget>(), eval_target_count_, widest_bn_, ctx_.stream);
+  fold_bn_into_filters(fold_targets_.as<FilterFold>(), fold_count_, largest_fold_, ctx_.stream);
+  conv_bn(runs_[0], images, stem_y_.get(), true, nullptr);
+  const void* cur = stem_y_.get();
+  for (size_t k = 1, i = 0; i < outputs_.size(); ++i) {
+    const bool down = layers_->blocks[i].down.has_value();
+    BlockOutputs& o = outputs_[i];
+    conv_bn(runs_[k], cur, o.a1.get(), true, nullptr);
+    conv_bn(runs_[k + 1], o.a1.get(), o.a2.get(), true, nullptr);
+    const void* shortcut = cur;
+    if (down) {
+      conv_bn(runs_[k + 3], cur, o.ad.get(), false, nullptr);
+      shortcut = o.ad.get();
+    }
+    conv_bn(runs_[k + 2], o.a2.get(), o.out.get(), true, shortcut);
+    cur = o.out.get();
+    k += down ? 4 : 3;
+  }
+  classify(cur);
+}

@@ -1,0 +1,234 @@
+// What the training and the inference network share: the layers, parameters and BN state, the conv
+// layers' algorithms, initialisation and the classifier.
+#include "model/network.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "model/linear.h"
+#include "model/resnet50_layers.h"
+#include "model/resnet50_spec.h"
+
+namespace {
+constexpr int kStateVectors = 7;  // save_mean, save_invstd, scale, shift, 3 backward coefficients
+}  // namespace
+
+// ---- the layers ---------------------------------------------------------------------------------
+// Registered through the same conv_weight / bn_params / fc_params that resnet50_params() lists, in
+// the same order: a checkpoint's model signature computed from that listing (before the GPU is
+// touched) is the one of these parameters.
+ResNetLayers build_layers(const NetConfig& cfg, ParamStore& params) {
+  const NetSpec spec = resnet50_spec(cfg);
+  ResNetLayers L;
+  auto add = [&](const ParamSpec& p) { return params.add(p.name, p.kind, p.shape); };
+  auto conv_unit = [&](const ConvSpec& c) {
+    return ConvUnit{make_conv(cfg.conv_api, c.g, cfg.dtype, cfg.layout, cfg.tf32), add(conv_weight(c)), c.name};
+  };
+  auto make_bn = [&](const BnSpec& s) {
+    Bn b;
+    b.name = s.name;
+    b.channels = s.channels;
+    const auto [gamma, beta] = bn_params(s);
+    b.gamma = add(gamma);
+    b.beta = add(beta);
+    b.running_off = L.running_count;
+    L.running_count += 2 * size_t(b.channels);
+    b.state_off = L.state_floats;
+    L.state_floats += kStateVectors * size_t(b.channels);
+    return b;
+  };
+  L.stem = conv_unit(spec.stem);
+  L.stem_bn = make_bn(spec.stem_bn);
+  L.stem_out = spec.stem.g.output();
+  for (const BlockSpec& bs : spec.blocks) {
+    Block b;
+    b.in = bs.in, b.mid1 = bs.mid1, b.mid2 = bs.mid2, b.out = bs.out;
+    b.c1 = conv_unit(bs.c1);
+    b.b1 = make_bn(bs.b1);
+    b.c2 = conv_unit(bs.c2);
+    b.b2 = make_bn(bs.b2);
+    b.c3 = conv_unit(bs.c3);
+    b.b3 = make_bn(bs.b3);
+    if (bs.down) {
+      b.down = conv_unit(*bs.down);
+      b.bdown = make_bn(*bs.bdown);
+    }
+    L.blocks.push_back(std::move(b));
+  }
+  L.features = spec.features;
+  const auto [fc_weight, fc_bias] = fc_params(spec);
+  L.fc_weight = add(fc_weight);
+  L.fc_bias = add(fc_bias);
+  return L;
+}
+
+std::vector<Bn*> ResNetLayers::bns() {
+  std::vector<Bn*> v{&stem_bn};
+  for (Block& b : blocks) {
+    v.insert(v.end(), {&b.b1, &b.b2, &b.b3});
+    if (b.bdown) v.push_back(&*b.bdown);
+  }
+  return v;
+}
+
+std::vector<ConvUnit*> ResNetLayers::convs() {
+  std::vector<ConvUnit*> v{&stem};
+  for (Block& b : blocks) {
+    v.insert(v.end(), {&b.c1, &b.c2, &b.c3});
+    if (b.down) v.push_back(&*b.down);
+  }
+  return v;
+}
+
+void bind_bn_state(ResNetLayers& layers, const ParamStore& params, float* running, float* state) {
+  for (Bn* b : layers.bns()) {
+    const int C = b->channels;
+    float* run = running + b->running_off;
+    float* st = state + b->state_off;
+    b->st = {params.master(b->gamma), params.master(b->beta), run, run + C, st, st + C, st + 2 * C, st + 3 * C, st + 4 * C};
+  }
+}
+
+// ---- the network --------------------------------------------------------------------------------
+Network::Network(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache, bool training) : cfg_(cfg), ctx_(ctx) {
+  // Three stride-2 stages: the side must halve exactly three times.
+  if (cfg.image_side < 8 || cfg.image_side % 8 != 0)
+    throw Fatal("ResNet50: image side " + std::to_string(cfg.image_side) + " is not a positive multiple of 8");
+  layers_ = std::make_unique<ResNetLayers>(build_layers(cfg, params_));
+  params_.allocate(cfg.dtype, training);
+  running_count_ = layers_->running_count;
+  running_ = DeviceBuffer(running_count_ * sizeof(float), "BN running statistics");
+  bn_state_ = DeviceBuffer(layers_->state_floats * sizeof(float), "BN per-channel state");
+  bind_bn_state(*layers_, params_, running_.as<float>(), bn_state_.as<float>());
+  const size_t es = dtype_size(cfg.dtype);
+  feat_ = DeviceBuffer(size_t(cfg.batch) * layers_->features * es, "pooled features");
+  logits_ = DeviceBuffer(size_t(cfg.batch) * cfg.classes * sizeof(float), "logits");
+
+  AlgoChooser chooser(ctx_.cudnn, cfg_.conv, &cache);
+  std::set<std::string> shapes;
+  for (ConvUnit* u : layers_->convs()) {
+    chooser.configure(*u->conv);
+    conv_workspace_ = std::max(conv_workspace_, u->conv->workspace_bytes());
+    shapes.insert(u->geometry().key());
+  }
+  algo_report_ = {static_cast<int>(shapes.size()), chooser.searched(), chooser.search_seconds(), conv_workspace_, 0};
+  fusion_report_.off_for_determinism = cfg.fused_bn && !cfg.fuses();
+}
+
+Network::~Network() = default;
+
+int Network::feature_count() const { return layers_->features; }
+
+void Network::check_memory(size_t need) const {
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  if (need > free_b)
+    throw Fatal("batch " + std::to_string(cfg_.batch) + " needs " + format_bytes(need) +
+                " of GPU memory for activations and gradients, but only " + format_bytes(free_b) + " of " +
+                format_bytes(total_b) + " are free; try --batch " +
+                std::to_string(std::max(2, int(cfg_.batch * (double(free_b) / need) * 0.8))));
+}
+
+void Network::conv_forward(const ConvUnit& c, const void* x, void* y) {
+  c.conv->forward(ctx_.cudnn, x, params_.working(c.weight), y, workspace_.get(), workspace_.bytes());
+}
+
+void Network::classify(const void* last_out) {
+  global_avgpool_forward(last_out, layers_->blocks.back().out, cfg_.dtype, cfg_.layout, feat_.get(), ctx_.stream);
+  linear_forward(ctx_.cublas, {cfg_.batch, layers_->features, cfg_.classes}, cfg_.dtype, cfg_.tf32, feat_.get(),
+                 params_.working(layers_->fc_weight), logits_.as<float>());
+}
+
+// ---- initialisation -----------------------------------------------------------------------------
+void Network::init_params(uint64_t seed) {
+  std::vector<float> host(params_.total());
+  const auto& ts = params_.tensors();
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const ParamTensor& t = ts[i];
+    Rng rng(mix(seed, 0x1417u, i));
+    float* p = host.data() + t.offset;
+    switch (t.kind) {
+      case ParamKind::ConvWeight: {  // Kaiming normal, fan_out, ReLU gain
+        const double stdev = std::sqrt(2.0 / (double(t.shape[0]) * t.shape[2] * t.shape[3]));
+        for (size_t e = 0; e < t.count; ++e) p[e] = static_cast<float>(rng.normal() * stdev);
+        break;
+      }
+      case ParamKind::LinearWeight:  // PyTorch's default: U(-1/sqrt(in), 1/sqrt(in)) for both
+      case ParamKind::LinearBias: {
+        const double bound = 1.0 / std::sqrt(double(layers_->features));
+        for (size_t e = 0; e < t.count; ++e) p[e] = static_cast<float>((2 * rng.uniform() - 1) * bound);
+        break;
+      }
+      case ParamKind::BnGamma: std::fill(p, p + t.count, 1.f); break;
+      case ParamKind::BnBeta: std::fill(p, p + t.count, 0.f); break;
+    }
+  }
+  CUDA_CHECK(cudaMemcpy(params_.master_all(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  if (params_.momentum_all()) CUDA_CHECK(cudaMemset(params_.momentum_all(), 0, params_.total() * sizeof(float)));
+  std::vector<float> run(running_count_);
+  for (const Bn* bn : layers_->bns()) {  // running mean 0, running var 1
+    float* r = run.data() + bn->running_off;
+    std::fill(r, r + bn->channels, 0.f);
+    std::fill(r + bn->channels, r + 2 * bn->channels, 1.f);
+  }
+  CUDA_CHECK(cudaMemcpy(running_.get(), run.data(), run.size() * sizeof(float), cudaMemcpyHostToDevice));
+  params_.refresh_working_copy(ctx_.stream);
+  CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+}
+
+void Network::init_params_for_parity(uint64_t seed) {
+  init_params(seed);  // running statistics and momentum as usual
+  // Every value is a hash of (seed, tensor index, element index in PyTorch order), uniform with the
+  // variance of the usual init; tests/make_parity_fixture.py computes the same numbers.
+  std::vector<float> host(params_.total());
+  const auto& ts = params_.tensors();
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const ParamTensor& t = ts[i];
+    for (size_t e = 0; e < t.count; ++e) {
+      const double u = 2 * to_unit(mix(seed, i, e)) - 1;  // [-1, 1)
+      double v = 0;
+      switch (t.kind) {
+        case ParamKind::ConvWeight: v = u * std::sqrt(3.0 * 2.0 / (double(t.shape[0]) * t.shape[2] * t.shape[3])); break;
+        case ParamKind::LinearWeight:
+        case ParamKind::LinearBias: v = u / std::sqrt(double(layers_->features)); break;
+        case ParamKind::BnGamma: v = 1 + 0.1 * u; break;
+        // shifted from 0 so that few ReLU inputs lie within rounding of 0 (tests/make_parity_fixture.py)
+        case ParamKind::BnBeta: v = 0.5 + 0.1 * u; break;
+      }
+      host[t.offset + filter_storage_index(t, e, cfg_.layout)] = static_cast<float>(v);
+    }
+  }
+  CUDA_CHECK(cudaMemcpy(params_.master_all(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  params_.refresh_working_copy(ctx_.stream);
+  CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+}
+
+// The registration order of build_layers(), without building: a stem conv + BN, the blocks' conv +
+// BN pairs (the projection shortcut's after conv3's), then the classifier.
+TensorLayout Network::tensor_layout(int classes) {
+  NetConfig cfg;
+  cfg.classes = classes;
+  ParamStore store;
+  for (const ParamSpec& p : resnet50_params(cfg).tensors) store.add(p.name, p.kind, p.shape);
+  store.assign_offsets();
+  TensorLayout layout;
+  layout.params = store.tensors();
+  const NetSpec spec = resnet50_spec(cfg);
+  layout.bns.emplace_back(spec.stem_bn.name, spec.stem_bn.channels);
+  for (const BlockSpec& b : spec.blocks)
+    for (const BnSpec* bn : {&b.b1, &b.b2, &b.b3, b.bdown ? &*b.bdown : nullptr})
+      if (bn) layout.bns.emplace_back(bn->name, bn->channels);
+  return layout;
+}
+
+std::vector<std::string> Network::running_stats_names() const {
+  std::vector<std::string> names;
+  for (const Bn* b : layers_->bns()) {
+    names.push_back(b->name + ".running_mean");
+    names.push_back(b->name + ".running_var");
+  }
+  return names;
+}

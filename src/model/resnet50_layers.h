@@ -1,0 +1,59 @@
+// ResNet-50's layers as both networks hold them: conv units, BN layers and bottleneck blocks, built
+// from the shared description (model/resnet50_spec.h) and registered in its order. Private to the
+// model: how each network runs them is in training_network.cpp and inference_network.cpp.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels.h"
+#include "model/conv.h"
+#include "model/params.h"
+
+struct NetConfig;
+
+struct Bn {
+  std::string name;
+  int channels = 0;
+  int gamma = -1, beta = -1;     // parameter ids
+  size_t running_off = 0, state_off = 0;
+  BnChannelState st{};           // set once the buffers exist (bind_bn_state)
+};
+
+struct ConvUnit {
+  std::unique_ptr<ConvLayer> conv;
+  int weight = -1;               // parameter id
+  std::string name;              // "layer1.0.conv2"
+  const ConvGeometry& geometry() const { return conv->geometry(); }
+};
+
+// A bottleneck: 1x1 conv, 3x3 conv (the stride), 1x1 conv, each with its BN, and the projection
+// shortcut where the shape changes.
+struct Block {
+  ConvUnit c1, c2, c3;
+  std::optional<ConvUnit> down;
+  Bn b1, b2, b3;
+  std::optional<Bn> bdown;
+  Shape4 in, mid1, mid2, out;
+};
+
+struct ResNetLayers {
+  ConvUnit stem;
+  Bn stem_bn;
+  Shape4 stem_out;
+  std::vector<Block> blocks;
+  int fc_weight = -1, fc_bias = -1;
+  int features = 0;
+  size_t running_count = 0;      // floats of the BN running statistics (mean, var of each BN)
+  size_t state_floats = 0;       // floats of the BN per-channel state
+
+  std::vector<Bn*> bns();        // the stem's, then each block's (b1, b2, b3, bdown): running_stats() order
+  std::vector<ConvUnit*> convs();  // the stem's, then each block's (c1, c2, c3, down)
+};
+
+// The layers of `cfg`'s network, their parameters registered in `params`.
+ResNetLayers build_layers(const NetConfig& cfg, ParamStore& params);
+// Points each BN's state at the allocated buffers.
+void bind_bn_state(ResNetLayers& layers, const ParamStore& params, float* running, float* state);

@@ -1,0 +1,450 @@
+// The training network (model/training_network.h): its table of decisions, buffers, forward, loss
+// and backward.
+#include "model/training_network.h"
+
+#include <algorithm>
+#include <chrono>
+#include <tuple>
+
+#include "core/check.h"
+#include "core/elapsed.h"
+#include "model/fused_conv.h"
+#include "model/fusion_planner.h"
+#include "model/linear.h"
+#include "model/resnet50_layers.h"
+
+// Per BN of a block: the statistics its fused conv accumulates (fp32 sum, sum of squares), and its
+// scale/shift in fp16 for the patterns whose engines read them so.
+struct TrainingNetwork::FusedBn {
+  float* sum = nullptr;
+  float* sqsum = nullptr;
+  void* scale_h = nullptr;
+  void* shift_h = nullptr;
+  bool wants_half = false;  // a fused pattern reads scale_h/shift_h: refresh them with scale/shift
+};
+
+// One block: the fused pattern each of its convs runs (null: the plain conv and our BN kernels),
+// and what its forward stores for backward. y1 and y2, the inner BN outputs, are stored only where
+// conv2 or conv3 reads them plain. relu_bits: where the join's ReLU (after the add) passed; its
+// backward reads these bits, not the output (1/16 of the bytes).
+struct TrainingNetwork::BlockRun {
+  const FusedConv* c1_stats = nullptr;                                   // ConvStats
+  struct Inner {
+    const FusedConv *fwd = nullptr, *wgrad = nullptr, *dgrad = nullptr;  // SbrConvStats, SbrWgrad, DgradDreluDbn
+  } c2, c3;
+  const FusedConv* down_stats = nullptr;                                 // ConvStats
+  FusedBn b1, b2, b3, bdown;
+  DeviceBuffer a1, y1, a2, y2, a3, ad, out, relu_bits;
+  bool stores_y1() const { return !c2.fwd || !c2.wgrad; }
+  bool stores_y2() const { return !c3.fwd || !c3.wgrad; }
+};
+
+// A conv's weight gradient and its data gradient read the same output gradient and write different
+// buffers: on two streams they run side by side, and in the step's CUDA graph they become two
+// branches. The small convs of the later stages fill the GPU only in part, and one branch's launch
+// gaps are the other's running time.
+struct TrainingNetwork::Lane {
+  Stream stream{false};
+  Event forked{false}, done{false};
+  DeviceBuffer workspace;  // the main stream's convs keep workspace_: both run at once
+};
+
+namespace {
+
+// The prologue's scale and bias: bn's coefficients in the type the pattern's engine takes.
+template <class FusedBn>
+void set_coefficients(FusedArgs& a, const FusedConv& f, const Bn& bn, const FusedBn& fb) {
+  const bool half = f.scale_type() == DType::F16;
+  a.scale = half ? fb.scale_h : bn.st.scale;
+  a.bias = half ? fb.shift_h : bn.st.shift;
+}
+
+bool reads_half(const FusedConv* f) { return f && f->scale_type() == DType::F16; }
+
+}  // namespace
+
+// ---- construction -------------------------------------------------------------------------------
+TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache)
+    : Network(cfg, ctx, cache, true), runs_(layers_->blocks.size()) {
+  const DType t = cfg.dtype;
+  const Shape4 stem = layers_->stem_out;
+  // Sizes first, so that a batch too large for the GPU is one clear message, not a failed cudaMalloc.
+  size_t act = 2 * stem.count(), largest = stem.count(), scratch = bn_scratch_floats(stem, t, cfg.layout), bits = 0;
+  for (const Block& b : layers_->blocks) {
+    bits += relu_bits_bytes(b.out, t);
+    // a1, y1, a2, y2 (stored only where a conv reads them plain: none counted when fusing), a3, ad, out
+    const size_t ys = cfg.fuses() ? 0 : b.mid1.count() + b.mid2.count();
+    act += b.mid1.count() + b.mid2.count() + ys + (b.down ? 3 : 2) * b.out.count();
+    for (const Shape4& s : {b.in, b.mid1, b.mid2, b.out}) {
+      largest = std::max(largest, s.count());
+      scratch = std::max(scratch, bn_scratch_floats(s, t, cfg.layout));
+    }
+  }
+  activation_bytes_ = act * dtype_size(t);
+  check_memory(activation_bytes_ + 4 * largest * dtype_size(t) + bits);
+  bn_scratch_ = DeviceBuffer(scratch * sizeof(float), "BN partial sums");
+  size_t ws = conv_workspace_;
+  if (cfg.fuses()) plan_blocks(cache);
+  for (const auto& [key, plan] : plans_) ws = std::max(ws, plan->workspace());
+  allocate(largest);
+  workspace_ = DeviceBuffer(ws, "cuDNN workspace (--workspace-mb)");
+  algo_report_.workspace = ws;
+  if (cfg.wgrad_beside) {
+    // Only weight gradients run on the lane: its workspace is the largest weight gradient's need.
+    size_t lane_ws = 0;
+    for (ConvUnit* u : layers_->convs()) lane_ws = std::max(lane_ws, u->conv->algorithms().bwd_filter.workspace);
+    for (const BlockRun& r : runs_)
+      for (const FusedConv* f : {r.c2.wgrad, r.c3.wgrad})
+        if (f) lane_ws = std::max(lane_ws, f->workspace());
+    lane_ = std::make_unique<Lane>();
+    lane_->workspace = DeviceBuffer(lane_ws, "cuDNN workspace of the weight gradients' stream");
+    algo_report_.lane_workspace = lane_ws;
+  }
+}
+
+TrainingNetwork::~TrainingNetwork() = default;
+
+// The table of decisions: each pattern a block's convs need, kept where cuDNN accepts it and, when
+// autotuning, where it measures no slower than the plain conv with the BN passes it saves.
+void TrainingNetwork::plan_blocks(AutotuneCache& cache) {
+  const auto start = std::chrono::steady_clock::now();
+  size_t largest = layers_->stem_out.count();
+  for (const Block& b : layers_->blocks) largest = std::max({largest, b.mid1.count(), b.mid2.count(), b.out.count()});
+  FusionPlanner planner(cfg_, ctx_, cache, fusion_report_, largest, bn_scratch_.as<float>());
+  auto pass = [&](BnPass p, Shape4 s) { return planner.pass_ms(p, s); };
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    const Block& b = layers_->blocks[i];
+    BlockRun& r = runs_[i];
+    r.c1_stats = planner.fuse(b.c1, FusedPattern::ConvStats,
+                              total_ms({b.c1.conv->algorithms().fwd.ms, pass(BnPass::Stats, b.mid1)}));
+    for (auto [u, inner, in, out] : {std::tuple{&b.c2, &r.c2, b.mid1, b.mid2}, std::tuple{&b.c3, &r.c3, b.mid2, b.out}}) {
+      const ConvAlgos& a = u->conv->algorithms();
+      inner->fwd = planner.fuse(*u, FusedPattern::SbrConvStats,
+                                total_ms({pass(BnPass::Apply, in), a.fwd.ms, pass(BnPass::Stats, out)}));
+      // Unfused, the weight gradient reads relu(bn(x)): stored by an unfused forward, else recomputed.
+      inner->wgrad = planner.fuse(*u, FusedPattern::SbrWgrad,
+                                  total_ms({a.bwd_filter.ms, inner->fwd ? pass(BnPass::Apply, in) : 0.f}));
+      // Fused, the data gradient still needs our dx pass: it saves the BN backward's other pass.
+      const float unfused = total_ms({a.bwd_data.ms, pass(BnPass::Backward, in)}), dx = pass(BnPass::DxApply, in);
+      inner->dgrad = planner.fuse(*u, FusedPattern::DgradDreluDbn, unfused < 0 || dx < 0 ? -1 : unfused - dx);
+    }
+    if (b.down)
+      r.down_stats = planner.fuse(*b.down, FusedPattern::ConvStats,
+                                  total_ms({b.down->conv->algorithms().fwd.ms, pass(BnPass::Stats, b.out)}));
+  }
+  plans_ = planner.take_fused();
+  fusion_report_.seconds = seconds_since(start);
+}
+
+// The activations each block stores, the gradients, and the fused BNs' state.
+void TrainingNetwork::allocate(size_t largest) {
+  const DType t = cfg_.dtype;
+  const size_t es = dtype_size(t);
+  const std::string batch = " (batch " + std::to_string(cfg_.batch) + ")";
+  stem_a_ = DeviceBuffer(layers_->stem_out.count() * es, "stem conv output" + batch);
+  stem_y_ = DeviceBuffer(layers_->stem_out.count() * es, "stem output" + batch);
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    const Block& b = layers_->blocks[i];
+    BlockRun& r = runs_[i];
+    r.a1 = DeviceBuffer(b.mid1.count() * es, "activations" + batch);
+    r.a2 = DeviceBuffer(b.mid2.count() * es, "activations" + batch);
+    if (r.stores_y1()) r.y1 = DeviceBuffer(b.mid1.count() * es, "activations" + batch);
+    if (r.stores_y2()) r.y2 = DeviceBuffer(b.mid2.count() * es, "activations" + batch);
+    r.a3 = DeviceBuffer(b.out.count() * es, "activations" + batch);
+    if (b.down) r.ad = DeviceBuffer(b.out.count() * es, "activations" + batch);
+    r.out = DeviceBuffer(b.out.count() * es, "activations" + batch);
+    r.relu_bits = DeviceBuffer(relu_bits_bytes(b.out, t), "ReLU bits" + batch);
+  }
+  for (auto& g : grad_) g = DeviceBuffer(largest * es, "activation gradients" + batch);
+  dfeat_ = DeviceBuffer(size_t(cfg_.batch) * layers_->features * es, "pooled feature gradients");
+  dlogits_ = DeviceBuffer(size_t(cfg_.batch) * cfg_.classes * es, "logit gradients");
+  if (!cfg_.fuses()) return;
+  // Each BN of the blocks (the stem's is ours): sums, and fp16 scale/shift (C halves each).
+  size_t channels = 0, widest = 0;
+  for (const Block& b : layers_->blocks)
+    for (const Bn* bn : {&b.b1, &b.b2, &b.b3, b.bdown ? &*b.bdown : nullptr})
+      if (bn) channels += size_t(bn->channels), widest = std::max(widest, size_t(bn->channels));
+  fused_sums_ = DeviceBuffer(2 * channels * sizeof(float), "fused BN statistics");
+  CUDA_CHECK(cudaMemset(fused_sums_.get(), 0, fused_sums_.bytes()));  // zero between uses (statistics_kept_zero)
+  fused_half_ = DeviceBuffer(2 * channels * sizeof(uint16_t), "fused BN fp16 scale and shift");
+  zeros_ = DeviceBuffer(widest * sizeof(float), "fused BN zero vector");
+  CUDA_CHECK(cudaMemset(zeros_.get(), 0, zeros_.bytes()));
+  float* sums = fused_sums_.as<float>();
+  uint16_t* halves = fused_half_.as<uint16_t>();
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    const Block& b = layers_->blocks[i];
+    BlockRun& r = runs_[i];
+    for (auto [bn, fb] : {std::pair{&b.b1, &r.b1}, std::pair{&b.b2, &r.b2}, std::pair{&b.b3, &r.b3},
+                          std::pair{b.bdown ? &*b.bdown : nullptr, &r.bdown}}) {
+      if (!bn) continue;
+      const int C = bn->channels;
+      *fb = {sums, sums + C, halves, halves + C, false};
+      sums += 2 * C;
+      halves += 2 * C;
+    }
+    // conv2 and conv3 read the previous BN's coefficients in their prologue
+    r.b1.wants_half = reads_half(r.c2.fwd) || reads_half(r.c2.wgrad);
+    r.b2.wants_half = reads_half(r.c3.fwd) || reads_half(r.c3.wgrad);
+  }
+}
+
+ZeroedRange TrainingNetwork::statistics_kept_zero() const {
+  if (!cfg_.fuses()) return {};
+  return {fused_sums_.get(), fused_sums_.bytes()};
+}
+
+// ---- forward ------------------------------------------------------------------------------------
+void TrainingNetwork::bn_forward(const Bn& bn, const void* x, Shape4 s, bool train) {
+  if (train) bn_forward_train_stats(x, s, cfg_.dtype, cfg_.layout, bn.st, bn_scratch_.as<float>(), ctx_.stream);
+  else bn_forward_eval_coefs(bn.st, bn.channels, ctx_.stream);
+}
+
+void TrainingNetwork::forward(const void* images, bool train) {
+  images_ = images;
+  const Shape4 stem = layers_->stem_out;
+  conv_forward(layers_->stem, images, stem_a_.get());
+  bn_forward(layers_->stem_bn, stem_a_.get(), stem, train);
+  const BnChannelState& st = layers_->stem_bn.st;
+  bn_apply({stem_a_.get(), st.scale, st.shift, Residual::None, nullptr, nullptr, nullptr, true, stem_y_.get()}, stem,
+           cfg_.dtype, cfg_.layout, ctx_.stream);
+  const void* cur = stem_y_.get();
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    block_forward(layers_->blocks[i], runs_[i], cur, train);
+    cur = runs_[i].out.get();
+  }
+  classify(cur);
+}
+
+void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedConv* fused, const void* x, void* y, const Bn& bn,
+                                 FusedBn& fb, Shape4 s, bool train, const Bn* prologue, const FusedBn* prologue_fb,
+                                 void* stored, Shape4 s_prev) {
+  const cudaStream_t stream = ctx_.stream;
+  if (fused) {
+    FusedArgs a;
+    a.x = x;
+    a.w = params_.working(c.weight);
+    a.y = y;
+    a.sum = fb.sum;
+    a.sqsum = fb.sqsum;
+    if (prologue) set_coefficients(a, *fused, *prologue, *prologue_fb);
+    fused->run(ctx_.cudnn, a, workspace_.get(), workspace_.bytes());
+    if (train) {  // the fp16 copies are written with the rest
+      bn_finalize_sums(fb.sum, fb.sqsum, s.per_channel(), bn.st, bn.channels, fb.wants_half ? fb.scale_h : nullptr,
+                       fb.shift_h, stream);
+      return;
+    }
+    // The sums are not read in evaluation; zeroed as bn_finalize_sums leaves them (statistics_kept_zero).
+    CUDA_CHECK(cudaMemsetAsync(fb.sum, 0, 2 * size_t(bn.channels) * sizeof(float), stream));
+    bn_forward_eval_coefs(bn.st, bn.channels, stream);
+  } else {
+    const void* in = x;
+    if (prologue) {
+      bn_apply({x, prologue->st.scale, prologue->st.shift, Residual::None, nullptr, nullptr, nullptr, true, stored},
+               s_prev, cfg_.dtype, cfg_.layout, stream);
+      in = stored;
+    }
+    conv_forward(c, in, y);
+    bn_forward(bn, y, s, train);
+  }
+  if (fb.wants_half) {  // for the next conv's prologue
+    cast_f32_to_f16(bn.st.scale, fb.scale_h, bn.channels, stream);
+    cast_f32_to_f16(bn.st.shift, fb.shift_h, bn.channels, stream);
+  }
+}
+
+void TrainingNetwork::block_forward(const Block& b, BlockRun& r, const void* in, bool train) {
+  conv_stats(b.c1, r.c1_stats, in, r.a1.get(), b.b1, r.b1, b.mid1, train, nullptr, nullptr, nullptr, {});
+  conv_stats(b.c2, r.c2.fwd, r.a1.get(), r.a2.get(), b.b2, r.b2, b.mid2, train, &b.b1, &r.b1, r.y1.get(), b.mid1);
+  conv_stats(b.c3, r.c3.fwd, r.a2.get(), r.a3.get(), b.b3, r.b3, b.out, train, &b.b2, &r.b2, r.y2.get(), b.mid2);
+  if (b.down)
+    conv_stats(*b.down, r.down_stats, in, r.ad.get(), *b.bdown, r.bdown, b.out, train, nullptr, nullptr, nullptr, {});
+  join_forward(b, r, in, train);
+}
+
+// out = relu(bn3(a3) + shortcut), the shortcut bn_down(ad) or the block input, in one pass: the
+// shortcut's BN is applied as it is read (its output is never stored).
+void TrainingNetwork::join_forward(const Block& b, BlockRun& r, const void* in, bool train) {
+  ApplyArgs a{r.a3.get(), b.b3.st.scale, b.b3.st.shift, Residual::Tensor, in, nullptr, nullptr, true, r.out.get()};
+  if (b.down) {
+    a.residual = Residual::BatchNorm;
+    a.res = r.ad.get();
+    a.res_scale = b.bdown->st.scale;
+    a.res_shift = b.bdown->st.shift;
+  }
+  if (train) a.relu_bits = r.relu_bits.as<uint8_t>();
+  bn_apply(a, b.out, cfg_.dtype, cfg_.layout, ctx_.stream);
+}
+
+void TrainingNetwork::loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, const long long* step) {
+  const bool train = loss_scale != nullptr;
+  softmax_xent(logits_.as<float>(), params_.master(layers_->fc_bias), labels, cfg_.batch, cfg_.classes,
+               train ? dlogits_.get() : nullptr, cfg_.dtype, train ? params_.vector_grad(layers_->fc_bias) : nullptr,
+               loss_scale, totals, step, ctx_.stream);
+}
+
+// ---- the weight gradients' lane ------------------------------------------------------------------
+void TrainingNetwork::wgrad_beside(const std::function<void(cudaStream_t, void*, size_t)>& work) {
+  if (!lane_) return work(ctx_.stream, workspace_.get(), workspace_.bytes());
+  lane_->forked.record(ctx_.stream);
+  CUDA_CHECK(cudaStreamWaitEvent(lane_->stream, lane_->forked, 0));
+  CUDNN_CHECK(cudnnSetStream(ctx_.cudnn, lane_->stream));
+  try {
+    work(lane_->stream, lane_->workspace.get(), lane_->workspace.bytes());
+  } catch (...) {
+    cudnnSetStream(ctx_.cudnn, ctx_.stream);
+    throw;
+  }
+  CUDNN_CHECK(cudnnSetStream(ctx_.cudnn, ctx_.stream));
+  lane_->done.record(lane_->stream);
+}
+
+void TrainingNetwork::lane_join() {
+  if (lane_) CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream, lane_->done, 0));
+}
+
+// ---- backward -----------------------------------------------------------------------------------
+void TrainingNetwork::bn_grads_ready(const Bn& bn) const {
+  grad_ready(bn.gamma);
+  grad_ready(bn.beta);
+}
+
+// Gradient buffers: a block's output gradient arrives in g[0], and, but for the last block, with a
+// second part in g[2]; a block leaves its input's gradient in the same two parts: the shortcut's in
+// g[0] and the main path's (conv1's data gradient) in g[2]. Whoever reads a block's input gradient
+// next (the previous block's join, the stem's BN) sums the two as it reads them. (cuDNN's graph API
+// through cudnn-frontend cannot accumulate a data gradient into its output, as the legacy calls
+// could with beta = 1.) g[1] and g[3] hold the gradients inside a block.
+void TrainingNetwork::backward() {
+  const DType t = cfg_.dtype;
+  const Layout l = cfg_.layout;
+  linear_backward(ctx_.cublas, {cfg_.batch, layers_->features, cfg_.classes}, t, cfg_.tf32, feat_.get(),
+                  params_.working(layers_->fc_weight), dlogits_.get(), params_.weight_grad(layers_->fc_weight),
+                  dfeat_.get());
+  grad_ready(layers_->fc_weight);
+  grad_ready(layers_->fc_bias);  // written by loss(), before backward
+  global_avgpool_backward(dfeat_.get(), layers_->blocks.back().out, t, l, grad_[0].get(), ctx_.stream);
+  for (size_t i = runs_.size(); i-- > 0;) {
+    const void* in = i == 0 ? stem_y_.get() : runs_[i - 1].out.get();
+    block_backward(layers_->blocks[i], runs_[i], in, i + 1 == runs_.size() ? nullptr : grad_[2].get());
+  }
+  const Bn& bn = layers_->stem_bn;
+  BnBackwardArgs stem{};
+  stem.dy = grad_[0].get();
+  stem.dy2 = grad_[2].get();
+  stem.relu = ReluMask::FromInput;
+  stem.x = stem_a_.get();
+  stem.bn = &bn.st;
+  stem.dgamma = params_.vector_grad(bn.gamma);
+  stem.dbeta = params_.vector_grad(bn.beta);
+  stem.dx = grad_[0].get();
+  bn_backward(stem, layers_->stem_out, t, l, bn_scratch_.as<float>(), ctx_.stream);
+  bn_grads_ready(bn);
+  // The images need no gradient: only the stem's filter gradient.
+  const ConvUnit& c = layers_->stem;
+  c.conv->backward_filter(ctx_.cudnn, images_, grad_[0].get(), params_.weight_grad(c.weight), workspace_.get(),
+                          workspace_.bytes());
+  grad_ready(c.weight);
+}
+
+void TrainingNetwork::block_backward(const Block& b, BlockRun& r, const void* in, const void* dy2) {
+  void *g0 = grad_[0].get(), *g1 = grad_[1].get(), *g2 = grad_[2].get(), *g3 = grad_[3].get();
+  join_backward(b, r, dy2);  // g1: the gradient of a3; g3: of the shortcut conv's output
+  if (b.down) conv_backward(*b.down, in, g3, g0);
+  inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, r.c3.fwd, r.a2.get(), b.b2, r.b2, r.y2.get(), b.mid2, g1, g3);
+  inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, r.c2.fwd, r.a1.get(), b.b1, r.b1, r.y1.get(), b.mid1, g3, g1);
+  conv_backward(b.c1, in, g1, g2);
+}
+
+// The join: out = relu(bn3(a3) + shortcut). From its output's gradient (g[0] + dy2): g[1] = the
+// gradient of a3, and g[3] = that of the shortcut conv's output, or g[0] = the identity shortcut's.
+void TrainingNetwork::join_backward(const Block& b, BlockRun& r, const void* dy2) {
+  BnBackwardArgs last{};
+  last.dy = grad_[0].get();
+  last.dy2 = dy2;
+  last.relu = ReluMask::FromBits;  // the ReLU came after the residual add: join_forward's bits
+  last.relu_bits = r.relu_bits.as<uint8_t>();
+  last.x = r.a3.get();
+  last.bn = &b.b3.st;
+  last.dgamma = params_.vector_grad(b.b3.gamma);
+  last.dbeta = params_.vector_grad(b.b3.beta);
+  last.dx = grad_[1].get();
+  if (b.down) {
+    last.x2 = r.ad.get();
+    last.bn2 = &b.bdown->st;
+    last.dgamma2 = params_.vector_grad(b.bdown->gamma);
+    last.dbeta2 = params_.vector_grad(b.bdown->beta);
+    last.dx2 = grad_[3].get();
+  } else {
+    last.dres = grad_[0].get();  // identity shortcut: the input's gradient starts as dz
+  }
+  bn_backward(last, b.out, cfg_.dtype, cfg_.layout, bn_scratch_.as<float>(), ctx_.stream);
+  bn_grads_ready(b.b3);
+  if (b.down) bn_grads_ready(*b.bdown);
+}
+
+void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void* dy, void* dx) {
+  wgrad_beside([&](cudaStream_t, void* ws, size_t wsb) {
+    c.conv->backward_filter(ctx_.cudnn, x, dy, params_.weight_grad(c.weight), ws, wsb);
+  });
+  c.conv->backward_data(ctx_.cudnn, dy, params_.working(c.weight), dx, workspace_.get(), workspace_.bytes());
+  lane_join();
+  grad_ready(c.weight);
+}
+
+void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedConv* wgrad, const FusedConv* dgrad,
+                                     bool fwd_fused, const void* x, const Bn& bn, const FusedBn& fb, void* stored,
+                                     Shape4 s_in, void* dy, void* dx) {
+  const DType t = cfg_.dtype;
+  const Layout l = cfg_.layout;
+  const cudaStream_t stream = ctx_.stream;
+  wgrad_beside([&](cudaStream_t lane, void* lane_ws, size_t lane_wsb) {
+    if (wgrad) {
+      FusedArgs a;
+      a.x = x;
+      set_coefficients(a, *wgrad, bn, fb);
+      a.dy = dy;
+      a.dw = params_.weight_grad(c.weight);
+      wgrad->run(ctx_.cudnn, a, lane_ws, lane_wsb);
+      return;
+    }
+    if (fwd_fused)  // the forward read relu(bn(x)) fused: recompute it
+      bn_apply({x, bn.st.scale, bn.st.shift, Residual::None, nullptr, nullptr, nullptr, true, stored}, s_in, t, l, lane);
+    c.conv->backward_filter(ctx_.cudnn, stored, dy, params_.weight_grad(c.weight), lane_ws, lane_wsb);
+  });
+  float* coef = bn.st.bwd_coef;  // dx = coef[c] * g + coef[C + c] * x + coef[2C + c]
+  const int C = bn.channels;
+  if (dgrad) {
+    FusedArgs a;
+    a.dy = dy;
+    a.w = params_.working(c.weight);
+    a.x = x;
+    a.mean = bn.st.save_mean;
+    a.invstd = bn.st.save_invstd;
+    a.gamma = bn.st.gamma;
+    a.beta = bn.st.beta;
+    a.g = dx;
+    a.dgamma = params_.vector_grad(bn.gamma);
+    a.dbeta = params_.vector_grad(bn.beta);
+    a.eq_dy = coef;
+    a.eq_x = coef + C;
+    a.eq_b = coef + 2 * C;
+    dgrad->run(ctx_.cudnn, a, workspace_.get(), workspace_.bytes());
+    // dx = eq_dy * g + eq_b + eq_x * x: the join kernel with x as the "second BN" and no ReLU, in place.
+    bn_apply({dx, coef, coef + 2 * C, Residual::BatchNorm, x, coef + C, zeros_.as<float>(), false, dx}, s_in, t, l,
+             stream);
+  } else {
+    c.conv->backward_data(ctx_.cudnn, dy, params_.working(c.weight), dx, workspace_.get(), workspace_.bytes());
+    BnBackwardArgs mid{};
+    mid.dy = dx;
+    mid.relu = ReluMask::FromInput;
+    mid.x = x;
+    mid.bn = &bn.st;
+    mid.dgamma = params_.vector_grad(bn.gamma);
+    mid.dbeta = params_.vector_grad(bn.beta);
+    mid.dx = dx;
+    bn_backward(mid, s_in, t, l, bn_scratch_.as<float>(), stream);
+  }
+  lane_join();
+  grad_ready(c.weight);
+  bn_grads_ready(bn);
+}
