@@ -11,14 +11,6 @@
 
 #include "core/types.h"
 
-// The N, C, H, W of an activation tensor.
-struct Shape4 {
-  int n = 0, c = 0, h = 0, w = 0;
-  HOST_DEVICE size_t count() const { return size_t(n) * c * h * w; }
-  HOST_DEVICE size_t per_channel() const { return size_t(n) * h * w; }
-  bool operator==(const Shape4& o) const { return n == o.n && c == o.c && h == o.h && w == o.w; }
-};
-
 // ---- batch norm (kernels/batchnorm.cu) ------------------------------------------------------------
 // Training-mode batch norm is split as: statistics (partial sums per chunk of rows), a per-channel
 // finalize (deterministic, fixed summation order), then an elementwise apply that fuses the affine
