@@ -13,8 +13,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "batchnorm.h"
 #include "common.cuh"
-#include "kernels.h"
 
 namespace trainer_kernels {  // why: kernels/common.cuh
 namespace {
@@ -352,7 +352,7 @@ __global__ void finalize_stats(const float* partials, int chunks, const T* x, Sh
 }
 
 // Training statistics from per-channel sums of x and x^2 over M values each (a fused conv's
-// statistics, kernels.h bn_finalize_sums), in double: the variance as E[x^2] - E[x]^2. The sums are
+// statistics, batchnorm.h bn_finalize_sums), in double: the variance as E[x^2] - E[x]^2. The sums are
 // zeroed once read, ready for the conv's next accumulation.
 __global__ void finalize_sums(float* sum, float* sqsum, double M, BnChannelState bn, int C, __half* scale_h,
                               __half* shift_h) {

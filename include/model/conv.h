@@ -15,7 +15,6 @@
 #include <cudnn.h>
 
 #include "model/autotune_cache.h"
-#include "kernels.h"
 #include "core/types.h"
 
 struct ConvGeometry {

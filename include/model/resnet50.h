@@ -19,7 +19,8 @@
 #include "model/fused_conv.h"
 #include "core/graph_memsets.h"
 #include "core/handles.h"
-#include "kernels.h"
+#include "kernels/batchnorm.h"
+#include "kernels/loss.h"
 #include "core/memory.h"
 #include "model/params.h"
 

@@ -6,7 +6,7 @@
 // means the loss itself is NaN/Inf, not an overflow: also divergence.
 #pragma once
 
-#include "kernels.h"
+#include "kernels/optimizer.h"
 
 constexpr float kMinLossScale = 1.0f / 1024;
 constexpr float kMaxLossScale = 16777216.0f;  // 2^24

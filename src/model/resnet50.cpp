@@ -10,6 +10,7 @@
 #include "model/linear.h"
 #include "model/resnet50_spec.h"
 #include "core/rng.h"
+#include "kernels/pooling.h"
 #include "model/resnet50_parts.h"
 
 namespace {

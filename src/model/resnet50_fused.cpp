@@ -26,6 +26,7 @@
 
 #include "core/check.h"
 #include "core/elapsed.h"
+#include "kernels/cast.h"
 #include "model/resnet50.h"
 #include "model/resnet50_parts.h"
 

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "core/handles.h"
-#include "kernels.h"
+#include "kernels/batchnorm.h"
 #include "model/autotune_cache.h"
 #include "model/fused_conv.h"
 #include "model/gemm_conv.h"

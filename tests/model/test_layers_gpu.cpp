@@ -29,7 +29,12 @@
 #include "core/errors.h"
 #include "support/bn_data.h"
 #include "support/gpu_test_util.h"
-#include "kernels.h"
+#include "kernels/batchnorm.h"
+#include "kernels/cast.h"
+#include "kernels/loss.h"
+#include "kernels/normalize.h"
+#include "kernels/optimizer.h"
+#include "kernels/pooling.h"
 #include "model/linear.h"
 #include "train/loss_scale.h"
 

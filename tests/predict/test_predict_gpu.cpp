@@ -15,7 +15,8 @@
 #include <vector>
 
 #include "core/errors.h"
-#include "kernels.h"
+#include "kernels/cast.h"
+#include "kernels/loss.h"
 #include "model/gemm_conv.h"
 #include "model/resnet50_spec.h"
 #include "pipeline/egress_copy.h"
