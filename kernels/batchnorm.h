@@ -1,4 +1,9 @@
-// Launchers of the batch-norm kernels (kernels/batchnorm.cu).
+// Launchers of the batch-norm kernels, by what they do:
+//   kernels/batchnorm_stats.cu      training statistics: reduction over the batch, then finalize
+//   kernels/batchnorm_apply.cu      the forward's elementwise apply (affine, residual, ReLU)
+//   kernels/batchnorm_backward.cu   backward: reduction, finalize and elementwise apply
+//   kernels/batchnorm_eval.cu       evaluation scale/shift, and BN scales folded into filters
+// and what they share (geometry, the reductions, per-channel helpers) in batchnorm_common.cuh.
 //
 // Training-mode batch norm is split as: statistics (partial sums per chunk of rows), a per-channel
 // finalize (deterministic, fixed summation order), then an elementwise apply that fuses the affine
