@@ -8,7 +8,6 @@
 
 #include "optimizer.h"
 #include "common.cuh"
-#include "train/loss_scale.h"
 
 namespace trainer_kernels {  // why: kernels/common.cuh
 namespace {

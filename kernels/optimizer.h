@@ -1,4 +1,5 @@
-// Launchers of the optimizer and loss-scaling kernels (kernels/optimizer.cu).
+// Launchers of the optimizer and loss-scaling kernels (kernels/optimizer.cu), and the loss-scaling
+// rule the kernel applies every step, which the CPU tests check on its own.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +17,34 @@ struct ScalerState {
   int diverged;             // fp32: a non-finite step stops training; fp16: scale collapsed
 };
 
+// The loss-scaling rule. As PyTorch's GradScaler: an overflow (any gradient NaN/Inf) skips the step
+// and halves the scale; after `window` consecutive good steps the scale doubles. fp32 builds use a
+// fixed scale of 1, and there a non-finite step means the run has diverged. A scale that collapses
+// below kMinLossScale means the loss itself is NaN/Inf, not an overflow: also divergence.
+constexpr float kMinLossScale = 1.0f / 1024;
+constexpr float kMaxLossScale = 16777216.0f;  // 2^24
+
+HOST_DEVICE inline void apply_loss_scale_rule(ScalerState& s, bool dynamic, int window) {
+  if (!dynamic) {
+    if (s.found_inf) {
+      s.skipped_steps += 1;
+      s.diverged = 1;
+    }
+    s.found_inf = 0;
+    return;
+  }
+  if (s.found_inf) {
+    s.scale *= 0.5f;
+    s.good_steps = 0;
+    s.skipped_steps += 1;
+    if (s.scale < kMinLossScale) s.diverged = 1;
+  } else if (++s.good_steps >= window) {
+    if (s.scale * 2.0f <= kMaxLossScale) s.scale *= 2.0f;
+    s.good_steps = 0;
+  }
+  s.found_inf = 0;
+}
+
 struct SgdArgs {
   float* w;                 // fp32 master weights, n
   float* momentum;          // n
@@ -32,5 +61,5 @@ struct SgdArgs {
 void check_grads_finite(const SgdArgs& a, ScalerState* state, cudaStream_t stream);
 // Unscales and applies Nesterov SGD unless found_inf; writes the fp16 copy.
 void sgd_update(const SgdArgs& a, const ScalerState* state, cudaStream_t stream);
-// Applies the scaling rule (loss_scale.h) and clears found_inf for the next step.
+// Applies the scaling rule (apply_loss_scale_rule) and clears found_inf for the next step.
 void loss_scale_update(ScalerState* state, bool dynamic, int window, cudaStream_t stream);

@@ -13,7 +13,6 @@
 
 #include "kernels/optimizer.h"
 #include "support/gpu_test_util.h"
-#include "train/loss_scale.h"
 
 namespace {
 
@@ -192,7 +191,7 @@ TEST(GpuSgd, FiniteGradientsLeaveFoundInfClear) {
   }
 }
 
-// Every branch of the scaling rule (loss_scale.h), with the state it must lead to.
+// Every branch of the scaling rule (kernels/optimizer.h), with the state it must lead to.
 struct LossScaleCase {
   const char* what;
   ScalerState before;
