@@ -47,8 +47,9 @@ GENCODE    := $(foreach a,$(SASS_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
 uniq      = $(if $(1),$(firstword $(1)) $(call uniq,$(filter-out $(firstword $(1)),$(1))))
 INC_DIRS := $(call uniq,$(CUDA_HOME)/include $(CUDNN_INC) $(CUPTI_INC) $(NCCL_INC))
 LIB_DIRS := $(call uniq,$(CUDA_HOME)/lib64 $(CUDNN_LIB) $(CUPTI_LIB) $(NCCL_LIB))
-# include/: the public headers; src/: the few private to a concern (model/cudnn/, the model's layers).
-INCLUDES := -Iinclude -Isrc $(addprefix -I,$(INC_DIRS)) -isystem $(STB_INCLUDE)
+# include/: the public headers; src/: the few private to a concern (model/cudnn/, the model's layers);
+# the root: each kernel family's header beside its .cu ("kernels/<family>.h").
+INCLUDES := -Iinclude -Isrc -I. $(addprefix -I,$(INC_DIRS)) -isystem $(STB_INCLUDE)
 CXXFLAGS := -std=c++20 -O2 -g -Wall -Wextra -Wno-unused-parameter $(INCLUDES)
 NVFLAGS  := -std=c++20 -O3 -g -lineinfo $(GENCODE) --expt-relaxed-constexpr -Xcompiler -Wall $(INCLUDES)
 LDFLAGS  := $(addprefix -L,$(LIB_DIRS)) $(addprefix -Wl$(comma)-rpath$(comma),$(LIB_DIRS))

@@ -1,7 +1,7 @@
 // fp32 <-> fp16 copies: the fp16 working copy of the weights after init or resume, and reading
 // fp16 tensors back for tests and checks.
+#include "cast.h"
 #include "common.cuh"
-#include "kernels.h"
 
 namespace trainer_kernels {  // why: kernels/common.cuh
 namespace {

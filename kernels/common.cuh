@@ -1,5 +1,11 @@
 // Device helpers shared by the kernel families: fp32/fp16 conversion and 16-byte vector access.
 //
+// Each family's launchers are declared in its header beside its .cu (kernels/pooling.h for
+// kernels/pooling.cu, ...). Activations are passed to them as void* with their DType and Layout
+// (from the tensor descriptors), so the same launchers serve every variant of the ladder and the
+// tests can run any combination in one binary. Every launcher checks its launch and returns
+// immediately (stream-ordered).
+//
 // Every kernel of this project is defined in namespace trainer_kernels (inside an anonymous one, so
 // helpers stay private to their file), which puts "trainer_kernels" in each kernel's mangled name:
 // that is how a tool tells our kernels from cuDNN's and cuBLAS's. `make sanitize-gpu` runs racecheck

@@ -1,11 +1,11 @@
-// Memsets as one kernel (kernels.h, "memsets as a kernel"): each region is filled exactly as
+// Memsets as one kernel (fill.h): each region is filled exactly as
 // cudaMemset/cudaMemset2D would (value truncated to the element size, `height` rows of `width`
 // elements, `pitch` bytes apart), one region after the other in the same grid-stride loop.
 #include <algorithm>
 #include <cstdint>
 
+#include "fill.h"
 #include "common.cuh"
-#include "kernels.h"
 
 namespace trainer_kernels {  // why: kernels/common.cuh
 namespace {

@@ -4,8 +4,8 @@
 // deterministic and lets a single thread fold them into the epoch totals without atomics.
 #include <cfloat>
 
+#include "loss.h"
 #include "common.cuh"
-#include "kernels.h"
 
 namespace trainer_kernels {  // why: kernels/common.cuh
 namespace {

@@ -2,8 +2,8 @@
 //
 // The host sends uint8 (a quarter of the bytes of fp32); this kernel applies (x/255 - mean)/std in
 // the activation type and layout, replicating a grey channel to the model's three.
+#include "normalize.h"
 #include "common.cuh"
-#include "kernels.h"
 
 namespace trainer_kernels {  // why: kernels/common.cuh
 namespace {

@@ -6,9 +6,8 @@
 // linear bias (fp32 gradients from our kernels, not decayed).
 #include <cstdint>
 
+#include "optimizer.h"
 #include "common.cuh"
-#include "kernels.h"
-#include "train/loss_scale.h"
 
 namespace trainer_kernels {  // why: kernels/common.cuh
 namespace {

@@ -1,6 +1,6 @@
 // Global average pooling: [N, C, H, W] in either layout to [N, C] row-major, and its gradient.
+#include "pooling.h"
 #include "common.cuh"
-#include "kernels.h"
 
 namespace trainer_kernels {  // why: kernels/common.cuh
 namespace {

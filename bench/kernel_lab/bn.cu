@@ -1,4 +1,4 @@
-// The batch-norm operations on their own (kernels/batchnorm.cu), in every format the ladder runs:
+// The batch-norm operations on their own (kernels/batchnorm_*.cu), in every format the ladder runs:
 //   bn-stats     the batch statistics of x, and from them scale, shift and the running statistics
 //   bn-apply     y = relu(x * scale + shift)
 //   bn-backward  dx, dgamma and dbeta from dy and x through the BN and its ReLU (a block's inner BNs)

@@ -1,6 +1,7 @@
-// The residual join of a bottleneck block (kernels/batchnorm.cu), at the block outputs, in every
-// format the ladder runs. x is conv3's output with its BN (bn); x2 is either the projection
-// shortcut's conv output with its own BN (bn2) or, at an identity join, the block input itself:
+// The residual join of a bottleneck block (kernels/batchnorm_apply.cu and batchnorm_backward.cu),
+// at the block outputs, in every format the ladder runs. x is conv3's output with its BN (bn); x2
+// is either the projection shortcut's conv output with its own BN (bn2) or, at an identity join,
+// the block input itself:
 //   join-projection-forward   y = relu(bn(x) + bn2(x2))
 //   join-identity-forward     y = relu(bn(x) + x2)
 //   join-projection-backward  dx, dx2 and both BNs' gamma/beta gradients from dy and the stored y

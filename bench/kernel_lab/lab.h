@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "core/handles.h"
-#include "kernels.h"
+#include "kernels/batchnorm.h"
 #include "measure/kernel_lab.h"
 #include "model/conv.h"
 #include "model/fused_conv.h"

@@ -1,4 +1,4 @@
-// The small vocabulary shared by layers, loaders and the settings switchboard.
+// The small vocabulary shared by layers, kernels, loaders and the settings switchboard.
 #pragma once
 
 #include <cstddef>
@@ -26,3 +26,11 @@ inline const char* algo_policy_name(AlgoPolicy p) {
 }
 inline const char* conv_api_name(ConvApi a) { return a == ConvApi::Legacy ? "legacy" : "graph"; }
 inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
+
+// The N, C, H, W of an activation tensor.
+struct Shape4 {
+  int n = 0, c = 0, h = 0, w = 0;
+  HOST_DEVICE size_t count() const { return size_t(n) * c * h * w; }
+  HOST_DEVICE size_t per_channel() const { return size_t(n) * h * w; }
+  bool operator==(const Shape4& o) const { return n == o.n && c == o.c && h == o.h && w == o.w; }
+};

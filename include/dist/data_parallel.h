@@ -31,7 +31,7 @@
 #include "dist/buckets.h"
 #include "dist/fingerprint.h"
 #include "dist/launch_env.h"
-#include "kernels.h"
+#include "kernels/loss.h"
 #include "model/params.h"
 
 class NcclComm;

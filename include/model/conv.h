@@ -14,7 +14,6 @@
 
 #include <cudnn.h>
 
-#include "kernels.h"
 #include "model/autotune_cache.h"
 #include "core/types.h"
 

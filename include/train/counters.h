@@ -11,7 +11,8 @@
 #include "core/errors.h"
 #include "core/handles.h"
 #include "core/memory.h"
-#include "kernels.h"
+#include "kernels/loss.h"
+#include "kernels/optimizer.h"
 
 struct DeviceCounters {
   LossTotals train;  // since the start of the epoch

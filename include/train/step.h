@@ -7,7 +7,8 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels.h"
+#include "kernels/loss.h"
+#include "kernels/optimizer.h"
 #include "model/training_network.h"
 #include "pipeline/loader.h"
 #include "train/step_graph.h"

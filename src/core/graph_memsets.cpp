@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/check.h"
-#include "kernels.h"
+#include "kernels/fill.h"
 
 namespace {
 

@@ -15,6 +15,7 @@
 #include "dist/nccl_comm.h"
 #include "dist/peer_watch.h"
 #include "dist/rendezvous.h"
+#include "kernels/cast.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include "core/format.h"
 #include "core/handles.h"
 #include "core/memory.h"
-#include "kernels.h"
+#include "kernels/batchnorm.h"
 
 namespace {
 

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "kernels/pooling.h"
 #include "model/linear.h"
 #include "model/resnet50_layers.h"
 #include "model/resnet50_spec.h"

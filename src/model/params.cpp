@@ -4,7 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "core/check.h"
-#include "kernels.h"
+#include "kernels/cast.h"
 
 size_t filter_storage_index(const ParamTensor& t, size_t e, Layout l) {
   if (t.kind != ParamKind::ConvWeight || l == Layout::NCHW) return e;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels.h"
+#include "kernels/batchnorm.h"
 #include "model/conv.h"
 #include "model/params.h"
 

@@ -8,6 +8,9 @@
 
 #include "core/check.h"
 #include "core/elapsed.h"
+#include "kernels/cast.h"
+#include "kernels/loss.h"
+#include "kernels/pooling.h"
 #include "model/fused_conv.h"
 #include "model/fusion_planner.h"
 #include "model/linear.h"

@@ -6,7 +6,7 @@
 #include "pipeline/batch_ring.h"
 #include "core/check.h"
 #include "core/handles.h"
-#include "kernels.h"
+#include "kernels/normalize.h"
 #include "core/memory.h"
 
 namespace {

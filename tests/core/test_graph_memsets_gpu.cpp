@@ -11,7 +11,7 @@
 #include "core/cuda_graph.h"
 #include "core/graph_memsets.h"
 #include "core/memory.h"
-#include "kernels.h"
+#include "kernels/fill.h"
 #include "support/gpu_test_util.h"
 
 namespace {

@@ -18,6 +18,7 @@
 #include "dist/buckets.h"
 #include "dist/data_parallel.h"
 #include "dist/socket.h"
+#include "kernels/cast.h"
 #include "model/autotune_cache.h"
 #include "model/training_network.h"
 #include "support/gpu_test_util.h"

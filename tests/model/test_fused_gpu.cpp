@@ -3,8 +3,9 @@
 // (1x1, 3x3, stride 2):
 // each output against ||gpu - ref|| / ||ref|| <= 1e-2 (fp16), the per-channel sums and BN
 // gradients too. A pattern cuDNN refuses on this GPU skips its test with cuDNN's reason (the
-// network then runs that conv unfused, which test_layers_gpu.cpp covers); the finalize kernel and
-// the report are checked on their own. Without a GPU every test but the report skips.
+// network then runs that conv unfused, which test_conv_linear_gpu.cpp and tests/kernels/ cover);
+// the finalize kernel and the report are checked on their own. Without a GPU every test but the
+// report skips.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,7 +13,7 @@
 #include <string>
 
 #include "core/handles.h"
-#include "kernels.h"
+#include "kernels/batchnorm.h"
 #include "model/autotune_cache.h"
 #include "model/fused_conv.h"
 #include "model/gemm_conv.h"
@@ -27,11 +28,6 @@ using ref::Vec;
 
 constexpr double kTol = kTolF16;
 const Layout kL = Layout::NHWC;
-
-GpuContext& ctx() {
-  static GpuContext* c = new GpuContext;
-  return *c;
-}
 
 struct Case {
   const char* name;

@@ -14,7 +14,9 @@
 #include <sstream>
 
 #include "core/handles.h"
-#include "kernels.h"
+#include "kernels/cast.h"
+#include "kernels/loss.h"
+#include "kernels/optimizer.h"
 #include "model/training_network.h"
 #include "core/rng.h"
 #include "support/gpu_test_util.h"

@@ -15,7 +15,8 @@
 #include <vector>
 
 #include "core/errors.h"
-#include "kernels.h"
+#include "kernels/cast.h"
+#include "kernels/loss.h"
 #include "model/fused_conv.h"
 #include "model/gemm_conv.h"
 #include "model/inference_network.h"

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <random>
 
-#include "kernels.h"
+#include "kernels/batchnorm.h"
 #include "model/conv.h"
 #include "support/device_data.h"
 

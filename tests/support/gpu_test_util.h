@@ -1,10 +1,18 @@
-// Helpers of the GPU layer tests: the data helpers of support/device_data.h, skipping without a
-// GPU, random data seeded from the test's name, and the error measure as a GoogleTest assertion.
+// Helpers of the GPU layer and kernel tests: the data helpers of support/device_data.h, skipping
+// without a GPU, random data seeded from the test's name, the error measure as a GoogleTest
+// assertion, one GPU context for the test binary, and the types and layouts the kernels run in.
+//
+// Each test draws fresh random inputs (seeded from its name), poisons every output with NaN bytes
+// first (an element a kernel leaves unwritten fails the comparison), and compares with
+// ||gpu - ref|| / ||ref||: fp32 with TF32 off <= 1e-4, TF32 <= 5e-3, fp16 <= 1e-2. Quantities the
+// kernels compute in fp32 from exactly representable inputs (BN statistics and gamma/beta
+// gradients, the loss, the optimizer step) are held to the fp32 bound in either precision.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <ostream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -20,6 +28,29 @@
   } while (0)
 
 namespace gpu_test {
+
+// One context for the whole binary: creating cuDNN/cuBLAS handles per test would dominate the run
+// time. Never destroyed, so nothing is torn down after the CUDA runtime at exit.
+inline GpuContext& ctx() {
+  static GpuContext* c = new GpuContext;
+  return *c;
+}
+
+// The activation types and layouts the kernels run in, as a test parameter.
+struct Variant {
+  DType t;
+  Layout l;
+};
+inline const Variant kVariants[] = {{DType::F32, Layout::NCHW}, {DType::F32, Layout::NHWC},
+                                    {DType::F16, Layout::NCHW}, {DType::F16, Layout::NHWC}};
+
+inline std::string variant_name(const Variant& v) { return std::string(dtype_name(v.t)) + "_" + layout_name(v.l); }
+inline void PrintTo(const Variant& v, std::ostream* os) { *os << variant_name(v); }
+inline std::string variant_param_name(const testing::TestParamInfo<Variant>& info) { return variant_name(info.param); }
+
+inline std::string dims_name(const ref::Dims& d) {
+  return std::to_string(d.n) + "x" + std::to_string(d.c) + "x" + std::to_string(d.h) + "x" + std::to_string(d.w);
+}
 
 // Random data seeded from the test's full name (and `salt`).
 inline std::mt19937_64 test_rng(const std::string& salt = "") {

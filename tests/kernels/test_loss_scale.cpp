@@ -1,5 +1,6 @@
-// The dynamic loss-scaling rule (loss_scale.h), on the CPU: the single-step cases one by one, then a
-// long random run against a reference written from the rule's closed form rather than step by step.
+// The dynamic loss-scaling rule (kernels/optimizer.h), on the CPU: the single-step cases one by
+// one, then a long random run against a reference written from the rule's closed form rather than
+// step by step.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "train/loss_scale.h"
+#include "kernels/optimizer.h"
 
 namespace {
 

@@ -1,0 +1,123 @@
+// Launchers of the batch-norm kernels, by what they do:
+//   kernels/batchnorm_stats.cu      training statistics: reduction over the batch, then finalize
+//   kernels/batchnorm_apply.cu      the forward's elementwise apply (affine, residual, ReLU)
+//   kernels/batchnorm_backward.cu   backward: reduction, finalize and elementwise apply
+//   kernels/batchnorm_eval.cu       evaluation scale/shift, and BN scales folded into filters
+// and what they share (geometry, the reductions, per-channel helpers) in batchnorm_common.cuh.
+//
+// Training-mode batch norm is split as: statistics (partial sums per chunk of rows), a per-channel
+// finalize (deterministic, fixed summation order), then an elementwise apply that fuses the affine
+// transform with the residual add and ReLU. Backward mirrors it: reduce, finalize, apply.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "core/types.h"
+
+constexpr float kBnEps = 1e-5f;
+constexpr float kBnMomentum = 0.1f;  // running = (1 - m) * running + m * batch (PyTorch's convention)
+
+struct BnChannelState {     // per-channel fp32 vectors of one BN layer, each of length C
+  const float* gamma;
+  const float* beta;
+  float* running_mean;
+  float* running_var;
+  float* save_mean;         // batch mean (training) for backward
+  float* save_invstd;       // 1/sqrt(var + eps)
+  float* scale;             // gamma * invstd     (what apply multiplies by)
+  float* shift;             // beta - mean * scale
+  float* bwd_coef;          // 3*C: dx = k_dz * dz + k_x * x + k_c
+};
+
+// Scratch for the partial sums: at least bn_scratch_floats(shape) floats.
+size_t bn_scratch_floats(Shape4 s, DType t, Layout l);
+
+// Statistics of x, then mean/invstd/scale/shift and the running statistics.
+void bn_forward_train_stats(const void* x, Shape4 s, DType t, Layout l, const BnChannelState& bn,
+                            float* scratch, cudaStream_t stream);
+// The same from per-channel sums of x and x^2 over `per_channel` values each, as a fused conv
+// produces them (model/fused_conv.h); also writes scale and shift in fp16 to scale_h/shift_h unless
+// they are null. Leaves the sums zero: a step replayed as a CUDA graph then needs none of the
+// memsets with which cuDNN zeroes them before each conv (core/graph_memsets.h).
+void bn_finalize_sums(float* sum, float* sqsum, size_t per_channel, const BnChannelState& bn, int channels,
+                      void* scale_h, void* shift_h, cudaStream_t stream);
+// Evaluation: scale/shift from the running statistics.
+void bn_forward_eval_coefs(const BnChannelState& bn, int channels, cudaStream_t stream);
+// The same for many BNs in one launch (bin/predict's network, whose every BN is in evaluation mode),
+// with the fp16 copies of scale and shift where scale_h/shift_h are not null. `targets` is in
+// device memory; bit for bit what bn_forward_eval_coefs computes.
+struct BnEvalTarget {
+  BnChannelState st;
+  int channels;
+  void* scale_h;
+  void* shift_h;
+};
+void bn_forward_eval_coefs_all(const BnEvalTarget* targets, int count, int max_channels, cudaStream_t stream);
+// bin/predict's 1x1 convs that run as one cuBLASLt GEMM (model/gemm_conv.h) read their BN's scale
+// folded into the filter: w_folded[k][c] = fp16(w[k][c] * scale[k]), fp16, k-major (KRSC with r = 1),
+// from the scale bn_forward_eval_coefs_all wrote for this forward. One launch for every such conv
+// (`targets` in device memory); max_elements is the largest k * c among them.
+struct FilterFold {
+  const void* w;
+  const float* scale;
+  void* w_folded;
+  int k, c;
+};
+void fold_bn_into_filters(const FilterFold* targets, int count, size_t max_elements, cudaStream_t stream);
+
+// y = relu?(x * scale + shift + residual), residual = none, a raw tensor, or a second BN applied to
+// its own input (the projection shortcut, fused so its output is never stored).
+enum class Residual { None, Tensor, BatchNorm };
+struct ApplyArgs {
+  const void* x;
+  const float* scale;
+  const float* shift;
+  Residual residual = Residual::None;
+  const void* res = nullptr;          // the residual tensor, or the second BN's input
+  const float* res_scale = nullptr;   // second BN only
+  const float* res_shift = nullptr;
+  bool relu = true;
+  void* y;
+  // With relu: where the ReLU passed, one byte per 16-byte vector of y (bit j: its element j > 0 as
+  // stored), relu_bits_bytes(s, t) in all; backward reads it (ReluMask::FromBits) instead of y,
+  // 1/16 of the bytes in fp16. nullptr: not written.
+  uint8_t* relu_bits = nullptr;
+};
+void bn_apply(const ApplyArgs& a, Shape4 s, DType t, Layout l, cudaStream_t stream);
+size_t relu_bits_bytes(Shape4 s, DType t);
+
+// Backward. dz = dy * (ReLU passed) when the BN was followed by a ReLU; gamma/beta gradients of bn
+// (and of bn2, the projection shortcut's BN fed by the same dz) are written to dgamma/dbeta (fp32,
+// overwritten), and the coefficients for apply are stored in bn.bwd_coef.
+// When a residual was added before the ReLU, the mask comes from the stored forward output y, or
+// from the bits the forward wrote beside it (ApplyArgs::relu_bits; the same mask, 1/16 of the bytes
+// of y in fp16, read in each of the two backward passes); without a residual it is recomputed from
+// x with bn's scale/shift exactly as the forward rounded it (bit for bit the mask of y, one tensor
+// read less in each backward pass). scale/shift must then still be the ones of this BN's training
+// forward (an evaluation pass overwrites them).
+enum class ReluMask { None, FromOutput, FromInput, FromBits };
+struct BnBackwardArgs {
+  const void* dy;
+  // A second part of dy, summed as it is read, or nullptr: a block's input gradient arrives from its
+  // shortcut and from its main path (model/training_network.h).
+  const void* dy2 = nullptr;
+  ReluMask relu = ReluMask::None;
+  const void* y = nullptr;        // the forward output, for ReluMask::FromOutput
+  const uint8_t* relu_bits = nullptr;  // the forward's ReLU bits, for ReluMask::FromBits
+  const void* x;                  // the BN input
+  const BnChannelState* bn;
+  float* dgamma;
+  float* dbeta;
+  const void* x2 = nullptr;       // second BN (projection shortcut) or nullptr
+  const BnChannelState* bn2 = nullptr;
+  float* dgamma2 = nullptr;
+  float* dbeta2 = nullptr;
+  void* dx;                       // gradient wrt x (may alias dy)
+  void* dx2 = nullptr;            // gradient wrt x2
+  void* dres = nullptr;           // identity shortcut: receives dz (may alias dy)
+};
+void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* scratch,
+                 cudaStream_t stream);

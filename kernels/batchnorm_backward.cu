@@ -1,0 +1,277 @@
+// Batch-norm backward: reduction of dz and dz * xhat (and of the projection shortcut's second BN),
+// per-channel finalize to the gamma/beta gradients and the coefficients of dx, then the
+// elementwise apply, with the ReLU mask from the output, its bits or the input.
+#include "batchnorm_common.cuh"
+
+namespace trainer_kernels {  // why: kernels/common.cuh
+namespace {
+
+// A gradient that arrives in two parts (a block's input gradient: its shortcut's and its main
+// path's) is summed in fp32 as it is read: g[u] += dy2 at the same offsets.
+template <class T, int U, int V>
+__device__ __forceinline__ void add_second_part(const T* dy2, const size_t (&off)[U], float (&g)[U][V]) {
+  float g2[U][V];
+#pragma unroll
+  for (int u = 0; u < U; ++u) load_vec(dy2 + off[u], g2[u]);
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int j = 0; j < V; ++j) g[u][j] += g2[u][j];
+}
+
+template <class T, Layout L, ReluMask kMask, bool kDual>
+struct BackwardOp {  // sums of dz, dz * xhat, and dz * xhat2 for the second BN
+  static constexpr int kSums = kDual ? 3 : 2;
+  static constexpr int kLoads = 2 + (kMask == ReluMask::FromOutput) + kDual;
+  static constexpr int kUnroll = kLoads <= 2 ? 4 : 2;
+  static constexpr int V = kVec<T>;
+  const T *dy, *dy2, *y, *x, *x2;  // dy2: a second part of dy, or null
+  const uint8_t* bits;
+  const float *mean, *invstd, *mean2, *invstd2, *scale, *shift;
+  float m[V], is[V], m2[V], is2[V], sc[V], sh[V];
+  __device__ void begin(int c0) {
+    load_channel_consts<T, L>(mean, c0, m);
+    load_channel_consts<T, L>(invstd, c0, is);
+    if (kDual) {
+      load_channel_consts<T, L>(mean2, c0, m2);
+      load_channel_consts<T, L>(invstd2, c0, is2);
+    }
+    if (kMask == ReluMask::FromInput) {
+      load_channel_consts<T, L>(scale, c0, sc);
+      load_channel_consts<T, L>(shift, c0, sh);
+    }
+  }
+  template <int U>
+  __device__ void accumulate(const size_t (&off)[U], float (&acc)[kSums][V]) {
+    float g[U][V], xv[U][V], yv[U][V], x2v[U][V];
+    unsigned bv[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      load_vec(dy + off[u], g[u]);
+      load_vec(x + off[u], xv[u]);
+      if (kMask == ReluMask::FromOutput) load_vec(y + off[u], yv[u]);
+      if (kMask == ReluMask::FromBits) bv[u] = bits[off[u] / V];
+      if (kDual) load_vec(x2 + off[u], x2v[u]);
+    }
+    if (dy2) add_second_part(dy2, off, g);
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        bool pass = true;
+        if (kMask == ReluMask::FromOutput) pass = yv[u][j] > 0.f;
+        if (kMask == ReluMask::FromBits) pass = (bv[u] >> j) & 1u;
+        if (kMask == ReluMask::FromInput) pass = relu_passes<T>(xv[u][j], sc[j], sh[j]);
+        const float dz = pass ? g[u][j] : 0.f;
+        acc[0][j] += dz;
+        acc[1][j] += dz * (xv[u][j] - m[j]) * is[j];
+        if (kDual) acc[2][j] += dz * (x2v[u][j] - m2[j]) * is2[j];
+      }
+  }
+};
+
+// What backward_coefs reads of channel c, loaded before the first store (see ForwardInputs).
+struct BackwardInputs {
+  float invstd, gamma, mean;
+};
+__device__ __forceinline__ BackwardInputs load_backward_inputs(const BnChannelState& bn, int c) {
+  return {bn.save_invstd[c], bn.gamma[c], bn.save_mean[c]};
+}
+
+// dx = a*dz + k_x*x + k_c with a = gamma*invstd, k_x = -a*invstd*dgamma/M,
+// k_c = -a*dbeta/M - k_x*mean: the usual formula, expanded so apply needs no xhat.
+__device__ void backward_coefs(const BnChannelState& bn, const BackwardInputs& in, int C, int c, double dgamma,
+                               double dbeta, double M) {
+  const double invstd = in.invstd;
+  const double a = double(in.gamma) * invstd;
+  const double kx = -a * invstd * dgamma / M;
+  const double kc = -a * dbeta / M - kx * in.mean;
+  bn.bwd_coef[c] = static_cast<float>(a);
+  bn.bwd_coef[C + c] = static_cast<float>(kx);
+  bn.bwd_coef[2 * C + c] = static_cast<float>(kc);
+}
+
+__global__ void finalize_backward(const float* partials, int chunks, int C, size_t M, int sums,
+                                  BnChannelState bn, float* dgamma, float* dbeta,
+                                  BnChannelState bn2, float* dgamma2, float* dbeta2) {
+  const int c = blockIdx.x * kFinalizeWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (c >= C) return;
+  const BackwardInputs in = load_backward_inputs(bn, c);
+  const BackwardInputs in2 = sums == 3 ? load_backward_inputs(bn2, c) : BackwardInputs{};
+  const double t0 = sum_chunks(partials, 0, chunks, C, c, lane);
+  const double t1 = sum_chunks(partials, 1, chunks, C, c, lane);
+  const double t2 = sums == 3 ? sum_chunks(partials, 2, chunks, C, c, lane) : 0.0;
+  if (lane != 0) return;
+  dbeta[c] = static_cast<float>(t0);
+  dgamma[c] = static_cast<float>(t1);
+  backward_coefs(bn, in, C, c, t1, t0, double(M));
+  if (sums == 3) {
+    dbeta2[c] = static_cast<float>(t0);
+    dgamma2[c] = static_cast<float>(t2);
+    backward_coefs(bn2, in2, C, c, t2, t0, double(M));
+  }
+}
+
+// Device-side arguments of the backward apply (the host struct holds host pointers to BN state).
+struct BackwardApply {
+  const void *dy, *dy2, *y, *x, *x2;  // dy2: a second part of dy, or null
+  const uint8_t* bits;
+  const float *coef, *coef2;    // 3*C each: k_dz, k_x, k_c
+  const float *scale, *shift;   // the forward's, for a ReLU mask recomputed from x
+  void *dx, *dx2, *dres;
+};
+
+template <class T, Layout L, ReluMask kMask, bool kDual, bool kDres>
+__global__ void __launch_bounds__(kThreads) apply_backward(BackwardApply a, Shape4 s, unsigned vecs) {
+  constexpr int V = kVec<T>, U = kApplyUnroll<L>;
+  const int C = s.c;
+  const T* dy_in = static_cast<const T*>(a.dy);
+  const T* dy2_in = static_cast<const T*>(a.dy2);
+  const T* y_in = static_cast<const T*>(a.y);
+  const T* x_in = static_cast<const T*>(a.x);
+  const T* x2_in = static_cast<const T*>(a.x2);
+  const unsigned stride = gridDim.x * kThreads;
+  float ka[V], kx[V], kc[V], ka2[V], kx2[V], kc2[V], sc[V], sh[V];
+  int loaded = -1;
+  for (unsigned i0 = blockIdx.x * kThreads + threadIdx.x; i0 < vecs; i0 += U * stride) {
+    float g[U][V], x[U][V], y[U][V], x2[U][V];
+    unsigned bv[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const unsigned i = i0 + u * stride;
+      if (u > 0 && i >= vecs) break;
+      load_vec(dy_in + size_t(i) * V, g[u]);
+      load_vec(x_in + size_t(i) * V, x[u]);
+      if (kMask == ReluMask::FromOutput) load_vec(y_in + size_t(i) * V, y[u]);
+      if (kMask == ReluMask::FromBits) bv[u] = a.bits[i];
+      if (kDual) load_vec(x2_in + size_t(i) * V, x2[u]);
+      if (dy2_in) {
+        float g2[V];
+        load_vec(dy2_in + size_t(i) * V, g2);
+#pragma unroll
+        for (int j = 0; j < V; ++j) g[u][j] += g2[j];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const unsigned i = i0 + u * stride;
+      if (u > 0 && i >= vecs) break;
+      const int c0 = channel_of<T, L>(i, s);
+      if (c0 != loaded) {
+        load_channel_consts<T, L>(a.coef, c0, ka);
+        load_channel_consts<T, L>(a.coef + C, c0, kx);
+        load_channel_consts<T, L>(a.coef + 2 * C, c0, kc);
+        if (kDual) {
+          load_channel_consts<T, L>(a.coef2, c0, ka2);
+          load_channel_consts<T, L>(a.coef2 + C, c0, kx2);
+          load_channel_consts<T, L>(a.coef2 + 2 * C, c0, kc2);
+        }
+        if (kMask == ReluMask::FromInput) {
+          load_channel_consts<T, L>(a.scale, c0, sc);
+          load_channel_consts<T, L>(a.shift, c0, sh);
+        }
+        loaded = c0;
+      }
+      float dz[V], dx[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        bool pass = true;
+        if (kMask == ReluMask::FromOutput) pass = y[u][j] > 0.f;
+        if (kMask == ReluMask::FromBits) pass = (bv[u] >> j) & 1u;
+        if (kMask == ReluMask::FromInput) pass = relu_passes<T>(x[u][j], sc[j], sh[j]);
+        dz[j] = pass ? g[u][j] : 0.f;
+        dx[j] = ka[j] * dz[j] + kx[j] * x[u][j] + kc[j];
+      }
+      if (kDual) {
+        float dx2[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) dx2[j] = ka2[j] * dz[j] + kx2[j] * x2[u][j] + kc2[j];
+        store_vec(static_cast<T*>(a.dx2) + size_t(i) * V, dx2);
+      }
+      if (kDres) store_vec(static_cast<T*>(a.dres) + size_t(i) * V, dz);
+      store_vec(static_cast<T*>(a.dx) + size_t(i) * V, dx);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace trainer_kernels
+using namespace trainer_kernels;
+
+// Over 60 lines: reduce, finalize and apply of both BNs (and the identity shortcut) in the order
+// the data flows, kept together so the three launches read as one backward pass.
+void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* scratch, cudaStream_t stream) {
+  check_supported(s, t, l);
+  const bool dual = a.x2 != nullptr, dres = a.dres != nullptr;
+  if (a.relu == ReluMask::FromOutput && !a.y) throw Fatal("bn_backward: a ReLU mask from the output needs y");
+  if (a.relu == ReluMask::FromBits && !a.relu_bits) throw Fatal("bn_backward: a ReLU mask from bits needs relu_bits");
+  if ((dual || dres) && a.relu != ReluMask::FromOutput && a.relu != ReluMask::FromBits)
+    throw Fatal("bn_backward: with a residual the ReLU mask must come from the stored output y or its bits");
+  if (dual && dres) throw Fatal("bn_backward: a block has either a projection or an identity shortcut");
+  dispatch(t, l, [&]<class T, Layout L>() {
+    const ReduceGrid g = reduce_grid<T>(s, L);
+    auto reduce = [&]<ReluMask kMask, bool kDual>() {
+      BackwardOp<T, L, kMask, kDual> op{};
+      op.dy = static_cast<const T*>(a.dy);
+      op.dy2 = static_cast<const T*>(a.dy2);
+      op.y = static_cast<const T*>(a.y);
+      op.bits = a.relu_bits;
+      op.x = static_cast<const T*>(a.x);
+      op.x2 = static_cast<const T*>(a.x2);
+      op.mean = a.bn->save_mean;
+      op.invstd = a.bn->save_invstd;
+      op.scale = a.bn->scale;
+      op.shift = a.bn->shift;
+      if (kDual) {
+        op.mean2 = a.bn2->save_mean;
+        op.invstd2 = a.bn2->save_invstd;
+      }
+      launch_reduce<T, L>(op, s, g, scratch, stream);
+    };
+    // The combinations the network uses (and the tests): no ReLU; a ReLU without residual (mask
+    // from x in the network, from y in the tests); a ReLU after a residual (mask from the bits in
+    // the network, from y or the bits in the tests), with the identity shortcut's gradient (dres)
+    // or the projection's second BN (dual).
+    switch (a.relu) {
+      case ReluMask::None: reduce.template operator()<ReluMask::None, false>(); break;
+      case ReluMask::FromInput: reduce.template operator()<ReluMask::FromInput, false>(); break;
+      case ReluMask::FromOutput:
+        dual ? reduce.template operator()<ReluMask::FromOutput, true>()
+             : reduce.template operator()<ReluMask::FromOutput, false>();
+        break;
+      case ReluMask::FromBits:
+        dual ? reduce.template operator()<ReluMask::FromBits, true>()
+             : reduce.template operator()<ReluMask::FromBits, false>();
+        break;
+    }
+
+    const BnChannelState none{};
+    finalize_backward<<<finalize_blocks(s.c), 32 * kFinalizeWarps, 0, stream>>>(
+        scratch, g.chunks, s.c, s.per_channel(), dual ? 3 : 2, *a.bn, a.dgamma, a.dbeta,
+        dual ? *a.bn2 : none, a.dgamma2, a.dbeta2);
+    CUDA_CHECK_LAUNCH();
+
+    const unsigned vecs = static_cast<unsigned>(s.count() / kVec<T>);
+    const unsigned grid = grid_for((vecs + kApplyUnroll<L> - 1) / kApplyUnroll<L>, kThreads);
+    const BackwardApply args{a.dy, a.dy2, a.y, a.x, a.x2, a.relu_bits, a.bn->bwd_coef, dual ? a.bn2->bwd_coef : nullptr,
+                             a.bn->scale, a.bn->shift, a.dx, a.dx2, a.dres};
+    auto apply = [&]<ReluMask kMask, bool kDual, bool kDres>() {
+      apply_backward<T, L, kMask, kDual, kDres><<<grid, kThreads, 0, stream>>>(args, s, vecs);
+    };
+    switch (a.relu) {
+      case ReluMask::None: apply.template operator()<ReluMask::None, false, false>(); break;
+      case ReluMask::FromInput: apply.template operator()<ReluMask::FromInput, false, false>(); break;
+      case ReluMask::FromOutput:
+        if (dual) apply.template operator()<ReluMask::FromOutput, true, false>();
+        else if (dres) apply.template operator()<ReluMask::FromOutput, false, true>();
+        else apply.template operator()<ReluMask::FromOutput, false, false>();
+        break;
+      case ReluMask::FromBits:
+        if (dual) apply.template operator()<ReluMask::FromBits, true, false>();
+        else if (dres) apply.template operator()<ReluMask::FromBits, false, true>();
+        else apply.template operator()<ReluMask::FromBits, false, false>();
+        break;
+    }
+    CUDA_CHECK_LAUNCH();
+  });
+}

@@ -1,0 +1,122 @@
+// Training-mode batch-norm statistics: partial sums of x and x^2 per chunk of rows, then a
+// per-channel finalize to mean, invstd, scale, shift and the running statistics; and the same
+// finalize from the per-channel sums a fused conv accumulates.
+#include "batchnorm_common.cuh"
+
+namespace trainer_kernels {  // why: kernels/common.cuh
+namespace {
+
+template <class T, Layout L>
+struct StatsOp {  // sums of (x - shift) and (x - shift)^2
+  static constexpr int kSums = 2;
+  static constexpr int kUnroll = 4;
+  static constexpr int V = kVec<T>;
+  const T* x;
+  Shape4 s;
+  float shift[V];
+  __device__ void begin(int c0) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int c = L == Layout::NHWC ? c0 + j : c0;
+      shift[j] = to_float(x[L == Layout::NHWC ? size_t(c) : size_t(c) * s.h * s.w]);
+    }
+  }
+  template <int U>
+  __device__ void accumulate(const size_t (&off)[U], float (&acc)[kSums][V]) {
+    float v[U][V];
+#pragma unroll
+    for (int u = 0; u < U; ++u) load_vec(x + off[u], v[u]);
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float d = v[u][j] - shift[j];
+        acc[0][j] += d;
+        acc[1][j] += d * d;
+      }
+  }
+};
+
+// Channel c's batch mean and (biased) variance over M values -> save_mean, save_invstd, scale,
+// shift and the running statistics (unbiased variance, PyTorch's momentum convention); returns
+// scale and shift.
+__device__ Coefs store_batch_stats(const BnChannelState& bn, int c, const ForwardInputs& in, double mean, double var,
+                                  double M) {
+  const float invstd = static_cast<float>(1.0 / sqrt(var + kBnEps));
+  bn.save_mean[c] = static_cast<float>(mean);
+  bn.save_invstd[c] = invstd;
+  const float scale = in.gamma * invstd, shift = in.beta - static_cast<float>(mean) * scale;
+  bn.scale[c] = scale;
+  bn.shift[c] = shift;
+  const double unbiased = M > 1 ? var * M / (M - 1) : var;
+  bn.running_mean[c] = static_cast<float>((1.0 - kBnMomentum) * in.running_mean + kBnMomentum * mean);
+  bn.running_var[c] = static_cast<float>((1.0 - kBnMomentum) * in.running_var + kBnMomentum * unbiased);
+  return {scale, shift};
+}
+
+template <class T, Layout L>
+__global__ void finalize_stats(const float* partials, int chunks, const T* x, Shape4 s, BnChannelState bn) {
+  const int c = blockIdx.x * kFinalizeWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (c >= s.c) return;
+  const ForwardInputs in = load_forward_inputs(bn, c);
+  const double s1 = sum_chunks(partials, 0, chunks, s.c, c, lane);
+  const double s2 = sum_chunks(partials, 1, chunks, s.c, c, lane);
+  if (lane != 0) return;
+  const double M = double(s.per_channel());
+  const double shift = to_float(x[L == Layout::NHWC ? size_t(c) : size_t(c) * s.h * s.w]);
+  const double dmean = s1 / M;
+  double var = s2 / M - dmean * dmean;
+  if (var < 0) var = 0;
+  const double mean = shift + dmean;
+  store_batch_stats(bn, c, in, mean, var, M);
+}
+
+// Training statistics from per-channel sums of x and x^2 over M values each (a fused conv's
+// statistics, batchnorm.h bn_finalize_sums), in double: the variance as E[x^2] - E[x]^2. The sums are
+// zeroed once read, ready for the conv's next accumulation.
+__global__ void finalize_sums(float* sum, float* sqsum, double M, BnChannelState bn, int C, __half* scale_h,
+                              __half* shift_h) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const double s1 = sum[c], s2 = sqsum[c];
+  const ForwardInputs in = load_forward_inputs(bn, c);
+  sum[c] = 0.f;
+  sqsum[c] = 0.f;
+  const double mean = s1 / M;
+  double var = s2 / M - mean * mean;
+  if (var < 0) var = 0;
+  const Coefs k = store_batch_stats(bn, c, in, mean, var, M);
+  if (scale_h) {  // the fp16 copies a fused conv's prologue reads
+    scale_h[c] = __float2half_rn(k.scale);
+    shift_h[c] = __float2half_rn(k.shift);
+  }
+}
+
+}  // namespace
+}  // namespace trainer_kernels
+using namespace trainer_kernels;
+
+size_t bn_scratch_floats(Shape4 s, DType t, Layout l) {
+  ReduceGrid g{};
+  dispatch(t, l, [&]<class T, Layout L>() { g = reduce_grid<T>(s, L); });
+  return size_t(kMaxSums) * g.chunks * s.c;
+}
+
+void bn_forward_train_stats(const void* x, Shape4 s, DType t, Layout l, const BnChannelState& bn,
+                            float* scratch, cudaStream_t stream) {
+  check_supported(s, t, l);
+  dispatch(t, l, [&]<class T, Layout L>() {
+    const ReduceGrid g = reduce_grid<T>(s, L);
+    StatsOp<T, L> op{static_cast<const T*>(x), s, {}};
+    launch_reduce<T, L>(op, s, g, scratch, stream);
+    finalize_stats<T, L><<<finalize_blocks(s.c), 32 * kFinalizeWarps, 0, stream>>>(scratch, g.chunks, static_cast<const T*>(x), s, bn);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void bn_finalize_sums(float* sum, float* sqsum, size_t per_channel, const BnChannelState& bn, int channels,
+                      void* scale_h, void* shift_h, cudaStream_t stream) {
+  finalize_sums<<<channel_blocks(channels), 128, 0, stream>>>(sum, sqsum, double(per_channel), bn, channels,
+                                                             static_cast<__half*>(scale_h), static_cast<__half*>(shift_h));
+  CUDA_CHECK_LAUNCH();
+}
