@@ -35,8 +35,13 @@ std::string resolve_auto_in(const std::string& dir) {
     throw InputError(where + "the directory is not readable: " + std::strerror(errno));
   if (exists(dir + "/data_batch_1.bin")) return "cifar10";
   if (exists(dir + "/train-images-idx3-ubyte.gz") || exists(dir + "/train-images-idx3-ubyte")) return "fashion-mnist";
-  throw InputError(where + "holds neither CIFAR-10 (data_batch_1.bin) nor Fashion-MNIST (train-images-idx3-ubyte.gz "
-                   "or train-images-idx3-ubyte); give the directory that holds those files, or --data synthetic");
+  const std::string neither = "holds neither CIFAR-10 (data_batch_1.bin) nor Fashion-MNIST (train-images-idx3-ubyte.gz "
+                              "or train-images-idx3-ubyte)";
+  if (exists(dir + "/train/."))  // what an image folder holds (image_folder.h)
+    throw InputError(where + neither + " but a train/ directory: for a folder of your images (train/<class>/<images>), "
+                     "add --data folder");
+  throw InputError(where + neither + "; give the directory that holds those files, --data folder with a folder of "
+                   "images (DIR/train/<class>/<images>), or --data synthetic");
 }
 
 std::string resolve_auto(const std::string& dir) {

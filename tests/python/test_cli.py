@@ -346,8 +346,17 @@ class TrainCli(CliAssertions, unittest.TestCase):
 
     def test_auto_with_a_directory_of_neither_says_what_it_looked_for(self):
         line = self.assert_one_error_line(self.run_train("--data-dir", str(self.dir)), 1,
-                                          "holds neither CIFAR-10 (data_batch_1.bin) nor Fashion-MNIST")
+                                          "holds neither CIFAR-10 (data_batch_1.bin) nor Fashion-MNIST",
+                                          "--data folder with a folder of images")
         self.assertNotIn("install", line)
+
+    def test_auto_with_an_image_folder_says_to_add_data_folder(self):
+        # A newcomer's first try with their own images: --data-dir alone.
+        root = self.write_folder()
+        self.assert_one_error_line(self.run_train("--data-dir", str(root)), 1,
+                                   f"--data-dir {root}: holds neither CIFAR-10",
+                                   "but a train/ directory: for a folder of your images (train/<class>/<images>), "
+                                   "add --data folder")
 
     # ---- flags -----------------------------------------------------------------------------------
 
