@@ -10,6 +10,7 @@ import ctypes
 import math
 import os
 import re
+import shutil
 import struct
 import subprocess
 import tempfile
@@ -78,16 +79,24 @@ class TrainCli(CliAssertions, unittest.TestCase):
     def tearDown(self):
         self.tmp.cleanup()
 
-    def run_train(self, *args, hide_gpu=True, timeout=300):
+    def run_train(self, *args, hide_gpu=True, timeout=300, program=TRAIN, cwd=None):
         env = dict(os.environ)
         if hide_gpu:
             env["CUDA_VISIBLE_DEVICES"] = ""
         # In a scratch directory, so nothing (an autotune cache, a checkpoint) lands in the repository.
-        p = subprocess.run([str(TRAIN), *args], cwd=self.dir, env=env, capture_output=True, text=True,
+        p = subprocess.run([str(program), *args], cwd=cwd or self.dir, env=env, capture_output=True, text=True,
                            timeout=timeout)
         self.assert_no_crash(p, args)
         self.assertFalse(any(self.dir.glob("core*")), "a core file was written")
         return p
+
+    def fake_repository(self):
+        """bin/train in a repository of its own (bin/, a Makefile), as in a clone elsewhere; its root."""
+        repo = self.dir / "repo"
+        (repo / "bin").mkdir(parents=True)
+        (repo / "Makefile").write_text("")
+        copy_program(TRAIN, repo / "bin" / "train")
+        return repo
 
     # ---- help and usage errors -----------------------------------------------------------------
 
@@ -124,10 +133,11 @@ class TrainCli(CliAssertions, unittest.TestCase):
         p = self.run_train("--data", "synthetic", "--synthetic-size", "256", "--batch", "32")
         self.assert_one_error_line(p, 1, "no CUDA device")
 
-    def write_cifar(self, truncate=None):
-        """Six CIFAR-10 batch files of zeros (label 0, black images: valid); `truncate` loses 1000 bytes."""
-        data = self.dir / "cifar"
-        data.mkdir()
+    def write_cifar(self, truncate=None, data=None):
+        """Six CIFAR-10 batch files of zeros (label 0, black images: valid) in `data` (default: cifar/ of
+        the scratch directory); `truncate` loses 1000 bytes."""
+        data = data or self.dir / "cifar"
+        data.mkdir(parents=True)
         for name in CIFAR_FILES:
             with open(data / name, "wb") as f:
                 f.truncate(CIFAR_FILE_BYTES - (1000 if name == truncate else 0))  # sparse, instant
@@ -234,10 +244,12 @@ class TrainCli(CliAssertions, unittest.TestCase):
                 self.assert_one_error_line(p, 1, f"{flag} {bad}: the directory {self.dir / 'missing'} does not exist")
 
     def test_two_flags_naming_one_file_are_a_usage_error_before_the_data(self):
-        # bin/train writes its autotune cache (autotune-cache.txt unless --autotune-cache says where).
+        # bin/train writes its autotune cache (autotune-cache.txt of the repository unless
+        # --autotune-cache says where).
         data = self.write_cifar(truncate="data_batch_1.bin")
-        p = self.run_train("--data", "cifar10", "--data-dir", str(data), "--save", "autotune-cache.txt")
-        self.assert_one_error_line(p, 2, "--save and --autotune-cache name the same file, autotune-cache.txt")
+        cache = REPO / "autotune-cache.txt"
+        p = self.run_train("--data", "cifar10", "--data-dir", str(data), "--save", str(cache))
+        self.assert_one_error_line(p, 2, f"--save and --autotune-cache name the same file, {cache}")
         p = self.run_train("--data", "cifar10", "--data-dir", str(data), "--resume", "r.ckpt", "--loss-log", "./r.ckpt")
         self.assert_one_error_line(p, 2, "--resume and --loss-log name the same file, ./r.ckpt")
 
@@ -358,6 +370,30 @@ class TrainCli(CliAssertions, unittest.TestCase):
                                    "but a train/ directory: for a folder of your images (train/<class>/<images>), "
                                    "add --data folder")
 
+    # ---- run from another directory: the program's repository holds the data and the cache -------
+
+    def test_from_another_directory_the_data_of_the_programs_repository_is_found(self):
+        repo = self.fake_repository()
+        self.write_cifar(data=repo / "data" / "cifar-10-batches-bin")
+        elsewhere = self.dir / "elsewhere"
+        elsewhere.mkdir()
+        p = self.run_train("--batch", "32", program=repo / "bin" / "train", cwd=elsewhere)
+        self.assert_one_error_line(p, 1, "no CUDA device")
+        self.assertIn(f"data: cifar10 from {repo}/data/cifar-10-batches-bin: 50000 train, 10000 test images", p.stdout)
+
+    def test_from_another_directory_the_autotune_cache_is_the_programs_repositorys(self):
+        repo = self.fake_repository()
+        elsewhere = self.dir / "elsewhere"
+        elsewhere.mkdir()
+        help_text = self.run_train("--help", program=repo / "bin" / "train", cwd=elsewhere).stdout
+        self.assertIn(f"[default: {repo}/autotune-cache.txt]", help_text)
+        if not re.search(r"optimizations \[[^\]]*\bautotune\b", help_text):
+            self.skipTest("bin/train is not an autotuning build: it writes no autotune cache")
+        data = self.write_cifar(truncate="data_batch_1.bin")
+        p = self.run_train("--data-dir", str(data), "--save", str(repo / "autotune-cache.txt"),
+                           program=repo / "bin" / "train", cwd=elsewhere)
+        self.assert_one_error_line(p, 2, f"--save and --autotune-cache name the same file, {repo}/autotune-cache.txt")
+
     # ---- flags -----------------------------------------------------------------------------------
 
     def test_an_empty_value_is_a_usage_error(self):
@@ -382,6 +418,14 @@ class TrainCli(CliAssertions, unittest.TestCase):
         self.assert_one_error_line(self.run_train("--seed", "12345678901234567890"), 2, "--seed", "out of range [0, ")
 
 
+
+
+def copy_program(program, to):
+    """A hard link where the file system allows one (instant), else a copy."""
+    try:
+        os.link(program, to)
+    except OSError:
+        shutil.copy2(program, to)
 
 
 def mem_available():
