@@ -36,7 +36,8 @@ class SetUp {
   }
 
  private:
-  void check_output_paths() const;
+  void check_output_paths();
+  void check_cache_path();
   void load_data();
   void print_data_lines() const;
   void check_resume();
@@ -54,15 +55,31 @@ class SetUp {
   int workers_;
   std::unique_ptr<Checkpoint> resume_;  // --resume, checked; its state goes into the network at the start
   ZeroedRange kept_zero_{};             // the network's statistics_kept_zero(), for the step graph
+  bool cache_saved_ = true;             // the autotune cache's file can be written
 };
 
 // Every file the run will write is checked before the data is loaded and the GPU is touched: a path
 // found bad only when it is written would cost the run (the end-of-run save, the first loss log).
-void SetUp::check_output_paths() const {
+void SetUp::check_output_paths() {
   const bool cache_written = build_.algo == AlgoPolicy::Autotune && !opt_.deterministic;
   if (cache_written) check_files_distinct(opt_, true);  // parse_options checked the files but the cache
-  for (const auto& [flag, path] : output_files(opt_, cache_written))
+  for (const auto& [flag, path] : output_files(opt_, false))
     if (!path.empty()) check_output_path(path, flag);
+  if (cache_written) check_cache_path();
+}
+
+// The autotune cache only saves a later start its search: where its default place cannot be written
+// (a read-only checkout or working directory), the run measures without saving. A file the user
+// named must be writable.
+void SetUp::check_cache_path() {
+  try {
+    check_output_path(opt_.autotune_cache, "--autotune-cache");
+  } catch (const InputError& e) {
+    if (opt_.autotune_cache != default_autotune_cache()) throw;
+    ranks_.warn_once_per_machine(std::string(e.what()) + "; training without saving the measured algorithms "
+                                 "(--autotune-cache FILE saves them where they can be)");
+    cache_saved_ = false;
+  }
 }
 
 void SetUp::load_data() {
@@ -193,7 +210,7 @@ void SetUp::build_network() {
     for (const std::string& line : fusion_report_lines(s_.net->fusion_report())) std::printf("%s\n", line.c_str());
   else if (cfg.unfused_patterns)
     ranks_.warn_once(kNoFuseWithoutFusion);
-  if (measure && ranks_.writes() && s_.cache->changed()) s_.cache->save();  // new conv choices or fused plans
+  if (measure && cache_saved_ && ranks_.writes() && s_.cache->changed()) s_.cache->save();  // new choices or plans
   s_.params = static_cast<unsigned long>(s_.net->params().total());
   s_.autotune_s = s_.net->algo_report().search_s;
   kept_zero_ = s_.net->statistics_kept_zero();
@@ -214,8 +231,8 @@ void SetUp::print_conv_line(const AlgoReport& ar, bool measured, double build_s)
     std::printf("convs: all %d shapes from the autotune cache %s (no search; network built in %.1f s), %s API, "
                 "workspace %s\n", ar.shapes, opt_.autotune_cache.c_str(), build_s, api, ws.c_str());
   else
-    std::printf("convs: autotuned %d of %d shapes in %.2f s (saved to %s), %s API, workspace %s\n", ar.searched,
-                ar.shapes, ar.search_s, opt_.autotune_cache.c_str(), api, ws.c_str());
+    std::printf("convs: autotuned %d of %d shapes in %.2f s (%s %s), %s API, workspace %s\n", ar.searched, ar.shapes,
+                ar.search_s, cache_saved_ ? "saved to" : "not saved to", opt_.autotune_cache.c_str(), api, ws.c_str());
 }
 
 // The weights from the checkpoint, or fresh ones; on several ranks every rank then holds rank 0's.

@@ -394,6 +394,22 @@ class TrainCli(CliAssertions, unittest.TestCase):
                            program=repo / "bin" / "train", cwd=elsewhere)
         self.assert_one_error_line(p, 2, f"--save and --autotune-cache name the same file, {repo}/autotune-cache.txt")
 
+    def test_an_unwritable_default_autotune_cache_is_a_warning_not_an_error(self):
+        # A program outside a repository keeps its cache in the working directory; /proc takes no
+        # new files, whoever asks. A --autotune-cache the user names must still be writable (above).
+        if not re.search(r"optimizations \[[^\]]*\bautotune\b", self.run_train("--help").stdout):
+            self.skipTest("bin/train is not an autotuning build: it writes no autotune cache")
+        alone = self.dir / "alone"
+        alone.mkdir()
+        copy_program(TRAIN, alone / "train")
+        p = self.run_train(*SYNTHETIC, program=alone / "train", cwd="/proc")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        lines = p.stderr.splitlines()
+        self.assertEqual(len(lines), 2, lines)
+        self.assertRegex(lines[0], r"^warning: --autotune-cache autotune-cache.txt: cannot create files in the "
+                                   r"directory \.: .*; training without saving the measured algorithms ")
+        self.assertIn("no CUDA device", lines[1])
+
     # ---- flags -----------------------------------------------------------------------------------
 
     def test_an_empty_value_is_a_usage_error(self):
