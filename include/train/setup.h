@@ -1,7 +1,8 @@
 // The set-up of a training run: options -> data, GPU, network, data parallelism, resume. Each part
 // is checked before the next costs anything: the output paths before the data is read, the data and
-// the checkpoint before the GPU is touched. It prints the start lines (data, gpu, convs, data
-// parallel, step, resumed, model).
+// the checkpoint before the GPU is touched; but before images are decoded at start (an image folder
+// into memory, or its normalisation sample), which takes minutes for a large folder, the GPU is
+// looked for. It prints the start lines (data, gpu, convs, data parallel, step, resumed, model).
 #pragma once
 
 #include <memory>

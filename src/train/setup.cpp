@@ -1,6 +1,7 @@
 // The set-up of a training run (setup.h), part by part in the order they are made.
 #include "train/setup.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -14,6 +15,7 @@
 #include "model/fused_patterns.h"
 #include "model/resnet50_spec.h"
 #include "train/checkpointing.h"
+#include "train/decode_progress.h"
 #include "train/data_parallel_setup.h"
 
 namespace {
@@ -25,8 +27,9 @@ class SetUp {
 
   void run() {
     check_output_paths();
-    load_data();
+    read_data();
     check_resume();
+    normalise();
     if (ranks_.several()) join_ranks();
     set_up_gpu();
     start_point();
@@ -38,7 +41,9 @@ class SetUp {
  private:
   void check_output_paths();
   void check_cache_path();
-  void load_data();
+  void read_data();
+  void normalise();
+  void decoding_begins(const char* what, long images);
   void print_data_lines() const;
   void check_resume();
   void join_ranks();
@@ -56,6 +61,7 @@ class SetUp {
   std::unique_ptr<Checkpoint> resume_;  // --resume, checked; its state goes into the network at the start
   ZeroedRange kept_zero_{};             // the network's statistics_kept_zero(), for the step graph
   bool cache_saved_ = true;             // the autotune cache's file can be written
+  std::unique_ptr<DecodeProgress> decoding_;  // while images are decoded at start
 };
 
 // Every file the run will write is checked before the data is loaded and the GPU is touched: a path
@@ -82,22 +88,43 @@ void SetUp::check_cache_path() {
   }
 }
 
-void SetUp::load_data() {
+// The data set, read and checked (an image folder's files by their headers); --cache-decoded then
+// decodes the folder into memory.
+void SetUp::read_data() {
   ImageOptions images;
   images.side = opt_.image_size;
   images.skip_bad = opt_.skip_bad_images;
   images.cache_decoded = opt_.cache_decoded;
   images.threads = workers_;
+  images.before_decoding = [this](int n) { decoding_begins("data: decoding into memory", n); };
   s_.data = load_data_set(opt_.data, opt_.data_dir, opt_.synthetic_size, ranks_.global_batch(opt_.batch), opt_.seed,
                           images);
+  decoding_.reset();
   const Dataset& train = s_.data.split.train;
   if (train.classes() > kSoftmaxMaxClasses)
     throw InputError(s_.data.dir + ": " + std::to_string(train.classes()) + " classes; the loss kernel takes at most " +
                      std::to_string(kSoftmaxMaxClasses));
-  s_.norm = compute_normalization(train, workers_);
   s_.steps_per_epoch = train.count / ranks_.global_batch(opt_.batch);
   for (const std::string& w : s_.data.warnings) ranks_.warn_once(w);
+}
+
+// The input normalisation's statistics (of a sample decoded now, for images decoded every epoch),
+// then the data lines that report them.
+void SetUp::normalise() {
+  const Dataset& train = s_.data.split.train;
+  if (train.decoded_on_demand)
+    decoding_begins("normalisation: decoding a sample", std::min(train.count, kNormalizationSample));
+  s_.norm = compute_normalization(train, workers_);
+  decoding_.reset();
   print_data_lines();
+}
+
+// Decoding a large folder takes minutes: the GPU is looked for first, so that a machine without one
+// learns it at once, and the work says how far it is once it runs long.
+void SetUp::decoding_begins(const char* what, long images) {
+  require_cuda_device();
+  const long before = images_decoded();
+  decoding_ = std::make_unique<DecodeProgress>(what, images, [before] { return images_decoded() - before; });
 }
 
 void SetUp::print_data_lines() const {

@@ -177,16 +177,17 @@ class TrainCli(CliAssertions, unittest.TestCase):
             path.write_bytes(path.read_bytes()[:-20])
         return root
 
-    def test_folder_prints_its_data_line_and_classes_then_stops_at_the_gpu(self):
+    def test_folder_stops_at_the_gpu_before_decoding_any_image(self):
+        # Decoding a large folder into memory, or its normalisation sample, takes minutes: the GPU is
+        # looked for first. (Its files' headers are checked before: the tests below.)
         root = self.write_folder()
-        p = self.run_train("--data", "folder", "--data-dir", str(root), "--batch", "2", "--image-size", "64")
-        self.assert_one_error_line(p, 1, "no CUDA device")
-        self.assertIn(f"data: folder {root}: 6 train, 6 test images, 2 classes, 64x64, 3 channels", p.stdout)
-        self.assertIn("classes: cat, dog", p.stdout)
-        self.assertIn("normalisation: mean", p.stdout)
-        p = self.run_train("--data", "folder", "--data-dir", str(root), "--batch", "2", "--cache-decoded")
-        self.assert_one_error_line(p, 1, "no CUDA device")
-        self.assertRegex(p.stdout, r"cache: decoded 12 images into .* with \d+ threads?: [\d,]+ images/s")
+        for extra in ([], ["--cache-decoded"]):
+            with self.subTest(extra=extra):
+                p = self.run_train("--data", "folder", "--data-dir", str(root), "--batch", "2", "--image-size", "64",
+                                   *extra)
+                self.assert_one_error_line(p, 1, "no CUDA device")
+                self.assertNotIn("cache: decoded", p.stdout)
+                self.assertNotIn("normalisation:", p.stdout)
 
     def test_truncated_png_in_a_folder_is_one_line_naming_it_before_the_gpu(self):
         root = self.write_folder(truncate="dog/rgb.png")
@@ -204,7 +205,6 @@ class TrainCli(CliAssertions, unittest.TestCase):
         self.assertTrue(lines[0].startswith("warning: --skip-bad-images: left out 1 bad image file ("), lines[0])
         self.assertIn(str(root / "train" / "dog" / "rgb.png"), lines[0])
         self.assertIn("no CUDA device", lines[1])
-        self.assertIn("5 train, 6 test images", p.stdout)
 
     def test_folder_without_data_dir_exits_2(self):
         self.assert_one_error_line(self.run_train("--data", "folder"), 2, "--data-dir")
