@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,10 @@ struct ImageOptions {
   bool cache_decoded = false;     // --cache-decoded
   int threads = 1;                // threads that decode at start (the header pass uses every core)
   std::string meminfo = "/proc/meminfo";  // where MemAvailable is read (tests point it elsewhere)
+  // cache_decoded: called with the number of images once the header pass has kept them and their
+  // size fits in memory, before any is decoded (minutes for a large folder): bin/train looks for its
+  // GPU here, and starts its progress lines.
+  std::function<void(int images)> before_decoding;
 };
 
 // What loading found, for the start-up lines.
@@ -52,6 +57,10 @@ struct FolderData {
 };
 
 FolderData load_image_folder(const std::string& dir, const ImageOptions& o);
+
+// Images decoded so far by this process, into the cache or one at a time (image_pixels): what a
+// long decoding's progress lines count.
+long images_decoded();
 
 // ---- the pieces, for the tests ----------------------------------------------------------------------
 bool has_image_extension(const std::string& file_name);

@@ -1,6 +1,7 @@
 // What the trainer hands to data-parallel training (dist/data_parallel.h): the fingerprint every
 // rank must share (its build, the flags that shape the computation, the data, the checkpoint it
-// resumes), the settings from the flags, and the batch rule of a resume on another number of GPUs.
+// resumes), the settings from the flags, the batch rule of a resume on another number of GPUs, and
+// the network's state that every rank must hold alike.
 #pragma once
 
 #include <string>
@@ -8,6 +9,7 @@
 #include "data/dataset.h"
 #include "dist/data_parallel.h"
 #include "dist/fingerprint.h"
+#include "model/training_network.h"
 #include "train/build.h"
 #include "train/checkpoint.h"
 #include "train/options.h"
@@ -25,3 +27,9 @@ DataParallelConfig data_parallel_config(const BuildSettings& b, const Options& o
 // number of GPUs whose --batch (per GPU) times that number equals it, and then continues with the
 // same steps, learning rates and data order. InputError naming the --batch to use otherwise.
 void check_global_batch(const CheckpointMeta& saved, int batch, int world, const std::string& file);
+
+// At the start, every rank takes rank 0's weights, momentum and BN running statistics, bit for bit.
+void share_start_state(DataParallel& dp, TrainingNetwork& net, cudaStream_t stream);
+// Before an evaluation or a save: each rank's batches gave it its own BN running statistics; all
+// ranks then hold their average.
+void average_running_stats(DataParallel& dp, TrainingNetwork& net);

@@ -13,6 +13,11 @@
 #include "core/flags.h"
 #include "data/data_flags.h"
 
+// The default of --autotune-cache: autotune-cache.txt in the program's repository (data_choice.h), so
+// that a run from any directory finds the algorithms measured before; from the repository itself it
+// reads "autotune-cache.txt".
+std::string default_autotune_cache();
+
 // The data flags (data, data_dir, synthetic_size, image_size, skip_bad_images, cache_decoded, batch)
 // come from DataOptions, shared with bin/predict.
 struct Options : DataOptions {
@@ -30,7 +35,7 @@ struct Options : DataOptions {
   // performance
   int workers = -1;                 // loader threads; -1 = min(cores - 1, 8)
   long workspace_mb = 1024;         // cuDNN workspace limit
-  std::string autotune_cache = "autotune-cache.txt";
+  std::string autotune_cache = default_autotune_cache();
   bool tf32 = true;                 // fp32 convs/GEMMs may use TF32 tensor cores
   bool deterministic = false;
   bool cuda_graph = true;           // replay the step as a CUDA graph (builds with cudagraph)

@@ -1,4 +1,5 @@
-// The GPU work of one training step: forward, loss, backward, optimizer step and loss-scale update.
+// The GPU work of one training step: forward, loss, backward, optimizer step and loss-scale update;
+// and of one evaluation batch: forward and loss.
 //
 // One function enqueues it all on the network's stream. The eager step calls it and the graph step
 // captures it (step_graph.h), so both run the same kernels with the same arguments; what changes
@@ -35,3 +36,7 @@ struct SgdSettings {
 // enqueued work reaches it.
 void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const StepTargets& targets, const SgdSettings& sgd,
                         cudaStream_t stream);
+
+// Enqueues the forward pass (BN with its running statistics) and the loss of an evaluation batch,
+// adding to `totals` (device memory).
+void enqueue_eval_step(TrainingNetwork& net, const DeviceBatch& batch, LossTotals* totals);

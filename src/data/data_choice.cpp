@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "core/errors.h"
+#include "core/file_io.h"
 #include "core/format.h"
 #include "core/host_memory.h"
 #include "data/image_folder.h"
@@ -35,16 +36,44 @@ std::string resolve_auto_in(const std::string& dir) {
     throw InputError(where + "the directory is not readable: " + std::strerror(errno));
   if (exists(dir + "/data_batch_1.bin")) return "cifar10";
   if (exists(dir + "/train-images-idx3-ubyte.gz") || exists(dir + "/train-images-idx3-ubyte")) return "fashion-mnist";
-  throw InputError(where + "holds neither CIFAR-10 (data_batch_1.bin) nor Fashion-MNIST (train-images-idx3-ubyte.gz "
-                   "or train-images-idx3-ubyte); give the directory that holds those files, or --data synthetic");
+  const std::string neither = "holds neither CIFAR-10 (data_batch_1.bin) nor Fashion-MNIST (train-images-idx3-ubyte.gz "
+                              "or train-images-idx3-ubyte)";
+  if (exists(dir + "/train/."))  // what an image folder holds (image_folder.h)
+    throw InputError(where + neither + " but a train/ directory: for a folder of your images (train/<class>/<images>), "
+                     "add --data folder");
+  throw InputError(where + neither + "; give the directory that holds those files, --data folder with a folder of "
+                   "images (DIR/train/<class>/<images>), or --data synthetic");
+}
+
+// `dir` under the program's repository's data/ when that is not the working directory's and holds
+// `file`; "" otherwise.
+std::string in_repository_data(const std::string& dir, const std::string& file) {
+  const std::string there = in_program_repository("data/" + dir);
+  return there != "data/" + dir && exists(there + "/" + file) ? there : "";
+}
+
+// Where `make data` put CIFAR-10: data/ here, else in the program's repository.
+std::string cifar10_dir() {
+  const std::string here = find_cifar10_dir();
+  return here.empty() ? in_repository_data("cifar-10-batches-bin", "data_batch_1.bin") : here;
+}
+
+// Where Fashion-MNIST is: $FASHION_MNIST_DIR, data/ here, the system's; else in the program's repository.
+std::string fashion_mnist_dir() {
+  const std::string found = find_fashion_mnist_dir();
+  if (!found.empty()) return found;
+  const std::string gz = in_repository_data("fashion-mnist", "train-images-idx3-ubyte.gz");
+  return gz.empty() ? in_repository_data("fashion-mnist", "train-images-idx3-ubyte") : gz;
 }
 
 std::string resolve_auto(const std::string& dir) {
   if (!dir.empty()) return resolve_auto_in(dir);
-  if (!find_cifar10_dir().empty()) return "cifar10";
-  if (!find_fashion_mnist_dir().empty()) return "fashion-mnist";
-  throw InputError("no data set found: run `make data` (fetches CIFAR-10, needs internet), install the "
-                   "Debian package dataset-fashion-mnist, or use --data synthetic");
+  if (!cifar10_dir().empty()) return "cifar10";
+  if (!fashion_mnist_dir().empty()) return "fashion-mnist";
+  const std::string repo_data = in_program_repository("data");
+  throw InputError("no data set found" + (repo_data == "data" ? "" : " in data/ (here) or " + repo_data + "/") +
+                   ": run `make data` (fetches CIFAR-10, needs internet), install the Debian package "
+                   "dataset-fashion-mnist, or use --data synthetic");
 }
 
 // Host memory a data set takes while it is read, from its format: CIFAR-10's six files held as
@@ -98,11 +127,11 @@ ChosenData load_data_set(const std::string& which_flag, const std::string& dir, 
     require_host_memory(need, "the " + which + " data set");
   ChosenData d;
   if (which == "cifar10") {
-    d.dir = dir.empty() ? find_cifar10_dir() : dir;
+    d.dir = dir.empty() ? cifar10_dir() : dir;
     if (d.dir.empty()) d.dir = "data/cifar-10-batches-bin";
     d.split = load_cifar10(d.dir);
   } else if (which == "fashion-mnist") {
-    d.dir = dir.empty() ? find_fashion_mnist_dir() : dir;
+    d.dir = dir.empty() ? fashion_mnist_dir() : dir;
     d.split = load_fashion_mnist(d.dir);
   } else if (which == "folder") {
     load_folder(dir, images, d);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -28,6 +29,8 @@ namespace {
 constexpr int kMaxDepth = 16;         // directory nesting under a class (a symlink loop ends here)
 constexpr int kMaxClasses = 256;      // labels are stored as bytes
 constexpr size_t kExamplesShown = 3;  // bad files named in the --skip-bad-images warning
+
+std::atomic<long> g_images_decoded{0};  // images_decoded()
 
 bool hidden(const std::string& name) { return name.empty() || name[0] == '.'; }
 
@@ -160,6 +163,7 @@ std::vector<std::pair<std::string, std::string>> decode_into_memory(Dataset& d, 
     } catch (const ImageDecodeError& e) {
       failed[i] = e.what();
     }
+    g_images_decoded.fetch_add(1, std::memory_order_relaxed);
   });
   d.decoded_on_demand = false;
   std::vector<std::pair<std::string, std::string>> bad;
@@ -188,6 +192,7 @@ std::vector<std::pair<std::string, std::string>> decode_into_memory(Dataset& d, 
 void decode_cache(FolderData& f, const ImageOptions& o) {
   const int images = f.split.train.count + f.split.test.count;
   check_cache_fits(uint64_t(images) * f.split.train.image_bytes(), read_mem_available(o.meminfo).value_or(0), images, o.side);
+  if (o.before_decoding) o.before_decoding(images);
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::pair<std::string, std::string>> failed = decode_into_memory(f.split.train, o.threads);
   const auto test_failed = decode_into_memory(f.split.test, o.threads);
@@ -328,5 +333,8 @@ FolderData load_image_folder(const std::string& dir, const ImageOptions& o) {
 const uint8_t* image_pixels(const Dataset& d, int i, uint8_t* scratch) {
   if (!d.decoded_on_demand) return d.image(i);
   load_image_file(d.paths[i], d.channels, d.side, scratch);
+  g_images_decoded.fetch_add(1, std::memory_order_relaxed);
   return scratch;
 }
+
+long images_decoded() { return g_images_decoded.load(std::memory_order_relaxed); }

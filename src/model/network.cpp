@@ -97,7 +97,7 @@ void bind_bn_state(ResNetLayers& layers, const ParamStore& params, float* runnin
 Network::Network(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache, bool training) : cfg_(cfg), ctx_(ctx) {
   // Three stride-2 stages: the side must halve exactly three times.
   if (cfg.image_side < 8 || cfg.image_side % 8 != 0)
-    throw Fatal("ResNet50: image side " + std::to_string(cfg.image_side) + " is not a positive multiple of 8");
+    throw Fatal("ResNet-50: image side " + std::to_string(cfg.image_side) + " is not a positive multiple of 8");
   layers_ = std::make_unique<ResNetLayers>(build_layers(cfg, params_));
   params_.allocate(cfg.dtype, training);
   running_count_ = layers_->running_count;

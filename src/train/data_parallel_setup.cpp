@@ -1,4 +1,4 @@
-// The run's fingerprint and data-parallel settings (data_parallel_setup.h).
+// The run's fingerprint, its data-parallel settings and the state the ranks share (data_parallel_setup.h).
 #include "train/data_parallel_setup.h"
 
 #include <algorithm>
@@ -91,3 +91,13 @@ void check_global_batch(const CheckpointMeta& saved, int batch, int world, const
                    " images per step (--batch per GPU times GPUs), this run has " + std::to_string(batch) + " x " +
                    std::to_string(world) + " = " + std::to_string(batch * world) + ": " + hint);
 }
+
+void share_start_state(DataParallel& dp, TrainingNetwork& net, cudaStream_t stream) {
+  ParamStore& p = net.params();
+  dp.broadcast_from_root(p.master_all(), p.total() * sizeof(float));
+  dp.broadcast_from_root(p.momentum_all(), p.total() * sizeof(float));
+  dp.broadcast_from_root(net.running_stats(), net.running_stats_count() * sizeof(float));
+  p.refresh_working_copy(stream);
+}
+
+void average_running_stats(DataParallel& dp, TrainingNetwork& net) { dp.average(net.running_stats(), net.running_stats_count()); }

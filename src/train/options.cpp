@@ -3,6 +3,7 @@
 
 #include <thread>
 
+#include "data/data_choice.h"
 #include "model/fused_patterns.h"
 
 namespace {
@@ -96,6 +97,8 @@ const std::vector<Flag>& flags() {
 }
 
 }  // namespace
+
+std::string default_autotune_cache() { return in_program_repository("autotune-cache.txt"); }
 
 int default_workers() {
   const unsigned cores = std::thread::hardware_concurrency();

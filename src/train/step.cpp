@@ -1,4 +1,4 @@
-// The GPU work of one training step (step.h).
+// The GPU work of one training step and of one evaluation batch (step.h).
 #include "train/step.h"
 
 #include "measure/profiling.h"
@@ -25,4 +25,9 @@ void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const St
     sgd_update(a, t.scaler, stream);
     loss_scale_update(t.scaler, sgd.dynamic_loss_scale, sgd.loss_scale_window, stream);
   }
+}
+
+void enqueue_eval_step(TrainingNetwork& net, const DeviceBatch& batch, LossTotals* totals) {
+  net.forward(batch.images, false);
+  net.loss(batch.labels, totals, nullptr, nullptr);
 }

@@ -2,6 +2,8 @@
 // message must name the flag at fault), and that --help lists exactly what the parser accepts.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <functional>
 #include <initializer_list>
 #include <map>
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "data/data_choice.h"
 #include "model/fused_patterns.h"
 #include "train/options.h"
 #include "support/test_files.h"  // EXPECT_HAS
@@ -274,7 +277,7 @@ TEST(Options, OutputFilesAreTheWrittenOnes) {
   using Files = std::vector<std::pair<std::string, std::string>>;
   EXPECT_EQ(output_files(o, false), (Files{{"--save", "s.ckpt"}, {"--loss-log", ""}, {"--sample-png", ""},
                                            {"--trace", "t.json"}, {"--autotune-cache", ""}}));
-  EXPECT_EQ(output_files(o, true).back(), (std::pair<std::string, std::string>{"--autotune-cache", "autotune-cache.txt"}));
+  EXPECT_EQ(output_files(o, true).back(), (std::pair<std::string, std::string>{"--autotune-cache", default_autotune_cache()}));
 }
 
 // The autotune cache only where it is written (the trainer knows: autotuning builds without
@@ -288,9 +291,27 @@ TEST(Options, TheAutotuneCacheClashesOnlyWhereItIsWritten) {
   } catch (const UsageError& e) {
     EXPECT_STREQ(e.what(), "--resume and --autotune-cache name the same file, ./r.ckpt");
   }
-  const Options saved = parse({"--save", "autotune-cache.txt"});  // the cache's default name
+  const Options saved = parse({"--save", default_autotune_cache()});  // the cache's default
   EXPECT_NO_THROW(check_files_distinct(saved, false));
   EXPECT_THROW(check_files_distinct(saved, true), UsageError);
+}
+
+// bin/train run by its full path from another directory finds the autotune cache of its repository
+// (the directory above its bin/, holding the Makefile) as it does from there.
+TEST(Options, TheAutotuneCacheDefaultsToTheProgramsRepository) {
+  const std::string repo = program_repository();
+  if (repo.empty()) GTEST_SKIP() << "bin/unit_tests does not sit in the bin/ of a repository";
+  char cwd[4096];
+  ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
+  test_files::TempDir elsewhere;
+  ASSERT_EQ(chdir(elsewhere.path.c_str()), 0);
+  const std::string away = default_autotune_cache();
+  ASSERT_EQ(chdir(repo.c_str()), 0);
+  const std::string home = default_autotune_cache();
+  ASSERT_EQ(chdir(cwd), 0);
+  EXPECT_EQ(away, repo + "/autotune-cache.txt");
+  EXPECT_EQ(home, "autotune-cache.txt");
+  EXPECT_EQ(Options{}.autotune_cache, default_autotune_cache());
 }
 
 TEST(Options, MinLrAboveLrIsNamed) {
