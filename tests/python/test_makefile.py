@@ -39,6 +39,19 @@ class CustomName(unittest.TestCase):
         self.assertRegex(p.stdout, r"-DOPT_FP16=0 -DOPT_NHWC=0 .*-DVARIANT_NAME='\"train-makefile-test\"'")
         self.assertRegex(p.stdout, r"(?m) -o bin/train-makefile-test ")
 
+    def test_a_name_that_is_not_one_word_of_safe_characters_is_refused_before_any_command(self):
+        # NAME=../../tmp/evil wrote build/../../tmp/evil/programs/train.o, outside the tree, then failed.
+        for name in ("../../tmp/evil", "a/b", "a b", "-x", ".hidden", "", "a$$b"):
+            with self.subTest(name=name):
+                p = make_n("custom", f"NAME={name}")
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertEqual(p.stdout, "")
+                self.assertIn(f"make custom: NAME='{name.replace('$$', '$')}' is not a name: one word of letters, "
+                              "digits, '-', '_' and '.'", p.stderr)
+        p = make_n("custom", "NAME=My-variant_2.1")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stdout, r"(?m) -o bin/train-My-variant_2\.1 ")
+
     def test_name_from_the_environment_does_not_stop_other_targets(self):
         p = make_n("bin/train", env_name="train")
         self.assertEqual(p.returncode, 0, p.stderr)
