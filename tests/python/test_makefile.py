@@ -1,5 +1,5 @@
-"""The Makefile's `make custom NAME=...` and its set-up's package list, dry runs only (make -n builds
-nothing), and the README's quote of a Makefile line."""
+"""The Makefile's `make custom NAME=...`, its set-up's package list and the parallel build of `make run`
+and `make test`, dry runs only (make -n builds nothing), and the README's quote of a Makefile line."""
 
 import os
 import re
@@ -55,6 +55,38 @@ class CustomName(unittest.TestCase):
     def test_name_from_the_environment_does_not_stop_other_targets(self):
         p = make_n("bin/train", env_name="train")
         self.assertEqual(p.returncode, 0, p.stderr)
+
+
+class ParallelByDefault(unittest.TestCase):
+    """make run and make test build on every core unless a -j is given: one nvcc at a time, `make run
+    GPUS=4` spent 237 s building bin/train on a 64-core machine. Read from the data base make prints
+    (-p): the MAKEFLAGS it builds with."""
+
+    @staticmethod
+    def makeflags(*args):
+        p = make_n("-p", *args)
+        m = re.search(r"(?m)^MAKEFLAGS = (.*)$", p.stdout)
+        assert m, p.stderr[-2000:]
+        return m.group(1).split()
+
+    def test_run_and_test_take_every_core(self):
+        cores = subprocess.run(["nproc"], capture_output=True, text=True, check=True).stdout.strip()
+        for goal in ("run", "test"):
+            with self.subTest(goal=goal):
+                self.assertIn(f"-j{cores}", self.makeflags(goal))
+
+    def test_a_j_given_wins(self):
+        # .ci/run calls make -j"$(nproc)" test; make -j1 is the way to a serial build.
+        for given in ("-j3", "-j1"):
+            with self.subTest(given=given):
+                jobs = [f for f in self.makeflags(given, "test") if f.startswith("-j")]
+                self.assertEqual(jobs, [given])
+
+    def test_other_goals_and_clean_stay_as_make_has_them(self):
+        # clean beside test would run while the build goes on; plain make keeps make's own default.
+        for goals in (["bin/train"], ["clean", "test"]):
+            with self.subTest(goals=goals):
+                self.assertEqual([f for f in self.makeflags(*goals) if f.startswith("-j")], [])
 
 
 class SetUpPackages(unittest.TestCase):
