@@ -11,6 +11,13 @@ and lines before the header (nsys's "Processing [...] with [...]" notices) are s
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # run as a program by mistake: say which one (before the imports below can fail)
+    print(f"{sys.argv[0]} is a module (the nsys CSV reader of bench/profile.py), not a program: "
+          "run python3 bench/profile.py (make profile)", file=sys.stderr)
+    sys.exit(2)
+
 import csv
 import io
 import math

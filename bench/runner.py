@@ -7,6 +7,13 @@ lives here. The table and profile parsers stay free of subprocess calls so they 
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # run as a program by mistake: say which one (before the imports below can fail)
+    print(f"{sys.argv[0]} is a module (what the bench tools share), not a program: "
+          "run one of them, e.g. python3 bench/bench.py (make bench)", file=sys.stderr)
+    sys.exit(2)
+
 import argparse
 import datetime
 import errno
@@ -17,7 +24,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path

@@ -10,6 +10,13 @@ tests.
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # run as a program by mistake: say which one (before the imports below can fail)
+    print(f"{sys.argv[0]} is a module (the data set readers of the scripts), not a program: "
+          "run python3 data/make_folder.py", file=sys.stderr)
+    sys.exit(2)
+
 import gzip
 import os
 import stat
