@@ -34,7 +34,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=3, help="timed runs per variant; the table shows the median (3)")
     p.add_argument("--variants", default="all",
                    help="comma list of ladder names, 'all' for the ten rungs; add 'train' for bin/train")
-    p.add_argument("--data", default="synthetic", help="auto|cifar10|fashion-mnist|synthetic (synthetic)")
+    p.add_argument("--data", default="synthetic", choices=runner.DATA_SETS, help="the binaries' --data (synthetic)")
     p.add_argument("--data-dir", help="passed to the binaries as --data-dir")
     p.add_argument("--out", type=Path, default=runner.REPO_ROOT / "bench" / "results",
                    help="where the .md, .csv and .png go (bench/results)")
@@ -47,14 +47,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="runs of the PyTorch ladder; each costs minutes of torch.compile (1)")
     args = p.parse_args(argv)
     args.batches = runner.parse_list(p, "--batch", args.batch, int)
-    if min(args.batches) < 1 or args.runs < 1 or args.timed_steps < 1 or args.pytorch_runs < 1:
-        p.error("--batch, --runs, --timed-steps and --pytorch-runs must be at least 1")
+    if min(args.batches) < 1:
+        p.error(f"--batch must be at least 1, not {min(args.batches)}")
+    runner.check_at_least(p, args, runs=1, timed_steps=1, pytorch_runs=1, warmup_steps=0)
     runner.check_timeout(p, args.timeout)
     try:  # here, not after every CUDA binary ran
         args.pytorch_rung_list = pytorch_reference.parse_rungs(args.pytorch_rungs)
     except ValueError as e:
         p.error(f"--pytorch-rungs: {e}")
     args.variant_list = runner.parse_variants(p, args.variants)
+    runner.check_known(p, "--variants", args.variant_list, args.bin_dir)
     return args
 
 

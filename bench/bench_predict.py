@@ -52,6 +52,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--synthetic-size must hold more than --warmup-batches batches")
     runner.check_timeout(p, args.timeout)
     args.variant_list = runner.parse_variants(p, args.variants, "predict")
+    runner.check_known(p, "--variants", args.variant_list, args.bin_dir, "predict")
     return args
 
 

@@ -55,6 +55,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--steps must cover --warmup-steps + --profile-steps")
     runner.check_timeout(p, args.timeout)
     args.variant_list = runner.parse_variants(p, args.variants, args.program)
+    runner.check_known(p, "--variants", args.variant_list, args.bin_dir, args.program)
     return args
 
 

@@ -50,12 +50,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--bin-dir", type=Path, default=runner.BIN_DIR)
     p.add_argument("--timeout", type=float, default=900, help="seconds for the profiled run (900)")
     args = p.parse_args(argv)
-    if args.gpus < 1:
-        p.error("--gpus must be at least 1")
+    runner.check_at_least(p, args, gpus=1, batch=1, profile_steps=1, warmup_steps=0)
     if args.steps < args.warmup_steps + args.profile_steps:
         p.error("--steps must cover --warmup-steps + --profile-steps")
     runner.check_timeout(p, args.timeout)
     args.extra_flags = runner.split_flags(p, "--extra", args.extra)
+    runner.check_known(p, "--binary", [args.binary], args.bin_dir)
     return args
 
 

@@ -62,6 +62,7 @@ class ArgumentsAndOutput(unittest.TestCase):
         self.tmp = Path(self._tmp.name)
         self.bin = self.tmp / "bin"
         self.bin.mkdir()
+        (self.tmp / "images").mkdir()  # the fake bin/train reads nothing from it
         (self.bin / "train").write_text(FAKE_TRAIN)
         (self.bin / "train").chmod(0o755)
 
