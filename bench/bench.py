@@ -19,9 +19,8 @@ import tempfile
 from pathlib import Path
 
 import pytorch_reference
-import runner
-import table
-from chart import write_chart
+from lib import runner, table
+from lib.chart import write_chart
 
 TOOL = "bench"
 

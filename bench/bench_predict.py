@@ -19,8 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import runner
-import table
+from lib import runner, table
 
 TOOL = "bench-predict"
 BASELINE = "predict-baseline"

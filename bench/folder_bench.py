@@ -24,8 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import runner
-import table
+from lib import runner, table
 
 TOOL = "bench-folder"
 DECODE_LINE = re.compile(r"cache: decoded ([\d,]+) images into .* in ([\d.]+) s with (\d+) threads?: "

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Loads a model exported by `bin/predict --export FILE.safetensors` into the PyTorch model of
-bench/pytorch_resnet.py and evaluates it on the test set it was trained on.
+bench/lib/pytorch_resnet.py and evaluates it on the test set it was trained on.
 
     python3 bench/load_safetensors.py model.safetensors                      # data found as bin/train finds it
     python3 bench/load_safetensors.py model.safetensors --data-dir DIR --compare-csv predictions.csv
 
 The file holds torchvision-style names (conv1, bn1, layer1.0.conv2, layer2.0.downsample.0, fc, the
-names bin/train's parameters have); pytorch_resnet.py names the same modules stem.0, stem.1,
+names bin/train's parameters have); lib/pytorch_resnet.py names the same modules stem.0, stem.1,
 blocks.N and shortcut.0/1, so each name is mapped (pytorch_resnet_name()). The input normalisation
 (mean and std per channel of the training set) comes from the file's metadata. Prints the accuracy
 and, with --compare-csv, how often PyTorch's prediction equals bin/predict's.
@@ -39,7 +39,7 @@ from dataset_files import (CIFAR_RECORD, MNIST_SIDE, DataError,  # noqa: E402  (
                            check_regular_file, fashion_mnist_dirs, find_fashion_mnist_dir, read_cifar_batch,
                            read_file, read_idx_pair)
 
-STAGE_BLOCKS = (3, 4, 6, 3)  # bottleneck blocks per stage, as pytorch_resnet.py builds them
+STAGE_BLOCKS = (3, 4, 6, 3)  # bottleneck blocks per stage, as lib/pytorch_resnet.py builds them
 DTYPES = {"F32": ("f", 4), "F16": ("e", 2), "I64": ("q", 8)}
 MODEL_CHANNELS = 3  # the stem's input channels; a grey image is replicated into all three
 TEST_SETS = ("cifar10", "fashion-mnist")
@@ -272,7 +272,7 @@ def evaluate(args: argparse.Namespace) -> int:
         raise InputError(f"--device {args.device}: {_first_line(e)}") from None
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from pytorch_resnet import ResNet50Cifar
+    from lib.pytorch_resnet import ResNet50Cifar
 
     types = {"F32": torch.float32, "F16": torch.float16, "I64": torch.int64}
     state = {}
@@ -289,7 +289,7 @@ def evaluate(args: argparse.Namespace) -> int:
     except RuntimeError as e:  # missing or unexpected tensors, or shapes that differ: one line, cut short
         problems = "; ".join(line.strip() for line in str(e).splitlines()[1:]) or str(e)
         raise SafetensorsError(args.model, f"does not fit ResNet50Cifar(num_classes={meta.classes}) of "
-                                           f"bench/pytorch_resnet.py (its names): {problems[:400]}"
+                                           f"bench/lib/pytorch_resnet.py (its names): {problems[:400]}"
                                            f"{'...' if len(problems) > 400 else ''}") from None
     model.to(device).eval()
 

@@ -20,9 +20,8 @@ import shlex
 import sys
 from pathlib import Path
 
-import capture
-import runner
-from timeline import ProfileSummary, dominant_phase, to_markdown, where_the_time_goes
+from lib import capture, runner
+from lib.timeline import ProfileSummary, dominant_phase, to_markdown, where_the_time_goes
 
 TOOL = "profile"
 

@@ -32,10 +32,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import capture
-import runner
-import table
-from timeline import ProfileSummary, dominant_phase
+from lib import capture, runner, table
+from lib.timeline import ProfileSummary, dominant_phase
 
 TOOL = "profile_check"
 AUTO = "auto"

@@ -5,7 +5,7 @@ The ranks are started as torchrun starts them (RANK, WORLD_SIZE, LOCAL_RANK, MAS
 MASTER_PORT), each under its own `nsys profile -o <out>/<name>_%q{RANK}` over the steady-state
 window (cudaProfilerApi), so there is one report per rank, named by its rank; open them together
 in Nsight Systems' multi-report view. Each report is condensed as `make profile` condenses one
-binary's (nsys_summary.py), plus what the gradient all-reduce cost: the time NCCL kernels ran per
+binary's (lib/nsys_summary.py), plus what the gradient all-reduce cost: the time NCCL kernels ran per
 step, how much of it backward hid (other kernels running at the same time) and how much was left
 exposed.
 
@@ -25,11 +25,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import capture
-import nsys_summary
-import runner
-import table
-from timeline import ProfileSummary, to_markdown, where_the_time_goes
+from lib import capture, nsys_summary, runner, table
+from lib.timeline import ProfileSummary, to_markdown, where_the_time_goes
 
 TOOL = "profile"
 

@@ -138,8 +138,8 @@ def measure(rung: Rung, args: argparse.Namespace, images, labels) -> dict:
     import torch
     from torch import nn
 
-    from pytorch_data import GpuResidentData, HostDataset
-    from pytorch_resnet import ResNet50Cifar
+    from lib.pytorch_data import GpuResidentData, HostDataset
+    from lib.pytorch_resnet import ResNet50Cifar
 
     device = torch.device("cuda")
     torch.manual_seed(args.seed)
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print(f"{TOOL}: no CUDA GPU on this machine; run it on the GPU machine", file=sys.stderr)
         return 2
-    from pytorch_data import random_images
+    from lib.pytorch_data import random_images
 
     images, labels = random_images(args.images, args.seed)
     failed = 0

@@ -128,8 +128,8 @@ def train(args: argparse.Namespace) -> dict:
     import torch
     from torch import nn
 
-    from pytorch_data import GpuResidentData, HostDataset
-    from pytorch_resnet import ResNet50Cifar
+    from lib.pytorch_data import GpuResidentData, HostDataset
+    from lib.pytorch_resnet import ResNet50Cifar
 
     rung, device = args.rung_spec, torch.device(args.device)
     on_gpu = device.type == "cuda"

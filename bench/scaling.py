@@ -24,8 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import runner
-import table
+from lib import runner, table
 
 TOOL = "bench-scaling"
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytorch_reference
-import runner
+from lib import runner
 
 TOOL = "time-to-accuracy"
 PYTORCH_TRAIN = Path(__file__).resolve().parent / "pytorch_train.py"

@@ -183,7 +183,7 @@ void Predictor::export_model() const {
   if (m.data == "cifar10" || m.data == "fashion-mnist")
     std::printf("load it into PyTorch: python3 bench/load_safetensors.py %s --data-dir DIR\n", opt_.export_path.c_str());
   else
-    std::printf("load it into PyTorch: bench/pytorch_resnet.py's ResNet50Cifar(num_classes=%d) takes its tensors as a "
+    std::printf("load it into PyTorch: bench/lib/pytorch_resnet.py's ResNet50Cifar(num_classes=%d) takes its tensors as a "
                 "state_dict, named as bench/load_safetensors.py names them (which evaluates CIFAR-10 and "
                 "Fashion-MNIST models only)\n", classes());
 }

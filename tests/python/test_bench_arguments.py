@@ -22,8 +22,7 @@ from tests.python.fakes import FakeMachine, _write_executable
 from tests.python.test_bench_predict import add_predict_machine
 
 import kernel_kinds  # noqa: E402  (bench/ is on sys.path: tests/python/__init__.py)
-import nsys_summary  # noqa: E402
-import runner  # noqa: E402
+from lib import nsys_summary, runner  # noqa: E402
 
 GPU_SLUG = "nvidia-h100-80gb-hbm3"  # the fake nvidia-smi's GPU
 

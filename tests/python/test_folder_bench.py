@@ -15,7 +15,7 @@ from pathlib import Path
 from tests.python import BENCH, FIXTURES, REPO
 
 import folder_bench  # noqa: E402  (bench/ is on sys.path: tests/python/__init__.py)
-import runner  # noqa: E402
+from lib import runner  # noqa: E402
 
 TRAIN = REPO / "bin" / "train"
 

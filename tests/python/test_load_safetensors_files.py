@@ -387,7 +387,7 @@ class AfterTorch(Base):
                   "fc.bias": entry(shape=[10], data_offsets=[4 * 20480, 4 * 20490])}
         path = self.write("fc", safetensors_bytes(header, b"\0" * 4 * 20490))
         p = self.run_on_fm(path, "--device", "cpu")
-        self.assertOneLineError(p, path, "does not fit ResNet50Cifar(num_classes=10) of bench/pytorch_resnet.py")
+        self.assertOneLineError(p, path, "does not fit ResNet50Cifar(num_classes=10) of bench/lib/pytorch_resnet.py")
         self.assertIn("stem.0.weight", p.stderr)
 
 

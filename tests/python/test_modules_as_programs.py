@@ -11,8 +11,8 @@ import unittest
 from tests.python import REPO
 
 # The modules issue 38 found silent, and those that needed PyTorch to say anything.
-MODULES = ["bench/chart.py", "bench/table.py", "bench/capture.py", "bench/nsys_summary.py", "bench/timeline.py",
-           "bench/trace_summary.py", "bench/runner.py", "bench/pytorch_resnet.py", "bench/pytorch_data.py",
+MODULES = ["bench/lib/chart.py", "bench/lib/table.py", "bench/lib/capture.py", "bench/lib/nsys_summary.py", "bench/lib/timeline.py",
+           "bench/lib/trace_summary.py", "bench/lib/runner.py", "bench/lib/pytorch_resnet.py", "bench/lib/pytorch_data.py",
            "data/dataset_files.py"]
 MODULE_LINE = re.compile(r"(\S+) is a module \((.+)\), not a program: run (?:.*?)python3 (\S+\.py)\b.*")
 

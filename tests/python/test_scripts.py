@@ -250,7 +250,7 @@ class NsysCommandLines(unittest.TestCase):
     --cuda-graph-trace=node."""
 
     def profile_command(self, variant):
-        import capture
+        from lib import capture
         settings = capture.Settings(out_dir=Path("out"))
         profile, _ = capture.nsys_commands(Path("nsys"), Path("bin") / variant, variant, settings)
         return profile

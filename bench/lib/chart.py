@@ -11,7 +11,7 @@ if __name__ == "__main__":  # run as a program by mistake: say which one (before
 
 from pathlib import Path
 
-from table import Row
+from .table import Row
 
 
 def write_chart(rows: list[Row], path: Path, title: str) -> str | None:

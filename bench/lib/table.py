@@ -21,7 +21,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from runner import RunOutput, last_line
+from .runner import RunOutput, last_line
 
 BASELINE = "train-baseline"
 MISSING = "—"  # what a cell shows when the binary did not report the number

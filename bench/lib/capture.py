@@ -17,11 +17,9 @@ if __name__ == "__main__":  # run as a program by mistake: say which one (before
 from dataclasses import dataclass
 from pathlib import Path
 
-import nsys_summary
-import table
-import trace_summary
-from runner import GuardedRunner, RunOutput, last_line
-from timeline import ProfileSummary
+from . import nsys_summary, table, trace_summary
+from .runner import GuardedRunner, RunOutput, last_line
+from .timeline import ProfileSummary
 
 
 @dataclass

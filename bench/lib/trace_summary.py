@@ -24,7 +24,7 @@ import json
 import re
 from pathlib import Path
 
-from timeline import STEP, STEP_PHASES, SYNC_CALLS, ProfileSummary, Stat, add_phase, api_name, range_name
+from .timeline import STEP, STEP_PHASES, SYNC_CALLS, ProfileSummary, Stat, add_phase, api_name, range_name
 
 GPU_CATEGORIES = ("kernel", "memcpy", "memset", "gpu")
 API_CATEGORIES = ("api", "runtime", "driver")

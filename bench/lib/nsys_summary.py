@@ -24,7 +24,7 @@ import math
 import re
 from pathlib import Path
 
-from timeline import ProfileSummary, Stat, add_phase, api_name, interval_union_ns, merged_intervals
+from .timeline import ProfileSummary, Stat, add_phase, api_name, interval_union_ns, merged_intervals
 
 REPORTS = ["nvtx_sum", "cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum", "cuda_api_sum", "cuda_gpu_trace"]
 
