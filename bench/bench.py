@@ -18,11 +18,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytorch_reference
-from lib import runner, table
+from lib import pytorch_rungs, runner, table
 from lib.chart import write_chart
 
 TOOL = "bench"
+PYTORCH_REFERENCE = Path(__file__).resolve().parent / "pytorch_reference.py"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -51,7 +51,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     runner.check_at_least(p, args, runs=1, timed_steps=1, pytorch_runs=1, warmup_steps=0)
     runner.check_timeout(p, args.timeout)
     try:  # here, not after every CUDA binary ran
-        args.pytorch_rung_list = pytorch_reference.parse_rungs(args.pytorch_rungs)
+        args.pytorch_rung_list = pytorch_rungs.parse_rungs(args.pytorch_rungs)
     except ValueError as e:
         p.error(f"--pytorch-rungs: {e}")
     args.variant_list = runner.parse_variants(p, args.variants)
@@ -97,7 +97,7 @@ class Bench:
 
     def measure_pytorch(self, batch: int) -> list[table.Row]:
         rungs = self.args.pytorch_rung_list
-        cmd = [sys.executable, str(Path(pytorch_reference.__file__)), "--batch", str(batch),
+        cmd = [sys.executable, str(PYTORCH_REFERENCE), "--batch", str(batch),
                "--warmup-steps", str(self.args.warmup_steps), "--timed-steps", str(self.args.timed_steps),
                "--rungs", ",".join(r.name for r in rungs), "--json"]
         outs = []
@@ -105,7 +105,7 @@ class Bench:
             progress(f"PyTorch reference, batch {batch}, run {i + 1}/{self.args.pytorch_runs} "
                      f"({len(rungs)} rungs; torch.compile takes minutes)")
             outs.append(self.runner.run(cmd, self.args.timeout * len(rungs)))
-        return table.rows_from_multi_variant(outs, [pytorch_reference.variant_label(r) for r in rungs], batch)
+        return table.rows_from_multi_variant(outs, [pytorch_rungs.variant_label(r) for r in rungs], batch)
 
 
 def describe(result: dict | str) -> str:

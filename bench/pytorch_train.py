@@ -29,7 +29,7 @@ import time
 import zlib
 from pathlib import Path
 
-from pytorch_reference import RUNGS, look_here_last, optimizer_step
+from lib.pytorch_rungs import RUNGS, look_here_last, optimizer_step
 
 TOOL = "pytorch_train"
 SIDE, MNIST_SIDE = 32, 28

@@ -323,7 +323,7 @@ class ListsAndFlags(BenchTest):
             ran.append(cmd)
             return runner.RunOutput(1, "", "error: no torch here", timeout_s)
 
-        with mock.patch.object(bench.pytorch_reference, "parse_rungs", side_effect=AssertionError("parsed again")), \
+        with mock.patch.object(bench.pytorch_rungs, "parse_rungs", side_effect=AssertionError("parsed again")), \
                 mock.patch.object(runner, "run", run), contextlib.redirect_stderr(io.StringIO()):
             for batch in (128, 256):
                 bench.Bench(args, {}).measure_pytorch(batch)
