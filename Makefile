@@ -224,18 +224,18 @@ $(foreach r,$(EGRESS_LADDER) predict,$(eval $(call PREDICT_RULES,$(r))))
 
 predict-variants: $(foreach r,$(EGRESS_LADDER),bin/predict-$(r)) bin/predict
 
-# Any other combination: make custom NAME=fp16-only DEVICE_LOSS=1 PINNED=1 AUTOTUNE=1 FP16=1 NHWC=0 CONV_GRAPH=0 \
-#   FUSED_BN=0 CUDA_GRAPH=1 WGRAD_STREAM=0
+# Any other combination: make custom NAME=fp16-only FP16=1 NHWC=0 ... (the defines of the header's list)
 NAME ?= custom
 OPTS_$(NAME) ?= $(or $(DEVICE_LOSS),1) $(or $(PINNED),1) $(or $(AUTOTUNE),1) $(or $(FP16),1) $(or $(NHWC),1) \
                 $(or $(CONV_GRAPH),1) $(or $(FUSED_BN),1) $(or $(CUDA_GRAPH),1) $(or $(WGRAD_STREAM),1)
-# A fixed variant's NAME would build that variant with its own defines and drop the ones given (and
-# NAME=train asks for bin/train-train, which has no rule). Checked only for make custom: other targets
-# do not use NAME, which may come from the environment.
-$(if $(and $(filter custom,$(MAKECMDGOALS)),$(filter $(NAME),$(FIXED_VARIANTS))),$(error make custom: NAME=$(NAME) is taken by bin/$(call variant_name,$(NAME)), which keeps its own defines; choose another NAME, e.g. NAME=my-$(NAME)))
-ifeq ($(filter $(NAME),$(FIXED_VARIANTS)),)
-$(eval $(call VARIANT_RULES,$(NAME)))
-endif
+# NAME names bin/train-NAME and build/NAME/: one word of letters, digits, '-', '_', '.', not starting with
+# '-' or '.' (NAME=../x wrote objects outside the tree), and no fixed variant's (built with its own defines,
+# dropping the ones given). Checked for make custom alone: NAME may come from the environment.
+NAME_CHARS := a b c d e f g h i j k l m n o p q r s t u v w x y z A B C D E F G H I J K L M N O P Q R S T U V W X Y Z 0 1 2 3 4 5 6 7 8 9 - _ .
+without = $(if $(2),$(call without,$(subst $(firstword $(2)),,$(1)),$(wordlist 2,$(words $(2)),$(2))),$(1))
+name_ok := $(if $(or $(call without,$(NAME),$(NAME_CHARS)),$(word 2,$(NAME)),$(filter -% .%,$(NAME))),,$(NAME))
+$(if $(filter custom,$(MAKECMDGOALS)),$(if $(name_ok),$(if $(filter $(NAME),$(FIXED_VARIANTS)),$(error make custom: NAME=$(NAME) is taken by bin/$(call variant_name,$(NAME)), which keeps its own defines; choose another NAME, e.g. NAME=my-$(NAME))),$(error make custom: NAME='$(NAME)' is not a name: one word of letters, digits, '-', '_' and '.', starting with a letter or digit (it names bin/train-NAME and build/NAME/))))
+$(if $(filter $(NAME),$(FIXED_VARIANTS)),,$(if $(name_ok),$(eval $(call VARIANT_RULES,$(NAME)))))
 custom: bin/train-$(NAME)
 
 # ---- tests --------------------------------------------------------------------------------------
@@ -392,6 +392,15 @@ bench-scaling: bin/train bin/train-ddp-naive
 FOLDER_DIR ?= data/fashion-mnist-png
 bench-folder: bin/train bin/train-baseline
 	@python3 bench/folder_bench.py --data-dir $(FOLDER_DIR) $(FOLDER_BENCH_ARGS)
+
+# make run and make test build on every core unless a -j was given (make -j1 for a serial build): one
+# nvcc at a time, `make run GPUS=4` spent 237 s building bin/train on a 64-core machine. Not beside
+# clean, which a parallel make would run while the build goes on.
+ifneq ($(filter run test,$(MAKECMDGOALS)),)
+ifeq ($(filter clean,$(MAKECMDGOALS))$(filter -j%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(shell nproc)
+endif
+endif
 
 clean:
 	rm -rf build bin

@@ -18,12 +18,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytorch_reference
-import runner
-import table
-from chart import write_chart
+from lib import pytorch_rungs, runner, table
+from lib.chart import write_chart
 
 TOOL = "bench"
+PYTORCH_REFERENCE = Path(__file__).resolve().parent / "pytorch_reference.py"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -34,7 +33,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=3, help="timed runs per variant; the table shows the median (3)")
     p.add_argument("--variants", default="all",
                    help="comma list of ladder names, 'all' for the ten rungs; add 'train' for bin/train")
-    p.add_argument("--data", default="synthetic", help="auto|cifar10|fashion-mnist|synthetic (synthetic)")
+    p.add_argument("--data", default="synthetic", choices=runner.DATA_SETS, help="the binaries' --data (synthetic)")
     p.add_argument("--data-dir", help="passed to the binaries as --data-dir")
     p.add_argument("--out", type=Path, default=runner.REPO_ROOT / "bench" / "results",
                    help="where the .md, .csv and .png go (bench/results)")
@@ -47,14 +46,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="runs of the PyTorch ladder; each costs minutes of torch.compile (1)")
     args = p.parse_args(argv)
     args.batches = runner.parse_list(p, "--batch", args.batch, int)
-    if min(args.batches) < 1 or args.runs < 1 or args.timed_steps < 1 or args.pytorch_runs < 1:
-        p.error("--batch, --runs, --timed-steps and --pytorch-runs must be at least 1")
+    if min(args.batches) < 1:
+        p.error(f"--batch must be at least 1, not {min(args.batches)}")
+    runner.check_at_least(p, args, runs=1, timed_steps=1, pytorch_runs=1, warmup_steps=0)
     runner.check_timeout(p, args.timeout)
     try:  # here, not after every CUDA binary ran
-        args.pytorch_rung_list = pytorch_reference.parse_rungs(args.pytorch_rungs)
+        args.pytorch_rung_list = pytorch_rungs.parse_rungs(args.pytorch_rungs)
     except ValueError as e:
         p.error(f"--pytorch-rungs: {e}")
     args.variant_list = runner.parse_variants(p, args.variants)
+    runner.check_known(p, "--variants", args.variant_list, args.bin_dir)
     return args
 
 
@@ -96,7 +97,7 @@ class Bench:
 
     def measure_pytorch(self, batch: int) -> list[table.Row]:
         rungs = self.args.pytorch_rung_list
-        cmd = [sys.executable, str(Path(pytorch_reference.__file__)), "--batch", str(batch),
+        cmd = [sys.executable, str(PYTORCH_REFERENCE), "--batch", str(batch),
                "--warmup-steps", str(self.args.warmup_steps), "--timed-steps", str(self.args.timed_steps),
                "--rungs", ",".join(r.name for r in rungs), "--json"]
         outs = []
@@ -104,7 +105,7 @@ class Bench:
             progress(f"PyTorch reference, batch {batch}, run {i + 1}/{self.args.pytorch_runs} "
                      f"({len(rungs)} rungs; torch.compile takes minutes)")
             outs.append(self.runner.run(cmd, self.args.timeout * len(rungs)))
-        return table.rows_from_multi_variant(outs, [pytorch_reference.variant_label(r) for r in rungs], batch)
+        return table.rows_from_multi_variant(outs, [pytorch_rungs.variant_label(r) for r in rungs], batch)
 
 
 def describe(result: dict | str) -> str:

@@ -19,8 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import runner
-import table
+from lib import runner, table
 
 TOOL = "bench-predict"
 BASELINE = "predict-baseline"
@@ -52,6 +51,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--synthetic-size must hold more than --warmup-batches batches")
     runner.check_timeout(p, args.timeout)
     args.variant_list = runner.parse_variants(p, args.variants, "predict")
+    runner.check_known(p, "--variants", args.variant_list, args.bin_dir, "predict")
     return args
 
 

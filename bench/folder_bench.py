@@ -24,8 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import runner
-import table
+from lib import runner, table
 
 TOOL = "bench-folder"
 DECODE_LINE = re.compile(r"cache: decoded ([\d,]+) images into .* in ([\d.]+) s with (\d+) threads?: "
@@ -82,6 +81,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     except ValueError as e:
         p.error(f"--workers: {e}")
     runner.check_timeout(p, args.timeout)
+    runner.check_at_least(p, args, batch=2, timed_steps=1, warmup_steps=0)
+    if not 8 <= args.image_size <= 1024 or args.image_size % 8:
+        p.error(f"--image-size must be a multiple of 8 from 8 to 1024 (as bin/train takes it), not {args.image_size}")
+    if not args.data_dir.is_dir():
+        p.error(f"--data-dir {args.data_dir}: not a directory (an image folder: DIR/train/<class>/..., DIR/test/...)")
     return args
 
 

@@ -27,8 +27,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import runner
-from nsys_summary import column, count, read_rows, time_ns
+from lib import runner
+from lib.nsys_summary import column, count, read_rows, time_ns
 
 TOOL = "kernel_kinds"
 

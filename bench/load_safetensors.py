@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Loads a model exported by `bin/predict --export FILE.safetensors` into the PyTorch model of
-bench/pytorch_resnet.py and evaluates it on the test set it was trained on.
+bench/lib/pytorch_resnet.py and evaluates it on the test set it was trained on.
 
     python3 bench/load_safetensors.py model.safetensors                      # data found as bin/train finds it
     python3 bench/load_safetensors.py model.safetensors --data-dir DIR --compare-csv predictions.csv
 
 The file holds torchvision-style names (conv1, bn1, layer1.0.conv2, layer2.0.downsample.0, fc, the
-names bin/train's parameters have); pytorch_resnet.py names the same modules stem.0, stem.1,
+names bin/train's parameters have); lib/pytorch_resnet.py names the same modules stem.0, stem.1,
 blocks.N and shortcut.0/1, so each name is mapped (pytorch_resnet_name()). The input normalisation
 (mean and std per channel of the training set) comes from the file's metadata. Prints the accuracy
 and, with --compare-csv, how often PyTorch's prediction equals bin/predict's.
@@ -36,9 +36,10 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 if str(DATA) not in sys.path:
     sys.path.insert(0, str(DATA))
 from dataset_files import (CIFAR_RECORD, MNIST_SIDE, DataError,  # noqa: E402  (data/, shared with make_folder.py)
-                           fashion_mnist_dirs, find_fashion_mnist_dir, read_cifar_batch, read_idx_pair)
+                           check_regular_file, fashion_mnist_dirs, find_fashion_mnist_dir, read_cifar_batch,
+                           read_file, read_idx_pair)
 
-STAGE_BLOCKS = (3, 4, 6, 3)  # bottleneck blocks per stage, as pytorch_resnet.py builds them
+STAGE_BLOCKS = (3, 4, 6, 3)  # bottleneck blocks per stage, as lib/pytorch_resnet.py builds them
 DTYPES = {"F32": ("f", 4), "F16": ("e", 2), "I64": ("q", 8)}
 MODEL_CHANNELS = 3  # the stem's input channels; a grey image is replicated into all three
 TEST_SETS = ("cifar10", "fashion-mnist")
@@ -62,8 +63,9 @@ def read_safetensors(path: str | Path) -> tuple[dict[str, tuple[str, list[int], 
     Every entry is checked against the file (a known dtype, a shape of non-negative integers, offsets in
     order within the body, spanning exactly element size x product(shape) bytes), so a truncated or
     damaged file raises SafetensorsError (naming the file and the problem) instead of giving short
-    tensors. A file that cannot be read raises OSError."""
-    data = Path(path).read_bytes()
+    tensors. A file that cannot be read raises OSError; one that is not a regular file (a FIFO would
+    be waited on forever) DataError."""
+    data = read_file(path)
     if len(data) < 8:
         raise SafetensorsError(path, f"{len(data)} bytes, too short for a safetensors file (8-byte header length)")
     (n,) = struct.unpack_from("<Q", data, 0)
@@ -226,16 +228,24 @@ def _pad_to_32(images: bytes, side: int) -> bytes:
 
 def predicted_column(path: str) -> list[int]:
     """The `predicted` column of a predictions CSV of bin/predict; a problem raises InputError naming
-    the file (an unreadable one, OSError)."""
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        if "predicted" not in (reader.fieldnames or []):
-            raise InputError(f"{path}: no 'predicted' column (not a predictions CSV of bin/predict?)")
-        column = []
-        for row in reader:
-            if not re.fullmatch(r"[0-9]+", row["predicted"] or ""):
-                raise InputError(f"{path}: line {reader.line_num}: predicted {row['predicted']!r} is not a class number")
-            column.append(int(row["predicted"]))
+    the file (bytes that are not UTF-8 text or CSV included; one that is not a regular file, DataError;
+    an unreadable one, OSError)."""
+    check_regular_file(path)
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            if "predicted" not in (reader.fieldnames or []):
+                raise InputError(f"{path}: no 'predicted' column (not a predictions CSV of bin/predict?)")
+            column = []
+            for row in reader:
+                if not re.fullmatch(r"[0-9]+", row["predicted"] or ""):
+                    raise InputError(f"{path}: line {reader.line_num}: predicted {row['predicted']!r} is not a "
+                                     "class number")
+                column.append(int(row["predicted"]))
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text ({e.reason}): not a predictions CSV of bin/predict") from None
+    except csv.Error as e:
+        raise InputError(f"{path}: not a CSV file ({e}): not a predictions CSV of bin/predict") from None
     return column
 
 
@@ -262,7 +272,7 @@ def evaluate(args: argparse.Namespace) -> int:
         raise InputError(f"--device {args.device}: {_first_line(e)}") from None
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from pytorch_resnet import ResNet50Cifar
+    from lib.pytorch_resnet import ResNet50Cifar
 
     types = {"F32": torch.float32, "F16": torch.float16, "I64": torch.int64}
     state = {}
@@ -279,7 +289,7 @@ def evaluate(args: argparse.Namespace) -> int:
     except RuntimeError as e:  # missing or unexpected tensors, or shapes that differ: one line, cut short
         problems = "; ".join(line.strip() for line in str(e).splitlines()[1:]) or str(e)
         raise SafetensorsError(args.model, f"does not fit ResNet50Cifar(num_classes={meta.classes}) of "
-                                           f"bench/pytorch_resnet.py (its names): {problems[:400]}"
+                                           f"bench/lib/pytorch_resnet.py (its names): {problems[:400]}"
                                            f"{'...' if len(problems) > 400 else ''}") from None
     model.to(device).eval()
 

@@ -20,9 +20,8 @@ import shlex
 import sys
 from pathlib import Path
 
-import capture
-import runner
-from timeline import ProfileSummary, dominant_phase, to_markdown, where_the_time_goes
+from lib import capture, runner
+from lib.timeline import ProfileSummary, dominant_phase, to_markdown, where_the_time_goes
 
 TOOL = "profile"
 
@@ -55,6 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--steps must cover --warmup-steps + --profile-steps")
     runner.check_timeout(p, args.timeout)
     args.variant_list = runner.parse_variants(p, args.variants, args.program)
+    runner.check_known(p, "--variants", args.variant_list, args.bin_dir, args.program)
     return args
 
 

@@ -27,14 +27,13 @@ once, and it is the shrunken phase that ties the gain to the fix. When the table
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import capture
-import runner
-import table
-from timeline import ProfileSummary, dominant_phase
+from lib import capture, runner, table
+from lib.timeline import ProfileSummary, dominant_phase
 
 TOOL = "profile_check"
 AUTO = "auto"
@@ -173,7 +172,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="the rung that should fix it; 'auto' picks it from the base's dominant phase (auto)")
     p.add_argument("--min-speedup", type=float, default=1.1, help="images/s of next over base (1.1)")
     p.add_argument("--batch", type=int, default=128)
-    p.add_argument("--data", default="synthetic")
+    p.add_argument("--data", default="synthetic", choices=runner.DATA_SETS)
     p.add_argument("--warmup-steps", type=int, default=30, help="for the images/s runs (30)")
     p.add_argument("--timed-steps", type=int, default=100, help="for the images/s runs (100)")
     p.add_argument("--out", type=Path, default=runner.REPO_ROOT / "bench" / "out" / "profile-check")
@@ -182,6 +181,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-nsys", action="store_true", help="use the built-in --trace even if nsys is here")
     args = p.parse_args(argv)
     runner.check_timeout(p, args.timeout)
+    runner.check_at_least(p, args, batch=1, timed_steps=1, warmup_steps=0)
+    if not (math.isfinite(args.min_speedup) and args.min_speedup > 0):
+        p.error(f"--min-speedup must be a positive number, not {args.min_speedup:g}")
+    args.base = runner.variant_name(args.base)
+    args.next = args.next if args.next == AUTO else runner.variant_name(args.next)
+    runner.check_known(p, "--base", [args.base], args.bin_dir)
+    if args.next != AUTO:
+        runner.check_known(p, "--next", [args.next], args.bin_dir)
     return args
 
 
@@ -189,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not runner.gpu_names():
         runner.die(TOOL, runner.NO_GPU_LINE)
-    base = runner.variant_name(args.base)
-    nxt = None if args.next == AUTO else runner.variant_name(args.next)
+    base = args.base
+    nxt = None if args.next == AUTO else args.next
     binaries, missing = runner.find_binaries([base] + ([nxt] if nxt else []), args.bin_dir)
     if missing:
         runner.die(TOOL, runner.missing_binaries_line(missing, args.bin_dir))

@@ -5,7 +5,7 @@ The ranks are started as torchrun starts them (RANK, WORLD_SIZE, LOCAL_RANK, MAS
 MASTER_PORT), each under its own `nsys profile -o <out>/<name>_%q{RANK}` over the steady-state
 window (cudaProfilerApi), so there is one report per rank, named by its rank; open them together
 in Nsight Systems' multi-report view. Each report is condensed as `make profile` condenses one
-binary's (nsys_summary.py), plus what the gradient all-reduce cost: the time NCCL kernels ran per
+binary's (lib/nsys_summary.py), plus what the gradient all-reduce cost: the time NCCL kernels ran per
 step, how much of it backward hid (other kernels running at the same time) and how much was left
 exposed.
 
@@ -25,11 +25,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import capture
-import nsys_summary
-import runner
-import table
-from timeline import ProfileSummary, to_markdown, where_the_time_goes
+from lib import capture, nsys_summary, runner, table
+from lib.timeline import ProfileSummary, to_markdown, where_the_time_goes
 
 TOOL = "profile"
 
@@ -50,12 +47,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--bin-dir", type=Path, default=runner.BIN_DIR)
     p.add_argument("--timeout", type=float, default=900, help="seconds for the profiled run (900)")
     args = p.parse_args(argv)
-    if args.gpus < 1:
-        p.error("--gpus must be at least 1")
+    runner.check_at_least(p, args, gpus=1, batch=1, profile_steps=1, warmup_steps=0)
     if args.steps < args.warmup_steps + args.profile_steps:
         p.error("--steps must cover --warmup-steps + --profile-steps")
     runner.check_timeout(p, args.timeout)
     args.extra_flags = runner.split_flags(p, "--extra", args.extra)
+    runner.check_known(p, "--binary", [args.binary], args.bin_dir)
     return args
 
 

@@ -29,7 +29,7 @@ import time
 import zlib
 from pathlib import Path
 
-from pytorch_reference import RUNGS, look_here_last, optimizer_step
+from lib.pytorch_rungs import RUNGS, look_here_last, optimizer_step
 
 TOOL = "pytorch_train"
 SIDE, MNIST_SIDE = 32, 28
@@ -128,8 +128,8 @@ def train(args: argparse.Namespace) -> dict:
     import torch
     from torch import nn
 
-    from pytorch_data import GpuResidentData, HostDataset
-    from pytorch_resnet import ResNet50Cifar
+    from lib.pytorch_data import GpuResidentData, HostDataset
+    from lib.pytorch_resnet import ResNet50Cifar
 
     rung, device = args.rung_spec, torch.device(args.device)
     on_gpu = device.type == "cuda"

@@ -24,8 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import runner
-import table
+from lib import runner, table
 
 TOOL = "bench-scaling"
 
@@ -45,10 +44,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     # --gpus '' (the default) means 1, 2, 4, ... up to the GPUs here
     args.gpu_counts = runner.parse_list(p, "--gpus", args.gpus, int, distinct=True) if args.gpus.strip() else []
-    if any(g < 1 for g in args.gpu_counts) or args.batch < 1 or args.runs < 1 or args.timed_steps < 1:
-        p.error("--gpus, --batch, --runs and --timed-steps must be at least 1")
+    if any(g < 1 for g in args.gpu_counts):
+        p.error(f"--gpus must be at least 1, not {min(args.gpu_counts)}")
+    runner.check_at_least(p, args, batch=1, runs=1, timed_steps=1, warmup_steps=0)
     runner.check_timeout(p, args.timeout)
     args.variant_list = runner.parse_variants(p, args.variants, with_all=False)
+    runner.check_known(p, "--variants", args.variant_list, args.bin_dir)
     args.extra_flags = runner.split_flags(p, "--extra", args.extra)
     return args
 

@@ -27,8 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytorch_reference
-import runner
+from lib import pytorch_rungs, runner
 
 TOOL = "time-to-accuracy"
 PYTORCH_TRAIN = Path(__file__).resolve().parent / "pytorch_train.py"
@@ -115,11 +114,11 @@ def main(argv: list[str]) -> int:
         if shutil.which(b) is None:  # here, not as a traceback (or a failed row) after the other runs
             p.error(f"{b} is not an executable file")
     try:
-        rungs = pytorch_reference.parse_rungs(args.pytorch) if args.pytorch else []
+        rungs = pytorch_rungs.parse_rungs(args.pytorch) if args.pytorch else []
     except ValueError as e:
         p.error(f"--pytorch: {e}")
     runs = [(b, [b]) for b in args.binaries] + [
-        (pytorch_reference.variant_label(r), [sys.executable, str(PYTORCH_TRAIN), "--rung", r.name]) for r in rungs]
+        (pytorch_rungs.variant_label(r), [sys.executable, str(PYTORCH_TRAIN), "--rung", r.name]) for r in rungs]
     if not runs:
         p.error("nothing to run: give binaries, --pytorch RUNGS or both")
     gpus = runner.gpu_names()

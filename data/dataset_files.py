@@ -10,8 +10,16 @@ tests.
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # run as a program by mistake: say which one (before the imports below can fail)
+    print(f"{sys.argv[0]} is a module (the data set readers of the scripts), not a program: "
+          "run python3 data/make_folder.py", file=sys.stderr)
+    sys.exit(2)
+
 import gzip
 import os
+import stat
 import struct
 import zlib
 from pathlib import Path
@@ -48,6 +56,26 @@ def find_fashion_mnist_dir(local: str | Path = "data/fashion-mnist") -> Path | N
     return next((Path(d) for d in fashion_mnist_dirs(local) if holds_fashion_mnist(d)), None)
 
 
+def check_regular_file(path: str | Path) -> None:
+    """A DataError unless path is a regular file (a link to one counts): reading a FIFO waits for a
+    writer forever, a device may never end. A path that does not exist is left to the read (OSError)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISDIR(mode) or stat.S_ISREG(mode):  # a directory: the read's own "Is a directory"
+        return
+    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+    raise DataError(f"{path}: not a regular file ({kind})")
+
+
+def read_file(path: str | Path) -> bytes:
+    """The bytes of a regular file (check_regular_file first, so that a FIFO is refused, not waited on)."""
+    check_regular_file(path)
+    return Path(path).read_bytes()
+
+
 def check_length(path: Path, data: bytes, expected: int, what: str) -> None:
     if len(data) != expected:
         raise DataError(f"{path}: {'truncated' if len(data) < expected else 'too large'}: {len(data):,} bytes, "
@@ -58,13 +86,13 @@ def read_maybe_gz(directory: Path, base: str) -> tuple[Path, bytes]:
     """The file bin/train reads, <base>.gz if present (decompressed), else <base>; and its bytes."""
     path = directory / (base + ".gz")
     if path.exists():
-        data = path.read_bytes()
+        data = read_file(path)
         try:
             return path, gzip.decompress(data)
         except (EOFError, gzip.BadGzipFile, zlib.error) as e:
             raise DataError(f"{path}: not a valid gzip file ({e})") from None
     path = directory / base
-    return path, path.read_bytes()
+    return path, read_file(path)
 
 
 def first_bad_label(labels: bytes) -> int | None:
@@ -107,7 +135,7 @@ def read_cifar_batch(path: Path) -> bytes:
     """A CIFAR-10 batch file's bytes, checked: whole records (a label byte, then the R, G and B planes of
     32x32), every label 0..9. Any whole number of records, not only bin/train's 10,000:
     tests/data/test_image_folder.cpp exports files of 10."""
-    data = path.read_bytes()
+    data = read_file(path)
     if not data or len(data) % CIFAR_RECORD:
         raise DataError(f"{path}: {len(data):,} bytes, expected a whole number of {CIFAR_RECORD}-byte records "
                         "(a label byte and 3,072 pixel bytes each)")

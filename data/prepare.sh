@@ -7,6 +7,23 @@
 #   data/prepare.sh --strict  used by `make run` and `make data`: exits 1 unless some real data set
 #                             (CIFAR-10 or Fashion-MNIST) is available
 set -u
+usage() {
+  echo "usage: bash data/prepare.sh [--strict] [--help]"
+  echo "Fetches CIFAR-10 into data/cifar-10-batches-bin (MD5 checked); offline, points at Fashion-MNIST,"
+  echo "which bin/train --data auto uses instead (Debian's dataset-fashion-mnist)."
+  echo "  --strict  exit 1 unless CIFAR-10 or Fashion-MNIST is available (make run, make data)"
+  echo "  --help    print this help"
+}
+# Every argument is read before anything is fetched: --help must not start the download, and a flag
+# mistyped beside --strict must not pass unnoticed.
+strict=0
+for arg in "$@"; do
+  case $arg in
+    --strict) strict=1 ;;
+    --help|-h) usage; exit 0 ;;
+    *) echo "data/prepare.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
+  esac
+done
 # Fashion-MNIST is looked for where bin/train --data auto looks (find_fashion_mnist_dir in
 # src/data/fashion_mnist.cpp), with its rules: $FASHION_MNIST_DIR when set, then data/fashion-mnist,
 # then the Debian package's directory; the first that holds train-images-idx3-ubyte.gz or the
@@ -22,7 +39,6 @@ done
 cd "$(dirname "$0")"
 URL=https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz
 MD5=c32a1d4ab5d03f1284b67883e8d87530
-strict=0; [ "${1:-}" = "--strict" ] && strict=1
 
 if [ -f cifar-10-batches-bin/data_batch_1.bin ] && [ -f cifar-10-batches-bin/test_batch.bin ]; then
   echo "data: CIFAR-10 present in data/cifar-10-batches-bin"; exit 0

@@ -17,6 +17,11 @@
 // InputError naming `file` unless the checkpoint holds the network `layout` describes (its model,
 // parameter names and shapes, and BN statistics).
 void check_checkpoint_model(const CheckpointMeta& m, const TensorLayout& layout, const std::string& file);
+// InputError naming `file` and `dir` unless the data set serves the classes the checkpoint was trained on
+// (`trained`, empty for a checkpoint that does not name them), in its order: which names only one side
+// has, or the first index whose name differs.
+void check_checkpoint_classes(const std::vector<std::string>& trained, const std::vector<std::string>& served,
+                              const std::string& dir, const std::string& file);
 // The layout the checkpoint's filters are stored in; InputError naming `file` for an unknown one.
 Layout checkpoint_layout(const CheckpointMeta& m, const std::string& file);
 

@@ -57,5 +57,10 @@ void check_checkpoint_fits(const CheckpointMeta& file_meta, const CheckpointMeta
 // `steps_per_epoch` steps per epoch (a training set of another size gives another number).
 void check_checkpoint_position(const CheckpointMeta& m, int steps_per_epoch, const std::string& file);
 
+// What differs between the model a checkpoint holds and the one built here, "X in the checkpoint, Y
+// here" for each of model name, parameter count and BN statistics; where those agree, that the
+// tensors' names or shapes differ (the signatures). "" when nothing differs.
+std::string model_difference(const CheckpointMeta& file_meta, const CheckpointMeta& here);
+
 // The model signature of a list of (name, shape) pairs.
 uint64_t model_signature(const std::vector<std::pair<std::string, std::vector<int>>>& tensors);

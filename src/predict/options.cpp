@@ -12,6 +12,15 @@ using Flag = FlagRow<PredictOptions>;
 using P = PredictOptions;
 const char* const kDefaultOut = "predictions.csv";
 
+// A data flag shared with bin/train, with bin/predict's own help where bin/train's speaks of steps,
+// epochs or ranks, which bin/predict does not have.
+Flag predict_data_flag(const std::string& name, const char* help, const char* default_text = nullptr) {
+  Flag f = data_flag<P>(name);
+  f.help = help;
+  if (default_text) f.show_default = [default_text](const P&) { return std::string(default_text); };
+  return f;
+}
+
 // One row per flag, in --help order: a table, longer than a function should be, read row by row.
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
@@ -21,13 +30,14 @@ const std::vector<Flag>& flags() {
       data_flag<P>("--data-dir"),
       data_flag<P>("--synthetic-size"),
       data_flag<P>("--skip-bad-images"),
-      data_flag<P>("--cache-decoded"),
+      predict_data_flag("--cache-decoded", "--data folder: decode every image once at start into memory (N x N uint8)",
+                        "decode as the batches are read, in the loader threads"),
       {"--split", "NAME", "which images of the data set: test or train", [](const P& o) { return o.split; },
        [](P& o, const std::string& v) {
          if (v != "test" && v != "train") throw UsageError("--split: '" + v + "' is not one of test, train");
          o.split = v;
        }},
-      data_flag<P>("--batch"),
+      predict_data_flag("--batch", "images per forward pass"),
       {"--out", "FILE", "predictions, one CSV row per image; accuracy and the confusion matrix are printed, and drawn in FILE's name with .confusion.png",
        [](const P&) { return std::string(kDefaultOut); }, [](P& o, const std::string& v) { o.out = v; }},
       {"--top-k", "N", "classes and probabilities per row, most probable first",
@@ -44,7 +54,7 @@ const std::vector<Flag>& flags() {
          o.features_dtype = v == "float16" ? DType::F16 : DType::F32;
          o.features_dtype_given = true;
        }},
-      {"--export", "FILE", "instead of predicting, write the weights and BN statistics as safetensors under PyTorch's names (no GPU needed)",
+      {"--export", "FILE", "instead of predicting, write the weights and BN statistics as safetensors under PyTorch's names (no GPU needed; the data set the checkpoint was trained on must be there, named by --data and --data-dir: the file keeps its classes and input normalisation)",
        [](const P&) { return std::string("off"); }, [](P& o, const std::string& v) { o.export_path = v; }},
       {"--workers", "N", "output worker threads (builds with the workers rung; the input loader has its own)",
        [](const P&) { return std::to_string(default_workers()) + " (min(cores - 1, 8))"; },

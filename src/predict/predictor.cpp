@@ -138,13 +138,13 @@ void Predictor::load_inputs() {
   served.threads = default_workers();
   data_ = load_data_set(opt_.data, opt_.data_dir, opt_.synthetic_size, opt_.batch, m.seed, served);
   const Dataset& train = data_.split.train;
-  if (train.name != m.data)
-    throw InputError(opt_.checkpoint + ": trained on " + m.data + ", but --data " + opt_.data + " chose " + train.name +
-                     ": pass --data " + m.data + " (and --data-dir where its files are)");
-  if (!m.class_names.empty() && m.class_names != train.class_names)
-    throw InputError(opt_.checkpoint + ": trained on other classes than those of " + data_.dir +
-                     " (the checkpoint's first: " + m.class_names[0] + "; the data set's: " +
-                     (train.class_names.empty() ? std::string("none") : train.class_names[0]) + ")");
+  if (train.name != m.data) {  // "--data folder chose folder" said nothing: what the flag gave, and where
+    const auto named = [](const std::string& data) { return data == "folder" ? std::string("an image folder") : data; };
+    throw InputError(opt_.checkpoint + ": trained on " + named(m.data) + ", but --data " + opt_.data + " gave " +
+                     named(train.name) + " (" + data_.dir + "): pass --data " + m.data + " (and --data-dir where its " +
+                     (m.data == "folder" ? "images are)" : "files are)"));
+  }
+  check_checkpoint_classes(m.class_names, train.class_names, data_.dir, opt_.checkpoint);
   norm_ = compute_normalization(train, default_workers());
   class_names_ = images().class_names;
   if (class_names_.empty())  // a data set without names: the class indices
@@ -183,7 +183,7 @@ void Predictor::export_model() const {
   if (m.data == "cifar10" || m.data == "fashion-mnist")
     std::printf("load it into PyTorch: python3 bench/load_safetensors.py %s --data-dir DIR\n", opt_.export_path.c_str());
   else
-    std::printf("load it into PyTorch: bench/pytorch_resnet.py's ResNet50Cifar(num_classes=%d) takes its tensors as a "
+    std::printf("load it into PyTorch: bench/lib/pytorch_resnet.py's ResNet50Cifar(num_classes=%d) takes its tensors as a "
                 "state_dict, named as bench/load_safetensors.py names them (which evaluates CIFAR-10 and "
                 "Fashion-MNIST models only)\n", classes());
 }

@@ -1,11 +1,11 @@
 // Checking, converting and exporting a checkpoint's weights (predict/weights.h).
 #include "predict/weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
 #include "core/errors.h"
-#include "core/format.h"
 
 namespace {
 
@@ -34,13 +34,46 @@ void check_checkpoint_model(const CheckpointMeta& m, const TensorLayout& layout,
   std::vector<std::pair<std::string, std::vector<int>>> sig;
   for (const ParamTensor& t : layout.params) sig.emplace_back(t.name, t.shape);
   const int classes = layout.params.back().shape[0];
-  const std::string here = CheckpointMeta{}.model;
-  if (m.model != here || m.model_signature != model_signature(sig) || m.params != parameter_count(layout) ||
-      m.running != running_count(layout))
-    throw InputError(file + ": checkpoint of another model (" + m.model + ", " +
-                     with_commas(static_cast<long long>(m.params)) + " parameters); for " + std::to_string(classes) +
-                     " classes this program builds " + here + " with " +
-                     with_commas(static_cast<long long>(parameter_count(layout))) + " parameters");
+  CheckpointMeta here;
+  here.model_signature = model_signature(sig);
+  here.params = parameter_count(layout);
+  here.running = running_count(layout);
+  const std::string difference = model_difference(m, here);
+  if (!difference.empty())
+    throw InputError(file + ": checkpoint of another model than this program builds for " + std::to_string(classes) +
+                     " classes: " + difference);
+}
+
+void check_checkpoint_classes(const std::vector<std::string>& trained, const std::vector<std::string>& served,
+                              const std::string& dir, const std::string& file) {
+  if (trained.empty() || trained == served) return;  // older checkpoints do not name their classes
+  const auto missing_from = [](const std::vector<std::string>& names, const std::vector<std::string>& other) {
+    std::vector<std::string> out;
+    for (const std::string& n : names)
+      if (std::find(other.begin(), other.end(), n) == other.end()) out.push_back(n);
+    return out;
+  };
+  const auto listed = [](const std::vector<std::string>& names) {  // the first five, then how many more
+    std::string s;
+    for (size_t i = 0; i < names.size() && i < 5; ++i) s += (i ? ", " : "") + names[i];
+    return names.size() > 5 ? s + " and " + std::to_string(names.size() - 5) + " more" : s;
+  };
+  const std::string head = file + ": trained on other classes than those of " + dir + " (" +
+                           std::to_string(trained.size()) + " in the checkpoint, " + std::to_string(served.size()) +
+                           " in the data set)";
+  const std::vector<std::string> only_trained = missing_from(trained, served), only_served = missing_from(served, trained);
+  if (only_trained.empty() && only_served.empty()) {  // the same names in another order: other class indices
+    size_t i = 0;
+    while (i < std::min(trained.size(), served.size()) && trained[i] == served[i]) ++i;
+    if (i == std::min(trained.size(), served.size()))
+      throw InputError(head + ": the same names, some of them repeated");
+    throw InputError(head + ": the same names in another order; class " + std::to_string(i) + " is " + trained[i] +
+                     " in the checkpoint, " + served[i] + " in the data set");
+  }
+  std::string which;
+  if (!only_trained.empty()) which += "only in the checkpoint: " + listed(only_trained);
+  if (!only_served.empty()) which += (which.empty() ? "" : "; ") + std::string("only in the data set: ") + listed(only_served);
+  throw InputError(head + ": " + which);
 }
 
 Layout checkpoint_layout(const CheckpointMeta& m, const std::string& file) {

@@ -9,6 +9,7 @@
 
 #include "core/errors.h"
 #include "core/file_io.h"
+#include "core/format.h"
 #include "core/rng.h"
 
 namespace {
@@ -247,10 +248,8 @@ void check_checkpoint_fits(const CheckpointMeta& f, const CheckpointMeta& here, 
   if (f.image_side != here.image_side)
     throw InputError(file + ": trained at --image-size " + std::to_string(f.image_side) + "; resume with --image-size " +
                      std::to_string(f.image_side));
-  if (f.model != here.model || f.model_signature != here.model_signature || f.params != here.params ||
-      f.running != here.running)
-    throw InputError(file + ": checkpoint of another model (" + f.model + ", " + std::to_string(f.params) +
-                     " parameters); this trainer builds " + here.model + " with " + std::to_string(here.params));
+  const std::string model = model_difference(f, here);
+  if (!model.empty()) throw InputError(file + ": checkpoint of another model than this trainer builds: " + model);
   if (f.precision != here.precision || f.layout != here.layout)
     throw InputError(file + ": written by a " + f.precision + "/" + f.layout + " build, but this binary is " +
                      here.precision + "/" + here.layout + " (filters are stored in the build's layout and the loss "
@@ -259,6 +258,24 @@ void check_checkpoint_fits(const CheckpointMeta& f, const CheckpointMeta& here, 
     throw InputError(file + ": trained with --batch " + std::to_string(f.batch) + "; resume with the same batch size");
   if (f.data != here.data)
     throw InputError(file + ": trained on " + f.data + "; resume with --data " + f.data);
+}
+
+std::string model_difference(const CheckpointMeta& f, const CheckpointMeta& here) {
+  std::string d;
+  const auto differs = [&](bool differ, const std::string& theirs, const std::string& ours) {
+    if (differ) d += (d.empty() ? "" : "; ") + theirs + " in the checkpoint, " + ours + " here";
+  };
+  const auto count = [](uint64_t n, const char* what) { return with_commas(static_cast<long long>(n)) + what; };
+  differs(f.model != here.model, "model " + f.model, here.model);
+  differs(f.params != here.params, count(f.params, " parameters"), count(here.params, ""));
+  differs(f.running != here.running, count(f.running, " BN running values"), count(here.running, ""));
+  // Same name and counts, other tensors (a renamed layer, a transposed shape): without the signatures
+  // the message would read the same on both sides.
+  if (d.empty() && f.model_signature != here.model_signature)
+    d = "the same " + here.model + " with " + count(here.params, " parameters") +
+        ", but other tensor names or shapes (model signature " + std::to_string(f.model_signature) +
+        " in the checkpoint, " + std::to_string(here.model_signature) + " here)";
+  return d;
 }
 
 uint64_t model_signature(const std::vector<std::pair<std::string, std::vector<int>>>& tensors) {

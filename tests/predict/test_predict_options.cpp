@@ -158,9 +158,10 @@ TEST(PredictOptions, TopKDefaultsToTheClassesWhereThereAreFewerThanFive) {
 }
 
 TEST(PredictOptions, DataFlagsAreBinTrainsOwn) {
-  // The same rows: the same help lines, the same checks, the same messages.
+  // The same rows: the same help lines, the same checks, the same messages; --batch and --cache-decoded
+  // with help of bin/predict's own (bin/train's speaks of ranks and epochs), the same checks.
   const std::vector<std::string> train = help_lines(usage_text()), predict = help_lines(predict_usage_text());
-  for (const char* flag : {"--data ", "--data-dir ", "--synthetic-size ", "--batch "}) {
+  for (const char* flag : {"--data ", "--data-dir ", "--synthetic-size "}) {
     std::string in_train, in_predict;
     for (const auto& l : train)
       if (l.rfind(std::string("  ") + flag, 0) == 0) in_train = l;
@@ -168,6 +169,11 @@ TEST(PredictOptions, DataFlagsAreBinTrainsOwn) {
       if (l.rfind(std::string("  ") + flag, 0) == 0) in_predict = l;
     EXPECT_FALSE(in_train.empty()) << flag;
     EXPECT_EQ(in_train, in_predict) << flag;
+  }
+  for (const auto& l : predict) {
+    if (l.rfind("  --batch ", 0) == 0) {
+      EXPECT_HAS(l, "images per forward pass [default: 128]");
+    }
   }
   EXPECT_EQ(usage_error({"--checkpoint", "a", "--batch", "1"}), "--batch: 1 is out of range [2, 8192]");
   EXPECT_HAS(usage_error({"--checkpoint", "a", "--data", "imagenet"}), "not one of auto, cifar10");

@@ -98,6 +98,41 @@ TEST(Weights, CheckpointsOfOtherModelsAreRefusedNamingTheFile) {
   EXPECT_EQ(checkpoint_layout(c.meta, "x"), Layout::NHWC);
 }
 
+TEST(Weights, AnotherSignatureAloneShowsBothSignatures) {
+  // Same model name and counts, other tensors: "resnet50-cifar, 23,520,842 parameters" on both sides said
+  // nothing. The message names what differs and the two signatures.
+  const TensorLayout l = ResNet50::tensor_layout(10);
+  CheckpointMeta other = sample_checkpoint(l, Layout::NHWC).meta;
+  const uint64_t here = other.model_signature;
+  other.model_signature = here ^ 1;
+  const std::string m = input_error_of([&] { check_checkpoint_model(other, l, "sig.ckpt"); });
+  EXPECT_HAS(m, "sig.ckpt: checkpoint of another model than this program builds for 10 classes: the same "
+                "resnet50-cifar with 23,520,842 parameters, but other tensor names or shapes (model signature " +
+                    std::to_string(here ^ 1) + " in the checkpoint, " + std::to_string(here) + " here)");
+  other = sample_checkpoint(l, Layout::NHWC).meta;
+  other.params += 10;
+  EXPECT_HAS(input_error_of([&] { check_checkpoint_model(other, l, "p.ckpt"); }),
+             "23,520,852 parameters in the checkpoint, 23,520,842 here");
+}
+
+TEST(Weights, OtherClassesAreNamedOnEachSide) {
+  check_checkpoint_classes({"a", "b"}, {"a", "b"}, "dir", "c.ckpt");
+  check_checkpoint_classes({}, {"a", "b"}, "dir", "c.ckpt");  // a checkpoint that does not name them
+  // The newcomer's case: the first names agree, so "the checkpoint's first: a; the data set's: a" said nothing.
+  std::string m = input_error_of([&] { check_checkpoint_classes({"a", "b", "c"}, {"a", "b", "d"}, "imgs", "c.ckpt"); });
+  EXPECT_EQ(m, "c.ckpt: trained on other classes than those of imgs (3 in the checkpoint, 3 in the data set): only in "
+               "the checkpoint: c; only in the data set: d");
+  m = input_error_of([&] { check_checkpoint_classes({"a", "b"}, {"a", "b", "c"}, "imgs", "c.ckpt"); });
+  EXPECT_HAS(m, "(2 in the checkpoint, 3 in the data set): only in the data set: c");
+  EXPECT_EQ(m.find("only in the checkpoint"), std::string::npos);
+  m = input_error_of([&] { check_checkpoint_classes({"a", "b", "c"}, {"a", "c", "b"}, "imgs", "c.ckpt"); });
+  EXPECT_HAS(m, "the same names in another order; class 1 is b in the checkpoint, c in the data set");
+  std::vector<std::string> seven, none;
+  for (int k = 0; k < 7; ++k) seven.push_back("k" + std::to_string(k));
+  m = input_error_of([&] { check_checkpoint_classes(seven, none, "imgs", "c.ckpt"); });
+  EXPECT_HAS(m, "only in the checkpoint: k0, k1, k2, k3, k4 and 2 more");
+}
+
 TEST(Weights, ExportIsAPyTorchStateDictInModuleOrder) {
   const TensorLayout l = Network::tensor_layout(10);
   for (Layout stored : {Layout::NCHW, Layout::NHWC}) {

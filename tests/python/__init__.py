@@ -13,6 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 FIXTURES = REPO / "tests" / "fixtures"
 
-# The bench scripts import each other as top-level modules (they run as `python3 bench/x.py`).
+# The bench tools run as `python3 bench/x.py`, with bench/ first on the import path: they import each other as
+# top-level modules and what they share as the package bench/lib (`from lib import runner`).
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))

@@ -22,8 +22,7 @@ from tests.python.fakes import FakeMachine, _write_executable
 from tests.python.test_bench_predict import add_predict_machine
 
 import kernel_kinds  # noqa: E402  (bench/ is on sys.path: tests/python/__init__.py)
-import nsys_summary  # noqa: E402
-import runner  # noqa: E402
+from lib import nsys_summary, runner  # noqa: E402
 
 GPU_SLUG = "nvidia-h100-80gb-hbm3"  # the fake nvidia-smi's GPU
 
@@ -86,6 +85,50 @@ class Timeout(BenchTest):
                     result = self.machine.run_script(script, *args, f"--timeout={timeout}", *extra)
                     self.assertRefused(result, 2, f"--timeout must be a positive number of seconds, not {timeout}")
         self.assertEqual(self.machine.calls(), [])
+
+
+class ArgumentsBeforeTheGpu(BenchTest):
+    """Every argument a tool can check alone is checked before it looks for a GPU: `bench.py --variants
+    nosuch` answered "no CUDA GPU on this machine", which sends a user to the wrong machine."""
+
+    def setUp(self):
+        super().setUp()
+        (self.tmp / "no-gpu").mkdir()
+        self.machine = FakeMachine(self.tmp / "no-gpu", gpu=False)
+
+    def test_a_bad_argument_is_a_usage_error_on_a_machine_without_a_gpu(self):
+        cases = [("bench.py", ["--variants", "nosuch"], "--variants: no binary 'train-nosuch': the ladder is baseline, "
+                                                        "devloss"),
+                 ("bench.py", ["--variants", "baseline,nosuch"], "no binary 'train-nosuch'"),
+                 ("bench.py", ["--warmup-steps", "-1"], "--warmup-steps must be at least 0, not -1"),
+                 ("bench.py", ["--data", "bogus"], "argument --data: invalid choice: 'bogus'"),
+                 ("bench_predict.py", ["--variants", "nosuch"], "--variants: no binary 'predict-nosuch'"),
+                 ("profile.py", ["--variants", "nosuch"], "--variants: no binary 'train-nosuch'"),
+                 ("profile.py", ["--program", "predict", "--variants", "nosuch"], "no binary 'predict-nosuch'"),
+                 ("scaling.py", ["--variants", "nosuch"], "--variants: no binary 'train-nosuch'"),
+                 ("scaling.py", ["--warmup-steps", "-1"], "--warmup-steps must be at least 0"),
+                 ("profile_ranks.py", ["--gpus", "1", "--binary", "nosuch"], "--binary: no binary 'nosuch'"),
+                 ("profile_ranks.py", ["--gpus", "1", "--batch", "0"], "--batch must be at least 1, not 0"),
+                 ("profile_check.py", ["--base", "nosuch"], "--base: no binary 'train-nosuch'"),
+                 ("profile_check.py", ["--next", "nosuch"], "--next: no binary 'train-nosuch'"),
+                 ("profile_check.py", ["--min-speedup", "nan"], "--min-speedup must be a positive number, not nan"),
+                 ("profile_check.py", ["--batch", "0"], "--batch must be at least 1"),
+                 ("profile_check.py", ["--data", "bogus"], "argument --data: invalid choice: 'bogus'"),
+                 ("folder_bench.py", ["--data-dir", "nowhere"], "--data-dir nowhere: not a directory"),
+                 ("folder_bench.py", ["--data-dir", ".", "--image-size", "12"], "--image-size must be a multiple of 8"),
+                 ("folder_bench.py", ["--data-dir", ".", "--batch", "1"], "--batch must be at least 2")]
+        for script, args, fragment in cases:
+            with self.subTest(script=script, args=args):
+                result = self.run_tool(script, *args)
+                self.assertRefused(result, 2, fragment)
+                self.assertNotIn(runner.NO_GPU_LINE, result.stderr)
+        self.assertEqual(self.machine.calls(), [])
+
+    def test_a_binary_of_make_custom_is_a_variant_once_built(self):
+        self.machine.add_binary("train-mine")
+        self.assertRefused(self.run_tool("bench.py", "--variants", "mine", "--no-pytorch"), 2, runner.NO_GPU_LINE)
+        self.assertRefused(self.run_tool("profile_check.py", "--base", "mine", "--next", "fp32-nhwc"), 2,
+                           runner.NO_GPU_LINE)
 
 
 class UnwritableOutput(BenchTest):
@@ -280,7 +323,7 @@ class ListsAndFlags(BenchTest):
             ran.append(cmd)
             return runner.RunOutput(1, "", "error: no torch here", timeout_s)
 
-        with mock.patch.object(bench.pytorch_reference, "parse_rungs", side_effect=AssertionError("parsed again")), \
+        with mock.patch.object(bench.pytorch_rungs, "parse_rungs", side_effect=AssertionError("parsed again")), \
                 mock.patch.object(runner, "run", run), contextlib.redirect_stderr(io.StringIO()):
             for batch in (128, 256):
                 bench.Bench(args, {}).measure_pytorch(batch)

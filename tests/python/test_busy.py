@@ -1,4 +1,4 @@
-"""GPU busy %: the union of activity intervals over the window (bench/timeline.py).
+"""GPU busy %: the union of activity intervals over the window (bench/lib/timeline.py).
 
 The same definition as the trainer's built-in trace (include/measure/trace.h), so overlapping kernels on
 two streams must count once and gaps must not count at all.
@@ -6,7 +6,7 @@ two streams must count once and gaps must not count at all.
 
 import unittest
 
-import timeline  # found through bench/, which tests/python/__init__.py puts on the import path
+from lib import timeline  # bench/lib/, found through bench/, which tests/python/__init__.py puts on the import path
 
 
 class IntervalUnion(unittest.TestCase):

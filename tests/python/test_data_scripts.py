@@ -122,6 +122,27 @@ class PrepareLooksWhereTrainLooks(unittest.TestCase):
         self.assertEqual(self.prepare().returncode, 0)  # without --strict, a missing data set is no failure
 
 
+    def test_help_prints_the_usage_and_fetches_nothing(self):
+        for flag in ("--help", "-h"):
+            with self.subTest(flag=flag):
+                p = self.prepare(flag)  # it used to start the CIFAR-10 download
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertTrue(p.stdout.startswith("usage: bash data/prepare.sh [--strict] [--help]\n"), p.stdout)
+                self.assertNotIn("fetching", p.stdout)
+                self.assertEqual(p.stderr, "")
+
+    def test_an_unknown_argument_is_refused_before_anything_is_fetched(self):
+        # --strict counted only as the first argument: `--bogus --strict` exited 0 with no data.
+        for args in (["--bogus", "--strict"], ["--strict", "--bogus"], ["strict"]):
+            with self.subTest(args=args):
+                p = self.prepare(*args)
+                self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+                self.assertEqual(p.stdout, "")
+                bad = next(a for a in args if a != "--strict")
+                self.assertEqual(p.stderr, f"data/prepare.sh: unknown argument '{bad}' (see --help)\n")
+        write_fashion_mnist(self.tmp / "data" / "fashion-mnist")
+        self.assertUses(self.prepare("--strict", "--strict"), "data/fashion-mnist")  # a repeat is no error
+
 class MakeFolderLooksWhereTrainLooks(unittest.TestCase):
     """make_folder.py without --fashion-mnist-dir takes the directory bin/train --data auto takes:
     $FASHION_MNIST_DIR, then the tree's data/fashion-mnist, then the package's directory, which

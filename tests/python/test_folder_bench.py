@@ -15,7 +15,7 @@ from pathlib import Path
 from tests.python import BENCH, FIXTURES, REPO
 
 import folder_bench  # noqa: E402  (bench/ is on sys.path: tests/python/__init__.py)
-import runner  # noqa: E402
+from lib import runner  # noqa: E402
 
 TRAIN = REPO / "bin" / "train"
 
@@ -62,6 +62,7 @@ class ArgumentsAndOutput(unittest.TestCase):
         self.tmp = Path(self._tmp.name)
         self.bin = self.tmp / "bin"
         self.bin.mkdir()
+        (self.tmp / "images").mkdir()  # the fake bin/train reads nothing from it
         (self.bin / "train").write_text(FAKE_TRAIN)
         (self.bin / "train").chmod(0o755)
 

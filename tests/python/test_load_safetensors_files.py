@@ -182,6 +182,11 @@ class BadFiles(Base):
     def test_directory(self):
         self.assertOneLineError(self.run_script(str(self.dir)), self.dir, "Is a directory")
 
+    def test_a_fifo_is_refused_not_waited_on(self):
+        fifo = self.dir / "fifo.safetensors"
+        os.mkfifo(fifo)  # no writer: reading it waited forever
+        self.assertOneLineError(self.run_script(str(fifo)), fifo, "not a regular file (a FIFO)")
+
     def test_an_os_error_naming_no_file_is_not_blamed_on_the_model(self):
         def no_file_named(*args):
             raise OSError("Not a gzipped file (b'th')")  # as gzip.BadGzipFile: no filename
@@ -311,6 +316,31 @@ class CompareCsvAndClasses(Base):
                     self.assertEqual(p.stderr.splitlines(), [f"load_safetensors: error: {csv} has 1 rows, the test set 5"])
                     self.assertEqual(p.returncode, 1)
 
+    def test_a_csv_that_is_not_text_or_not_a_file(self):
+        # Random bytes were a UnicodeDecodeError traceback, a FIFO a hang (timeout 60 stopped it).
+        model = self.model(data="fashion-mnist")
+        fifo = self.dir / "fifo.csv"
+        os.mkfifo(fifo)
+        binary = self.dir / "random.csv"
+        binary.write_bytes(bytes(range(256)) * 8)
+        huge = self.dir / "huge.csv"
+        huge.write_text("id,predicted\n0," + "7" * 200_000 + "\n")  # past the csv module's field limit
+        for path, problem in ((fifo, "not a regular file (a FIFO)"),
+                              (binary, "not UTF-8 text (invalid start byte): not a predictions CSV of bin/predict"),
+                              (huge, "not a CSV file (field larger than field limit")):
+            with self.subTest(path=path.name):
+                p = self.run_script(str(model), "--data-dir", str(self.fm), "--compare-csv", str(path))
+                self.assertOneLineError(p, path, problem)
+
+    def test_a_test_set_file_that_is_a_fifo_is_refused(self):
+        fm = self.dir / "fifo-fm"
+        write_fashion_mnist(fm)
+        labels = fm / "t10k-labels-idx1-ubyte"
+        labels.unlink()
+        os.mkfifo(labels)
+        p = self.run_script(str(self.model(data="fashion-mnist")), "--data-dir", str(fm))
+        self.assertOneLineError(p, labels, "not a regular file (a FIFO)")
+
     def test_fc_rows_must_be_the_classes(self):
         header = {"__metadata__": META, "fc.weight": entry(shape=[3, 2], data_offsets=[0, 24]),
                   "fc.bias": entry(shape=[3], data_offsets=[24, 36])}
@@ -357,7 +387,7 @@ class AfterTorch(Base):
                   "fc.bias": entry(shape=[10], data_offsets=[4 * 20480, 4 * 20490])}
         path = self.write("fc", safetensors_bytes(header, b"\0" * 4 * 20490))
         p = self.run_on_fm(path, "--device", "cpu")
-        self.assertOneLineError(p, path, "does not fit ResNet50Cifar(num_classes=10) of bench/pytorch_resnet.py")
+        self.assertOneLineError(p, path, "does not fit ResNet50Cifar(num_classes=10) of bench/lib/pytorch_resnet.py")
         self.assertIn("stem.0.weight", p.stderr)
 
 

@@ -1,5 +1,5 @@
-"""The Makefile's `make custom NAME=...` and its set-up's package list, dry runs only (make -n builds
-nothing), and the README's quote of a Makefile line."""
+"""The Makefile's `make custom NAME=...`, its set-up's package list and the parallel build of `make run`
+and `make test`, dry runs only (make -n builds nothing), and the README's quote of a Makefile line."""
 
 import os
 import re
@@ -39,9 +39,54 @@ class CustomName(unittest.TestCase):
         self.assertRegex(p.stdout, r"-DOPT_FP16=0 -DOPT_NHWC=0 .*-DVARIANT_NAME='\"train-makefile-test\"'")
         self.assertRegex(p.stdout, r"(?m) -o bin/train-makefile-test ")
 
+    def test_a_name_that_is_not_one_word_of_safe_characters_is_refused_before_any_command(self):
+        # NAME=../../tmp/evil wrote build/../../tmp/evil/programs/train.o, outside the tree, then failed.
+        for name in ("../../tmp/evil", "a/b", "a b", "-x", ".hidden", "", "a$$b"):
+            with self.subTest(name=name):
+                p = make_n("custom", f"NAME={name}")
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertEqual(p.stdout, "")
+                self.assertIn(f"make custom: NAME='{name.replace('$$', '$')}' is not a name: one word of letters, "
+                              "digits, '-', '_' and '.'", p.stderr)
+        p = make_n("custom", "NAME=My-variant_2.1")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stdout, r"(?m) -o bin/train-My-variant_2\.1 ")
+
     def test_name_from_the_environment_does_not_stop_other_targets(self):
         p = make_n("bin/train", env_name="train")
         self.assertEqual(p.returncode, 0, p.stderr)
+
+
+class ParallelByDefault(unittest.TestCase):
+    """make run and make test build on every core unless a -j is given: one nvcc at a time, `make run
+    GPUS=4` spent 237 s building bin/train on a 64-core machine. Read from the data base make prints
+    (-p): the MAKEFLAGS it builds with."""
+
+    @staticmethod
+    def makeflags(*args):
+        p = make_n("-p", *args)
+        m = re.search(r"(?m)^MAKEFLAGS = (.*)$", p.stdout)
+        assert m, p.stderr[-2000:]
+        return m.group(1).split()
+
+    def test_run_and_test_take_every_core(self):
+        cores = subprocess.run(["nproc"], capture_output=True, text=True, check=True).stdout.strip()
+        for goal in ("run", "test"):
+            with self.subTest(goal=goal):
+                self.assertIn(f"-j{cores}", self.makeflags(goal))
+
+    def test_a_j_given_wins(self):
+        # .ci/run calls make -j"$(nproc)" test; make -j1 is the way to a serial build.
+        for given in ("-j3", "-j1"):
+            with self.subTest(given=given):
+                jobs = [f for f in self.makeflags(given, "test") if f.startswith("-j")]
+                self.assertEqual(jobs, [given])
+
+    def test_other_goals_and_clean_stay_as_make_has_them(self):
+        # clean beside test would run while the build goes on; plain make keeps make's own default.
+        for goals in (["bin/train"], ["clean", "test"]):
+            with self.subTest(goals=goals):
+                self.assertEqual([f for f in self.makeflags(*goals) if f.startswith("-j")], [])
 
 
 class SetUpPackages(unittest.TestCase):

@@ -13,13 +13,13 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
-import nsys_summary
-import profile_ranks
-import runner
-import scaling
 from tests.python import FIXTURES
 from tests.python.fakes import FakeMachine, _write_executable
-from timeline import ProfileSummary, Stat
+
+import profile_ranks  # bench/, on sys.path through tests/python/__init__.py
+import scaling
+from lib import nsys_summary, runner
+from lib.timeline import ProfileSummary, Stat
 
 # A trainer stand-in: its --json summary reports images/s that scale by 0.9 per added GPU for
 # bin/train and by 0.8 for bin/train-ddp-naive, and an exposed all-reduce time.

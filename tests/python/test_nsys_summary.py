@@ -1,4 +1,4 @@
-"""`nsys stats` CSV -> condensed profile (bench/nsys_summary.py, bench/timeline.py).
+"""`nsys stats` CSV -> condensed profile (bench/lib/nsys_summary.py, bench/lib/timeline.py).
 
 The fixtures in tests/fixtures/nsys/ have the columns of Nsight Systems 2024-2025's nvtx_sum,
 cuda_gpu_kern_sum, cuda_gpu_mem_time_sum, cuda_api_sum and cuda_gpu_trace reports; the baseline's
@@ -11,8 +11,7 @@ import unittest
 
 from tests.python import FIXTURES
 
-import nsys_summary
-import timeline
+from lib import nsys_summary, timeline
 
 NSYS = FIXTURES / "nsys"
 

@@ -73,6 +73,15 @@ class PredictHelpAndUsage(PredictCliBase):
         self.assertIn("this build: predict: egress [workers pool async stream] -> ", p.stdout)
         self.assertRegex(p.stdout, r"network: (fp32|fp16), (NCHW|NHWC), ")
 
+    def test_help_speaks_of_what_predict_has(self):
+        # It spoke of bin/train's epochs and ranks (the shared data flags' help), and not of what
+        # --export needs: the data set the checkpoint was trained on.
+        help_text = self.run_predict("--help", hide_gpu=False).stdout
+        for word in ("epoch", "rank", "torchrun", "--gpus", "per step"):
+            self.assertNotIn(word, help_text)
+        export = next(line for line in help_text.splitlines() if line.startswith("  --export"))
+        self.assertIn("the data set the checkpoint was trained on must be there, named by --data and --data-dir", export)
+
     def test_every_rung_built_prints_its_rungs(self):
         built = [name for name in RUNGS if (REPO / "bin" / name).exists()]
         if len(built) < 2:
@@ -249,6 +258,34 @@ class PredictOnAnImageFolder(PredictCliBase):
         self.assertEqual(meta["input_side"], "64")
         self.assertEqual(meta["data"], "folder")
         self.assertEqual(json.loads(meta["class_names"]), self.CLASSES)
+
+    def test_one_class_of_its_own_is_named_on_each_side(self):
+        # The first classes agree: "(the checkpoint's first: c0; the data set's: c0)" named no difference.
+        root = self.write_folder(self.CLASSES[:9] + ["x"])
+        self.assert_one_error_line(self.run_predict("--checkpoint", str(self.ckpt), "--data", "folder", "--data-dir",
+                                                    str(root), "--batch", "4", "--export", "m.safetensors"), 1,
+                                   f"{self.ckpt}: trained on other classes than those of {root} (10 in the "
+                                   "checkpoint, 10 in the data set): only in the checkpoint: c9; only in the data set: x")
+        self.assert_no_outputs()
+
+    def test_another_model_signature_shows_both(self):
+        # The same model name and parameter count on both sides: the message read alike.
+        self.ckpt.write_bytes(self.with_header(self.ckpt.read_bytes(), {"model_signature": "12345"}))
+        line = self.assert_one_error_line(self.run_predict("--checkpoint", str(self.ckpt), "--data", "folder",
+                                                           "--data-dir", str(self.write_folder(self.CLASSES)),
+                                                           "--batch", "4", "--export", "m.safetensors"), 1,
+                                          "other tensor names or shapes (model signature 12345 in the checkpoint, ")
+        self.assertRegex(line, r"in the checkpoint, \d+ here\)")
+        self.assert_no_outputs()
+
+    def test_a_checkpoint_of_other_data_says_what_data_gave(self):
+        # "trained on synthetic, but --data folder chose folder": what the flag gave, and where.
+        root = self.write_folder(self.CLASSES)
+        self.assert_one_error_line(self.run_predict("--checkpoint", str(samples() / "sample.ckpt"), "--data", "folder",
+                                                    "--data-dir", str(root), "--batch", "4", "--export",
+                                                    "m.safetensors"), 1,
+                                   f"trained on synthetic, but --data folder gave an image folder ({root}): pass "
+                                   "--data synthetic")
 
     def test_a_folder_of_other_classes_exits_1(self):
         root = self.write_folder([f"d{k}" for k in range(10)])

@@ -3,7 +3,7 @@ it is installed and always with a parser of the format written here from its spe
 safetensors from its own layout (and with the safetensors package when installed), the predictions
 CSV with Python's csv module; and `bin/predict --export` end to end, without a GPU: every tensor of a
 sample checkpoint comes out under its torchvision name, in PyTorch's element order, with the values
-the checkpoint's formula gives, and maps onto bench/pytorch_resnet.py's model (loaded into it when
+the checkpoint's formula gives, and maps onto bench/lib/pytorch_resnet.py's model (loaded into it when
 PyTorch is installed).
 """
 
@@ -180,7 +180,7 @@ class Export(unittest.TestCase):
         import sys
         import torch
         sys.path.insert(0, str(BENCH))
-        from pytorch_resnet import ResNet50Cifar
+        from lib.pytorch_resnet import ResNet50Cifar
         model = ResNet50Cifar(10)
         types = {"F32": torch.float32, "I64": torch.int64}
         state = {load_safetensors.pytorch_resnet_name(n): torch.frombuffer(bytearray(raw), dtype=types[d]).reshape(s)

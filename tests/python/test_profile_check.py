@@ -13,10 +13,9 @@ from unittest import mock
 from tests.python import FIXTURES
 from tests.python.fakes import FakeMachine
 
-import nsys_summary
-import profile_check
-import runner
-from timeline import ProfileSummary, Stat
+import profile_check  # bench/, on sys.path through tests/python/__init__.py
+from lib import nsys_summary, runner
+from lib.timeline import ProfileSummary, Stat
 
 NSYS = FIXTURES / "nsys"
 

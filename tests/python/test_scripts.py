@@ -250,7 +250,7 @@ class NsysCommandLines(unittest.TestCase):
     --cuda-graph-trace=node."""
 
     def profile_command(self, variant):
-        import capture
+        from lib import capture
         settings = capture.Settings(out_dir=Path("out"))
         profile, _ = capture.nsys_commands(Path("nsys"), Path("bin") / variant, variant, settings)
         return profile
@@ -287,16 +287,16 @@ class PytorchReference(ScriptTest):
         self.assertEqual(result.returncode, 2)
 
     def test_rung_names(self):
-        import pytorch_reference
-        self.assertEqual(len(pytorch_reference.RUNGS), 12)
-        self.assertEqual([r.name for r in pytorch_reference.parse_rungs("compile,baseline")], ["baseline", "compile"])
+        from lib import pytorch_rungs
+        self.assertEqual(len(pytorch_rungs.RUNGS), 12)
+        self.assertEqual([r.name for r in pytorch_rungs.parse_rungs("compile,baseline")], ["baseline", "compile"])
         with self.assertRaises(ValueError):
-            pytorch_reference.parse_rungs("baseline,warp-speed")
-        graphs = pytorch_reference.RUNGS[-1]
+            pytorch_rungs.parse_rungs("baseline,warp-speed")
+        graphs = pytorch_rungs.RUNGS[-1]
         self.assertTrue(graphs.resident and graphs.channels_last and graphs.amp == "plain")
         self.assertEqual(graphs.compile_mode, "reduce-overhead")
         # The ladder is cumulative up to torch.compile: each rung keeps the previous one's switches.
-        ladder = pytorch_reference.RUNGS[:9]
+        ladder = pytorch_rungs.RUNGS[:9]
         for before, after in zip(ladder, ladder[1:]):
             self.assertTrue(set(before.optimizations()) - {"amp-fp16+gradscaler"} <= set(after.optimizations()),
                             (before.name, after.name))

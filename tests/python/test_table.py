@@ -1,4 +1,4 @@
-"""The images/s table (bench/table.py) against recorded --json output in tests/fixtures/bench/."""
+"""The images/s table (bench/lib/table.py) against recorded --json output in tests/fixtures/bench/."""
 
 import csv
 import io
@@ -6,8 +6,8 @@ import unittest
 
 from tests.python import FIXTURES
 
-import table
-from runner import RunOutput
+from lib import table
+from lib.runner import RunOutput
 
 BENCH_FIXTURES = FIXTURES / "bench"
 

@@ -1,4 +1,4 @@
-"""The built-in --trace Chrome JSON -> condensed profile (bench/trace_summary.py).
+"""The built-in --trace Chrome JSON -> condensed profile (bench/lib/trace_summary.py).
 
 tests/fixtures/bench/train-baseline.trace.json is laid out as include/measure/trace.h describes the
 trainer's file: a "CPU" process (NVTX phases and CUDA API calls per thread) and a "GPU 0" process
@@ -14,8 +14,7 @@ from pathlib import Path
 
 from tests.python import FIXTURES
 
-import timeline
-import trace_summary
+from lib import timeline, trace_summary
 
 TRACE = FIXTURES / "bench" / "train-baseline.trace.json"
 

@@ -384,6 +384,24 @@ TEST(CheckpointFits, AnotherModelIsRejected) {
   const std::string m = input_error_of([&] { check_checkpoint_fits(f, here, "ck.bin"); });
   EXPECT_HAS(m, "ck.bin");
   EXPECT_HAS(m, "another model");
+  EXPECT_HAS(m, "5 parameters in the checkpoint, 4 here");
+}
+
+TEST(CheckpointFits, AnotherSignatureAloneIsShownAsSuch) {
+  // Both sides used to read "resnet50-cifar, 4 parameters": the message names the tensors and signatures.
+  const CheckpointMeta here = sample(4, 2).meta;
+  CheckpointMeta f = here;
+  f.model_signature = here.model_signature + 1;
+  EXPECT_HAS(input_error_of([&] { check_checkpoint_fits(f, here, "ck.bin"); }),
+             "ck.bin: checkpoint of another model than this trainer builds: the same resnet50-cifar with 4 parameters, "
+             "but other tensor names or shapes (model signature " + std::to_string(f.model_signature) +
+                 " in the checkpoint, " + std::to_string(here.model_signature) + " here)");
+  EXPECT_EQ(model_difference(here, here), "");
+  f = here;
+  f.model = "resnet18";
+  f.running += 2;
+  EXPECT_EQ(model_difference(f, here), "model resnet18 in the checkpoint, resnet50-cifar here; 4 BN running values in "
+                                       "the checkpoint, 2 here");
 }
 
 TEST(CheckpointFits, PrecisionOrLayoutMismatchExplainsBothBuilds) {

@@ -8,6 +8,13 @@ acts on. Pure functions; nothing here runs a program.
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # run as a program by mistake: say which one (before the imports below can fail)
+    print(f"{sys.argv[0]} is a module (the profile summary of bench/profile.py), not a program: "
+          "run python3 bench/profile.py (make profile)", file=sys.stderr)
+    sys.exit(2)
+
 import re
 from dataclasses import dataclass, field
 

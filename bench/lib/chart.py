@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # run as a program by mistake: say which one (before the imports below can fail)
+    print(f"{sys.argv[0]} is a module (the chart of bench/bench.py's table), not a program: "
+          "run python3 bench/bench.py (make bench)", file=sys.stderr)
+    sys.exit(2)
+
 from pathlib import Path
 
-from table import Row
+from .table import Row
 
 
 def write_chart(rows: list[Row], path: Path, title: str) -> str | None:

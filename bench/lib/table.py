@@ -7,6 +7,13 @@ becomes a row or a note that says what went wrong, never an exception.
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # run as a program by mistake: say which one (before the imports below can fail)
+    print(f"{sys.argv[0]} is a module (the images/s table of the bench tools), not a program: "
+          "run python3 bench/bench.py (make bench)", file=sys.stderr)
+    sys.exit(2)
+
 import csv
 import io
 import json
@@ -14,7 +21,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from runner import RunOutput, last_line
+from .runner import RunOutput, last_line
 
 BASELINE = "train-baseline"
 MISSING = "—"  # what a cell shows when the binary did not report the number

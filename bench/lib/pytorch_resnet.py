@@ -8,6 +8,13 @@ global average pool; linear 2048 -> classes. 23,520,842 parameters for 10 classe
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # run as a program by mistake: say which one (before the imports below can fail)
+    print(f"{sys.argv[0]} is a module (the PyTorch model of the PyTorch reference), not a program: "
+          "run python3 bench/pytorch_reference.py", file=sys.stderr)
+    sys.exit(2)
+
 import torch
 from torch import nn
 

@@ -7,14 +7,19 @@ warm-up (--capture-range=cudaProfilerApi); the built-in --trace records the same
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # run as a program by mistake: say which one (before the imports below can fail)
+    print(f"{sys.argv[0]} is a module (the capture of bench/profile.py and profile_check.py), not a program: "
+          "run python3 bench/profile.py (make profile)", file=sys.stderr)
+    sys.exit(2)
+
 from dataclasses import dataclass
 from pathlib import Path
 
-import nsys_summary
-import table
-import trace_summary
-from runner import GuardedRunner, RunOutput, last_line
-from timeline import ProfileSummary
+from . import nsys_summary, table, trace_summary
+from .runner import GuardedRunner, RunOutput, last_line
+from .timeline import ProfileSummary
 
 
 @dataclass

@@ -7,6 +7,13 @@ lives here. The table and profile parsers stay free of subprocess calls so they 
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # run as a program by mistake: say which one (before the imports below can fail)
+    print(f"{sys.argv[0]} is a module (what the bench tools share), not a program: "
+          "run one of them, e.g. python3 bench/bench.py (make bench)", file=sys.stderr)
+    sys.exit(2)
+
 import argparse
 import datetime
 import errno
@@ -17,13 +24,12 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NoReturn
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN_DIR = REPO_ROOT / "bin"
 
 # The optimization ladder, cumulative, in the order `make variants` builds it.
@@ -32,9 +38,13 @@ LADDER = ["train-baseline", "train-devloss", "train-pinned", "train-autotune", "
 # bin/predict's egress ladder, cumulative, in the order `make predict-variants` builds it.
 PREDICT_LADDER = ["predict-baseline", "predict-workers", "predict-pool", "predict-async", "predict-stream"]
 LADDERS = {"train": LADDER, "predict": PREDICT_LADDER}
+# The binaries `make` builds beside each ladder: the program itself and the non-rungs (the Makefile's
+# FIXED_VARIANTS). Any other bin/train-NAME is one of `make custom NAME=...`, known once it is built.
+OTHER_BINARIES = {"train": ["train", "train-fp32-nhwc", "train-ddp-naive"], "predict": ["predict"]}
 MAKE_TARGETS = {"train": "`make variants` (and `make` for bin/train)", "predict": "`make predict-variants`"}
 
 NO_GPU_LINE = "no CUDA GPU on this machine; run it on the GPU machine"
+DATA_SETS = ["auto", "cifar10", "fashion-mnist", "synthetic", "folder"]  # bin/train's --data
 
 
 @dataclass
@@ -187,6 +197,27 @@ def parse_variants(p: argparse.ArgumentParser, spec: str, program: str = "train"
                 p.error(f"--variants {spec!r} names {name} twice" + (" ('all' is the whole ladder)" if ladder else ""))
             names.append(name)
     return names
+
+
+def check_known(p: argparse.ArgumentParser, flag: str, names: list[str], bin_dir: Path, program: str = "train") -> None:
+    """A usage error for a name that is no binary `make` builds (the ladder, the program, the non-rungs)
+    nor one built in bin_dir (make custom's): before the GPU is looked for, so that a typo is not
+    answered with "no GPU"."""
+    known = LADDERS[program] + OTHER_BINARIES[program]
+    for name in names:
+        if name not in known and not (bin_dir / name).is_file():
+            rungs = ", ".join(n.removeprefix(program + "-") for n in LADDERS[program])
+            custom = f", or a {bin_dir}/{program}-NAME that `make custom NAME=...` built" if program == "train" else ""
+            p.error(f"{flag}: no binary {name!r}: the ladder is {rungs} ('all'), "
+                    f"besides {', '.join(OTHER_BINARIES[program])}{custom}")
+
+
+def check_at_least(p: argparse.ArgumentParser, args: argparse.Namespace, **minimum: int) -> None:
+    """A usage error for each count below its minimum (check_at_least(p, args, batch=1, warmup_steps=0))."""
+    for name, low in minimum.items():
+        value = getattr(args, name)
+        if value < low:
+            p.error(f"--{name.replace('_', '-')} must be at least {low}, not {value}")
 
 
 def find_binaries(variants: list[str], bin_dir: Path) -> tuple[dict[str, Path], list[str]]:

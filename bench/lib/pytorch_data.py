@@ -10,6 +10,13 @@ Both produce float32 NCHW batches of the images' own side, normalized with given
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # run as a program by mistake: say which one (before the imports below can fail)
+    print(f"{sys.argv[0]} is a module (the PyTorch reference's input pipelines), not a program: "
+          "run python3 bench/pytorch_reference.py", file=sys.stderr)
+    sys.exit(2)
+
 import random
 
 import torch

@@ -13,11 +13,18 @@ that is what lets "where the time goes" say "loss stats ... (waiting on the GPU)
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # run as a program by mistake: say which one (before the imports below can fail)
+    print(f"{sys.argv[0]} is a module (the --trace reader of bench/profile.py), not a program: "
+          "run python3 bench/profile.py (make profile)", file=sys.stderr)
+    sys.exit(2)
+
 import json
 import re
 from pathlib import Path
 
-from timeline import STEP, STEP_PHASES, SYNC_CALLS, ProfileSummary, Stat, add_phase, api_name, range_name
+from .timeline import STEP, STEP_PHASES, SYNC_CALLS, ProfileSummary, Stat, add_phase, api_name, range_name
 
 GPU_CATEGORIES = ("kernel", "memcpy", "memset", "gpu")
 API_CATEGORIES = ("api", "runtime", "driver")

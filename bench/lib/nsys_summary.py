@@ -11,13 +11,20 @@ and lines before the header (nsys's "Processing [...] with [...]" notices) are s
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # run as a program by mistake: say which one (before the imports below can fail)
+    print(f"{sys.argv[0]} is a module (the nsys CSV reader of bench/profile.py), not a program: "
+          "run python3 bench/profile.py (make profile)", file=sys.stderr)
+    sys.exit(2)
+
 import csv
 import io
 import math
 import re
 from pathlib import Path
 
-from timeline import ProfileSummary, Stat, add_phase, api_name, interval_union_ns, merged_intervals
+from .timeline import ProfileSummary, Stat, add_phase, api_name, interval_union_ns, merged_intervals
 
 REPORTS = ["nvtx_sum", "cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum", "cuda_api_sum", "cuda_gpu_trace"]
 
