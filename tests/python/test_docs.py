@@ -16,6 +16,7 @@ from tests.python import REPO
 
 DOCS = REPO / "docs"
 RESULTS = REPO / "bench" / "results"
+FRONT_PAGE_MAX_LINES = 300  # issue 38: the README is a front page
 # The programs whose --help is copied into the docs, and the page each is copied into.
 HELP_PAGES = {"train": DOCS / "train.md", "predict": DOCS / "predict.md"}
 # --workers' default is computed from the cores of the machine that prints it: compared without the number.
@@ -117,6 +118,18 @@ class Links(unittest.TestCase):
         self.assertEqual(github_anchors("## The built-in timeline: `--trace FILE.json`\n# x\n# x\n"),
                          {"the-built-in-timeline---trace-filejson", "x", "x-1"})
         self.assertEqual(github_anchors("```\n# a comment in a block\n```\n"), set())
+
+
+class FrontPage(unittest.TestCase):
+    def test_the_readme_is_a_front_page(self):
+        lines = (REPO / "README.md").read_text().splitlines()
+        self.assertLessEqual(len(lines), FRONT_PAGE_MAX_LINES, "usage and internals belong in docs/")
+
+    def test_the_docs_index_names_every_page(self):
+        index = (DOCS / "README.md").read_text()
+        linked = {path for path, _ in relative_links(index)}
+        missing = [p.name for p in sorted(DOCS.glob("*.md")) if p.name != "README.md" and p.name not in linked]
+        self.assertEqual(missing, [], "docs/README.md links every page of docs/")
 
 
 class ResultsIndex(unittest.TestCase):
