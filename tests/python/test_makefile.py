@@ -1,5 +1,5 @@
 """The Makefile's `make custom NAME=...`, its set-up's package list and the parallel build of `make run`
-and `make test`, dry runs only (make -n builds nothing), and the README's quote of a Makefile line."""
+and `make test`, dry runs only (make -n builds nothing), and docs/setup.md's quote of a Makefile line."""
 
 import os
 import re
@@ -114,10 +114,10 @@ class SetUpPackages(unittest.TestCase):
                 (Path(d) / name).unlink()
 
 
-class ReadmeQuotesTheMakefile(unittest.TestCase):
+class SetupDocQuotesTheMakefile(unittest.TestCase):
     def test_make_runs_last_line_names_the_line_of_its_bin_train_command(self):
-        # make names the recipe line that failed: the README's sample of `make run` without a GPU.
-        quoted = re.findall(r"make: \*\*\* \[Makefile:(\d+): run\] Error 1", (REPO / "README.md").read_text())
+        # make names the recipe line that failed: docs/setup.md's sample of `make run` without a GPU.
+        quoted = re.findall(r"make: \*\*\* \[Makefile:(\d+): run\] Error 1", (REPO / "docs" / "setup.md").read_text())
         self.assertEqual(len(quoted), 1, quoted)
         lines = (REPO / "Makefile").read_text().splitlines()
         run = lines.index("run: bin/train")
