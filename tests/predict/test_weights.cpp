@@ -101,7 +101,7 @@ TEST(Weights, CheckpointsOfOtherModelsAreRefusedNamingTheFile) {
 TEST(Weights, AnotherSignatureAloneShowsBothSignatures) {
   // Same model name and counts, other tensors: "resnet50-cifar, 23,520,842 parameters" on both sides said
   // nothing. The message names what differs and the two signatures.
-  const TensorLayout l = ResNet50::tensor_layout(10);
+  const TensorLayout l = Network::tensor_layout(10);
   CheckpointMeta other = sample_checkpoint(l, Layout::NHWC).meta;
   const uint64_t here = other.model_signature;
   other.model_signature = here ^ 1;
