@@ -24,7 +24,9 @@ WORKERS_DEFAULT = re.compile(r"\[default: \d+ \(min\(cores - 1, 8\)\)\]")
 
 
 def normalised(help_text):
-    return WORKERS_DEFAULT.sub("[default: N (min(cores - 1, 8))]", help_text)
+    """The help with what depends on the machine as the pages write it: the --workers default (the
+    core count) and the repository the program was built in (default paths under it)."""
+    return WORKERS_DEFAULT.sub("[default: N (min(cores - 1, 8))]", help_text).replace(f"{REPO}/", "<repository>/")
 
 
 def markdown_files():
