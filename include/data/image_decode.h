@@ -47,7 +47,9 @@ struct ImageCheck {
 
 // Checks a file from its first bytes (`head`, the whole file when it is short), its last bytes
 // (`tail`) and its size. The format is the file's signature, whatever its extension; TGA, the one
-// format without a signature, is what stb_image's TGA reader accepts when no signature matches.
+// format without a signature, is what stb_image's TGA reader accepts when no signature matches. The
+// size limits are checked on the size the header declares, before any decoder's own limits, so that
+// an oversized image of any format is refused as too large.
 ImageCheck check_image(const uint8_t* head, size_t head_size, const uint8_t* tail, size_t tail_size,
                        uint64_t file_size);
 // The same, on a whole file in memory.

@@ -3,7 +3,9 @@
 // Nothing here decodes pixels.
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include <stb_image.h>  // the declarations; image_decode.cpp holds the implementation
 
@@ -51,17 +53,18 @@ ImageFormat sniff(const uint8_t* p, size_t n) {
 
 // Where the pixel data of a binary PNM (P5/P6) starts and how deep it is, from its text header:
 // magic, width, height, maxval (whitespace and # comments between), then one whitespace byte. A
-// number of more than 9 digits is malformed (stb_image 2.27 overflows an int reading it).
+// number of more than 18 digits is malformed; one of more than 9 (stb_image 2.27 overflows an int
+// reading it) is read, and refused by the size limits before stb_image sees it.
 struct PnmLayout {
   size_t data_offset = 0;
-  long maxval = 0;
+  long long width = 0, height = 0, maxval = 0;
   bool ok = false;
 };
 PnmLayout pnm_layout(const uint8_t* p, size_t n) {
   PnmLayout l;
   size_t i = 2;
-  long values[3] = {};
-  for (long& v : values) {
+  long long values[3] = {};
+  for (long long& v : values) {
     while (i < n && (std::isspace(p[i]) || p[i] == '#')) {
       if (p[i] == '#')
         while (i < n && p[i] != '\n' && p[i] != '\r') ++i;
@@ -70,12 +73,14 @@ PnmLayout pnm_layout(const uint8_t* p, size_t n) {
     }
     if (i >= n || !std::isdigit(p[i])) return l;
     for (int digits = 0; i < n && std::isdigit(p[i]); ++i, ++digits) {
-      if (digits == 9) return l;
+      if (digits == 18) return l;
       v = v * 10 + (p[i] - '0');
     }
   }
   if (i >= n || !std::isspace(p[i])) return l;
   l.data_offset = i + 1;
+  l.width = values[0];
+  l.height = values[1];
   l.maxval = values[2];
   l.ok = true;
   return l;
@@ -148,6 +153,7 @@ std::string before_stb_problem(ImageFormat f, const uint8_t* head, size_t n) {
   return "";
 }
 
+// The size limits, on what a header declares (a BMP's, a PNM's and a PNG's numbers exceed an int).
 std::string size_problem(int64_t width, int64_t height) {
   const std::string dims = std::to_string(width) + "x" + std::to_string(height);
   if (width < 1 || height < 1) return "implausible size " + dims;
@@ -156,6 +162,35 @@ std::string size_problem(int64_t width, int64_t height) {
   if (width * height > kMaxImagePixels)
     return dims + " has more than the limit of " + std::to_string(kMaxImagePixels >> 20) + " Mpx";
   return "";
+}
+
+// The size a PNG, GIF, BMP or PNM header declares, read here so that the size limits speak before
+// stb_image: its header reader refuses some large images itself, and what reaches us then is the
+// reason of the last format it tried ("unknown image type"). nullopt where the bytes at hand do not
+// hold it (stb_image then says what is wrong), and for TGA, which has no signature to be sure of.
+struct DeclaredSize {
+  int64_t width, height;
+};
+std::optional<DeclaredSize> declared_size(ImageFormat f, const uint8_t* p, size_t n) {
+  switch (f) {
+    case ImageFormat::Png:
+      if (n < 24 || std::memcmp(p + 12, "IHDR", 4) != 0) return std::nullopt;
+      return DeclaredSize{be32(p + 16), be32(p + 20)};
+    case ImageFormat::Gif:
+      if (n < 10) return std::nullopt;
+      return DeclaredSize{le16(p + 6), le16(p + 8)};
+    case ImageFormat::Bmp:
+      if (n < 26) return std::nullopt;
+      if (le32(p + 14) == 12) return DeclaredSize{le16(p + 18), le16(p + 20)};  // OS/2's header: 16-bit sizes
+      // Signed: a negative height is a top-down image (stb_image's header reader passes it on negative).
+      return DeclaredSize{int32_t(le32(p + 18)), std::abs(int64_t(int32_t(le32(p + 22))))};
+    case ImageFormat::Pnm: {
+      const PnmLayout l = pnm_layout(p, n);
+      if (!l.ok) return std::nullopt;
+      return DeclaredSize{l.width, l.height};
+    }
+    default: return std::nullopt;
+  }
 }
 
 // JPEG: libjpeg-turbo reads the header (a frame too large for it comes back with its size).
@@ -167,15 +202,21 @@ std::string jpeg_header(const uint8_t* p, size_t n, ImageHeader& h) {
   return j.problem.empty() ? "" : "unreadable JPEG header (" + j.problem + ")";
 }
 
-// The other formats: what stb_image must not see, then its header reader.
+// The other formats: what stb_image must not see, the declared size, then stb_image's header reader.
 std::string stb_header(const uint8_t* p, size_t n, ImageHeader& h) {
-  const std::string problem = before_stb_problem(h.format, p, n);
+  std::string problem = before_stb_problem(h.format, p, n);
   if (!problem.empty()) return problem;
+  const std::optional<DeclaredSize> size = declared_size(h.format, p, n);
+  if (size && !(problem = size_problem(size->width, size->height)).empty()) return problem;
   const int usable = static_cast<int>(std::min(n, size_t(kMaxImageFileBytes)));
   if (!stbi_info_from_memory(p, usable, &h.width, &h.height, &h.channels))
     return h.format == ImageFormat::Tga
                ? std::string("not a PNG, JPEG, BMP, GIF, PNM or TGA file")
                : std::string("unreadable ") + image_format_name(h.format) + " header (" + stbi_failure_reason() + ")";
+  if (size) {  // within the limits: an int
+    h.width = static_cast<int>(size->width);
+    h.height = static_cast<int>(size->height);
+  }
   return "";
 }
 

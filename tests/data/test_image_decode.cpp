@@ -266,7 +266,7 @@ TEST(ImageCheck, RefusesBadFilesWithTheirReason) {
       {"too wide", png_claiming(20000, 4), "20000x4 is larger than the limit of 16384 pixels a side"},
       {"too many pixels", png_claiming(9000, 9000), "9000x9000 has more than the limit of 64 Mpx"},
       {"huge huffman table", jpeg_with_huffman_codes(300), "unreadable JPEG header (Bogus Huffman table definition)"},
-      {"10-digit pnm number", text("P5\n1234567890 4\n255\n"), "malformed PNM header"},
+      {"19-digit pnm number", text("P5\n1234567890123456789 4\n255\n"), "malformed PNM header"},
       {"empty first idat", png_with_empty_idat(), "corrupt PNG: an empty first IDAT chunk"},
       {"broken png header", [] { auto b = fixture("rgb.png"); b[24] = 3; b[25] = 7; return b; }(), "unreadable PNG header"},
   };
@@ -317,6 +317,56 @@ TEST(DecodeImage, AHuffmanTableOfTooManyCodesAfterTheFirstScanIsRefused) {
   } catch (const ImageDecodeError& e) {
     EXPECT_EQ(std::string(e.what()), "cls/dht.jpg: cannot decode the JPEG (Bogus Huffman table definition)");
   }
+}
+
+// A size too large for the limits is said to be too large, whatever the format, before any decoder's
+// own limit speaks (stb_image refused a 100000x100000 PNG itself, and what reached us was the reason of
+// the last format it tried: "unknown image type").
+std::vector<uint8_t> with_bytes_at(std::vector<uint8_t> b, size_t at, std::vector<uint8_t> bytes) {
+  std::copy(bytes.begin(), bytes.end(), b.begin() + at);
+  return b;
+}
+std::vector<uint8_t> le32_bytes(uint32_t v) { return {uint8_t(v), uint8_t(v >> 8), uint8_t(v >> 16), uint8_t(v >> 24)}; }
+
+TEST(ImageCheck, AnOversizedImageOfEveryFormatIsTooLarge) {
+  std::vector<uint8_t> jpeg = fixture("rgb.jpg");
+  const size_t sof = std::string(jpeg.begin(), jpeg.end()).find("\xff\xc0");
+  ASSERT_NE(sof, std::string::npos);
+  struct Big {
+    const char* what;
+    std::vector<uint8_t> bytes;
+    const char* reason;
+  };
+  const Big cases[] = {
+      {"png", png_claiming(100000, 100000), "100000x100000 is larger than the limit of 16384 pixels a side"},
+      {"jpeg past libjpeg's limit", with_bytes_at(jpeg, sof + 5, {0xff, 0xff, 0xff, 0xff}),
+       "65535x65535 is larger than the limit of 16384 pixels a side"},
+      {"jpeg", with_bytes_at(jpeg, sof + 5, {0x4e, 0x20, 0x00, 0x04}), "4x20000 is larger than the limit"},
+      {"bmp", with_bytes_at(fixture("rgb.bmp"), 18, le32_bytes(20000000)), "20000000x4 is larger than the limit"},
+      {"gif", with_bytes_at(fixture("palette.gif"), 6, {0xff, 0xff, 0xff, 0xff}), "65535x65535 is larger than the limit"},
+      {"tga", with_bytes_at(fixture("rgb.tga"), 12, {0xff, 0xff, 0xff, 0xff}), "65535x65535 is larger than the limit"},
+      {"pnm", text("P5\n1234567890 4\n255\n"), "1234567890x4 is larger than the limit"},
+  };
+  for (const Big& b : cases) {
+    SCOPED_TRACE(b.what);
+    EXPECT_HAS(check_image_bytes(b.bytes.data(), b.bytes.size()).problem, b.reason);
+  }
+}
+
+// A BMP stored top-down declares a negative height: it is an image like any other.
+TEST(DecodeImage, ATopDownBmpGivesItsKnownPixels) {
+  const std::vector<uint8_t> bottom_up = fixture("rgb.bmp");
+  std::vector<uint8_t> b = with_bytes_at(bottom_up, 22, le32_bytes(uint32_t(-H)));
+  const size_t data = bottom_up[10], row = (W * 3 + 3) / 4 * 4;
+  for (int y = 0; y < H; ++y)
+    std::copy_n(bottom_up.begin() + data + row * (H - 1 - y), row, b.begin() + data + row * y);
+  const ImageCheck c = check_image_bytes(b.data(), b.size());
+  ASSERT_TRUE(c.ok()) << c.problem;
+  EXPECT_EQ(c.header.height, H);
+  const DecodedImage img = decode_image(b.data(), b.size(), 3, "top-down.bmp");
+  for (int y = 0; y < H; ++y)
+    for (int x = 0; x < W; ++x)
+      for (int ch = 0; ch < 3; ++ch) ASSERT_EQ(img.pixels[(size_t(y) * W + x) * 3 + ch], rgb(x, y)[ch]);
 }
 
 // The header and the end are fine, the compressed pixels are not: the check passes (it reads no
