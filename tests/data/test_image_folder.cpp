@@ -250,6 +250,29 @@ TEST(ImageFolder, AFileThatFailsToDecodeIntoTheCacheIsNamedOrSkipped) {
   for (const std::string& p : f.split.train.paths) EXPECT_EQ(p.find("bad.png"), std::string::npos);
 }
 
+// --skip-bad-images leaves out a file that passes the header check but does not decode whether or
+// not the images are cached: decoded every epoch, every file is decoded once at start to find it
+// (issue 38: it used to stay in, and stop the run when a batch or the normalisation sample met it).
+TEST(ImageFolder, SkipBadImagesLeavesOutAFileThatDoesNotDecodeWithoutTheCacheToo) {
+  TempDir dir;
+  write_folder(dir.path, {"cat", "dog"});
+  write(dir / "test/dog/bad.png", undecodable_png());
+  ImageOptions skip = at_side(8);
+  skip.skip_bad = true;
+  const FolderData f = load_image_folder(dir.path, skip);
+  EXPECT_TRUE(f.split.test.decoded_on_demand);
+  EXPECT_TRUE(f.split.test.images.empty()) << "nothing kept in memory";
+  EXPECT_EQ(f.split.test.count, 4);
+  EXPECT_EQ(f.split.test.labels, (std::vector<uint8_t>{0, 0, 1, 1}));
+  for (const std::string& p : f.split.test.paths) EXPECT_EQ(p.find("bad.png"), std::string::npos);
+  EXPECT_EQ(f.report.skipped, 1);
+  ASSERT_EQ(f.report.skipped_examples.size(), 1u);
+  EXPECT_HAS(f.report.skipped_examples[0], dir / "test/dog/bad.png: cannot decode the PNG");
+  EXPECT_HAS(f.report.skipped_examples[0], "(decoding)");
+  EXPECT_EQ(f.report.decoded_images, 9);
+  EXPECT_EQ(f.report.cache_bytes, 0u);
+}
+
 // Decoding on demand: the file is named where the batch is assembled (a loader thread, or the main
 // thread of the synchronous loader), as an ImageDecodeError.
 TEST(ImageFolder, AFileThatFailsToDecodeInABatchIsAnImageDecodeErrorNamingIt) {
