@@ -196,6 +196,7 @@ void Trainer::load_data() {
   norm_ = compute_normalization(train, workers_);
   steps_per_epoch_ = train.count / global_batch();
   for (const std::string& w : data_.warnings) warn_once(w);
+  if (!norm_.warning.empty()) warn_once(norm_.warning);
   const char* channels = train.channels == 1 ? "grey (replicated to 3 channels)" : "3 channels";
   if (train.name != "folder") {
     std::printf("data: %s from %s: %d train, %d test images, %s, mean %.4f std %.4f\n", train.name.c_str(),
