@@ -289,6 +289,19 @@ TEST(ImageFolder, TheNormalisationSampleNamesAFileThatDoesNotDecodeAndTheFlagTha
   }
 }
 
+// Directories nested 16 deep under a class are read; deeper is refused with one line (a symlink
+// loop would otherwise never end), as the docs say.
+TEST(ImageFolder, ClassDirectoriesNestedSixteenDeepAreReadAndDeeperRefused) {
+  TempDir dir;
+  std::string deep = dir / "train/a";
+  for (int d = 0; d < 16; ++d) deep += "/d";
+  write(deep + "/x.png", fixture("rgb.png"));
+  EXPECT_EQ(list_images(dir / "train", {"a"}).paths, (std::vector<std::string>{deep + "/x.png"}));
+  write(deep + "/e/y.png", fixture("rgb.png"));
+  EXPECT_EQ(input_error_of([&] { list_images(dir / "train", {"a"}); }),
+            deep + "/e: directories nested more than 16 deep (a symlink loop?)");
+}
+
 // Decoding on demand: the file is named where the batch is assembled (a loader thread, or the main
 // thread of the synchronous loader), as an ImageDecodeError.
 TEST(ImageFolder, AFileThatFailsToDecodeInABatchIsAnImageDecodeErrorNamingIt) {
