@@ -2,7 +2,8 @@
 //
 // libjpeg reports a fatal error by calling error_exit, which must not return: ours longjmps back to
 // the function that set up the decompressor. So those functions hold no C++ object with a destructor
-// from setjmp on (what the longjmp skips is C frames only), and keep every libjpeg call after it.
+// from setjmp on (what the longjmp skips is C frames only), and make every libjpeg call after it,
+// jpeg_create_decompress (which can run out of memory) included.
 // Warnings (corrupt entropy-coded data, extra bytes before a marker) are what Pillow decodes through
 // as well: they are counted, not printed, and the image is decoded.
 #include "data/image_jpeg.h"
@@ -99,10 +100,9 @@ JpegHeader read_jpeg_header(const uint8_t* bytes, size_t size) {
   JpegHeader h;
   const size_t start = jpeg_start(bytes, size);
   if (start == kNotJpeg) return {0, 0, 0, "not a JPEG"};
-  jpeg_decompress_struct d;
+  jpeg_decompress_struct d{};  // zero: destroying it is safe even if creating it failed
   Session s;
   prepare(d, s);
-  jpeg_create_decompress(&d);
   if (setjmp(s.jump)) {
     // The frame was read and is too large for libjpeg-turbo: report its size, for the size limit.
     if (s.errors.msg_code == JERR_IMAGE_TOO_BIG) {
@@ -115,6 +115,7 @@ JpegHeader read_jpeg_header(const uint8_t* bytes, size_t size) {
     jpeg_destroy_decompress(&d);
     return h;
   }
+  jpeg_create_decompress(&d);
   jpeg_mem_src(&d, bytes + start, static_cast<unsigned long>(size - start));
   jpeg_read_header(&d, TRUE);
   h.width = static_cast<int>(d.image_width);
@@ -135,15 +136,15 @@ bool decode_jpeg(const uint8_t* bytes, size_t size, int channels, int& width, in
     problem = "not a JPEG";
     return false;
   }
-  jpeg_decompress_struct d;
+  jpeg_decompress_struct d{};
   Session s;
   prepare(d, s);
-  jpeg_create_decompress(&d);
   if (setjmp(s.jump)) {
     problem = s.message;
     jpeg_destroy_decompress(&d);
     return false;
   }
+  jpeg_create_decompress(&d);
   d.progress = &s.progress;
   jpeg_mem_src(&d, bytes + start, static_cast<unsigned long>(size - start));
   jpeg_read_header(&d, TRUE);
