@@ -27,8 +27,7 @@ NCCL_INC  ?= $(call first_dir,$(CUDA_HOME)/include/nccl.h /usr/include/nccl.h /u
 NCCL_LIB  ?= $(call first_dir,$(CUDA_HOME)/lib64/libnccl.so* /usr/lib/x86_64-linux-gnu/libnccl.so* /usr/lib64/libnccl.so*)
 # Without the development symlink libnccl.so, link the runtime library by its name.
 NCCL_LINK := $(if $(wildcard $(NCCL_LIB)/libnccl.so),-lnccl,-l:libnccl.so.2)
-# Where Debian/Ubuntu's libstb-dev and googletest packages put them (make deps installs them, and
-# libjpeg62-turbo-dev: libjpeg-turbo, which decodes the image folders' JPEGs).
+# Where Debian/Ubuntu's libstb-dev and googletest packages put them (make deps installs them).
 STB_INCLUDE ?= /usr/include/stb
 GTEST_SRC ?= /usr/src/googletest/googletest
 
@@ -105,8 +104,7 @@ FASHION_MNIST_DIRS = $(FASHION_MNIST_DIR) data/fashion-mnist $(FASHION_MNIST_PAC
 APT_PACKAGES = $(if $(wildcard $(STB_INCLUDE)/stb_image.h),,libstb-dev) \
                $(if $(wildcard $(GTEST_SRC)/src/gtest-all.cc),,googletest) \
                $(if $(wildcard $(foreach d,$(FASHION_MNIST_DIRS),$(d)/train-images-idx3-ubyte $(d)/train-images-idx3-ubyte.gz)),,dataset-fashion-mnist) \
-               $(if $(wildcard /usr/include/zlib.h),,zlib1g-dev) \
-               $(if $(wildcard /usr/include/jpeglib.h),,libjpeg62-turbo-dev)
+               $(if $(wildcard /usr/include/zlib.h),,zlib1g-dev) $(if $(wildcard /usr/include/jpeglib.h),,libjpeg62-turbo-dev)
 # Wanted but not required: without clang the fuzz targets are skipped (and say so).
 APT_OPTIONAL = $(if $(shell command -v clang++ 2>/dev/null),,clang)
 build/.deps-ok:
