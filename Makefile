@@ -53,8 +53,8 @@ INCLUDES := -Iinclude -Isrc -I. $(addprefix -I,$(INC_DIRS)) -isystem $(STB_INCLU
 CXXFLAGS := -std=c++20 -O2 -g -Wall -Wextra -Wno-unused-parameter $(INCLUDES)
 NVFLAGS  := -std=c++20 -O3 -g -lineinfo $(GENCODE) --expt-relaxed-constexpr -Xcompiler -Wall $(INCLUDES)
 LDFLAGS  := $(addprefix -L,$(LIB_DIRS)) $(addprefix -Wl$(comma)-rpath$(comma),$(LIB_DIRS))
-# nvrtc: cudnn-frontend compiles some engines at run time (none that this project picks by default).
-LDLIBS   := -lcudnn -lcublasLt -lcublas -lcupti $(NCCL_LINK) -lnvrtc -lcudart -lz -lpthread -ldl
+# nvrtc: cudnn-frontend compiles some engines at run time; jpeg: libjpeg-turbo decodes --data folder JPEGs.
+LDLIBS   := -lcudnn -lcublasLt -lcublas -lcupti $(NCCL_LINK) -lnvrtc -lcudart -ljpeg -lz -lpthread -ldl
 
 # ---- sources ------------------------------------------------------------------------------------
 # src/<concern>/*.cpp and kernels/*.cu are compiled once and shared by every program and variant.
@@ -107,14 +107,14 @@ FASHION_MNIST_DIRS = $(FASHION_MNIST_DIR) data/fashion-mnist $(FASHION_MNIST_PAC
 APT_PACKAGES = $(if $(wildcard $(STB_INCLUDE)/stb_image.h),,libstb-dev) \
                $(if $(wildcard $(GTEST_SRC)/src/gtest-all.cc),,googletest) \
                $(if $(wildcard $(foreach d,$(FASHION_MNIST_DIRS),$(d)/train-images-idx3-ubyte $(d)/train-images-idx3-ubyte.gz)),,dataset-fashion-mnist) \
-               $(if $(wildcard /usr/include/zlib.h),,zlib1g-dev)
+               $(if $(wildcard /usr/include/zlib.h),,zlib1g-dev) $(if $(wildcard /usr/include/jpeglib.h),,libjpeg62-turbo-dev)
 # Wanted but not required: without clang the fuzz targets are skipped (and say so).
 APT_OPTIONAL = $(if $(shell command -v clang++ 2>/dev/null),,clang)
 build/.deps-ok:
 	@pkgs="$(strip $(APT_PACKAGES))"; opt="$(strip $(APT_OPTIONAL))"; \
 	if [ "$$(id -u)" = 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; else sudo=none; fi; \
 	if [ -n "$$pkgs" ]; then \
-	  echo "set-up: installing $$pkgs with apt-get (stb headers for PNG output, GoogleTest sources, Fashion-MNIST data, zlib headers)"; \
+	  echo "set-up: installing $$pkgs with apt-get (stb headers for PNG output, GoogleTest sources, Fashion-MNIST data, zlib headers, libjpeg-turbo for JPEG decoding)"; \
 	  if [ "$$sudo" = none ]; then echo "error: missing $$pkgs and no root rights: run 'sudo apt-get install $$pkgs', then make again"; exit 1; fi; \
 	  $$sudo apt-get install -y -q $$pkgs >/dev/null 2>&1 || { $$sudo apt-get update -q >/dev/null 2>&1; \
 	    $$sudo apt-get install -y -q $$pkgs >/dev/null; } || \
@@ -327,13 +327,13 @@ FUZZ_RUNS  ?= 1000000
 FUZZ_SRC   := src/core/file_io.cpp src/core/format.cpp src/data/cifar10.cpp src/data/fashion_mnist.cpp \
               src/train/checkpoint.cpp src/model/autotune_cache.cpp src/train/options.cpp src/core/flags.cpp \
               src/data/data_flags.cpp src/predict/options.cpp src/model/fused_patterns.cpp src/data/image_decode.cpp \
-              src/data/image_resize.cpp src/core/late_notice.cpp
+              src/data/image_check.cpp src/data/image_jpeg.cpp src/data/image_resize.cpp src/core/late_notice.cpp
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.cpp,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.cpp))
 FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude \
               -isystem $(STB_INCLUDE)
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.cpp $(FUZZ_SRC) $(wildcard include/*.h include/*/*.h)
 	@mkdir -p build/fuzz
-	$(FUZZ_CXX) $(FUZZ_FLAGS) $< $(FUZZ_SRC) -o $@ -lz
+	$(FUZZ_CXX) $(FUZZ_FLAGS) $< $(FUZZ_SRC) -o $@ -ljpeg -lz
 build/fuzz/corpus: tests/fuzz/make_corpus.py $(wildcard tests/fixtures/images/*)
 	python3 $< $@
 	@touch $@

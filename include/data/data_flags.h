@@ -16,7 +16,7 @@ struct DataOptions {
   std::string data_dir;             // "" = the data set's usual place
   int synthetic_size = 50000;       // training images of --data synthetic (test: a fifth)
   int image_size = 32;              // images are served at image_size x image_size (folder, synthetic)
-  bool skip_bad_images = false;     // folder: leave out files that fail the header check
+  bool skip_bad_images = false;     // folder: leave out files that fail the header check or do not decode
   bool cache_decoded = false;       // folder: decode once into memory instead of every epoch
   int batch = 128;                  // images per step
 };

@@ -42,14 +42,17 @@ struct DataSplit {
 };
 
 // Per model-input channel mean and standard deviation of the training images in [0, 1]; grey data
-// sets repeat their one channel's values.
+// sets repeat their one channel's values. A channel of one value in every pixel has a standard
+// deviation of 0: it is taken as 1, and `warning` says so in one line.
 struct Normalization {
   float mean[kModelChannels];
   float stdev[kModelChannels];
-  int images = 0;  // training images the statistics came from
+  int images = 0;       // training images the statistics came from
+  std::string warning{};  // "" unless a channel is one value everywhere
 };
 // From every training image held in memory; from kNormalizationSample images spread evenly over the
-// set (index j * count / sample) when the images are decoded on demand, decoded on `threads` threads.
+// set (index j * count / sample) when the images are decoded on demand, decoded on `threads` threads
+// (an image that does not decode is an ImageDecodeError saying the sample met it).
 constexpr int kNormalizationSample = 10000;
 Normalization compute_normalization(const Dataset& train, int threads = 1);
 

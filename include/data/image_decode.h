@@ -1,11 +1,14 @@
 // One image file of an image folder: what its header says and whether that is acceptable (checked
-// before anything is decoded), decoding with stb_image, and the resize of the shorter side plus the
-// centre crop to side x side.
+// before anything is decoded, image_check.cpp), decoding (image_decode.cpp: JPEG with libjpeg-turbo,
+// image_jpeg.h; PNG, BMP, GIF, TGA and PNM with stb_image), and the resize of the shorter side plus
+// the centre crop to side x side (image_resize.cpp).
 //
 // stb_image trusts its input more than a reader of strangers' files should (its own README says it
 // is not secure against hostile files), so every file goes through check_image() first: a format we
-// accept, dimensions and channels within the limits below, and a file as long as its format says
-// (which catches truncated files that stb_image would otherwise decode into partly black images).
+// accept, dimensions and channels within the limits below, what Debian's stb_image 2.27 is known to
+// overrun on, and a file as long as its format says (which catches truncated files that would
+// otherwise decode into partly black images). JPEG, where such a check would have to follow the
+// decoder's parsing byte for byte, goes to a decoder that refuses bad input itself (image_jpeg.h).
 #pragma once
 
 #include <cstddef>
@@ -44,7 +47,9 @@ struct ImageCheck {
 
 // Checks a file from its first bytes (`head`, the whole file when it is short), its last bytes
 // (`tail`) and its size. The format is the file's signature, whatever its extension; TGA, the one
-// format without a signature, is what stb_image's TGA reader accepts when no signature matches.
+// format without a signature, is what stb_image's TGA reader accepts when no signature matches. The
+// size limits are checked on the size the header declares, before any decoder's own limits, so that
+// an oversized image of any format is refused as too large.
 ImageCheck check_image(const uint8_t* head, size_t head_size, const uint8_t* tail, size_t tail_size,
                        uint64_t file_size);
 // The same, on a whole file in memory.

@@ -12,7 +12,10 @@
 // images are then either decoded once into memory (cache_decoded: uint8, side x side, after
 // checking the size against MemAvailable) or decoded whenever a batch needs them
 // (Dataset::decoded_on_demand), by the pinned loader's worker threads or, in the synchronous
-// loader, on the main thread.
+// loader, on the main thread. With skip_bad every file is decoded once at start either way, so
+// that a file that passes the header check but does not decode is left out too, whether or not the
+// images are cached; without it such a file is an error when it is decoded (at start when cached or
+// in the normalisation sample, else by the batch that holds it).
 //
 // The stored channels are 1 when every file is grey (the normalisation then replicates the grey
 // channel, as for Fashion-MNIST), else 3: grey images are replicated at decoding. Alpha is dropped.
@@ -46,7 +49,7 @@ struct FolderReport {
   std::vector<std::string> skipped_examples;  // the first few, "path: reason"
   int ignored = 0;                     // files without an image extension
   uint64_t cache_bytes = 0;            // decoded images held in memory (cache_decoded)
-  int decoded_images = 0;              // images decoded into it (those that failed included)
+  int decoded_images = 0;              // images decoded at start (cache_decoded or skip_bad; failed ones included)
   double decode_seconds = 0;           // time to decode them
   int decode_threads = 0;
 };

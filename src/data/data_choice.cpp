@@ -97,13 +97,15 @@ void load_folder(const std::string& dir, const ImageOptions& images, ChosenData&
   d.notes.push_back("classes: " + names);
   if (r.test_split == "val") d.notes.push_back("test split: " + dir + "/val");
   if (r.ignored > 0) d.notes.push_back("ignored " + with_commas(r.ignored) + " files without an image extension");
-  if (images.cache_decoded) {
+  if (r.decoded_images > 0) {  // --cache-decoded, or --skip-bad-images finding files that do not decode
     char rate[160];
     const double per_s = r.decode_seconds > 0 ? r.decoded_images / r.decode_seconds : 0;
     std::snprintf(rate, sizeof(rate), " in %.2f s with %d thread%s: %s images/s (%s per thread)", r.decode_seconds,
                   r.decode_threads, r.decode_threads == 1 ? "" : "s", with_commas(std::llround(per_s)).c_str(),
                   with_commas(std::llround(per_s / std::max(1, r.decode_threads))).c_str());
-    d.notes.push_back("cache: decoded " + with_commas(r.decoded_images) + " images into " + format_bytes(r.cache_bytes) + rate);
+    d.notes.push_back(images.cache_decoded
+                          ? "cache: decoded " + with_commas(r.decoded_images) + " images into " + format_bytes(r.cache_bytes) + rate
+                          : "--skip-bad-images: decoded " + with_commas(r.decoded_images) + " images to find those that do not decode" + rate);
   }
   if (r.skipped > 0) {
     std::string examples;

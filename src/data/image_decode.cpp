@@ -1,272 +1,57 @@
-// Checking and decoding (stb_image) one image file (image_decode.h); the resize is image_resize.cpp.
+// Decoding one image file (image_decode.h), once image_check.cpp has passed it: JPEG through
+// libjpeg-turbo (image_jpeg.cpp), the other formats through stb_image; the resize is image_resize.cpp.
 //
 // This is the one translation unit that holds stb_image's implementation. It is built with only the
-// six formats we accept, so that no other decoder of stb_image is reachable from a user's file.
-// stb_image keeps its own dimension limit (2^24, above ours), so that its header reader reports the
-// size of an oversized image and our check refuses it with a message that says so.
+// five formats it decodes for us, so that no other decoder of stb_image (its JPEG one included) is
+// reachable from a user's file.
 #include "data/image_decode.h"
 
 #include <sys/stat.h>
 
-#include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <memory>
 
 #include "core/file_io.h"
+#include "data/image_jpeg.h"
 
 #define STB_IMAGE_IMPLEMENTATION
 #define STBI_ONLY_PNG
-#define STBI_ONLY_JPEG
 #define STBI_ONLY_BMP
 #define STBI_ONLY_GIF
 #define STBI_ONLY_TGA
 #define STBI_ONLY_PNM
 #include <stb_image.h>
 
-const char* image_format_name(ImageFormat f) {
-  switch (f) {
-    case ImageFormat::Png: return "PNG";
-    case ImageFormat::Jpeg: return "JPEG";
-    case ImageFormat::Bmp: return "BMP";
-    case ImageFormat::Gif: return "GIF";
-    case ImageFormat::Tga: return "TGA";
-    case ImageFormat::Pnm: return "PNM";
-  }
-  return "?";
-}
-
 namespace {
 
-bool starts_with(const uint8_t* p, size_t n, const char* sig, size_t len) {
-  return n >= len && std::memcmp(p, sig, len) == 0;
-}
-
-bool contains(const uint8_t* p, size_t n, const char* pattern, size_t len) {
-  const auto* pat = reinterpret_cast<const uint8_t*>(pattern);  // char may be signed: compare bytes
-  return n >= len && std::search(p, p + n, pat, pat + len) != p + n;
-}
-
-uint32_t le16(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8; }
-uint32_t le32(const uint8_t* p) { return le16(p) | le16(p + 2) << 16; }
-uint32_t be16(const uint8_t* p) { return uint32_t(p[0]) << 8 | p[1]; }
-uint32_t be32(const uint8_t* p) { return be16(p) << 16 | be16(p + 2); }
-
-// Where a JPEG's start-of-image marker ends: stb_image takes any number of 0xFF fill bytes before it.
-// 0 when the bytes do not start a JPEG.
-size_t jpeg_start(const uint8_t* p, size_t n) {
-  size_t i = 0;
-  while (i < n && p[i] == 0xff) ++i;
-  return i > 0 && i < n && p[i] == 0xd8 ? i + 1 : 0;
-}
-
-// The format as stb_image will take it (its JPEG test comes first). TGA has no signature: it is what
-// is left when no other signature matches (stb_image then decides).
-ImageFormat sniff(const uint8_t* p, size_t n) {
-  if (jpeg_start(p, n)) return ImageFormat::Jpeg;
-  if (starts_with(p, n, "\x89PNG\r\n\x1a\n", 8)) return ImageFormat::Png;
-  if (starts_with(p, n, "GIF87a", 6) || starts_with(p, n, "GIF89a", 6)) return ImageFormat::Gif;
-  if (starts_with(p, n, "BM", 2)) return ImageFormat::Bmp;
-  if (starts_with(p, n, "P5", 2) || starts_with(p, n, "P6", 2)) return ImageFormat::Pnm;
-  return ImageFormat::Tga;
-}
-
-// Where the pixel data of a binary PNM (P5/P6) starts and how deep it is, from its text header:
-// magic, width, height, maxval (whitespace and # comments between), then one whitespace byte. A
-// number of more than 9 digits is malformed (stb_image 2.27 overflows an int reading it).
-struct PnmLayout {
-  size_t data_offset = 0;
-  long maxval = 0;
-  bool ok = false;
-};
-PnmLayout pnm_layout(const uint8_t* p, size_t n) {
-  PnmLayout l;
-  size_t i = 2;
-  long values[3] = {};
-  for (long& v : values) {
-    while (i < n && (std::isspace(p[i]) || p[i] == '#')) {
-      if (p[i] == '#')
-        while (i < n && p[i] != '\n' && p[i] != '\r') ++i;
-      else
-        ++i;
-    }
-    if (i >= n || !std::isdigit(p[i])) return l;
-    for (int digits = 0; i < n && std::isdigit(p[i]); ++i, ++digits) {
-      if (digits == 9) return l;
-      v = v * 10 + (p[i] - '0');
-    }
+bool decode_stb(const uint8_t* bytes, size_t size, int channels, DecodedImage& img, std::string& problem) {
+  int comp = 0;
+  const std::unique_ptr<stbi_uc, void (*)(void*)> px(
+      stbi_load_from_memory(bytes, static_cast<int>(size), &img.width, &img.height, &comp, channels), stbi_image_free);
+  if (!px) {
+    problem = stbi_failure_reason();
+    return false;
   }
-  if (i >= n || !std::isspace(p[i])) return l;
-  l.data_offset = i + 1;
-  l.maxval = values[2];
-  l.ok = true;
-  return l;
-}
-
-// Bytes of pixel data after the header for the uncompressed variants of BMP and TGA (0: compressed,
-// not known without decoding), and where that data starts.
-struct RawExtent {
-  uint64_t offset = 0, bytes = 0;
-};
-RawExtent bmp_extent(const uint8_t* p, size_t n, const ImageHeader& h) {
-  if (n < 34) return {};
-  const uint32_t header_size = le32(p + 14);
-  const uint32_t bits = header_size == 12 ? le16(p + 24) : le16(p + 28);
-  const uint32_t compression = header_size == 12 ? 0 : le32(p + 30);
-  if (compression != 0 && compression != 3) return {};  // RLE: its length is in the data
-  const uint64_t row = (uint64_t(h.width) * bits + 31) / 32 * 4;
-  return {le32(p + 10), row * uint64_t(h.height)};
-}
-RawExtent tga_extent(const uint8_t* p, size_t n, const ImageHeader& h) {
-  if (n < 18 || p[2] < 1 || p[2] > 3) return {};  // types 9-11 are run-length encoded
-  const uint64_t palette = p[1] ? uint64_t(le16(p + 5)) * ((p[7] + 7u) / 8) : 0;
-  return {18 + uint64_t(p[0]) + palette, uint64_t(h.width) * h.height * ((p[16] + 7u) / 8)};
-}
-
-// "" when the file is as long as its format says; else why it looks truncated.
-std::string completeness(const ImageHeader& h, const uint8_t* head, size_t head_size, const uint8_t* tail,
-                         size_t tail_size, uint64_t file_size) {
-  RawExtent raw;
-  switch (h.format) {
-    case ImageFormat::Png:
-      return contains(tail, tail_size, "IEND\xae\x42\x60\x82", 8) ? "" : "truncated: the PNG has no IEND chunk at its end";
-    case ImageFormat::Jpeg:
-      return contains(tail, tail_size, "\xff\xd9", 2) ? "" : "truncated: the JPEG has no end-of-image marker (FF D9) at its end";
-    case ImageFormat::Gif:
-      return tail_size > 0 && tail[tail_size - 1] == 0x3b ? "" : "truncated: the GIF does not end with its trailer byte (0x3B)";
-    case ImageFormat::Bmp: raw = bmp_extent(head, head_size, h); break;
-    case ImageFormat::Tga: raw = tga_extent(head, head_size, h); break;
-    case ImageFormat::Pnm: {
-      const PnmLayout l = pnm_layout(head, head_size);
-      raw = {l.data_offset, uint64_t(h.width) * h.height * h.channels};
-      break;
-    }
-  }
-  if (raw.bytes == 0 || raw.offset + raw.bytes <= file_size) return "";
-  return "truncated: " + std::to_string(file_size) + " bytes, the " + image_format_name(h.format) + " header needs " +
-         std::to_string(raw.offset + raw.bytes);
-}
-
-// Walks a JPEG's segments within the bytes at hand (a head stops the walk without a verdict) and
-// refuses what stb_image 2.27 (Debian's) would overrun on: a Huffman table of more than 256 codes
-// (it writes past its 257-entry size list). Entropy-coded data after a scan header is skipped to the
-// next marker, so the tables between the scans of a progressive JPEG are checked too, and bytes that
-// are not a marker are passed over, as stb_image passes over them.
-std::string jpeg_structure_problem(const uint8_t* p, size_t n) {
-  size_t i = jpeg_start(p, n);
-  while (i + 4 <= n) {
-    if (p[i] != 0xff) {  // stb_image looks for the next marker past bytes that are not one: so do we
-      ++i;
-      continue;
-    }
-    const uint8_t m = p[i + 1];
-    if (m == 0xff) { ++i; continue; }  // fill byte
-    if (m == 0xd9) return "";          // EOI
-    if ((m >= 0xd0 && m <= 0xd7) || m == 0x01) { i += 2; continue; }  // no length
-    const size_t len = be16(p + i + 2);
-    if (len < 2) return "";
-    if (m == 0xc4) {  // DHT: tables of a class/id byte, 16 code counts, then the symbols
-      // Read as stb_image reads it: table after table while the length says there is more, even
-      // when a table runs past it or past the end of the file (where it reads zeros).
-      size_t t = i + 4;
-      for (long left = long(len) - 2; left > 0 && t < n;) {
-        unsigned codes = 0;
-        for (size_t k = 1; k <= 16 && t + k < n; ++k) codes += p[t + k];
-        if (codes > 256) return "corrupt JPEG: a Huffman table of " + std::to_string(codes) + " codes (at most 256)";
-        t += 17 + codes;
-        left -= 17 + long(codes);
-      }
-    }
-    i += 2 + len;
-    if (m == 0xda)  // SOS: skip the entropy-coded data (0xFF is followed by 0 or a restart marker in it)
-      while (i + 1 < n && !(p[i] == 0xff && p[i + 1] != 0 && !(p[i + 1] >= 0xd0 && p[i + 1] <= 0xd7))) ++i;
-  }
-  return "";
-}
-
-// A PNG whose first IDAT chunk is empty: stb_image 2.27 copies 0 bytes into a null buffer (undefined
-// behaviour). No encoder writes one.
-std::string png_structure_problem(const uint8_t* p, size_t n) {
-  for (size_t i = 8; i + 8 <= n;) {
-    const uint32_t len = be32(p + i);
-    if (std::memcmp(p + i + 4, "IDAT", 4) == 0) return len == 0 ? "corrupt PNG: an empty first IDAT chunk" : "";
-    if (len > n - i - 8) return "";  // runs past what we have: stb_image reports a real truncation
-    i += 12 + size_t(len);
-  }
-  return "";
-}
-
-// What stb_image must not be shown at all, not even to read the header (it parses more than the
-// header: every JPEG table before the frame, every number of a PNM header, PNG chunks up to IDAT).
-std::string before_stb_problem(ImageFormat f, const uint8_t* head, size_t n) {
-  if (f == ImageFormat::Jpeg) return jpeg_structure_problem(head, n);
-  if (f == ImageFormat::Png) return png_structure_problem(head, n);
-  if (f != ImageFormat::Pnm) return "";
-  const PnmLayout l = pnm_layout(head, n);
-  if (!l.ok || l.maxval < 1) return "malformed PNM header";
-  if (l.maxval > 255) return "16-bit PNM (maxval " + std::to_string(l.maxval) + ") is not supported";
-  return "";
-}
-
-std::string limits_problem(const ImageHeader& h) {
-  const std::string dims = std::to_string(h.width) + "x" + std::to_string(h.height);
-  if (h.width < 1 || h.height < 1) return "implausible size " + dims;
-  if (h.width > kMaxImageSide || h.height > kMaxImageSide)
-    return dims + " is larger than the limit of " + std::to_string(kMaxImageSide) + " pixels a side";
-  if (int64_t(h.width) * h.height > kMaxImagePixels)
-    return dims + " has more than the limit of " + std::to_string(kMaxImagePixels >> 20) + " Mpx";
-  if (h.channels < 1 || h.channels > 4) return std::to_string(h.channels) + " channels (1 to 4 are accepted)";
-  return "";
+  img.pixels.assign(px.get(), px.get() + size_t(img.width) * img.height * channels);
+  return true;
 }
 
 }  // namespace
-
-ImageCheck check_image(const uint8_t* head, size_t head_size, const uint8_t* tail, size_t tail_size,
-                       uint64_t file_size) {
-  ImageCheck c;
-  if (file_size == 0) return {{}, "empty file"};
-  if (file_size > kMaxImageFileBytes)
-    return {{}, std::to_string(file_size) + " bytes, above the limit of " + std::to_string(kMaxImageFileBytes >> 20) + " MiB"};
-  if (starts_with(head, head_size, "P1", 2) || starts_with(head, head_size, "P2", 2) ||
-      starts_with(head, head_size, "P3", 2) || starts_with(head, head_size, "P4", 2))
-    return {{}, "text or 1-bit PNM (P1-P4) is not supported: save it as binary P5/P6"};
-  c.header.format = sniff(head, head_size);
-  c.problem = before_stb_problem(c.header.format, head, head_size);
-  if (!c.ok()) return c;
-  const int usable = static_cast<int>(std::min(head_size, size_t(kMaxImageFileBytes)));
-  if (!stbi_info_from_memory(head, usable, &c.header.width, &c.header.height, &c.header.channels)) {
-    c.problem = c.header.format == ImageFormat::Tga
-                    ? std::string("not a PNG, JPEG, BMP, GIF, PNM or TGA file")
-                    : std::string("unreadable ") + image_format_name(c.header.format) + " header (" + stbi_failure_reason() + ")";
-    return c;
-  }
-  c.problem = limits_problem(c.header);
-  if (!c.ok()) return c;
-  c.problem = completeness(c.header, head, head_size, tail, tail_size, file_size);
-  return c;
-}
-
-ImageCheck check_image_bytes(const uint8_t* bytes, size_t size) {
-  const size_t tail = std::min(size, kImageTailBytes);
-  return check_image(bytes, size, bytes + size - tail, tail, size);
-}
 
 DecodedImage decode_image(const uint8_t* bytes, size_t size, int channels, const std::string& file) {
   const ImageCheck c = check_image_bytes(bytes, size);
   if (!c.ok()) throw ImageDecodeError(file + ": " + c.problem);
   DecodedImage img;
-  int comp = 0;
-  std::unique_ptr<stbi_uc, void (*)(void*)> px(
-      stbi_load_from_memory(bytes, static_cast<int>(size), &img.width, &img.height, &comp, channels), stbi_image_free);
-  if (!px)
-    throw ImageDecodeError(file + ": cannot decode the " + image_format_name(c.header.format) + " (" +
-                           stbi_failure_reason() + ")");
+  std::string problem;
+  const bool decoded = c.header.format == ImageFormat::Jpeg
+                           ? decode_jpeg(bytes, size, channels, img.width, img.height, img.pixels, problem)
+                           : decode_stb(bytes, size, channels, img, problem);
+  if (!decoded) throw ImageDecodeError(file + ": cannot decode the " + image_format_name(c.header.format) + " (" + problem + ")");
   if (img.width != c.header.width || img.height != c.header.height)
     throw ImageDecodeError(file + ": decoded as " + std::to_string(img.width) + "x" + std::to_string(img.height) +
                            " but its header says " + std::to_string(c.header.width) + "x" + std::to_string(c.header.height));
   img.channels = channels;
-  img.pixels.assign(px.get(), px.get() + size_t(img.width) * img.height * channels);
   return img;
 }
 

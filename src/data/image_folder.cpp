@@ -152,20 +152,20 @@ void handle_bad(const std::vector<std::pair<std::string, std::string>>& bad, boo
     if (r.skipped_examples.size() < kExamplesShown) r.skipped_examples.push_back(path + ": " + why + " (" + when + ")");
 }
 
-// Decodes a split into memory on `threads` threads; files that fail are returned (path, reason) and
-// dropped from it.
-std::vector<std::pair<std::string, std::string>> decode_into_memory(Dataset& d, int threads) {
-  d.images.assign(d.image_bytes() * d.count, 0);
+// Decodes every image of a split on `threads` threads, into memory (keep_pixels: the cache) or only
+// to find the files that do not decode; those are returned (path, reason) and dropped from the split.
+std::vector<std::pair<std::string, std::string>> decode_all(Dataset& d, int threads, bool keep_pixels) {
+  if (keep_pixels) d.images.assign(d.image_bytes() * d.count, 0);
   std::vector<std::string> failed(d.count);
   parallel_for(d.count, threads, [&](int i) {
+    std::vector<uint8_t> scratch(keep_pixels ? 0 : d.image_bytes());
     try {
-      load_image_file(d.paths[i], d.channels, d.side, d.images.data() + d.image_bytes() * i);
+      load_image_file(d.paths[i], d.channels, d.side, keep_pixels ? d.images.data() + d.image_bytes() * i : scratch.data());
     } catch (const ImageDecodeError& e) {
       failed[i] = e.what();
     }
     g_images_decoded.fetch_add(1, std::memory_order_relaxed);
   });
-  d.decoded_on_demand = false;
   std::vector<std::pair<std::string, std::string>> bad;
   int kept = 0;
   for (int i = 0; i < d.count; ++i) {
@@ -175,27 +175,33 @@ std::vector<std::pair<std::string, std::string>> decode_into_memory(Dataset& d, 
       continue;
     }
     if (kept != i) {
-      std::memmove(d.images.data() + d.image_bytes() * kept, d.image(i), d.image_bytes());
+      if (keep_pixels) std::memmove(d.images.data() + d.image_bytes() * kept, d.image(i), d.image_bytes());
       d.paths[kept] = d.paths[i];
       d.labels[kept] = d.labels[i];
     }
     ++kept;
   }
   d.count = kept;
-  d.images.resize(d.image_bytes() * kept);
+  if (keep_pixels) {
+    d.images.resize(d.image_bytes() * kept);
+    d.decoded_on_demand = false;
+  }
   d.paths.resize(kept);
   d.labels.resize(kept);
   return bad;
 }
 
-// --cache-decoded: both splits decoded into memory, once the memory check has passed.
-void decode_cache(FolderData& f, const ImageOptions& o) {
+// Both splits decoded once at start: into memory (--cache-decoded, once the memory check has passed),
+// or with --skip-bad-images only to leave out the files that pass the header check but do not
+// decode, so that what is skipped does not depend on whether images are cached.
+void decode_at_start(FolderData& f, const ImageOptions& o) {
   const int images = f.split.train.count + f.split.test.count;
-  check_cache_fits(uint64_t(images) * f.split.train.image_bytes(), read_mem_available(o.meminfo).value_or(0), images, o.side);
+  if (o.cache_decoded)
+    check_cache_fits(uint64_t(images) * f.split.train.image_bytes(), read_mem_available(o.meminfo).value_or(0), images, o.side);
   if (o.before_decoding) o.before_decoding(images);
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::pair<std::string, std::string>> failed = decode_into_memory(f.split.train, o.threads);
-  const auto test_failed = decode_into_memory(f.split.test, o.threads);
+  std::vector<std::pair<std::string, std::string>> failed = decode_all(f.split.train, o.threads, o.cache_decoded);
+  const auto test_failed = decode_all(f.split.test, o.threads, o.cache_decoded);
   f.report.decode_seconds = seconds_since(t0);
   f.report.decode_threads = o.threads;
   f.report.decoded_images = images;
@@ -324,7 +330,7 @@ FolderData load_image_folder(const std::string& dir, const ImageOptions& o) {
   f.split.train = make_dataset(listing[0], keep_train, classes, stored, o.side);
   f.split.test = make_dataset(listing[1], keep_test, classes, stored, o.side);
 
-  if (o.cache_decoded) decode_cache(f, o);
+  if (o.cache_decoded || o.skip_bad) decode_at_start(f, o);
   require_each_class(f.split.train, train_dir);
   if (f.split.test.count == 0) throw InputError(test_dir + ": no readable images left once the bad ones are skipped");
   return f;

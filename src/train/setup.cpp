@@ -116,6 +116,7 @@ void SetUp::normalise() {
     decoding_begins("normalisation: decoding a sample", std::min(train.count, kNormalizationSample));
   s_.norm = compute_normalization(train, workers_);
   decoding_.reset();
+  if (!s_.norm.warning.empty()) ranks_.warn_once(s_.norm.warning);
   print_data_lines();
 }
 

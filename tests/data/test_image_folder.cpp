@@ -250,6 +250,58 @@ TEST(ImageFolder, AFileThatFailsToDecodeIntoTheCacheIsNamedOrSkipped) {
   for (const std::string& p : f.split.train.paths) EXPECT_EQ(p.find("bad.png"), std::string::npos);
 }
 
+// --skip-bad-images leaves out a file that passes the header check but does not decode whether or
+// not the images are cached: decoded every epoch, every file is decoded once at start to find it
+// (issue 38: it used to stay in, and stop the run when a batch or the normalisation sample met it).
+TEST(ImageFolder, SkipBadImagesLeavesOutAFileThatDoesNotDecodeWithoutTheCacheToo) {
+  TempDir dir;
+  write_folder(dir.path, {"cat", "dog"});
+  write(dir / "test/dog/bad.png", undecodable_png());
+  ImageOptions skip = at_side(8);
+  skip.skip_bad = true;
+  const FolderData f = load_image_folder(dir.path, skip);
+  EXPECT_TRUE(f.split.test.decoded_on_demand);
+  EXPECT_TRUE(f.split.test.images.empty()) << "nothing kept in memory";
+  EXPECT_EQ(f.split.test.count, 4);
+  EXPECT_EQ(f.split.test.labels, (std::vector<uint8_t>{0, 0, 1, 1}));
+  for (const std::string& p : f.split.test.paths) EXPECT_EQ(p.find("bad.png"), std::string::npos);
+  EXPECT_EQ(f.report.skipped, 1);
+  ASSERT_EQ(f.report.skipped_examples.size(), 1u);
+  EXPECT_HAS(f.report.skipped_examples[0], dir / "test/dog/bad.png: cannot decode the PNG");
+  EXPECT_HAS(f.report.skipped_examples[0], "(decoding)");
+  EXPECT_EQ(f.report.decoded_images, 9);
+  EXPECT_EQ(f.report.cache_bytes, 0u);
+}
+
+// Decoded on demand without --skip-bad-images, a file that does not decode is met first by the
+// normalisation sample at start, if it is in the sample: the error says so, and what leaves it out.
+TEST(ImageFolder, TheNormalisationSampleNamesAFileThatDoesNotDecodeAndTheFlagThatSkipsIt) {
+  TempDir dir;
+  write_folder(dir.path, {"cat", "dog"});
+  write(dir / "train/dog/bad.png", undecodable_png());
+  const FolderData f = load_image_folder(dir.path, at_side(8));
+  try {
+    compute_normalization(f.split.train, 2);
+    ADD_FAILURE() << "the sample decoded every file";
+  } catch (const ImageDecodeError& e) {
+    EXPECT_HAS(e.what(), dir / "train/dog/bad.png: cannot decode the PNG");
+    EXPECT_HAS(e.what(), "(met by the normalisation sample at start; --skip-bad-images leaves out files that do not decode)");
+  }
+}
+
+// Directories nested 16 deep under a class are read; deeper is refused with one line (a symlink
+// loop would otherwise never end), as the docs say.
+TEST(ImageFolder, ClassDirectoriesNestedSixteenDeepAreReadAndDeeperRefused) {
+  TempDir dir;
+  std::string deep = dir / "train/a";
+  for (int d = 0; d < 16; ++d) deep += "/d";
+  write(deep + "/x.png", fixture("rgb.png"));
+  EXPECT_EQ(list_images(dir / "train", {"a"}).paths, (std::vector<std::string>{deep + "/x.png"}));
+  write(deep + "/e/y.png", fixture("rgb.png"));
+  EXPECT_EQ(input_error_of([&] { list_images(dir / "train", {"a"}); }),
+            deep + "/e: directories nested more than 16 deep (a symlink loop?)");
+}
+
 // Decoding on demand: the file is named where the batch is assembled (a loader thread, or the main
 // thread of the synchronous loader), as an ImageDecodeError.
 TEST(ImageFolder, AFileThatFailsToDecodeInABatchIsAnImageDecodeErrorNamingIt) {
@@ -308,6 +360,37 @@ TEST(ImageFolder, NormalisationOfImagesDecodedOnDemandUsesAnEvenSample) {
   EXPECT_EQ(n.mean[2], n.mean[0]);
   d.count = 100;  // at most the sample size: all of them
   EXPECT_EQ(compute_normalization(d, 2).images, 100);
+}
+
+// Images of one colour: the channels that are one value in every pixel have a standard deviation of
+// 0, taken as 1 (dividing by ~0 would blow any other value up at test time), and one warning line
+// names them (issue 38: the variance was clamped at 1e-12, silently).
+TEST(ImageFolder, NormalisationWarnsOfChannelsOfOneValueAndTakesTheirStdAsOne) {
+  TempDir dir;
+  auto solid = [&](const std::string& name, uint8_t r, uint8_t g, uint8_t b) {
+    std::vector<uint8_t> px;
+    for (int i = 0; i < 8 * 8; ++i) px.insert(px.end(), {r, g, b});
+    ASSERT_TRUE(stbi_write_png((dir / name).c_str(), 8, 8, 3, px.data(), 8 * 3));
+  };
+  solid("a.png", 10, 0, 200);
+  solid("b.png", 30, 0, 200);
+  Dataset d;
+  d.count = 2;
+  d.channels = 3;
+  d.side = 8;
+  d.decoded_on_demand = true;
+  d.paths = {dir / "a.png", dir / "b.png"};
+  const Normalization n = compute_normalization(d, 2);
+  EXPECT_NEAR(n.stdev[0], 10 / 255.0, 1e-6) << "red varies between the images";
+  EXPECT_EQ(n.stdev[1], 1.f);
+  EXPECT_EQ(n.stdev[2], 1.f);
+  EXPECT_NEAR(n.mean[2], 200 / 255.0, 1e-6);
+  EXPECT_EQ(n.warning, "normalisation: every pixel of the 2 training images has the same value in channel green (0/255), "
+                       "blue (200/255): a standard deviation of 0, taken as 1 (are the images blank or of one colour?)");
+  solid("b.png", 30, 1, 200);
+  EXPECT_HAS(compute_normalization(d, 2).warning, "channel blue (200/255):");
+  solid("b.png", 30, 1, 201);
+  EXPECT_EQ(compute_normalization(d, 2).warning, "") << "no channel of one value, no warning";
 }
 
 // ---- make data-folder ------------------------------------------------------------------------------

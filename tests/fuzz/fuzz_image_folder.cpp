@@ -1,6 +1,9 @@
 // libFuzzer target: the image folder's decode path as a loader thread runs it on a user's file: the
-// header check (also on a short head and tail, as the header pass reads them), then stb_image and
-// the resize and centre crop. The first byte picks the side (8 to 64) and the channels (1 or 3).
+// header check (also on a short head and tail, as the header pass reads them), then the decoder
+// (libjpeg-turbo for JPEG, stb_image for the other formats) and the resize and centre crop. The first
+// byte picks the side (8 to 64) and the channels (1 or 3). libjpeg-turbo is the system's library,
+// not built with the sanitizers here (it is fuzzed upstream): what this target checks of JPEG is our
+// side of it, the header check, the error handling and the buffers we give it.
 #include <cstdint>
 #include <vector>
 

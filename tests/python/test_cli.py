@@ -152,9 +152,15 @@ class TrainCli(CliAssertions, unittest.TestCase):
     def test_valid_cifar_gets_as_far_as_the_gpu(self):
         # The same set-up without the damage passes data validation: the error is the GPU's. This is
         # what makes the test above prove the order rather than a data error that always comes first.
+        # Its images are black: the normalisation's one warning line says so first (issue 38).
         data = self.write_cifar()
         p = self.run_train("--data", "cifar10", "--data-dir", str(data), "--batch", "32")
-        self.assert_one_error_line(p, 1, "no CUDA device")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        warning, error = p.stderr.splitlines()
+        self.assertEqual(warning, "warning: normalisation: every pixel of the 50,000 training images has the same "
+                                  "value in channel red (0/255), green (0/255), blue (0/255): a standard deviation "
+                                  "of 0, taken as 1 (are the images blank or of one colour?)")
+        self.assertTrue(error.startswith("error: no CUDA device"), error)
 
     def test_missing_cifar_directory_exits_1(self):
         missing = self.dir / "no-such-dir"
