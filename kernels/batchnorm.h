@@ -101,8 +101,9 @@ size_t relu_bits_bytes(Shape4 s, DType t);
 enum class ReluMask { None, FromOutput, FromInput, FromBits };
 struct BnBackwardArgs {
   const void* dy;
-  // A second part of dy, summed as it is read, or nullptr: a block's input gradient arrives from its
-  // shortcut and from its main path (model/training_network.h).
+  // A second part of dy, or nullptr: a block's input gradient arrives from its shortcut and from
+  // its main path (model/training_network.h). The two are summed as they are read, and dy's buffer
+  // then holds dz (the masked sum): dy is overwritten, and dres, where given, must be dy.
   const void* dy2 = nullptr;
   ReluMask relu = ReluMask::None;
   const void* y = nullptr;        // the forward output, for ReluMask::FromOutput

@@ -7,7 +7,7 @@ namespace trainer_kernels {  // why: kernels/common.cuh
 namespace {
 
 // A gradient that arrives in two parts (a block's input gradient: its shortcut's and its main
-// path's) is summed in fp32 as it is read: g[u] += dy2 at the same offsets.
+// path's) is summed in fp32 as the reduction reads it: g[u] += dy2 at the same offsets.
 template <class T, int U, int V>
 __device__ __forceinline__ void add_second_part(const T* dy2, const size_t (&off)[U], float (&g)[U][V]) {
   float g2[U][V];
@@ -26,6 +26,10 @@ struct BackwardOp {  // sums of dz, dz * xhat, and dz * xhat2 for the second BN
   static constexpr int kUnroll = kLoads <= 2 ? 4 : 2;
   static constexpr int V = kVec<T>;
   const T *dy, *dy2, *y, *x, *x2;  // dy2: a second part of dy, or null
+  // With dy2: dz (the masked sum, rounded to T) is written here, dy's buffer, and the sums are
+  // taken of what is written; the apply pass then reads one tensor, not two (the sum costs one
+  // write where the two parts would cost a second read in each pass).
+  T* dz_out;
   const uint8_t* bits;
   const float *mean, *invstd, *mean2, *invstd2, *scale, *shift;
   float m[V], is[V], m2[V], is2[V], sc[V], sh[V];
@@ -62,11 +66,15 @@ struct BackwardOp {  // sums of dz, dz * xhat, and dz * xhat2 for the second BN
         if (kMask == ReluMask::FromOutput) pass = yv[u][j] > 0.f;
         if (kMask == ReluMask::FromBits) pass = (bv[u] >> j) & 1u;
         if (kMask == ReluMask::FromInput) pass = relu_passes<T>(xv[u][j], sc[j], sh[j]);
-        const float dz = pass ? g[u][j] : 0.f;
+        float dz = pass ? g[u][j] : 0.f;
+        if (dz_out) dz = to_float(from_float<T>(dz)), g[u][j] = dz;
         acc[0][j] += dz;
         acc[1][j] += dz * (xv[u][j] - m[j]) * is[j];
         if (kDual) acc[2][j] += dz * (x2v[u][j] - m2[j]) * is2[j];
       }
+    if (dz_out)
+#pragma unroll
+      for (int u = 0; u < U; ++u) store_vec(dz_out + off[u], g[u]);
   }
 };
 
@@ -114,7 +122,7 @@ __global__ void finalize_backward(const float* partials, int chunks, int C, size
 
 // Device-side arguments of the backward apply (the host struct holds host pointers to BN state).
 struct BackwardApply {
-  const void *dy, *dy2, *y, *x, *x2;  // dy2: a second part of dy, or null
+  const void *dy, *y, *x, *x2;
   const uint8_t* bits;
   const float *coef, *coef2;    // 3*C each: k_dz, k_x, k_c
   const float *scale, *shift;   // the forward's, for a ReLU mask recomputed from x
@@ -126,7 +134,6 @@ __global__ void __launch_bounds__(kThreads) apply_backward(BackwardApply a, Shap
   constexpr int V = kVec<T>, U = kApplyUnroll<L>;
   const int C = s.c;
   const T* dy_in = static_cast<const T*>(a.dy);
-  const T* dy2_in = static_cast<const T*>(a.dy2);
   const T* y_in = static_cast<const T*>(a.y);
   const T* x_in = static_cast<const T*>(a.x);
   const T* x2_in = static_cast<const T*>(a.x2);
@@ -145,12 +152,6 @@ __global__ void __launch_bounds__(kThreads) apply_backward(BackwardApply a, Shap
       if (kMask == ReluMask::FromOutput) load_vec(y_in + size_t(i) * V, y[u]);
       if (kMask == ReluMask::FromBits) bv[u] = a.bits[i];
       if (kDual) load_vec(x2_in + size_t(i) * V, x2[u]);
-      if (dy2_in) {
-        float g2[V];
-        load_vec(dy2_in + size_t(i) * V, g2);
-#pragma unroll
-        for (int j = 0; j < V; ++j) g[u][j] += g2[j];
-      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -208,12 +209,15 @@ void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* sc
   if ((dual || dres) && a.relu != ReluMask::FromOutput && a.relu != ReluMask::FromBits)
     throw Fatal("bn_backward: with a residual the ReLU mask must come from the stored output y or its bits");
   if (dual && dres) throw Fatal("bn_backward: a block has either a projection or an identity shortcut");
+  if (a.dy2 && dres && a.dres != a.dy)
+    throw Fatal("bn_backward: with dy in two parts, dres must be dy's buffer (the reduction writes dz there)");
   dispatch(t, l, [&]<class T, Layout L>() {
     const ReduceGrid g = reduce_grid<T>(s, L);
     auto reduce = [&]<ReluMask kMask, bool kDual>() {
       BackwardOp<T, L, kMask, kDual> op{};
       op.dy = static_cast<const T*>(a.dy);
       op.dy2 = static_cast<const T*>(a.dy2);
+      op.dz_out = a.dy2 ? static_cast<T*>(const_cast<void*>(a.dy)) : nullptr;
       op.y = static_cast<const T*>(a.y);
       op.bits = a.relu_bits;
       op.x = static_cast<const T*>(a.x);
@@ -253,13 +257,18 @@ void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* sc
 
     const unsigned vecs = static_cast<unsigned>(s.count() / kVec<T>);
     const unsigned grid = grid_for((vecs + kApplyUnroll<L> - 1) / kApplyUnroll<L>, kThreads);
-    const BackwardApply args{a.dy, a.dy2, a.y, a.x, a.x2, a.relu_bits, a.bn->bwd_coef, dual ? a.bn2->bwd_coef : nullptr,
+    const BackwardApply args{a.dy, a.y, a.x, a.x2, a.relu_bits, a.bn->bwd_coef, dual ? a.bn2->bwd_coef : nullptr,
                              a.bn->scale, a.bn->shift, a.dx, a.dx2, a.dres};
     auto apply = [&]<ReluMask kMask, bool kDual, bool kDres>() {
       apply_backward<T, L, kMask, kDual, kDres><<<grid, kThreads, 0, stream>>>(args, s, vecs);
     };
-    switch (a.relu) {
-      case ReluMask::None: apply.template operator()<ReluMask::None, false, false>(); break;
+    // dy in two parts: the reduction left dz, masked, in dy's buffer (dres's, for the identity shortcut).
+    const ReluMask applied = a.dy2 ? ReluMask::None : a.relu;
+    switch (applied) {
+      case ReluMask::None:
+        if (dual) apply.template operator()<ReluMask::None, true, false>();
+        else apply.template operator()<ReluMask::None, false, false>();
+        break;
       case ReluMask::FromInput: apply.template operator()<ReluMask::FromInput, false, false>(); break;
       case ReluMask::FromOutput:
         if (dual) apply.template operator()<ReluMask::FromOutput, true, false>();
