@@ -46,18 +46,11 @@ class FusionPlanner::PassTimer {
         bn_apply({x, bn_.scale, bn_.shift, Residual::Tensor, x, nullptr, nullptr, true, y}, s, t_, l_, stream_);
         break;
       case BnPass::Stats: bn_forward_train_stats(x, s, t_, l_, bn_, bn_scratch_, stream_); break;
-      case BnPass::Backward: {
-        BnBackwardArgs a{};
-        a.dy = x;
-        a.relu = ReluMask::FromInput;
-        a.x = x;
-        a.bn = &bn_;
-        a.dgamma = bn_.save_mean;
-        a.dbeta = bn_.save_invstd;
-        a.dx = y;
-        bn_backward(a, s, t_, l_, bn_scratch_, stream_);
+      case BnPass::Backward:
+        bn_backward({.dy = x, .relu = ReluMask::FromInput, .x = x, .bn = &bn_, .dgamma = bn_.save_mean,
+                     .dbeta = bn_.save_invstd, .dx = y},
+                    s, t_, l_, bn_scratch_, stream_);
         break;
-      }
       case BnPass::DxApply:
         bn_apply({x, bn_.scale, bn_.shift, Residual::BatchNorm, x, bn_.scale, bn_.shift, false, y}, s, t_, l_, stream_);
         break;

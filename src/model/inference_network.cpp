@@ -152,14 +152,10 @@ void InferenceNetwork::conv_bn(const ConvRun& r, const void* x, void* y, bool re
   const BnChannelState& st = r.bn->st;
   if (r.fused) {
     const bool half = r.fused->scale_type() == DType::F16;
-    FusedArgs a;
-    a.x = x;
-    a.w = params_.working(r.conv->weight);
-    a.y = y;
-    a.z = z;
-    a.scale = half ? r.scale_h : st.scale;
-    a.bias = half ? r.shift_h : st.shift;
-    r.fused->run(ctx_.cudnn, a, workspace_.get(), workspace_.bytes());
+    r.fused->run(ctx_.cudnn,
+                 {.x = x, .w = params_.working(r.conv->weight), .y = y, .scale = half ? r.scale_h : st.scale,
+                  .bias = half ? r.shift_h : st.shift, .z = z},
+                 workspace_.get(), workspace_.bytes());
     return;
   }
   conv_forward(*r.conv, x, y);

@@ -223,12 +223,7 @@ void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedConv* fused, cons
                                  void* stored, Shape4 s_prev) {
   const cudaStream_t stream = ctx_.stream;
   if (fused) {
-    FusedArgs a;
-    a.x = x;
-    a.w = params_.working(c.weight);
-    a.y = y;
-    a.sum = fb.sum;
-    a.sqsum = fb.sqsum;
+    FusedArgs a{.x = x, .w = params_.working(c.weight), .y = y, .sum = fb.sum, .sqsum = fb.sqsum};
     if (prologue) set_coefficients(a, *fused, *prologue, *prologue_fb);
     fused->run(ctx_.cudnn, a, workspace_.get(), workspace_.bytes());
     if (train) {  // the fp16 copies are written with the rest
@@ -331,15 +326,9 @@ void TrainingNetwork::backward() {
     block_backward(layers_->blocks[i], runs_[i], in, i + 1 == runs_.size() ? nullptr : grad_[2].get());
   }
   const Bn& bn = layers_->stem_bn;
-  BnBackwardArgs stem{};
-  stem.dy = grad_[0].get();
-  stem.dy2 = grad_[2].get();
-  stem.relu = ReluMask::FromInput;
-  stem.x = stem_a_.get();
-  stem.bn = &bn.st;
-  stem.dgamma = params_.vector_grad(bn.gamma);
-  stem.dbeta = params_.vector_grad(bn.beta);
-  stem.dx = grad_[0].get();
+  const BnBackwardArgs stem{.dy = grad_[0].get(), .dy2 = grad_[2].get(), .relu = ReluMask::FromInput,
+                            .x = stem_a_.get(), .bn = &bn.st, .dgamma = params_.vector_grad(bn.gamma),
+                            .dbeta = params_.vector_grad(bn.beta), .dx = grad_[0].get()};
   bn_backward(stem, layers_->stem_out, t, l, bn_scratch_.as<float>(), ctx_.stream);
   bn_grads_ready(bn);
   // The images need no gradient: only the stem's filter gradient.
@@ -361,16 +350,11 @@ void TrainingNetwork::block_backward(const Block& b, BlockRun& r, const void* in
 // The join: out = relu(bn3(a3) + shortcut). From its output's gradient (g[0] + dy2): g[1] = the
 // gradient of a3, and g[3] = that of the shortcut conv's output, or g[0] = the identity shortcut's.
 void TrainingNetwork::join_backward(const Block& b, BlockRun& r, const void* dy2) {
-  BnBackwardArgs last{};
-  last.dy = grad_[0].get();
-  last.dy2 = dy2;
-  last.relu = ReluMask::FromBits;  // the ReLU came after the residual add: join_forward's bits
-  last.relu_bits = r.relu_bits.as<uint8_t>();
-  last.x = r.a3.get();
-  last.bn = &b.b3.st;
-  last.dgamma = params_.vector_grad(b.b3.gamma);
-  last.dbeta = params_.vector_grad(b.b3.beta);
-  last.dx = grad_[1].get();
+  // The ReLU came after the residual add: join_forward's bits.
+  BnBackwardArgs last{.dy = grad_[0].get(), .dy2 = dy2, .relu = ReluMask::FromBits,
+                      .relu_bits = r.relu_bits.as<uint8_t>(), .x = r.a3.get(), .bn = &b.b3.st,
+                      .dgamma = params_.vector_grad(b.b3.gamma), .dbeta = params_.vector_grad(b.b3.beta),
+                      .dx = grad_[1].get()};
   if (b.down) {
     last.x2 = r.ad.get();
     last.bn2 = &b.bdown->st;
@@ -402,11 +386,8 @@ void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedConv* wgrad, 
   const cudaStream_t stream = ctx_.stream;
   wgrad_beside([&](cudaStream_t lane, void* lane_ws, size_t lane_wsb) {
     if (wgrad) {
-      FusedArgs a;
-      a.x = x;
+      FusedArgs a{.x = x, .dy = dy, .dw = params_.weight_grad(c.weight)};
       set_coefficients(a, *wgrad, bn, fb);
-      a.dy = dy;
-      a.dw = params_.weight_grad(c.weight);
       wgrad->run(ctx_.cudnn, a, lane_ws, lane_wsb);
       return;
     }
@@ -417,34 +398,19 @@ void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedConv* wgrad, 
   float* coef = bn.st.bwd_coef;  // dx = coef[c] * g + coef[C + c] * x + coef[2C + c]
   const int C = bn.channels;
   if (dgrad) {
-    FusedArgs a;
-    a.dy = dy;
-    a.w = params_.working(c.weight);
-    a.x = x;
-    a.mean = bn.st.save_mean;
-    a.invstd = bn.st.save_invstd;
-    a.gamma = bn.st.gamma;
-    a.beta = bn.st.beta;
-    a.g = dx;
-    a.dgamma = params_.vector_grad(bn.gamma);
-    a.dbeta = params_.vector_grad(bn.beta);
-    a.eq_dy = coef;
-    a.eq_x = coef + C;
-    a.eq_b = coef + 2 * C;
+    const FusedArgs a{.x = x, .w = params_.working(c.weight), .dy = dy, .mean = bn.st.save_mean,
+                      .invstd = bn.st.save_invstd, .gamma = bn.st.gamma, .beta = bn.st.beta, .g = dx,
+                      .dgamma = params_.vector_grad(bn.gamma), .dbeta = params_.vector_grad(bn.beta),
+                      .eq_dy = coef, .eq_x = coef + C, .eq_b = coef + 2 * C};
     dgrad->run(ctx_.cudnn, a, workspace_.get(), workspace_.bytes());
     // dx = eq_dy * g + eq_b + eq_x * x: the join kernel with x as the "second BN" and no ReLU, in place.
     bn_apply({dx, coef, coef + 2 * C, Residual::BatchNorm, x, coef + C, zeros_.as<float>(), false, dx}, s_in, t, l,
              stream);
   } else {
     c.conv->backward_data(ctx_.cudnn, dy, params_.working(c.weight), dx, workspace_.get(), workspace_.bytes());
-    BnBackwardArgs mid{};
-    mid.dy = dx;
-    mid.relu = ReluMask::FromInput;
-    mid.x = x;
-    mid.bn = &bn.st;
-    mid.dgamma = params_.vector_grad(bn.gamma);
-    mid.dbeta = params_.vector_grad(bn.beta);
-    mid.dx = dx;
+    const BnBackwardArgs mid{.dy = dx, .relu = ReluMask::FromInput, .x = x, .bn = &bn.st,
+                             .dgamma = params_.vector_grad(bn.gamma), .dbeta = params_.vector_grad(bn.beta),
+                             .dx = dx};
     bn_backward(mid, s_in, t, l, bn_scratch_.as<float>(), stream);
   }
   lane_join();
