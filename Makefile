@@ -254,7 +254,7 @@ bin/unit_tests: $(TEST_OBJ) $(COMMON_OBJ) build/gtest/libgtest.a
 
 unit-tests: bin/unit_tests
 
-test: bin/unit_tests bin/train bin/predict bin/kernel_lab fuzz-build
+test: bin/unit_tests bin/train bin/predict bin/kernel_lab bin/decode_rate fuzz-build
 	@python3 tests/run_tests.py
 
 # ---- the kernel lab (README "Kernel lab"): its main in src/programs/, its versions in
@@ -271,6 +271,17 @@ bin/kernel_lab: build/obj/programs/kernel_lab.o $(LAB_OBJ) $(COMMON_OBJ)
 	$(CXX) $^ -o $@ $(LDFLAGS) $(LDLIBS)
 kernel-lab: bin/kernel_lab
 	@if [ "$(RUN)" = 1 ]; then ./bin/kernel_lab $(LAB_ARGS); fi
+
+# ---- bin/decode_rate: how fast this machine decodes an image folder, on the CPU alone (make
+# bench-folder's decode table: bin/train looks for its GPU before it decodes). It links the CPU code
+# of --cache-decoded's reader and nothing else, no CUDA library. make test builds it so it keeps compiling.
+DECODE_RATE_OBJ := $(addprefix build/obj/,programs/decode_rate.o train/decode_progress.o core/flags.o \
+                   core/file_io.o core/format.o core/host_memory.o core/parallel.o data/data_choice.o \
+                   data/data_flags.o data/cifar10.o data/fashion_mnist.o data/synthetic.o data/image_folder.o \
+                   data/image_check.o data/image_decode.o data/image_jpeg.o data/image_resize.o)
+bin/decode_rate: $(DECODE_RATE_OBJ)
+	@mkdir -p bin
+	$(CXX) $^ -o $@ -ljpeg -lz -lpthread
 
 # make sanitize: bin/unit_tests again, built with g++'s AddressSanitizer (+ LeakSanitizer) and
 # UndefinedBehaviorSanitizer into build/sanitize/, and run; any report fails it. The .cu files are
