@@ -399,9 +399,10 @@ bench-scaling: bin/train bin/train-ddp-naive
 	@python3 bench/scaling.py $(SCALING_ARGS)
 
 # Training from an image folder (make data-folder writes one), decoding every epoch, for several
-# --workers, and how fast one core decodes (bench/folder_bench.py; --decode-only needs no GPU).
+# --workers, and how fast one core decodes (bench/folder_bench.py: the decode table from
+# bin/decode_rate, which needs no GPU; FOLDER_BENCH_ARGS=--decode-only for that table alone).
 FOLDER_DIR ?= data/fashion-mnist-png
-bench-folder: bin/train bin/train-baseline
+bench-folder: bin/train bin/train-baseline bin/decode_rate
 	@python3 bench/folder_bench.py --data-dir $(FOLDER_DIR) $(FOLDER_BENCH_ARGS)
 
 # make run and make test build on every core unless a -j was given (make -j1 for a serial build): one
