@@ -6,7 +6,7 @@
 #   make custom NAME=x DEVICE_LOSS=1 PINNED=0 AUTOTUNE=1 FP16=1 NHWC=0 CONV_GRAPH=1 FUSED_BN=0 CUDA_GRAPH=1 WGRAD_STREAM=1   any other combination
 #   make predict-variants   bin/predict's egress ladder: bin/predict-{baseline,workers,pool,async,stream}, bin/predict
 #   make kernel-lab [RUN=1 LAB_ARGS=...]   bin/kernel_lab: the BN and fused-conv kernels' versions side by side
-#   make run GPUS=N / make profile GPUS=N / make bench-scaling   data parallel on N GPUs (README "Several GPUs")
+#   make run GPUS=N / make profile GPUS=N / make bench-scaling   data parallel on N GPUs (docs/multi-gpu.md)
 #   make bench / make bench-predict / make bench-folder / make profile / make fuzz / make sanitize / make sanitize-gpu
 #   make data / make data-folder / make deps
 SHELL := /bin/bash
@@ -257,7 +257,7 @@ unit-tests: bin/unit_tests
 test: bin/unit_tests bin/train bin/predict bin/kernel_lab bin/decode_rate fuzz-build
 	@python3 tests/run_tests.py
 
-# ---- the kernel lab (README "Kernel lab"): its main in src/programs/, its versions in
+# ---- the kernel lab (docs/kernel-lab.md): its main in src/programs/, its versions in
 # bench/kernel_lab/*.cu, which use the CPU references and data helpers of tests/support. make test
 # builds it so it keeps compiling.
 LAB_OBJ := $(patsubst bench/kernel_lab/%.cu,build/kernel_lab/%.o,$(wildcard bench/kernel_lab/*.cu)) \

@@ -1,4 +1,4 @@
-// The bookkeeping of bin/kernel_lab (README "Kernel lab"; the versions themselves are in lab/):
+// The bookkeeping of bin/kernel_lab (docs/kernel-lab.md; the versions themselves are in bench/kernel_lab/):
 // its command line, the network's tensor and conv shapes it measures at, timing one version with the
 // L2 cache flushed before every run, and the rows it reports (a table for people, JSON lines for
 // bench/results). Everything here but the timing runs without a GPU, and is tested so.
