@@ -6,7 +6,7 @@
 #   make custom NAME=x DEVICE_LOSS=1 PINNED=0 AUTOTUNE=1 FP16=1 NHWC=0 CONV_GRAPH=1 FUSED_BN=0 CUDA_GRAPH=1 WGRAD_STREAM=1   any other combination
 #   make predict-variants   bin/predict's egress ladder: bin/predict-{baseline,workers,pool,async,stream}, bin/predict
 #   make kernel-lab [RUN=1 LAB_ARGS=...]   bin/kernel_lab: the BN and fused-conv kernels' versions side by side
-#   make run GPUS=N / make profile GPUS=N / make bench-scaling   data parallel on N GPUs (README "Several GPUs")
+#   make run GPUS=N / make profile GPUS=N / make bench-scaling   data parallel on N GPUs (docs/multi-gpu.md)
 #   make bench / make bench-predict / make bench-folder / make profile / make fuzz / make sanitize / make sanitize-gpu
 #   make data / make data-folder / make deps
 SHELL := /bin/bash
@@ -254,10 +254,10 @@ bin/unit_tests: $(TEST_OBJ) $(COMMON_OBJ) build/gtest/libgtest.a
 
 unit-tests: bin/unit_tests
 
-test: bin/unit_tests bin/train bin/predict bin/kernel_lab fuzz-build
+test: bin/unit_tests bin/train bin/predict bin/kernel_lab bin/decode_rate fuzz-build
 	@python3 tests/run_tests.py
 
-# ---- the kernel lab (README "Kernel lab"): its main in src/programs/, its versions in
+# ---- the kernel lab (docs/kernel-lab.md): its main in src/programs/, its versions in
 # bench/kernel_lab/*.cu, which use the CPU references and data helpers of tests/support. make test
 # builds it so it keeps compiling.
 LAB_OBJ := $(patsubst bench/kernel_lab/%.cu,build/kernel_lab/%.o,$(wildcard bench/kernel_lab/*.cu)) \
@@ -271,6 +271,17 @@ bin/kernel_lab: build/obj/programs/kernel_lab.o $(LAB_OBJ) $(COMMON_OBJ)
 	$(CXX) $^ -o $@ $(LDFLAGS) $(LDLIBS)
 kernel-lab: bin/kernel_lab
 	@if [ "$(RUN)" = 1 ]; then ./bin/kernel_lab $(LAB_ARGS); fi
+
+# ---- bin/decode_rate: how fast this machine decodes an image folder, on the CPU alone (make
+# bench-folder's decode table: bin/train looks for its GPU before it decodes). It links the CPU code
+# of --cache-decoded's reader and nothing else, no CUDA library. make test builds it so it keeps compiling.
+DECODE_RATE_OBJ := $(addprefix build/obj/,programs/decode_rate.o train/decode_progress.o core/flags.o \
+                   core/file_io.o core/format.o core/host_memory.o core/parallel.o data/data_choice.o \
+                   data/data_flags.o data/cifar10.o data/fashion_mnist.o data/synthetic.o data/image_folder.o \
+                   data/image_check.o data/image_decode.o data/image_jpeg.o data/image_resize.o)
+bin/decode_rate: $(DECODE_RATE_OBJ)
+	@mkdir -p bin
+	$(CXX) $^ -o $@ -ljpeg -lz -lpthread
 
 # make sanitize: bin/unit_tests again, built with g++'s AddressSanitizer (+ LeakSanitizer) and
 # UndefinedBehaviorSanitizer into build/sanitize/, and run; any report fails it. The .cu files are
@@ -388,9 +399,10 @@ bench-scaling: bin/train bin/train-ddp-naive
 	@python3 bench/scaling.py $(SCALING_ARGS)
 
 # Training from an image folder (make data-folder writes one), decoding every epoch, for several
-# --workers, and how fast one core decodes (bench/folder_bench.py; --decode-only needs no GPU).
+# --workers, and how fast one core decodes (bench/folder_bench.py: the decode table from
+# bin/decode_rate, which needs no GPU; FOLDER_BENCH_ARGS=--decode-only for that table alone).
 FOLDER_DIR ?= data/fashion-mnist-png
-bench-folder: bin/train bin/train-baseline
+bench-folder: bin/train bin/train-baseline bin/decode_rate
 	@python3 bench/folder_bench.py --data-dir $(FOLDER_DIR) $(FOLDER_BENCH_ARGS)
 
 # make run and make test build on every core unless a -j was given (make -j1 for a serial build): one

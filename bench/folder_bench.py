@@ -2,15 +2,19 @@
 """`make bench-folder`: training from an image folder, decoding every epoch (seed 000's CPU-bound
 case), for several loader thread counts, and how fast one core decodes.
 
-1. Decode rate (CPU only, no GPU needed): `bin/train --data folder --cache-decoded --workers W`
-   decodes the whole folder before it looks for the GPU and prints the rate; with W = 1 that is the
-   rate of one core (read + stb_image decode + resize/crop), with W = all cores the machine's.
-2. Training (GPU): images/s and data stall % of the steady-state window for --workers 1, 2, 4, 8 and
-   cores - 1, each decoding every epoch in the pinned loader's threads; then the same with
-   --cache-decoded (decoded once), and bin/train-baseline (decoding on the main thread) when built.
+1. Decode rate (CPU only, no GPU needed): `bin/decode_rate --data-dir DIR --workers W` reads the
+   folder with bin/train's own reader, as `bin/train --data folder --cache-decoded --workers W` does
+   (every header checked, every image decoded, resized and centre-cropped into memory on W threads),
+   and prints bin/train's `cache: decoded ...` line; with W = 1 that is the rate of one core, with
+   W = all cores the machine's. (bin/train itself looks for its GPU before such a decode, issue 38,
+   so it cannot measure this on a machine without one.)
+2. Training (GPU, bin/train): images/s and data stall % of the steady-state window for --workers 1,
+   2, 4, 8 and cores - 1, each decoding every epoch in the pinned loader's threads; then the same
+   with --cache-decoded (decoded once), and bin/train-baseline (decoding on the main thread) when
+   built.
 
 The table goes to stdout and to bench/results/folder-<gpu>-<date>.md (or decode-<host>-<date>.md with
---decode-only).
+--decode-only, which needs bin/decode_rate alone: `make bin/decode_rate`).
 
     python3 bench/folder_bench.py --data-dir data/fashion-mnist-png [--image-size 32] [--decode-only]
 """
@@ -41,7 +45,7 @@ class DecodeRate:
 
 
 def parse_decode_line(stdout: str) -> DecodeRate | None:
-    """The `cache: decoded ...` line bin/train prints with --cache-decoded (None when absent)."""
+    """The `cache: decoded ...` line of bin/decode_rate (bin/train's with --cache-decoded); None when absent."""
     m = DECODE_LINE.search(stdout)
     if not m:
         return None
@@ -94,14 +98,15 @@ def folder_flags(args: argparse.Namespace) -> list[str]:
             "--batch", str(args.batch)]
 
 
-def decode_rates(args: argparse.Namespace, train: Path) -> list[str]:
-    """Rows of the decode table: one thread, then every core."""
+def decode_rates(args: argparse.Namespace, decode_rate: Path) -> list[str]:
+    """Rows of the decode table, from bin/decode_rate (CPU only): one thread, then every core."""
     rows = []
     for threads in dict.fromkeys([1, os.cpu_count() or 1]):
-        out = runner.run([str(train), *folder_flags(args), "--cache-decoded", "--workers", str(threads)], args.timeout)
+        out = runner.run([str(decode_rate), "--data-dir", str(args.data_dir), "--image-size", str(args.image_size),
+                          "--workers", str(threads)], args.timeout)
         rate = parse_decode_line(out.stdout)
         if rate is None:
-            runner.die(TOOL, f"no decode line from {train} ({runner.last_line(out.stderr) or 'no output'})", 1)
+            runner.die(TOOL, f"no decode line from {decode_rate} ({runner.last_line(out.stderr) or 'no output'})", 1)
         rows.append(f"| {rate.threads} | {rate.images:,} | {rate.seconds:.2f} | {rate.images_per_s:,.0f} | "
                     f"{rate.per_thread:,.0f} |")
     return rows
@@ -135,15 +140,18 @@ def training_rows(args: argparse.Namespace, train: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    train = args.bin_dir / "train"
-    if not train.exists():
-        runner.die(TOOL, f"{train} is not built: run `make` first")
+    decode_rate, train = args.bin_dir / "decode_rate", args.bin_dir / "train"
+    needed = [(decode_rate, "make bin/decode_rate")] + ([] if args.decode_only else [(train, "make")])
+    for binary, make in needed:  # before anything runs or is written
+        if not binary.exists():
+            runner.die(TOOL, f"{binary} is not built: run `{make}` first")
     runner.prepare_out_dir(TOOL, args.out)
     cpu = platform.processor() or platform.machine()
     lines = [f"# Image folder: {args.data_dir} at {args.image_size}x{args.image_size}, batch {args.batch}", "",
-             f"Decode rate (read + stb_image + resize/crop), {os.cpu_count()} cores ({cpu}), {runner.today()}:", "",
+             f"Decode rate (read + decode + resize/crop, bin/decode_rate: bin/train's reader), {os.cpu_count()} cores "
+             f"({cpu}), {runner.today()}:", "",
              "| threads | images | seconds | images/s | images/s per thread |", "| --- | --- | --- | --- | --- |"]
-    lines += decode_rates(args, train)
+    lines += decode_rates(args, decode_rate)
     print("\n".join(lines), flush=True)
     name = f"decode-{runner.slug(platform.node())}-{runner.today()}.md"
     if not args.decode_only:

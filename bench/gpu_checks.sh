@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one-GPU checks, section by section, on the GPU machine: what a session with a lent GPU runs to
-# check the rungs, the programs and the tools (README "Running the checks on a GPU"). Each section
+# check the rungs, the programs and the tools (docs/testing.md, "Running the checks on a GPU"). Each section
 # writes its full log to $LOGS/<section>.log (default bench/out/gpu-checks) and prints a short
 # summary; the exit status is that of the last section that failed (0 if none did).
 #

@@ -1,4 +1,4 @@
-// The kernel lab's workbench (bin/kernel_lab; README "Kernel lab"), in the spirit of llm.c's
+// The kernel lab's workbench (bin/kernel_lab; docs/kernel-lab.md), in the spirit of llm.c's
 // dev/cuda: every version of an operation side by side, each checked against the CPU reference in
 // double and timed with the L2 cache flushed before every run.
 //

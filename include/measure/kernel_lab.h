@@ -1,4 +1,4 @@
-// The bookkeeping of bin/kernel_lab (README "Kernel lab"; the versions themselves are in lab/):
+// The bookkeeping of bin/kernel_lab (docs/kernel-lab.md; the versions themselves are in bench/kernel_lab/):
 // its command line, the network's tensor and conv shapes it measures at, timing one version with the
 // L2 cache flushed before every run, and the rows it reports (a table for people, JSON lines for
 // bench/results). Everything here but the timing runs without a GPU, and is tested so.
@@ -23,7 +23,7 @@ struct ChwShape {
 };
 
 // The role a conv has in its bottleneck block, which decides the fused pattern of its forward and
-// whether the BN before it is fused into its backward (src/model/resnet50_fused.cpp).
+// whether the BN before it is fused into its backward (src/model/training_network.cpp).
 enum class ConvRole { Reduce, Spatial, Expand, Shortcut };  // conv1, conv2 (3x3), conv3, downsample.0
 const char* conv_role_name(ConvRole r);
 
@@ -35,8 +35,8 @@ struct LabConv {
   std::string text() const;  // "3x3/2 128x128x32x32 -> 128x128x16x16 (layer2.0.conv2)"
 };
 
-// The bottleneck blocks' distinct convs at batch n, in network order, as src/model/resnet50.cpp
-// builds them (stages [3, 4, 6, 3] of widths 64-512, x4 expansion, stride 2 on the first 3x3 of
+// The bottleneck blocks' distinct convs at batch n, in network order, as model/resnet50_spec.h
+// describes them (stages [3, 4, 6, 3] of widths 64-512, x4 expansion, stride 2 on the first 3x3 of
 // stages 2-4, a projection where the shape changes).
 std::vector<LabConv> network_convs(int n);
 // Every tensor a batch norm of the network normalizes (its stem's and its blocks'), and the block

@@ -15,9 +15,9 @@
 //
 // cuDNN decides at run time which of these it can run for a shape, type and GPU; a pattern it
 // refuses is reported by ok()/why() and never throws, so the network falls back layer by layer to
-// the plain convolution and our own batch-norm kernels (kernels/batchnorm.cu). Finalizing the
-// statistics and applying dx are our kernels too (kernels/fused_bn.cu): they are per-channel or
-// elementwise and cost one pass at most.
+// the plain convolution and our own batch-norm kernels (kernels/batchnorm.h). Finalizing the
+// statistics and applying dx are our kernels too (bn_finalize_sums and bn_apply, kernels/batchnorm.h):
+// they are per-channel or elementwise and cost one pass at most.
 #pragma once
 
 #include <memory>

@@ -43,7 +43,7 @@ class TrainingNetwork : public Network {
   void forward(const void* images, bool train);
   // Softmax cross-entropy on the logits; with loss_scale != nullptr also the gradients of the logits
   // and the bias (training). Accumulates into totals. loss_scale and step are device memory
-  // (softmax_xent in kernels.h); step nullptr: no step index (evaluation).
+  // (softmax_xent in kernels/loss.h); step nullptr: no step index (evaluation).
   void loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, const long long* step);
   void backward();
   // Called during backward once the work that writes a parameter's gradient is ordered on the main

@@ -24,7 +24,7 @@ struct Options : DataOptions {
   // training
   int epochs = 15;
   long steps = 0;                   // stop after this many steps in all (0 = run every epoch)
-  double lr = 0.02;                 // peak learning rate (chosen by a sweep on Fashion-MNIST: see README)
+  double lr = 0.02;                 // peak learning rate (chosen by a sweep on Fashion-MNIST: docs/design.md)
   double min_lr = 0.0;              // at the end of the cosine
   double warmup_epochs = 1.0;       // linear warm-up from lr/warm-up-steps to lr
   double momentum = 0.9;
@@ -54,7 +54,7 @@ struct Options : DataOptions {
   std::string save;                 // checkpoint file written at the end (and on SIGINT/SIGTERM)
   long save_every = 0;              // also every N steps (0 = never)
   std::string resume;
-  // several GPUs (README "Several GPUs"): --batch is per GPU
+  // several GPUs (docs/multi-gpu.md): --batch is per GPU
   int gpus = 1;                     // ranks to start on this machine (bin/train --gpus N)
   double bucket_mb = 25;            // gradient bucket size (after a first bucket of 1 MB)
   std::string allreduce_dtype;      // fp16 | fp32; "" = the gradients' own type

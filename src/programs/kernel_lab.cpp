@@ -1,7 +1,8 @@
 // bin/kernel_lab: every version of the batch-norm and fused-conv operations side by side at the
 // network's shapes, each checked against the CPU reference in double and timed with the L2 cache
-// flushed (README "Kernel lab"; the versions are in lab/, the bookkeeping in measure/kernel_lab.h).
-// Prints one table per operation as it goes; --json FILE also writes every row as a JSON line.
+// flushed (docs/kernel-lab.md; the versions are in bench/kernel_lab/, the bookkeeping in
+// measure/kernel_lab.h). Prints one table per operation as it goes; --json FILE also writes every
+// row as a JSON line.
 // Exit status: 0 when every version that ran passed its check, 1 when one failed or errored (or
 // anything else went wrong), 2 for a bad command line or no GPU.
 #include <chrono>
