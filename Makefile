@@ -107,7 +107,7 @@ FASHION_MNIST_DIRS = $(FASHION_MNIST_DIR) data/fashion-mnist $(FASHION_MNIST_PAC
 APT_PACKAGES = $(if $(wildcard $(STB_INCLUDE)/stb_image.h),,libstb-dev) \
                $(if $(wildcard $(GTEST_SRC)/src/gtest-all.cc),,googletest) \
                $(if $(wildcard $(foreach d,$(FASHION_MNIST_DIRS),$(d)/train-images-idx3-ubyte $(d)/train-images-idx3-ubyte.gz)),,dataset-fashion-mnist) \
-               $(if $(wildcard /usr/include/zlib.h),,zlib1g-dev) $(if $(wildcard /usr/include/jpeglib.h),,libjpeg62-turbo-dev)
+               $(if $(wildcard /usr/include/zlib.h),,zlib1g-dev) $(if $(wildcard /usr/include/jpeglib.h),,libjpeg-dev)
 # Wanted but not required: without clang the fuzz targets are skipped (and say so).
 APT_OPTIONAL = $(if $(shell command -v clang++ 2>/dev/null),,clang)
 build/.deps-ok:
