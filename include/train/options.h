@@ -27,6 +27,8 @@ struct Options : DataOptions {
   double lr = 0.02;                 // peak learning rate (chosen by a sweep on Fashion-MNIST: see README)
   double min_lr = 0.0;              // at the end of the cosine
   double warmup_epochs = 1.0;       // linear warm-up from lr/warm-up-steps to lr
+  bool lr_scaling = true;           // several GPUs: lr and warm-up follow the global batch (train/lr_scaling.h)
+  double warmup_cap = 2.0;          // the most epochs that rule grows the warm-up to
   double momentum = 0.9;
   double weight_decay = 5e-4;
   bool nesterov = true;

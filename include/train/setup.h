@@ -2,7 +2,7 @@
 // is checked before the next costs anything: the output paths before the data is read, the data and
 // the checkpoint before the GPU is touched; but before images are decoded at start (an image folder
 // into memory, or its normalisation sample), which takes minutes for a large folder, the GPU is
-// looked for. It prints the start lines (data, gpu, convs, data parallel, step, resumed, model).
+// looked for. It prints the start lines (data, gpu, convs, data parallel, step, resumed, model, lr).
 #pragma once
 
 #include <memory>
@@ -18,6 +18,7 @@
 #include "train/build.h"
 #include "train/checkpoint.h"
 #include "train/counters.h"
+#include "train/lr_scaling.h"
 #include "train/options.h"
 #include "train/ranks.h"
 #include "train/step_graph.h"
@@ -35,6 +36,7 @@ struct TrainingSession {
   ChosenData data;
   Normalization norm{};
   int steps_per_epoch = 0;
+  LrChoice lr;          // the schedule's rates and warm-up: the flags', or scaled with the global batch
   CheckpointMeta meta;  // what this run's checkpoints record (the position is filled in at a save)
   // the GPU and the network on it
   std::unique_ptr<GpuContext> ctx;

@@ -1,6 +1,7 @@
 // The checkpoint file format: serialize, parse and check, atomic save, resume compatibility.
 #include "train/checkpoint.h"
 
+#include <charconv>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -67,6 +68,12 @@ std::vector<std::string> decode_names(const std::string& text, const std::string
   return names;
 }
 
+// The shortest text that reads back as the same double ("0.08", not "0.080000000000000002").
+std::string exact(double v) {
+  char buf[40];
+  return std::string(buf, std::to_chars(buf, buf + sizeof(buf), v).ptr);
+}
+
 std::string header_text(const CheckpointMeta& m) {
   std::ostringstream h;
   char scale[32];
@@ -77,6 +84,9 @@ std::string header_text(const CheckpointMeta& m) {
     << "\ndata=" << m.data << "\nbatch=" << m.batch << "\nepochs=" << m.epochs << "\nseed=" << m.seed
     << "\nstep=" << m.step << "\nepoch=" << m.epoch << "\nstep_in_epoch=" << m.step_in_epoch
     << "\nloss_scale=" << scale << "\ngood_steps=" << m.good_steps << "\nskipped_steps=" << m.skipped_steps << "\n";
+  if (m.lr_recorded)
+    h << "lr_scaled=" << m.lr_scaled << "\nlr=" << exact(m.lr) << "\nmin_lr=" << exact(m.min_lr)
+      << "\nwarmup_epochs=" << exact(m.warmup_epochs) << "\n";
   return h.str();
 }
 
@@ -146,7 +156,8 @@ std::string parse_string(const std::map<std::string, std::string>& kv, const std
 // step_in_epoch < steps_per_epoch; check_checkpoint_position checks it against this run's).
 void check_header_values(const CheckpointMeta& m, const std::string& file) {
   if (m.step < 0 || m.epoch < 0 || m.step_in_epoch < 0 || m.batch <= 0 || m.epochs <= 0 || !(m.loss_scale > 0) ||
-      m.good_steps < 0 || m.skipped_steps < 0 || m.skipped_steps > m.step || m.image_side <= 0)
+      m.good_steps < 0 || m.skipped_steps < 0 || m.skipped_steps > m.step || m.image_side <= 0 ||
+      !(m.lr >= 0 && m.min_lr >= 0 && m.warmup_epochs >= 0))
     throw InputError(file + ": header holds out-of-range values");
   const int64_t before_epoch = m.step - m.step_in_epoch;  // steps of the epochs done
   const bool explained = m.epoch == 0 ? before_epoch == 0
@@ -213,6 +224,13 @@ Checkpoint parse_checkpoint(const uint8_t* bytes, size_t size, const std::string
   m.loss_scale = std::strtof(parse_string(kv, "loss_scale", file).c_str(), nullptr);
   m.good_steps = parse_number<int>(kv, "good_steps", file);
   m.skipped_steps = parse_number<int>(kv, "skipped_steps", file);
+  m.lr_recorded = kv.count("lr_scaled") > 0;  // older files: a run not scaled, its schedule not recorded
+  if (m.lr_recorded) {
+    m.lr_scaled = parse_number<int>(kv, "lr_scaled", file) != 0;
+    m.lr = parse_number<double>(kv, "lr", file);
+    m.min_lr = parse_number<double>(kv, "min_lr", file);
+    m.warmup_epochs = parse_number<double>(kv, "warmup_epochs", file);
+  }
   if (m.params > kMaxArrayValues || m.running > kMaxArrayValues)
     throw InputError(file + ": corrupt header: params=" + std::to_string(m.params) + ", running=" +
                      std::to_string(m.running) + " (a checkpoint holds at most " + std::to_string(kMaxArrayValues) +

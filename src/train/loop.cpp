@@ -29,7 +29,8 @@ TrainLoop::TrainLoop(const BuildSettings& b, const Options& o, const Ranks& rank
       step_(s.start.step), first_step_(s.start.step), last_(s.start.counters) {
   divergence_.start_at(step_);
   const long total_steps = long(opt_.epochs) * s_.steps_per_epoch;
-  schedule_ = {opt_.lr, opt_.min_lr, std::lround(opt_.warmup_epochs * s_.steps_per_epoch), total_steps};
+  const LrPlan& lr = s_.lr.used;  // the flags', or scaled with the global batch (train/lr_scaling.h)
+  schedule_ = {lr.peak, lr.min, std::lround(lr.warmup_epochs * s_.steps_per_epoch), total_steps};
   window_ = std::make_unique<SteadyStateWindow>(s_.ctx->stream, first_step_ + opt_.warmup_steps, opt_.profile_steps,
                                                 ranks_.writes() ? opt_.trace : "");
   loss_history_ = DeviceBuffer(size_t(s_.steps_per_epoch) * sizeof(float), "loss history");

@@ -29,6 +29,7 @@ class SetUp {
     check_output_paths();
     read_data();
     check_resume();
+    choose_learning_rate();
     normalise();
     if (ranks_.several()) join_ranks();
     set_up_gpu();
@@ -36,6 +37,7 @@ class SetUp {
     std::printf("model: ResNet-50 (CIFAR stem), %s parameters; batch %d, %d steps per epoch\n",
                 with_commas(static_cast<long long>(s_.params)).c_str(), ranks_.global_batch(opt_.batch),
                 s_.steps_per_epoch);
+    if (lr_line_shown(s_.lr, ranks_.launch().world)) std::printf("%s\n", lr_line(s_.lr).c_str());
   }
 
  private:
@@ -46,6 +48,7 @@ class SetUp {
   void decoding_begins(const char* what, long images);
   void print_data_lines() const;
   void check_resume();
+  void choose_learning_rate();
   void join_ranks();
   NetConfig net_config() const;
   void set_up_gpu();
@@ -160,6 +163,20 @@ void SetUp::check_resume() {
   resume_ = std::make_unique<Checkpoint>(load_checkpoint(opt_.resume));
   check_checkpoint_fits(resume_->meta, s_.meta, opt_.resume);
   check_checkpoint_position(resume_->meta, s_.steps_per_epoch, opt_.resume);
+}
+
+// The rates and warm-up follow the global batch on several GPUs (train/lr_scaling.h); a resume keeps
+// the rule its checkpoint was trained under, which the checkpoints of this run record in turn.
+void SetUp::choose_learning_rate() {
+  const bool* resumed_scaled = resume_ ? &resume_->meta.lr_scaled : nullptr;
+  s_.lr = choose_lr({opt_.lr, opt_.min_lr, opt_.warmup_epochs}, ranks_.global_batch(opt_.batch), ranks_.launch().world,
+                    opt_.lr_scaling, opt_.warmup_cap, resumed_scaled);
+  CheckpointMeta& m = s_.meta;
+  m.lr_recorded = true;
+  m.lr_scaled = s_.lr.scaled();
+  m.lr = s_.lr.used.peak;
+  m.min_lr = s_.lr.used.min;
+  m.warmup_epochs = s_.lr.used.warmup_epochs;
 }
 
 // Several ranks: meet the others (the run is refused if any was started differently), take this
@@ -280,6 +297,10 @@ void SetUp::start_point() {
       ranks_.warn_once("the checkpoint was made with --seed " + std::to_string(c.meta.seed) + " --epochs " +
                        std::to_string(c.meta.epochs) + "; continuing with --seed " + std::to_string(opt_.seed) +
                        " --epochs " + std::to_string(opt_.epochs) + " changes the data order or learning rate");
+    if (c.meta.lr_recorded) {
+      const std::string lr = lr_resume_difference({c.meta.lr, c.meta.min_lr, c.meta.warmup_epochs}, s_.lr.used);
+      if (!lr.empty()) ranks_.warn_once(lr);
+    }
     std::printf("resumed from %s at step %ld (epoch %d, step %d of it)\n", opt_.resume.c_str(), p.step, p.epoch + 1,
                 p.step_in_epoch);
     resume_.reset();

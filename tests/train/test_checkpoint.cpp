@@ -53,6 +53,11 @@ Checkpoint sample(size_t params = 1000, size_t running = 100, int version = 0) {
   m.loss_scale = std::nextafter(12345.678f, 1e9f);  // no short decimal form: must survive exactly
   m.good_steps = 777;
   m.skipped_steps = 3;
+  m.lr_recorded = true;
+  m.lr_scaled = true;
+  m.lr = 0.1 * 3;  // 0.30000000000000004: must survive exactly
+  m.min_lr = 1e-300;
+  m.warmup_epochs = 2.0 / 3;
   c.master.resize(params);
   c.momentum.resize(params);
   c.running.resize(running);
@@ -85,6 +90,11 @@ void expect_same(const Checkpoint& a, const Checkpoint& b) {
       << a.meta.loss_scale << " vs " << b.meta.loss_scale;
   EXPECT_EQ(a.meta.good_steps, b.meta.good_steps);
   EXPECT_EQ(a.meta.skipped_steps, b.meta.skipped_steps);
+  EXPECT_EQ(a.meta.lr_recorded, b.meta.lr_recorded);
+  EXPECT_EQ(a.meta.lr_scaled, b.meta.lr_scaled);
+  EXPECT_EQ(a.meta.lr, b.meta.lr);
+  EXPECT_EQ(a.meta.min_lr, b.meta.min_lr);
+  EXPECT_EQ(a.meta.warmup_epochs, b.meta.warmup_epochs);
   auto bits_equal = [](const std::vector<float>& x, const std::vector<float>& y) {
     return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
   };
@@ -169,6 +179,28 @@ TEST(Checkpoint, AFileWithoutImageSideOrClassesIs32WithClassesUnknown) {
              "names.ck: malformed class names");
   h = std::string(kHeader) + "image_side=0\n";
   EXPECT_HAS(input_error_of([&] { parse(build_file(h, {{1, 2, 3}, {1, 2, 3}, {1, 2}}), "side.ck"); }), "side.ck");
+}
+
+// Files written before the learning-rate rule (train/lr_scaling.h): a run that was not scaled, its
+// schedule not recorded. The record reads back, and a negative rate is refused.
+TEST(Checkpoint, TheLearningRateRuleIsRecordedAndOlderFilesLackIt) {
+  const std::vector<std::vector<float>> arrays = {{1, 2, 3}, {1, 2, 3}, {1, 2}};
+  Checkpoint c = parse(build_file(kHeader, arrays));
+  EXPECT_FALSE(c.meta.lr_recorded);
+  EXPECT_FALSE(c.meta.lr_scaled);
+  c = parse(build_file(std::string(kHeader) + "lr_scaled=1\nlr=0.08\nmin_lr=0\nwarmup_epochs=2\n", arrays));
+  EXPECT_TRUE(c.meta.lr_recorded);
+  EXPECT_TRUE(c.meta.lr_scaled);
+  EXPECT_EQ(c.meta.lr, 0.08);
+  EXPECT_EQ(c.meta.warmup_epochs, 2.0);
+  const std::string partial = std::string(kHeader) + "lr_scaled=1\nlr=0.08\n";
+  EXPECT_HAS(input_error_of([&] { parse(build_file(partial, arrays), "lr.ck"); }), "lr.ck: header lacks 'min_lr'");
+  const std::string negative = std::string(kHeader) + "lr_scaled=0\nlr=-0.1\nmin_lr=0\nwarmup_epochs=1\n";
+  EXPECT_HAS(input_error_of([&] { parse(build_file(negative, arrays), "lr.ck"); }), "lr.ck: header holds out-of-range values");
+  Checkpoint unrecorded = sample(4, 2);
+  unrecorded.meta.lr_recorded = false;
+  const std::vector<uint8_t> bytes = serialize_checkpoint(unrecorded);
+  EXPECT_EQ(std::string(bytes.begin(), bytes.end()).find("lr_scaled"), std::string::npos) << "no record, no keys";
 }
 
 TEST(Checkpoint, SaveLoadRoundTripThroughAFile) {
