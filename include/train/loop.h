@@ -47,7 +47,7 @@ class TrainLoop {
   void open_window();
   void close_window();
   StepTargets step_targets() const;
-  SgdSettings sgd_settings() const;
+  StepSettings step_settings() const;
   void loss_stats();
   void take(const CounterRead& r);
   void read_counters_now();

@@ -22,20 +22,21 @@ struct StepTargets {
   float* loss_history;       // one loss per step of the epoch (--loss-log)
 };
 
-// The optimizer's constants for the whole run.
-struct SgdSettings {
+// The step's constants for the whole run: the optimizer's, and the recipe's ingredients.
+struct StepSettings {
   float momentum;
   float weight_decay;
   bool nesterov;
   bool dynamic_loss_scale;   // fp16: an overflow skips the step and halves the scale
   int loss_scale_window;     // good steps before the scale doubles
+  float label_smoothing = 0.f;  // of the loss's target (--label-smoothing)
 };
 
 // Enqueues one training step on `stream` (the network's), inside the NVTX ranges "forward",
 // "backward" and "optimizer step"; `batch` is where the batch already is, or will be when the
 // enqueued work reaches it.
-void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const StepTargets& targets, const SgdSettings& sgd,
-                        cudaStream_t stream);
+void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const StepTargets& targets,
+                        const StepSettings& settings, cudaStream_t stream);
 
 // Enqueues the forward pass (BN with its running statistics) and the loss of an evaluation batch,
 // adding to `totals` (device memory).

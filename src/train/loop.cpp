@@ -137,7 +137,7 @@ void TrainLoop::train_step(int k) {
     s_.timing->data_ready();
     // forward (+ loss), backward, optimizer step: enqueued now, or replayed as one CUDA graph
     s_.step_graph->run(s, {opt_.batch, batch.images, batch.labels},
-                       [&] { enqueue_train_step(*s_.net, batch, step_targets(), sgd_settings(), s_.ctx->stream); });
+                       [&] { enqueue_train_step(*s_.net, batch, step_targets(), step_settings(), s_.ctx->stream); });
     if (s_.dp) s_.dp->check_step();  // its gradients were averaged in backward (dist/data_parallel.h)
     ++step_;
     if (s_.dp) s_.dp->progress(step_);
@@ -166,9 +166,9 @@ StepTargets TrainLoop::step_targets() const {
   return {&c->train, &c->scaler, s_.step_params->device(), loss_history_.as<float>()};
 }
 
-SgdSettings TrainLoop::sgd_settings() const {
+StepSettings TrainLoop::step_settings() const {
   return {static_cast<float>(opt_.momentum), static_cast<float>(opt_.weight_decay), opt_.nesterov,
-          build_.precision == DType::F16, opt_.loss_scale_window};
+          build_.precision == DType::F16, opt_.loss_scale_window, static_cast<float>(opt_.label_smoothing)};
 }
 
 // Baseline: a synchronising copy every step (the seed's `loss.item()`). On-device accumulation: the

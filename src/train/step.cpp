@@ -3,12 +3,12 @@
 
 #include "measure/profiling.h"
 
-void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const StepTargets& t, const SgdSettings& sgd,
-                        cudaStream_t stream) {
+void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const StepTargets& t,
+                        const StepSettings& settings, cudaStream_t stream) {
   {
     NvtxRange r("forward", phase_color::kGreen);
     net.forward(batch.images, true);
-    net.loss(batch.labels, t.totals, &t.scaler->scale, &t.params->step);
+    net.loss(batch.labels, t.totals, &t.scaler->scale, &t.params->step, settings.label_smoothing);
     record_loss(t.totals, &t.params->loss_slot, t.loss_history, stream);  // for --loss-log, without a sync
   }
   {
@@ -19,11 +19,11 @@ void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const St
     NvtxRange r("optimizer step", phase_color::kBlue);
     ParamStore& p = net.params();
     const SgdArgs a{p.master_all(), p.momentum_all(), p.weight_grads_all(), p.vector_grads_all(), p.working_copy(),
-                    p.total(), p.weight_count(), p.act(), &t.params->lr, sgd.momentum, sgd.weight_decay,
-                    sgd.nesterov};
+                    p.total(), p.weight_count(), p.act(), &t.params->lr, settings.momentum, settings.weight_decay,
+                    settings.nesterov};
     check_grads_finite(a, t.scaler, stream);
     sgd_update(a, t.scaler, stream);
-    loss_scale_update(t.scaler, sgd.dynamic_loss_scale, sgd.loss_scale_window, stream);
+    loss_scale_update(t.scaler, settings.dynamic_loss_scale, settings.loss_scale_window, stream);
   }
 }
 

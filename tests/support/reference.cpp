@@ -230,7 +230,7 @@ LinearGrads linear_backward(int n, int in, int out, const Vec& x, const Vec& w, 
 
 // ---- softmax cross-entropy ---------------------------------------------------------------------
 XentResult softmax_xent(int n, int classes, const Vec& logits, const Vec& bias, const std::vector<int32_t>& labels,
-                        double loss_scale) {
+                        double loss_scale, double label_smoothing) {
   expect_size(logits, size_t(n) * classes, "xent logits");
   expect_size(bias, size_t(classes), "xent bias");
   if (labels.size() != size_t(n)) throw std::invalid_argument("reference: xent labels size");
@@ -247,11 +247,13 @@ XentResult softmax_xent(int n, int classes, const Vec& logits, const Vec& bias, 
       if (z[j] > z[arg]) arg = j;
     double sum = 0;
     for (int j = 0; j < classes; ++j) sum += std::exp(z[j] - z[arg]);
-    r.loss_sum += std::log(sum) + z[arg] - z[y];
+    const double log_sum = std::log(sum) + z[arg];  // log softmax_j = z_j - log_sum
+    auto target = [&](int j) { return (j == y ? 1.0 - label_smoothing : 0.0) + label_smoothing / classes; };
+    for (int j = 0; j < classes; ++j) r.loss_sum -= target(j) * (z[j] - log_sum);
     r.correct += arg == y;
     for (int j = 0; j < classes; ++j) {
       const double p = std::exp(z[j] - z[arg]) / sum;
-      const double g = (p - (j == y ? 1.0 : 0.0)) * loss_scale / r.valid;
+      const double g = (p - target(j)) * loss_scale / r.valid;
       r.dlogits[size_t(i) * classes + j] = g;
       r.dbias[j] += g;
     }

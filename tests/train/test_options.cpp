@@ -55,7 +55,7 @@ std::string usage_error(std::initializer_list<const char*> args) {
 const std::vector<std::string> kFlags = {
     "--data", "--data-dir", "--synthetic-size", "--image-size", "--skip-bad-images", "--cache-decoded",
     "--epochs", "--steps", "--batch", "--lr", "--min-lr", "--warmup-epochs", "--no-lr-scaling", "--warmup-cap",
-    "--momentum", "--wd", "--no-nesterov", "--seed", "--no-eval",
+    "--momentum", "--wd", "--no-nesterov", "--seed", "--no-eval", "--label-smoothing",
     "--workers", "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic",
     "--no-fuse", "--no-cuda-graph", "--loss-scale",
     "--loss-scale-window", "--warmup-steps", "--profile-steps", "--trace", "--progress-every", "--json",
@@ -383,6 +383,17 @@ TEST(Options, SeveralGpuFlags) {
   EXPECT_THROW(parse({"--allreduce-dtype", "bf16"}), UsageError);
   EXPECT_THROW(parse({"--gpus", "0"}), UsageError);
   EXPECT_THROW(parse({"--dist-timeout", "0.5"}), UsageError);
+}
+
+// The recipe's ingredients (issue 37): each off unless asked for.
+TEST(Options, RecipeFlags) {
+  const Options d = parse({});
+  EXPECT_EQ(d.label_smoothing, 0.0);
+  const Options o = parse({"--label-smoothing", "0.1"});
+  EXPECT_DOUBLE_EQ(o.label_smoothing, 0.1);
+  for (const char* bad : {"-0.1", "1", "1.5"}) {
+    EXPECT_HAS(usage_error({"--label-smoothing", bad}), "out of range");
+  }
 }
 
 // Several GPUs scale the learning rate with the global batch unless told not to (train/lr_scaling.h).

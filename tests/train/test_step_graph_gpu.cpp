@@ -229,7 +229,7 @@ struct TrainingRun {
     params.upload(make_step_params(i, i, s));
     const DeviceBatch batch{images.get(), labels.as<int32_t>()};
     const StepTargets targets{&c()->train, &c()->scaler, params.device(), history.as<float>()};
-    const SgdSettings sgd{0.9f, 5e-4f, true, net->config().dtype == DType::F16, 1000};
+    const StepSettings sgd{0.9f, 5e-4f, true, net->config().dtype == DType::F16, 1000};
     graph.run(i, {kBatch, images.get(), labels.get()},
               [&] { enqueue_train_step(*net, batch, targets, sgd, ctx.stream); });
   }
