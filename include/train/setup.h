@@ -22,6 +22,7 @@
 #include "train/options.h"
 #include "train/ranks.h"
 #include "train/step_graph.h"
+#include "train/weight_average.h"
 
 // Where training starts: the steps done, the epoch and the step in it, and the counters then.
 struct StartPoint {
@@ -47,6 +48,7 @@ struct TrainingSession {
   unsigned long params = 0;  // the network's parameters
   double autotune_s = 0;     // seconds its conv algorithms were searched for
   std::unique_ptr<DataParallel> dp;  // several ranks only
+  std::unique_ptr<WeightAverage> average;  // --ema only
   // what each step uses
   std::unique_ptr<BatchLoader> loader;
   std::unique_ptr<StepParamsOnDevice> step_params;

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/ema.h"
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
 #include "model/training_network.h"
@@ -20,6 +21,7 @@ struct StepTargets {
   ScalerState* scaler;       // the loss scaler: its scale multiplies the loss gradient
   const StepParams* params;  // this step's learning rate, index and loss-history slot
   float* loss_history;       // one loss per step of the epoch (--loss-log)
+  float* average = nullptr;  // the weight average (--ema; train/weight_average.h), or nullptr: none
 };
 
 // The step's constants for the whole run: the optimizer's, and the recipe's ingredients.
@@ -30,11 +32,12 @@ struct StepSettings {
   bool dynamic_loss_scale;   // fp16: an overflow skips the step and halves the scale
   int loss_scale_window;     // good steps before the scale doubles
   float label_smoothing = 0.f;  // of the loss's target (--label-smoothing)
+  float ema_decay = 0.f;        // of the weight average (--ema), where StepTargets has one
 };
 
 // Enqueues one training step on `stream` (the network's), inside the NVTX ranges "forward",
-// "backward" and "optimizer step"; `batch` is where the batch already is, or will be when the
-// enqueued work reaches it.
+// "backward" and "optimizer step" (which updates the weight average too, where there is one);
+// `batch` is where the batch already is, or will be when the enqueued work reaches it.
 void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const StepTargets& targets,
                         const StepSettings& settings, cudaStream_t stream);
 

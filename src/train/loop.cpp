@@ -163,12 +163,14 @@ void TrainLoop::close_window() {
 
 StepTargets TrainLoop::step_targets() const {
   DeviceCounters* c = s_.counters->device();
-  return {&c->train, &c->scaler, s_.step_params->device(), loss_history_.as<float>()};
+  return {&c->train, &c->scaler, s_.step_params->device(), loss_history_.as<float>(),
+          s_.average ? s_.average->device() : nullptr};
 }
 
 StepSettings TrainLoop::step_settings() const {
   return {static_cast<float>(opt_.momentum), static_cast<float>(opt_.weight_decay), opt_.nesterov,
-          build_.precision == DType::F16, opt_.loss_scale_window, static_cast<float>(opt_.label_smoothing)};
+          build_.precision == DType::F16, opt_.loss_scale_window, static_cast<float>(opt_.label_smoothing),
+          static_cast<float>(opt_.ema)};
 }
 
 // Baseline: a synchronising copy every step (the seed's `loss.item()`). On-device accumulation: the
@@ -204,13 +206,15 @@ void TrainLoop::read_counters_now() {
 }
 
 // On several ranks each evaluates its part of the test set (padding counts nowhere) with the BN
-// running statistics averaged over the ranks, and the counts are summed.
+// running statistics averaged over the ranks, and the counts are summed. With --ema the weights
+// evaluated are the average's, for the pass alone.
 void TrainLoop::evaluate() {
   NvtxRange range("evaluation", phase_color::kGrey);
   const Dataset& test = s_.data.split.test;
   const EpochPlan plan = ranks_.my_part(eval_plan(test, ranks_.global_batch(opt_.batch)));
   s_.loader->begin_pass(test, plan, 0);
   if (s_.dp) average_running_stats(*s_.dp, *s_.net);
+  const AveragedWeightsIn averaged(s_.average.get(), s_.net->params(), s_.ctx->stream);
   LossTotals* totals = &s_.counters->device()->eval;
   CUDA_CHECK(cudaMemsetAsync(totals, 0, sizeof(LossTotals), s_.ctx->stream));
   for (int k = 0; k < plan.steps; ++k) {
@@ -240,7 +244,7 @@ void TrainLoop::save(const std::string& path, bool periodic) {
   m.loss_scale = now.counters.scaler.scale;
   m.good_steps = now.counters.scaler.good_steps;
   m.skipped_steps = now.counters.scaler.skipped_steps;
-  if (ranks_.writes()) out_.saves().save(capture_checkpoint(*s_.net, m), path, periodic);
+  if (ranks_.writes()) out_.saves().save(capture_checkpoint(*s_.net, m, s_.average.get()), path, periodic);
   if (s_.dp) s_.dp->progress(step_);
 }
 

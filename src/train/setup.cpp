@@ -55,6 +55,7 @@ class SetUp {
   void build_network();
   void print_conv_line(const AlgoReport& ar, bool measured, double build_s) const;
   void start_point();
+  bool resume_average(const Checkpoint& c);
 
   TrainingSession& s_;
   const BuildSettings& build_;
@@ -259,6 +260,7 @@ void SetUp::build_network() {
   s_.params = static_cast<unsigned long>(s_.net->params().total());
   s_.autotune_s = s_.net->algo_report().search_s;
   kept_zero_ = s_.net->statistics_kept_zero();
+  if (opt_.ema > 0) s_.average = std::make_unique<WeightAverage>(s_.net->params(), static_cast<float>(opt_.ema));
   if (s_.dp) {
     s_.dp->attach(s_.net->params(), s_.ctx->stream);
     s_.net->on_grad_ready = [dp = s_.dp.get()](int param) { dp->on_grad_ready(param); };
@@ -284,9 +286,11 @@ void SetUp::print_conv_line(const AlgoReport& ar, bool measured, double build_s)
 void SetUp::start_point() {
   StartPoint& p = s_.start;
   p.counters = initial_counters(build_.precision == DType::F16 ? static_cast<float>(opt_.loss_scale) : 1.f);
+  bool resumed_average = false;  // every rank reads the same checkpoint: the averages agree
   if (resume_) {
     const Checkpoint& c = *resume_;
     restore_checkpoint(*s_.net, c, s_.ctx->stream);
+    resumed_average = resume_average(c);
     p.step = c.meta.step;
     p.epoch = c.meta.epoch;
     p.step_in_epoch = c.meta.step_in_epoch;
@@ -308,7 +312,28 @@ void SetUp::start_point() {
     s_.net->init_params(opt_.seed);
   }
   if (s_.dp) share_start_state(*s_.dp, *s_.net, s_.ctx->stream);  // every rank starts from rank 0's state, bit for bit
+  if (s_.average && !resumed_average) s_.average->start_from(s_.net->params(), s_.ctx->stream);
   s_.counters->set(p.counters);
+}
+
+// The weight average (--ema) goes on from the checkpoint's, where it holds one; returns whether it
+// did. Any other combination is a warning saying what happens to the average.
+bool SetUp::resume_average(const Checkpoint& c) {
+  if (!s_.average) {
+    if (!c.ema.empty())
+      ranks_.warn_once("the checkpoint holds a weight average (--ema " + show_number(c.meta.ema_decay) +
+                       "), which this run without --ema neither evaluates nor saves");
+    return false;
+  }
+  if (c.ema.empty()) {
+    ranks_.warn_once("the checkpoint holds no weight average: the one of --ema starts from its weights");
+    return false;
+  }
+  if (c.meta.ema_decay != opt_.ema)
+    ranks_.warn_once("the checkpoint's weight average has decay " + show_number(c.meta.ema_decay) +
+                     "; continuing it with --ema " + show_number(opt_.ema));
+  s_.average->load(c.ema, s_.ctx->stream);
+  return true;
 }
 
 }  // namespace

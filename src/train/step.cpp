@@ -23,6 +23,8 @@ void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const St
                     settings.nesterov};
     check_grads_finite(a, t.scaler, stream);
     sgd_update(a, t.scaler, stream);
+    if (t.average)
+      ema_update(t.average, p.master_all(), p.total(), settings.ema_decay, &t.params->step, t.scaler, stream);
     loss_scale_update(t.scaler, settings.dynamic_loss_scale, settings.loss_scale_window, stream);
   }
 }

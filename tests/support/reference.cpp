@@ -273,6 +273,12 @@ void sgd_step(Vec& w, Vec& buf, const Vec& grad, double lr, double momentum, dou
   }
 }
 
+// ---- exponential moving average ---------------------------------------------------------------
+void ema_update(Vec& average, const Vec& weights, double decay) {
+  expect_size(weights, average.size(), "ema weights");
+  for (size_t i = 0; i < average.size(); ++i) average[i] = decay * average[i] + (1 - decay) * weights[i];
+}
+
 // ---- layouts -----------------------------------------------------------------------------------
 Vec nchw_to_nhwc(const Dims& d, const Vec& x) {
   expect_size(x, d.count(), "nchw tensor");

@@ -113,6 +113,10 @@ XentResult softmax_xent(int n, int classes, const Vec& logits, const Vec& bias,
 void sgd_step(Vec& w, Vec& buf, const Vec& grad, double lr, double momentum, double weight_decay,
               bool nesterov);
 
+// ---- exponential moving average of the weights -----------------------------------------------
+// average = decay * average + (1 - decay) * weights.
+void ema_update(Vec& average, const Vec& weights, double decay);
+
 // ---- layouts -----------------------------------------------------------------------------------
 Vec nchw_to_nhwc(const Dims& d, const Vec& x);
 Vec nhwc_to_nchw(const Dims& d, const Vec& x);

@@ -294,6 +294,19 @@ TEST(ReferenceXent, NoValidLabelsGivesZeroLossAndGradient) {
   EXPECT_EQ(r.dbias, (Vec{0, 0}));
 }
 
+// ---- weight average ---------------------------------------------------------------------------
+
+TEST(ReferenceEma, TwoUpdatesByHand) {
+  // decay 0.9: 0 -> 0.1 * 10 = 1 -> 0.9 * 1 + 0.1 * 20 = 2.9
+  Vec avg{0.0, 5.0};
+  ref::ema_update(avg, {10.0, 5.0}, 0.9);
+  EXPECT_NEAR(avg[0], 1.0, 1e-15);
+  EXPECT_NEAR(avg[1], 5.0, 1e-15);
+  ref::ema_update(avg, {20.0, 5.0}, 0.9);
+  EXPECT_NEAR(avg[0], 2.9, 1e-14);
+  EXPECT_NEAR(avg[1], 5.0, 1e-14);
+}
+
 // ---- SGD ---------------------------------------------------------------------------------------
 
 TEST(ReferenceSgd, TwoStepsUnrolledByHand) {

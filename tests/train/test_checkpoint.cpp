@@ -229,9 +229,67 @@ TEST(Checkpoint, EmptyAndWrongMagicAreNamed) {
 }
 
 TEST(Checkpoint, WrongVersionIsNamed) {
-  const std::string m = input_error_of([] { parse(build_file(kHeader, {{1, 2, 3}, {1, 2, 3}, {1, 2}}, 2), "v2.ck"); });
-  EXPECT_HAS(m, "v2.ck");
-  EXPECT_HAS(m, "version 2");
+  const std::string m = input_error_of([] { parse(build_file(kHeader, {{1, 2, 3}, {1, 2, 3}, {1, 2}}, 3), "v3.ck"); });
+  EXPECT_HAS(m, "v3.ck");
+  EXPECT_HAS(m, "version 3, this build reads versions 1 and 2");
+}
+
+// The weight average (--ema) is a fourth array, in version 2, where the header names its decay. A
+// checkpoint without one is written as version 1, byte for byte as before the average existed, so
+// that older builds read it; version 1 files (every one written before) load with no average.
+TEST(Checkpoint, TheWeightAverageRoundTripsInVersion2) {
+  Checkpoint c = sample(1000, 100);
+  c.meta.ema_decay = 0.999;
+  c.ema.resize(1000);
+  for (size_t i = 0; i < c.ema.size(); ++i) c.ema[i] = std::ldexp(static_cast<float>(i), -9) + 0.5f;
+  c.ema[7] = 1e-42f;  // a denormal
+  const std::vector<uint8_t> bytes = serialize_checkpoint(c);
+  uint32_t version = 0;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  EXPECT_EQ(version, 2u);
+  const Checkpoint back = parse(bytes);
+  expect_same(back, c);
+  EXPECT_EQ(back.meta.ema_decay, 0.999);
+  EXPECT_EQ(std::memcmp(back.ema.data(), c.ema.data(), c.ema.size() * sizeof(float)), 0) << "the average differs";
+  EXPECT_EQ(serialize_checkpoint(back), bytes);
+
+  Checkpoint plain = sample(1000, 100);
+  const std::vector<uint8_t> v1 = serialize_checkpoint(plain);
+  std::memcpy(&version, v1.data() + 8, 4);
+  EXPECT_EQ(version, 1u);
+  EXPECT_EQ(std::string(v1.begin(), v1.end()).find("ema_decay"), std::string::npos);
+  EXPECT_TRUE(parse(v1).ema.empty());
+}
+
+TEST(Checkpoint, AFileOfTheDocumentedLayoutWithAWeightAverage) {
+  const std::string h = std::string(kHeader) + "ema_decay=0.99\n";
+  const Checkpoint c = parse(build_file(h, {{1, 2, 3}, {-1, -2, -3}, {0.5f, 0.25f}, {7, 8, 9}}, 2));
+  EXPECT_EQ(c.ema, (std::vector<float>{7, 8, 9}));
+  EXPECT_EQ(c.meta.ema_decay, 0.99);
+  // Version 2 without the key holds three arrays; a version 1 file never holds a fourth.
+  EXPECT_TRUE(parse(build_file(kHeader, {{1, 2, 3}, {1, 2, 3}, {1, 2}}, 2)).ema.empty());
+  EXPECT_HAS(input_error_of([&] { parse(build_file(h, {{1, 2, 3}, {1, 2, 3}, {1, 2}, {7, 8, 9}}, 1), "v1.ck"); }),
+             "v1.ck: 20 unexpected bytes after the checksum");
+  // An average of another length than the weights, a missing one, and a decay out of [0, 1).
+  EXPECT_HAS(input_error_of([&] { parse(build_file(h, {{1, 2, 3}, {1, 2, 3}, {1, 2}, {7, 8}}, 2), "ema.ck"); }),
+             "ema.ck: corrupt: the array sizes disagree with the header (weight average holds 2 values, the header "
+             "says params=3)");
+  EXPECT_HAS(input_error_of([&] { parse(build_file(h, {{1, 2, 3}, {1, 2, 3}, {1, 2}}, 2), "ema.ck"); }), "ema.ck");
+  const std::string bad = std::string(kHeader) + "ema_decay=1\n";
+  EXPECT_HAS(input_error_of([&] { parse(build_file(bad, {{1, 2, 3}, {1, 2, 3}, {1, 2}, {7, 8, 9}}, 2), "ema.ck"); }),
+             "ema.ck: header holds out-of-range values");
+}
+
+TEST(Checkpoint, EveryTruncationOfAFileWithAWeightAverageIsAnInputError) {
+  Checkpoint c = sample(40, 8);
+  c.meta.ema_decay = 0.9;
+  c.ema.assign(40, 0.25f);
+  const std::vector<uint8_t> bytes = serialize_checkpoint(c);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    const std::vector<uint8_t> prefix(bytes.begin(), bytes.begin() + n);
+    const std::string m = input_error_of([&] { parse(prefix, "cut.ck"); });
+    ASSERT_NE(m.find("cut.ck"), std::string::npos) << "prefix of " << n << " bytes: " << m;
+  }
 }
 
 TEST(Checkpoint, EveryTruncationIsAnInputError) {
