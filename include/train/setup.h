@@ -21,6 +21,7 @@
 #include "train/lr_scaling.h"
 #include "train/options.h"
 #include "train/ranks.h"
+#include "train/step.h"
 #include "train/step_graph.h"
 #include "train/weight_average.h"
 
@@ -49,6 +50,7 @@ struct TrainingSession {
   double autotune_s = 0;     // seconds its conv algorithms were searched for
   std::unique_ptr<DataParallel> dp;  // several ranks only
   std::unique_ptr<WeightAverage> average;  // --ema only
+  std::unique_ptr<FlipEvaluation> flip;    // --tta-flip only
   // what each step uses
   std::unique_ptr<BatchLoader> loader;
   std::unique_ptr<StepParamsOnDevice> step_params;

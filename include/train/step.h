@@ -11,6 +11,7 @@
 #include "kernels/ema.h"
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
+#include "kernels/tta.h"
 #include "model/training_network.h"
 #include "pipeline/loader.h"
 #include "train/step_graph.h"
@@ -41,6 +42,18 @@ struct StepSettings {
 void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const StepTargets& targets,
                         const StepSettings& settings, cudaStream_t stream);
 
+// Evaluation with --tta-flip: each batch and its horizontal mirror go through the network, and the
+// loss and accuracy are those of the mean of the two passes' logits (logits, not softmax outputs:
+// as airbench averages them, and the one loss kernel serves). What it needs beside the network: the
+// mirrored batch and the first pass's logits.
+struct FlipEvaluation {
+  explicit FlipEvaluation(const NetConfig& cfg);
+  Shape4 images;           // the batch's shape
+  DeviceBuffer mirrored;   // the batch, mirrored, in the network's type and layout
+  DeviceBuffer logits;     // the first pass's logits
+};
+
 // Enqueues the forward pass (BN with its running statistics) and the loss of an evaluation batch,
-// adding to `totals` (device memory).
-void enqueue_eval_step(TrainingNetwork& net, const DeviceBatch& batch, LossTotals* totals);
+// adding to `totals` (device memory); with `flip` (not nullptr), of the batch and its mirror.
+void enqueue_eval_step(TrainingNetwork& net, const DeviceBatch& batch, LossTotals* totals, FlipEvaluation* flip,
+                       cudaStream_t stream);

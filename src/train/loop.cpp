@@ -207,7 +207,8 @@ void TrainLoop::read_counters_now() {
 
 // On several ranks each evaluates its part of the test set (padding counts nowhere) with the BN
 // running statistics averaged over the ranks, and the counts are summed. With --ema the weights
-// evaluated are the average's, for the pass alone.
+// evaluated are the average's, for the pass alone; with --tta-flip each image's score is the mean
+// logits of it and its mirror (step.h).
 void TrainLoop::evaluate() {
   NvtxRange range("evaluation", phase_color::kGrey);
   const Dataset& test = s_.data.split.test;
@@ -219,7 +220,7 @@ void TrainLoop::evaluate() {
   CUDA_CHECK(cudaMemsetAsync(totals, 0, sizeof(LossTotals), s_.ctx->stream));
   for (int k = 0; k < plan.steps; ++k) {
     s_.loader->get(k);
-    enqueue_eval_step(*s_.net, s_.loader->copy(k), totals);
+    enqueue_eval_step(*s_.net, s_.loader->copy(k), totals, s_.flip.get(), s_.ctx->stream);
     if (s_.dp) s_.dp->progress(step_);
   }
   if (s_.dp) s_.dp->sum_totals(totals);

@@ -49,6 +49,8 @@ const std::vector<Flag>& flags() {
        [](Options& o, const std::string& v) { o.label_smoothing = parse_double("--label-smoothing", v, 0.0, 0.999); }},
       {"--ema", "F", "evaluate and save an exponential moving average of the weights with decay F (min(F, (1 + step)/(10 + step)) at each step; 0: none)", [](const Options& o) { return show(o.ema); },
        [](Options& o, const std::string& v) { o.ema = parse_double("--ema", v, 0.0, 0.999999); }},
+      {"--tta-flip", "", "evaluate each test image and its horizontal mirror, scoring the mean of their logits", [](const Options&) { return std::string("off"); },
+       [](Options& o, const std::string&) { o.tta_flip = true; }},
       {"--workers", "N", "loader threads of the pinned loader", [](const Options&) { return std::to_string(default_workers()) + " (min(cores - 1, 8))"; },
        [](Options& o, const std::string& v) { o.workers = (int)parse_long("--workers", v, 1, 256); }},
       {"--workspace-mb", "N", "cuDNN workspace limit in MiB", [](const Options& o) { return std::to_string(o.workspace_mb); },

@@ -261,6 +261,7 @@ void SetUp::build_network() {
   s_.autotune_s = s_.net->algo_report().search_s;
   kept_zero_ = s_.net->statistics_kept_zero();
   if (opt_.ema > 0) s_.average = std::make_unique<WeightAverage>(s_.net->params(), static_cast<float>(opt_.ema));
+  if (opt_.tta_flip) s_.flip = std::make_unique<FlipEvaluation>(cfg);
   if (s_.dp) {
     s_.dp->attach(s_.net->params(), s_.ctx->stream);
     s_.net->on_grad_ready = [dp = s_.dp.get()](int param) { dp->on_grad_ready(param); };

@@ -1,6 +1,7 @@
 // The GPU work of one training step and of one evaluation batch (step.h).
 #include "train/step.h"
 
+#include "core/check.h"
 #include "measure/profiling.h"
 
 void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const StepTargets& t,
@@ -29,7 +30,21 @@ void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const St
   }
 }
 
-void enqueue_eval_step(TrainingNetwork& net, const DeviceBatch& batch, LossTotals* totals) {
+FlipEvaluation::FlipEvaluation(const NetConfig& cfg)
+    : images{cfg.batch, 3, cfg.image_side, cfg.image_side},
+      mirrored(images.count() * dtype_size(cfg.dtype), "mirrored evaluation batch (--tta-flip)"),
+      logits(size_t(cfg.batch) * cfg.classes * sizeof(float), "evaluation logits (--tta-flip)") {}
+
+void enqueue_eval_step(TrainingNetwork& net, const DeviceBatch& batch, LossTotals* totals, FlipEvaluation* flip,
+                       cudaStream_t stream) {
   net.forward(batch.images, false);
+  if (flip) {  // the mirror's pass, and the mean of the two passes' logits where the loss reads them
+    const NetConfig& cfg = net.config();
+    CUDA_CHECK(
+        cudaMemcpyAsync(flip->logits.get(), net.logits(), flip->logits.bytes(), cudaMemcpyDeviceToDevice, stream));
+    flip_horizontal(batch.images, flip->mirrored.get(), flip->images, cfg.dtype, cfg.layout, stream);
+    net.forward(flip->mirrored.get(), false);
+    mean_into(net.logits(), flip->logits.as<float>(), flip->logits.bytes() / sizeof(float), stream);
+  }
   net.loss(batch.labels, totals, nullptr, nullptr);
 }

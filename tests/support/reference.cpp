@@ -279,6 +279,14 @@ void ema_update(Vec& average, const Vec& weights, double decay) {
   for (size_t i = 0; i < average.size(); ++i) average[i] = decay * average[i] + (1 - decay) * weights[i];
 }
 
+// ---- horizontal flip ---------------------------------------------------------------------------
+Vec flip_horizontal(const Dims& d, const Vec& x) {
+  expect_size(x, d.count(), "flip input");
+  Vec y(x.size());
+  for_each(d, [&](int n, int c, int h, int w, size_t i) { y[i] = x[d.at(n, c, h, d.w - 1 - w)]; });
+  return y;
+}
+
 // ---- layouts -----------------------------------------------------------------------------------
 Vec nchw_to_nhwc(const Dims& d, const Vec& x) {
   expect_size(x, d.count(), "nchw tensor");

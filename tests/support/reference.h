@@ -117,6 +117,9 @@ void sgd_step(Vec& w, Vec& buf, const Vec& grad, double lr, double momentum, dou
 // average = decay * average + (1 - decay) * weights.
 void ema_update(Vec& average, const Vec& weights, double decay);
 
+// ---- a horizontal flip of an NCHW batch: column x of every row from column w - 1 - x ---------------
+Vec flip_horizontal(const Dims& d, const Vec& x);
+
 // ---- layouts -----------------------------------------------------------------------------------
 Vec nchw_to_nhwc(const Dims& d, const Vec& x);
 Vec nhwc_to_nchw(const Dims& d, const Vec& x);

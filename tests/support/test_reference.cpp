@@ -294,7 +294,7 @@ TEST(ReferenceXent, NoValidLabelsGivesZeroLossAndGradient) {
   EXPECT_EQ(r.dbias, (Vec{0, 0}));
 }
 
-// ---- weight average ---------------------------------------------------------------------------
+// ---- weight average and flip -----------------------------------------------------------------
 
 TEST(ReferenceEma, TwoUpdatesByHand) {
   // decay 0.9: 0 -> 0.1 * 10 = 1 -> 0.9 * 1 + 0.1 * 20 = 2.9
@@ -305,6 +305,13 @@ TEST(ReferenceEma, TwoUpdatesByHand) {
   ref::ema_update(avg, {20.0, 5.0}, 0.9);
   EXPECT_NEAR(avg[0], 2.9, 1e-14);
   EXPECT_NEAR(avg[1], 5.0, 1e-14);
+}
+
+TEST(ReferenceFlip, ReversesEachRowAndTwiceIsTheIdentity) {
+  const ref::Dims d{1, 2, 2, 3};
+  const Vec x{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  EXPECT_EQ(ref::flip_horizontal(d, x), (Vec{3, 2, 1, 6, 5, 4, 9, 8, 7, 12, 11, 10}));
+  EXPECT_EQ(ref::flip_horizontal(d, ref::flip_horizontal(d, x)), x);
 }
 
 // ---- SGD ---------------------------------------------------------------------------------------

@@ -1,10 +1,12 @@
-// What evaluation does with the recipe's ingredients, on the real network: --ema's averaged weights
-// go into the network for an evaluation and come back out bit for bit (the fp16 working copy too),
-// also when the evaluation throws. Every test skips without a GPU.
+// What evaluation does with the recipe's ingredients, on the real network: --tta-flip scores each
+// batch by the mean of the logits of it and of its mirror, equal to the two passes done by hand; and
+// --ema's averaged weights go into the network for an evaluation and come back out bit for bit (the
+// fp16 working copy too), also when the evaluation throws. Every test skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <memory>
+#include <random>
 #include <stdexcept>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "model/autotune_cache.h"
 #include "model/training_network.h"
 #include "support/gpu_test_util.h"
+#include "train/step.h"
 #include "train/weight_average.h"
 
 namespace {
@@ -45,6 +48,13 @@ std::vector<uint8_t> bytes_of(const void* device, size_t n) {
   return host;
 }
 
+Vec floats_of(const float* device, size_t n) {
+  std::vector<float> host(n);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaMemcpy(host.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost));
+  return Vec(host.begin(), host.end());
+}
+
 struct Net {
   AutotuneCache cache{"", "eval test"};
   std::unique_ptr<TrainingNetwork> net;
@@ -52,6 +62,65 @@ struct Net {
     net->init_params(5);
   }
 };
+
+class GpuFlipEvaluation : public testing::TestWithParam<Case> {};
+
+// Loss and accuracy of the flip evaluation against softmax cross-entropy (the CPU reference) of the
+// mean of two forward passes made by hand: the batch, and the batch mirrored on the host.
+TEST_P(GpuFlipEvaluation, EqualsTheMeanOfTheTwoPassesDoneByHand) {
+  SKIP_WITHOUT_GPU("the flip evaluation");
+  const Case c = GetParam();
+  const NetConfig cfg = config(c);
+  Net n(cfg);
+  TrainingNetwork& net = *n.net;
+  std::mt19937_64 rng = test_rng();
+  const ref::Dims d{kBatch, 3, 32, 32};
+  const Vec x = quantize(c.t, random_normal(rng, d.count()));
+  const DeviceTensor images = upload_activation(x, d, c.t, c.l);
+  const DeviceTensor mirrored = upload_activation(ref::flip_horizontal(d, x), d, c.t, c.l);
+  std::vector<int32_t> labels(kBatch);
+  for (int i = 0; i < kBatch; ++i) labels[i] = i == kBatch - 1 ? -1 : int32_t(rng() % 10);  // and a padding row
+  DeviceBuffer labels_d(kBatch * sizeof(int32_t), "test labels");
+  CUDA_CHECK(cudaMemcpy(labels_d.get(), labels.data(), labels_d.bytes(), cudaMemcpyHostToDevice));
+  // BN running statistics near the batch's, so that evaluation's activations stay in range.
+  for (int i = 0; i < 20; ++i) net.forward(images.get(), true);
+
+  const size_t logits = size_t(kBatch) * cfg.classes;
+  net.forward(images.get(), false);
+  const Vec a = floats_of(net.logits(), logits);
+  net.forward(mirrored.get(), false);
+  const Vec b = floats_of(net.logits(), logits);
+  Vec mean(logits);
+  for (size_t i = 0; i < logits; ++i) mean[i] = 0.5 * (a[i] + b[i]);
+  const ParamTensor& fc_bias = net.params().tensors().back();
+  ASSERT_EQ(fc_bias.name, "fc.bias");
+  const Vec bias = floats_of(net.params().master_all() + fc_bias.offset, fc_bias.count);
+  const ref::XentResult want = ref::softmax_xent(kBatch, cfg.classes, mean, bias, labels, 1.0);
+  const ref::XentResult plain = ref::softmax_xent(kBatch, cfg.classes, a, bias, labels, 1.0);
+
+  DeviceBuffer totals_d(2 * sizeof(LossTotals), "test totals");
+  CUDA_CHECK(cudaMemset(totals_d.get(), 0, totals_d.bytes()));
+  LossTotals* totals = totals_d.as<LossTotals>();
+  FlipEvaluation flip(cfg);
+  const DeviceBatch batch{images.get(), labels_d.as<int32_t>()};
+  enqueue_eval_step(net, batch, totals, &flip, ctx().stream);
+  enqueue_eval_step(net, batch, totals + 1, nullptr, ctx().stream);
+  LossTotals got[2];
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaMemcpy(got, totals, sizeof got, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got[0].count, static_cast<unsigned long long>(kBatch - 1)) << "the padding row counts nowhere";
+  EXPECT_NEAR(got[0].loss_sum, want.loss_sum, 1e-4 * want.loss_sum) << "the flip evaluation's loss";
+  EXPECT_EQ(got[0].correct, static_cast<unsigned long long>(want.correct));
+  EXPECT_NEAR(got[1].loss_sum, plain.loss_sum, 1e-4 * plain.loss_sum) << "without the flip: the batch alone";
+  EXPECT_GT(std::abs(want.loss_sum - plain.loss_sum), 1e-3 * plain.loss_sum)
+      << "the mirror changed nothing: the test cannot tell the two evaluations apart";
+  EXPECT_EQ(images.download(), to_layout(c.l, d, x)) << "the batch itself is left as it was";
+}
+
+INSTANTIATE_TEST_SUITE_P(Builds, GpuFlipEvaluation,
+                         testing::Values(Case{"fp32_NCHW", DType::F32, Layout::NCHW},
+                                         Case{"fp16_NHWC", DType::F16, Layout::NHWC}),
+                         [](const testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // The averaged weights are in the network (master and fp16 working copy) for the scope, and the
 // trained ones after it, bit for bit: an exception leaving the scope included.
