@@ -44,6 +44,7 @@ class TrainLoop {
   EpochResult epoch_result(int epoch) const;
   std::vector<float> losses(long first_step, long count) const;
   void train_step(int k);
+  void first_step_done();
   void open_window();
   void close_window();
   StepTargets step_targets() const;

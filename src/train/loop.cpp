@@ -140,6 +140,7 @@ void TrainLoop::train_step(int k) {
                        [&] { enqueue_train_step(*s_.net, batch, step_targets(), step_settings(), s_.ctx->stream); });
     if (s_.dp) s_.dp->check_step();  // its gradients were averaged in backward (dist/data_parallel.h)
     ++step_;
+    if (step_ == first_step_ + 1) first_step_done();
     if (s_.dp) s_.dp->progress(step_);
     {
       NvtxRange r("loss stats", phase_color::kCyan);
@@ -147,6 +148,14 @@ void TrainLoop::train_step(int k) {
     }
   }
   if (window_->closes_at(s)) close_window();
+}
+
+// With --json, a line once this process's first step has run on the GPU (a synchronize, once): the
+// end of its start-up, which bench/time_to_accuracy.py reports apart from the training.
+void TrainLoop::first_step_done() {
+  if (!opt_.json) return;
+  CUDA_CHECK(cudaStreamSynchronize(s_.ctx->stream));
+  out_.report().first_step(step_);
 }
 
 void TrainLoop::open_window() {

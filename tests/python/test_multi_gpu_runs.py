@@ -128,7 +128,7 @@ class MultiGpuRuns(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertNotIn("error:", p.stderr)
         events = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-        self.assertEqual([e["event"] for e in events], ["start", "epoch", "epoch", "summary"], p.stdout)
+        self.assertEqual([e["event"] for e in events], ["start", "first_step", "epoch", "epoch", "summary"], p.stdout)
         summary = events[-1]
         self.assertEqual(summary["gpus"], 2)
         self.assertEqual(summary["global_batch"], 64)
@@ -136,7 +136,7 @@ class MultiGpuRuns(unittest.TestCase):
         self.assertIn("data parallel: 2 ranks", p.stdout)
         # the rates follow the global batch of 64 (src/train/lr_scaling.cpp), and the checkpoint says so
         self.assertIn("\nlr: 0.01 for global batch 64 (0.02 x 64/128), warm-up 1 epoch\n", p.stdout)
-        self.assertAlmostEqual(events[1]["lr"], 0.01, msg="the first epoch's last step ends the warm-up at the peak")
+        self.assertAlmostEqual(events[2]["lr"], 0.01, msg="the first epoch's last step ends the warm-up at the peak")
         header = checkpoint_header(ck)
         self.assertEqual((header["lr_scaled"], header["lr"], header["warmup_epochs"]), ("1", "0.01", "1"), header)
         self.assertTrue(ck.exists())
