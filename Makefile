@@ -7,7 +7,7 @@
 #   make predict-variants   bin/predict's egress ladder: bin/predict-{baseline,workers,pool,async,stream}, bin/predict
 #   make kernel-lab [RUN=1 LAB_ARGS=...]   bin/kernel_lab: the BN and fused-conv kernels' versions side by side
 #   make run GPUS=N / make profile GPUS=N / make bench-scaling   data parallel on N GPUs (docs/multi-gpu.md)
-#   make bench / make bench-predict / make bench-folder / make profile / make fuzz / make sanitize / make sanitize-gpu
+#   make bench / make bench-predict / make bench-folder / make bench-tta / make profile / make fuzz / make sanitize / make sanitize-gpu
 #   make data / make data-folder / make deps
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
@@ -94,7 +94,7 @@ opt_defines = $(shell set -- $(1); echo -DOPT_DEVICE_LOSS=$$1 -DOPT_PINNED=$$2 -
 variant_name = $(if $(filter train,$(1)),train,train-$(1))
 
 .PHONY: FORCE all variants predict-variants bench-predict custom run test unit-tests kernel-lab bench bench-scaling \
-        bench-folder profile fuzz fuzz-build sanitize sanitize-gpu data data-folder deps clean
+        bench-folder bench-tta profile fuzz fuzz-build sanitize sanitize-gpu data data-folder deps clean
 all: bin/train
 
 # ---- set-up: what a fresh Debian/Ubuntu machine with CUDA and cuDNN may lack -----------------------
@@ -397,6 +397,12 @@ profile: $(if $(GPUS),bin/train,$(if $(findstring predict,$(PROFILE_ARGS)),predi
 # images/s and scaling efficiency per GPU count at the same per-GPU batch (bench/scaling.py --help).
 bench-scaling: bin/train bin/train-ddp-naive
 	@python3 bench/scaling.py $(SCALING_ARGS)
+
+# Time to 94% test accuracy from process start: bin/train and PyTorch's fastest rung with the same
+# recipe, on 1 and 2 GPUs (DDP under torchrun for PyTorch), 3 seeds each (bench/time_to_accuracy.py --help).
+TTA_ARGS ?= --gpus 1,2 --seeds 0,1,2 --pytorch resident-amp-cl-graphs bin/train -- --data fashion-mnist --epochs 15
+bench-tta: bin/train
+	@python3 bench/time_to_accuracy.py $(TTA_ARGS)
 
 # Training from an image folder (make data-folder writes one), decoding every epoch, for several
 # --workers, and how fast one core decodes (bench/folder_bench.py: the decode table from

@@ -1,36 +1,47 @@
 #!/usr/bin/env python3
-"""Wall-clock time from process start to the first epoch at a test accuracy, for each binary given.
+"""Wall-clock time from process start to a test accuracy, on 1 and N GPUs, over several seeds.
 
-Each binary runs alone (one after the other, so none shares the GPU), with --json; every line it
-prints is stamped with the seconds since the process was started, and the first epoch line whose
-test_acc reaches --target gives the time: start-up, data loading, autotuning, training and every
-evaluation up to that one included. The run goes on to its end (its final accuracy is reported too).
+Each program runs alone (one run after the other, so none shares a GPU), with --json, once per GPU
+count of --gpus and seed of --seeds: bin/train (and any program given) with --gpus N --seed S, and
+each rung of --pytorch as bench/pytorch_train.py with bin/train's recipe, on several GPUs with
+DistributedDataParallel under torchrun. Every line a run prints is stamped with the seconds since
+the process was started. The first epoch line whose test_acc reaches --target gives the time to it:
+start-up, data loading, autotuning, training and every evaluation up to that one included. The
+first_step line gives the start-up time (process start to the first step done), reported apart. A
+run goes on to its end: its final accuracy is reported too.
 
-    python3 bench/time_to_accuracy.py --target 0.94 --pytorch resident-amp-cl-graphs \
-        bin/train bin/train-baseline -- --data fashion-mnist --epochs 15
+    python3 bench/time_to_accuracy.py --target 0.94 --gpus 1,2 --seeds 0,1,2 \\
+        --pytorch resident-amp-cl-graphs bin/train -- --data fashion-mnist --epochs 15
 
---pytorch adds a row per rung of the PyTorch reference trained with bin/train's recipe
-(bench/pytorch_train.py, given the same flags). The table goes to stdout and to
-bench/results/time-to-<target>-<gpu>-<date>.md.
+The flags after -- go to every run (bin/train's recipe flags mean the same to pytorch_train.py). A row
+per program and GPU count: the median seconds to the target and their range, how many seeds reached
+it, the epoch, the final accuracy, the start-up; then every run. The table goes to stdout and to
+bench/results/time-to-<target>-<gpu>-<date>.md, and a PNG of test accuracy against wall seconds for
+every run beside it (where matplotlib is installed). Without PyTorch the --pytorch rows are left out,
+with a note.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from lib import pytorch_rungs, runner
+from lib import chart, pytorch_rungs, runner
 
 TOOL = "time-to-accuracy"
 PYTORCH_TRAIN = Path(__file__).resolve().parent / "pytorch_train.py"
+# Set by the tool for every run: not to be given after --.
+OWN_FLAGS = ("--seed", "--gpus", "--json")
 
 
 @dataclass
@@ -44,6 +55,20 @@ class Reached:
 def first_at_target(stamped: list[tuple[float, str]], target: float, total_s: float) -> Reached:
     """From (seconds since start, line) pairs: the first epoch whose test_acc >= target."""
     epoch = seconds = final = None
+    for t, j in json_events(stamped):
+        acc = j.get("test_acc") if j.get("event") == "epoch" else j.get("final_test_acc")
+        if not isinstance(acc, (int, float)):
+            continue
+        if j.get("event") == "summary":
+            final = acc
+        elif j.get("event") == "epoch" and epoch is None and acc >= target:
+            epoch, seconds = j["epoch"], t
+    return Reached(epoch, seconds, final, total_s)
+
+
+def json_events(stamped: list[tuple[float, str]]) -> list[tuple[float, dict]]:
+    """The stamped lines that are JSON objects (the rest, start-up text and the like, left out)."""
+    events = []
     for t, line in stamped:
         if not line.startswith("{"):
             continue
@@ -51,14 +76,140 @@ def first_at_target(stamped: list[tuple[float, str]], target: float, total_s: fl
             j = json.loads(line)
         except json.JSONDecodeError:
             continue
-        acc = j.get("test_acc") if j.get("event") == "epoch" else j.get("final_test_acc")
-        if not isinstance(acc, (int, float)):
-            continue
-        if j.get("event") == "summary":
-            final = acc
-        elif epoch is None and acc >= target:
-            epoch, seconds = j["epoch"], t
-    return Reached(epoch, seconds, final, total_s)
+        if isinstance(j, dict):
+            events.append((t, j))
+    return events
+
+
+def startup_seconds(stamped: list[tuple[float, str]]) -> float | None:
+    """Seconds from process start to the first_step line (None: the run printed none)."""
+    return next((t for t, j in json_events(stamped) if j.get("event") == "first_step"), None)
+
+
+def accuracy_curve(stamped: list[tuple[float, str]]) -> list[tuple[float, float]]:
+    """(seconds, test accuracy) at each epoch line that has one."""
+    return [(t, j["test_acc"]) for t, j in json_events(stamped)
+            if j.get("event") == "epoch" and isinstance(j.get("test_acc"), (int, float))]
+
+
+@dataclass
+class Run:
+    """One run of one row: what it printed, stamped, and how it ended."""
+    seed: int
+    stamped: list[tuple[float, str]]
+    code: int | None
+    err: str
+    total_s: float
+
+    def reached(self, target: float) -> Reached:
+        return first_at_target(self.stamped, target, self.total_s)
+
+    @property
+    def failure(self) -> str | None:
+        if self.code == 0:
+            return None
+        return f"failed (exit {self.code}): {runner.last_line(self.err)}"
+
+
+@dataclass
+class RowSpec:
+    """A program on a number of GPUs, and the command that runs it for a seed."""
+    program: str
+    gpus: int
+    base: list[str]        # the command before the seed and the flags after --
+    pytorch: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.program}, {self.gpus} GPU{'s' if self.gpus > 1 else ''}"
+
+    def command(self, seed: int, flags: list[str]) -> list[str]:
+        return [*self.base, *flags, "--seed", str(seed), "--json"]
+
+
+def row_specs(binaries: list[str], rungs: list, gpu_counts: list[int]) -> list[RowSpec]:
+    """bin/train alone on one GPU, with --gpus N on several; a PyTorch rung alone on one GPU, under
+    torchrun on several."""
+    specs = []
+    for b in binaries:
+        for n in gpu_counts:
+            specs.append(RowSpec(b, n, [b] if n == 1 else [b, "--gpus", str(n)]))
+    for r in rungs:
+        label = pytorch_rungs.variant_label(r)
+        for n in gpu_counts:
+            script = [str(PYTORCH_TRAIN), "--rung", r.name]
+            if n == 1:
+                specs.append(RowSpec(label, 1, [sys.executable, *script], pytorch=True))
+            else:
+                torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n)]
+                specs.append(RowSpec(label + " (DDP)", n, [*torchrun, *script], pytorch=True))
+    return specs
+
+
+@dataclass
+class RowResult:
+    spec: RowSpec
+    runs: list[Run] = field(default_factory=list)
+
+
+def median_range(values: list[float], fmt: str) -> str:
+    """"12.3 (11.0–13.9)", or the value alone when there is one; "—" for none."""
+    if not values:
+        return "—"
+    m = fmt.format(statistics.median(values))
+    return m if len(values) == 1 else f"{m} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+
+
+def summary_row(row: RowResult, target: float) -> str:
+    """The row's line of the table: over its runs that did not fail."""
+    good = [r for r in row.runs if r.failure is None]
+    if not good:
+        why = row.runs[-1].failure if row.runs else "no run"
+        return f"| {row.spec.program} | {row.spec.gpus} | {why} | | | | | |"
+    reached = [r.reached(target) for r in good]
+    hit = [x for x in reached if x.seconds is not None]
+    finals = [100 * x.final_acc for x in reached if x.final_acc is not None]
+    startups = [s for s in (startup_seconds(r.stamped) for r in good) if s is not None]
+    epochs = sorted(x.epoch for x in hit)
+    failed = len(row.runs) - len(good)
+    runs = f"{len(hit)} of {len(row.runs)}" + (f" ({failed} failed)" if failed else "")
+    cells = [row.spec.program, str(row.spec.gpus), median_range([x.seconds for x in hit], "{:.1f}"), runs,
+             ", ".join(map(str, epochs)) or "—", median_range(finals, "{:.2f}%"), median_range(startups, "{:.1f}"),
+             median_range([r.total_s for r in good], "{:.1f}")]
+    return "| " + " | ".join(cells) + " |"
+
+
+def run_line(row: RowResult, run: Run, target: float) -> str:
+    if run.failure:
+        return f"| {row.spec.name} | {run.seed} | {run.failure} | | | | |"
+    r = run.reached(target)
+    at = f"{r.seconds:.1f}" if r.seconds is not None else "not reached"
+    startup = startup_seconds(run.stamped)
+    cells = [row.spec.name, str(run.seed), at, str(r.epoch) if r.epoch is not None else "—",
+             f"{100 * r.final_acc:.2f}%" if r.final_acc is not None else "—",
+             f"{startup:.1f}" if startup is not None else "—", f"{run.total_s:.1f}"]
+    return "| " + " | ".join(cells) + " |"
+
+
+def report(rows: list[RowResult], target: float, gpu: str, date: str, flags: list[str], notes: list[str]) -> str:
+    """The results file: the summary table (medians over the seeds), then every run."""
+    pct = f"{100 * target:g}%"
+    lines = [f"# Time to {pct} test accuracy on {gpu}, {date}", "",
+             f"Flags: `{' '.join(flags)}`; each run alone, times from process start (median over the seeds, "
+             "range in brackets). Start-up: process start to the first training step done.", ""]
+    lines += [f"Note: {n}" for n in notes] + ([""] if notes else [])
+    lines += [f"| program | GPUs | seconds to {pct} | seeds reaching it | epochs at it | final accuracy | "
+              "start-up seconds | run seconds |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [summary_row(r, target) for r in rows]
+    lines += ["", "## Every run", "", f"| row | seed | seconds to {pct} | epoch | final accuracy | start-up seconds | "
+              "run seconds |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [run_line(r, run, target) for r in rows for run in r.runs]
+    return "\n".join(lines) + "\n"
+
+
+def curves(rows: list[RowResult]) -> list[tuple[str, list[list[tuple[float, float]]]]]:
+    """Per row, the accuracy curve of each run that printed one: what the PNG draws."""
+    return [(r.spec.name, [c for c in (accuracy_curve(run.stamped) for run in r.runs) if c]) for r in rows]
 
 
 def run_stamped(cmd: list[str], timeout_s: float) -> tuple[list[tuple[float, str]], int | None, str]:
@@ -87,19 +238,22 @@ def run_stamped(cmd: list[str], timeout_s: float) -> tuple[list[tuple[float, str
         return stamped, code, err.read()
 
 
-def row(name: str, r: Reached, code: int | None, err: str) -> str:
-    if code != 0:
-        return f"| {name} | failed (exit {code}): {runner.last_line(err)} | | | |"
-    at = f"{r.seconds:.1f}" if r.seconds is not None else "not reached"
-    epoch = str(r.epoch) if r.epoch is not None else "—"
-    final = f"{100 * r.final_acc:.2f}%" if r.final_acc is not None else "—"
-    return f"| {name} | {at} | {epoch} | {final} | {r.total_s:.1f} |"
+def check_flags(p: argparse.ArgumentParser, flags: list[str]) -> None:
+    """The flags after -- may not set what the tool sets for each run."""
+    for f in flags:
+        name = f.split("=", 1)[0]
+        if name in OWN_FLAGS:
+            instead = {"--seed": "--seeds", "--gpus": "--gpus before --"}.get(name, "nothing: the tool adds it")
+            p.error(f"{name} after -- is set by the tool for each run (use {instead})")
 
 
-def main(argv: list[str]) -> int:
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str], list, list[int], list[int]]:
+    """Every argument, checked before any GPU is looked for: one line and exit 2 for a bad one."""
     args_end = argv.index("--") if "--" in argv else len(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--target", type=float, default=0.94, help="test accuracy to reach (0.94)")
+    p.add_argument("--gpus", default="1", metavar="LIST", help="GPU counts, each a row per program (1)")
+    p.add_argument("--seeds", default="0,1,2", metavar="LIST", help="a run per seed in every row (0,1,2)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds before a run is stopped (1800)")
     p.add_argument("--out", type=Path, default=runner.REPO_ROOT / "bench" / "results")
     p.add_argument("--pytorch", default="", metavar="RUNGS",
@@ -110,6 +264,13 @@ def main(argv: list[str]) -> int:
     if not 0 < args.target <= 1:  # also refuses nan: every comparison with it is false
         p.error(f"--target must be a test accuracy above 0 and at most 1, not {args.target:g}")
     runner.check_timeout(p, args.timeout)
+    gpus = runner.parse_list(p, "--gpus", args.gpus, int, distinct=True)
+    seeds = runner.parse_list(p, "--seeds", args.seeds, int, distinct=True)
+    if any(n < 1 for n in gpus):
+        p.error(f"--gpus {args.gpus!r}: each count must be at least 1")
+    if any(s < 0 for s in seeds):
+        p.error(f"--seeds {args.seeds!r}: each seed must be at least 0")
+    check_flags(p, flags)
     for b in args.binaries:
         if shutil.which(b) is None:  # here, not as a traceback (or a failed row) after the other runs
             p.error(f"{b} is not an executable file")
@@ -117,26 +278,44 @@ def main(argv: list[str]) -> int:
         rungs = pytorch_rungs.parse_rungs(args.pytorch) if args.pytorch else []
     except ValueError as e:
         p.error(f"--pytorch: {e}")
-    runs = [(b, [b]) for b in args.binaries] + [
-        (pytorch_rungs.variant_label(r), [sys.executable, str(PYTORCH_TRAIN), "--rung", r.name]) for r in rungs]
-    if not runs:
+    if not args.binaries and not rungs:
         p.error("nothing to run: give binaries, --pytorch RUNGS or both")
+    return args, flags, rungs, gpus, seeds
+
+
+def main(argv: list[str]) -> int:
+    args, flags, rungs, gpu_counts, seeds = parse_args(argv)
+    notes = []
+    if rungs and importlib.util.find_spec("torch") is None:
+        notes.append(f"PyTorch is not installed here, so no rows for --pytorch {args.pytorch}")
+        print(f"{TOOL}: {notes[-1]}", file=sys.stderr)
+        rungs = []
+        if not args.binaries:
+            runner.die(TOOL, "nothing left to run: PyTorch is not installed and no binaries were given")
     gpus = runner.gpu_names()
     if not gpus:
         runner.die(TOOL, runner.NO_GPU_LINE)
+    if max(gpu_counts) > len(gpus):
+        runner.die(TOOL, f"--gpus {args.gpus}: this machine has {len(gpus)} GPU{'s' if len(gpus) > 1 else ''}")
     runner.prepare_out_dir(TOOL, args.out)
-    lines = [f"# Time to {100 * args.target:g}% test accuracy on {gpus[0]}, {runner.today()}", "",
-             f"Flags: `{' '.join(flags)}`; each run alone, time from process start.", "",
-             "| program | seconds to target | epoch | final accuracy | run seconds |", "| --- | --- | --- | --- | --- |"]
-    for name, cmd in runs:
-        t0 = time.monotonic()
-        stamped, code, err = run_stamped([*cmd, *flags, "--json"], args.timeout)
-        r = first_at_target(stamped, args.target, time.monotonic() - t0)
-        lines.append(row(name, r, code, err))
-        print(lines[-1], flush=True)
-    name = f"time-to-{round(100 * args.target)}-{runner.slug(gpus[0])}-{runner.today()}.md"
-    runner.write_files(TOOL, {args.out / name: "\n".join(lines) + "\n"})
-    print("\n".join(lines))
+    rows = [RowResult(spec) for spec in row_specs(args.binaries, rungs, gpu_counts)]
+    for row in rows:
+        for seed in seeds:
+            t0 = time.monotonic()
+            stamped, code, err = run_stamped(row.spec.command(seed, flags), args.timeout)
+            row.runs.append(Run(seed, stamped, code, err, time.monotonic() - t0))
+            print(run_line(row, row.runs[-1], args.target), flush=True)
+    failures = [run.failure for row in rows for run in row.runs]
+    if all(failures):  # a table of failures is no result: it must not overwrite a good one of the same name
+        runner.die(TOOL, f"every run failed (the last: {failures[-1]}); no results written", code=1)
+    text = report(rows, args.target, gpus[0], runner.today(), flags, notes)
+    stem = f"time-to-{round(100 * args.target)}-{runner.slug(gpus[0])}-{runner.today()}"
+    runner.write_files(TOOL, {args.out / f"{stem}.md": text})
+    why_not = chart.write_accuracy_chart(curves(rows), args.out / f"{stem}.png", args.target,
+                                         f"Test accuracy against wall seconds, {gpus[0]}, {runner.today()}")
+    print(text, end="")
+    if why_not:
+        print(f"{TOOL}: {why_not}", file=sys.stderr)
     return 0
 
 

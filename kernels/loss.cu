@@ -16,7 +16,7 @@ constexpr int kMaxClasses = kSoftmaxMaxClasses;  // per-thread arrays of logits 
 template <class T>
 __global__ void __launch_bounds__(kThreads)
 softmax_xent_kernel(float* logits, const float* bias, const int32_t* labels, int n, int classes,
-                    T* dlogits, float* dbias, const float* loss_scale, LossTotals* totals,
+                    T* dlogits, float* dbias, const float* loss_scale, float smoothing, LossTotals* totals,
                     const long long* step) {
   __shared__ float s_loss[kThreads], s_valid[kThreads], s_correct[kThreads];
   __shared__ float s_dbias[kMaxClasses][kThreads];
@@ -31,6 +31,8 @@ softmax_xent_kernel(float* logits, const float* bias, const int32_t* labels, int
   }
   const float n_valid = s_valid[0];
   const float grad_scale = (loss_scale ? *loss_scale : 1.f) / (n_valid > 0 ? n_valid : 1.f);
+  // The target: `on` at the label, `off` at every other class (one-hot without smoothing).
+  const float off = smoothing / classes, on = 1.f - smoothing + off;
   __syncthreads();
 
   float loss = 0, correct = 0, db[kMaxClasses] = {};
@@ -47,12 +49,21 @@ softmax_xent_kernel(float* logits, const float* bias, const int32_t* labels, int
     float sum = 0;
     for (int j = 0; j < classes; ++j) sum += expf(z[j] - zmax);
     if (y >= 0) {
-      loss += logf(sum) + zmax - z[y];
+      // -sum_j target_j * log softmax_j, log softmax_j = z_j - lse: the label's term, and with smoothing
+      // every class's share (without, the plain loss stays bit for bit what it was).
+      const float lse = logf(sum) + zmax;
+      if (smoothing > 0) {
+        float every = 0;
+        for (int j = 0; j < classes; ++j) every += lse - z[j];
+        loss += (1.f - smoothing) * (lse - z[y]) + off * every;
+      } else {
+        loss += lse - z[y];
+      }
       correct += arg == y ? 1.f : 0.f;
     }
     if (dlogits) {
       for (int j = 0; j < classes; ++j) {
-        const float g = y >= 0 ? (expf(z[j] - zmax) / sum - (j == y ? 1.f : 0.f)) * grad_scale : 0.f;
+        const float g = y >= 0 ? (expf(z[j] - zmax) / sum - (j == y ? on : off)) * grad_scale : 0.f;
         dlogits[size_t(i) * classes + j] = from_float<T>(g);
         db[j] += g;
       }
@@ -91,13 +102,14 @@ __global__ void record_loss_kernel(const LossTotals* totals, const int* slot, fl
 using namespace trainer_kernels;
 
 void softmax_xent(float* logits, const float* bias, const int32_t* labels, int n, int classes,
-                  void* dlogits, DType dlogits_type, float* dbias, const float* loss_scale,
+                  void* dlogits, DType dlogits_type, float* dbias, const float* loss_scale, float label_smoothing,
                   LossTotals* totals, const long long* step, cudaStream_t stream) {
   if (classes > kMaxClasses) throw Fatal("softmax_xent: at most 16 classes");
+  if (!(label_smoothing >= 0.f && label_smoothing < 1.f)) throw Fatal("softmax_xent: label smoothing outside [0, 1)");
   dispatch_dtype(dlogits_type, [&]<class T>() {
     softmax_xent_kernel<T><<<1, kThreads, 0, stream>>>(logits, bias, labels, n, classes,
                                                        static_cast<T*>(dlogits), dbias, loss_scale,
-                                                       totals, step);
+                                                       label_smoothing, totals, step);
   });
   CUDA_CHECK_LAUNCH();
 }

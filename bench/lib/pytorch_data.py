@@ -56,13 +56,16 @@ class HostDataset(torch.utils.data.Dataset):
 
 
 class GpuResidentData:
-    """Draws shuffled batches from images kept on the GPU and augments them there."""
+    """Draws shuffled batches from images kept on the GPU and augments them there. On several ranks
+    (rank of world) every rank draws the same permutation (the same seed) and takes its slice of each
+    global batch of batch x world images, as bin/train shards an epoch."""
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch: int, device: torch.device,
-                 mean=MEAN, std=STD):
+                 mean=MEAN, std=STD, rank: int = 0, world: int = 1):
         self.images = images.to(device)
         self.labels = labels.to(device)
         self.batch = batch
+        self.rank, self.world = rank, world
         self.device = device
         self.side = images.shape[-1]
         self.mean = torch.tensor(mean, device=device).view(1, 3, 1, 1)
@@ -72,11 +75,13 @@ class GpuResidentData:
         self.base = torch.arange(self.side, device=device)
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.pos + self.batch > len(self.order):  # new epoch: reshuffle, drop the ragged tail
+        step = self.batch * self.world  # the global batch
+        if self.pos + step > len(self.order):  # new epoch: reshuffle, drop the ragged tail
             self.order = torch.randperm(len(self.order), device=self.device)
             self.pos = 0
-        idx = self.order[self.pos:self.pos + self.batch]
-        self.pos += self.batch
+        first = self.pos + self.rank * self.batch
+        idx = self.order[first:first + self.batch]
+        self.pos += step
         x = F.pad(self.images[idx].float().div_(255), (PAD, PAD, PAD, PAD))
         b = len(idx)
         # Random crop and flip of each image as one gather: row and column indices per image.

@@ -43,8 +43,10 @@ class TrainingNetwork : public Network {
   void forward(const void* images, bool train);
   // Softmax cross-entropy on the logits; with loss_scale != nullptr also the gradients of the logits
   // and the bias (training). Accumulates into totals. loss_scale and step are device memory
-  // (softmax_xent in kernels/loss.h); step nullptr: no step index (evaluation).
-  void loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, const long long* step);
+  // (softmax_xent in kernels/loss.h); step nullptr: no step index (evaluation). label_smoothing: of
+  // the target (0: one-hot).
+  void loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, const long long* step,
+            float label_smoothing = 0.f);
   void backward();
   // Called during backward once the work that writes a parameter's gradient is ordered on the main
   // stream (with wgrad_beside, after the lane's join; its id in params()), in the order they are

@@ -1,10 +1,12 @@
 // Checkpoint files: everything needed to continue a run exactly where it stopped.
 //
 // Layout: the magic "RN50CKPT", a format version (u32), the length of a text header (u32), the
-// header ("key=value" lines: build, model signature, step, seed, loss scale, ...), the float arrays
-// (master weights, momentum, BN running statistics, each preceded by its u64 length), and a CRC-32
-// of everything before it. Writes are atomic (file_io.h): a crash during a save leaves the previous
-// checkpoint as it was.
+// header ("key=value" lines: build, model signature, step, seed, loss scale, learning-rate rule,
+// ...), the float arrays (master weights, momentum, BN running statistics, and in version 2 the
+// weight average where the header has ema_decay, each preceded by its u64 length), and a CRC-32 of
+// everything before it. A checkpoint without a weight average is written as version 1, which every
+// earlier build reads; one with it as version 2, which those refuse by its version. Writes are
+// atomic (file_io.h): a crash during a save leaves the previous checkpoint as it was.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +32,17 @@ struct CheckpointMeta {
   int step_in_epoch = 0;       // index of the next step within that epoch
   float loss_scale = 1.f;
   int good_steps = 0, skipped_steps = 0;
+  // the learning-rate rule (train/lr_scaling.h): whether the run was scaled and the schedule it used.
+  // Files written before the rule lack these: lr_recorded false, a run that was not scaled.
+  bool lr_recorded = false, lr_scaled = false;
+  double lr = 0, min_lr = 0, warmup_epochs = 0;
+  double ema_decay = 0;        // the weight average's (--ema), where the file holds one
 };
 
 struct Checkpoint {
   CheckpointMeta meta;
   std::vector<float> master, momentum, running;
+  std::vector<float> ema;      // the weight average (train/weight_average.h), or empty: none
 };
 
 std::vector<uint8_t> serialize_checkpoint(const Checkpoint& c);

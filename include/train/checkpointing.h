@@ -14,6 +14,7 @@
 #include "train/checkpoint.h"
 #include "train/options.h"
 #include "train/pending_save.h"
+#include "train/weight_average.h"
 
 // The build, model and run that a checkpoint of this run records; a resume must match it
 // (check_checkpoint_fits). The model comes from its CPU listing (resnet50_params), so a resume is
@@ -21,8 +22,9 @@
 // position and the loss scaler are filled in when saving.
 CheckpointMeta run_meta(const BuildSettings& build, const ParamListing& params, const Dataset& train, const Options& o);
 
-// The network's master weights, momentum and BN running statistics, with `meta`.
-Checkpoint capture_checkpoint(const Network& net, const CheckpointMeta& meta);
+// The network's master weights, momentum and BN running statistics, with `meta`; and the weight
+// average with its decay, where the run keeps one.
+Checkpoint capture_checkpoint(const Network& net, const CheckpointMeta& meta, const WeightAverage* average = nullptr);
 // Puts a checkpoint's state into the network (and refreshes its fp16 weight copy); a network built
 // for inference takes the weights and BN statistics only.
 void restore_checkpoint(Network& net, const Checkpoint& c, cudaStream_t stream);

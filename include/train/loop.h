@@ -44,10 +44,11 @@ class TrainLoop {
   EpochResult epoch_result(int epoch) const;
   std::vector<float> losses(long first_step, long count) const;
   void train_step(int k);
+  void first_step_done();
   void open_window();
   void close_window();
   StepTargets step_targets() const;
-  SgdSettings sgd_settings() const;
+  StepSettings step_settings() const;
   void loss_stats();
   void take(const CounterRead& r);
   void read_counters_now();

@@ -27,11 +27,17 @@ struct Options : DataOptions {
   double lr = 0.02;                 // peak learning rate (chosen by a sweep on Fashion-MNIST: docs/design.md)
   double min_lr = 0.0;              // at the end of the cosine
   double warmup_epochs = 1.0;       // linear warm-up from lr/warm-up-steps to lr
+  bool lr_scaling = true;           // several GPUs: lr and warm-up follow the global batch (train/lr_scaling.h)
+  double warmup_cap = 2.0;          // the most epochs that rule grows the warm-up to
   double momentum = 0.9;
   double weight_decay = 5e-4;
   bool nesterov = true;
   uint64_t seed = 0;
   bool eval = true;                 // evaluate on the test set after every epoch
+  // recipe ingredients (issue 37), each off by default
+  double label_smoothing = 0.0;     // of the training loss's target
+  double ema = 0.0;                 // decay of the weight average evaluated and saved (0: none)
+  bool tta_flip = false;            // evaluation scores each image with its horizontal mirror
   // performance
   int workers = -1;                 // loader threads; -1 = min(cores - 1, 8)
   long workspace_mb = 1024;         // cuDNN workspace limit

@@ -1,5 +1,5 @@
 // What the trainer prints: the start lines, the live progress line, one report per epoch and the
-// summary, as text or (--json) as JSON lines with "event" "start", "epoch" and "summary".
+// summary, as text or (--json) as JSON lines with "event" "start", "first_step", "epoch" and "summary".
 #pragma once
 
 #include <chrono>
@@ -43,6 +43,8 @@ class Reporter {
   // The live progress line (a terminal only): restarts its rate measurement at `step`.
   void begin_progress(long step);
   void progress(int epoch, int k, int steps_per_epoch, long step, double loss, bool final) const;
+  // --json: the line that says this process's first training step has run (step `step` done in all).
+  void first_step(long step) const;
   void epoch(const EpochResult& r) const;
   void summary(const RunSummary& s) const;
 

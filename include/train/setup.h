@@ -2,7 +2,7 @@
 // is checked before the next costs anything: the output paths before the data is read, the data and
 // the checkpoint before the GPU is touched; but before images are decoded at start (an image folder
 // into memory, or its normalisation sample), which takes minutes for a large folder, the GPU is
-// looked for. It prints the start lines (data, gpu, convs, data parallel, step, resumed, model).
+// looked for. It prints the start lines (data, gpu, convs, data parallel, step, resumed, model, lr).
 #pragma once
 
 #include <memory>
@@ -18,9 +18,12 @@
 #include "train/build.h"
 #include "train/checkpoint.h"
 #include "train/counters.h"
+#include "train/lr_scaling.h"
 #include "train/options.h"
 #include "train/ranks.h"
+#include "train/step.h"
 #include "train/step_graph.h"
+#include "train/weight_average.h"
 
 // Where training starts: the steps done, the epoch and the step in it, and the counters then.
 struct StartPoint {
@@ -35,6 +38,7 @@ struct TrainingSession {
   ChosenData data;
   Normalization norm{};
   int steps_per_epoch = 0;
+  LrChoice lr;          // the schedule's rates and warm-up: the flags', or scaled with the global batch
   CheckpointMeta meta;  // what this run's checkpoints record (the position is filled in at a save)
   // the GPU and the network on it
   std::unique_ptr<GpuContext> ctx;
@@ -45,6 +49,8 @@ struct TrainingSession {
   unsigned long params = 0;  // the network's parameters
   double autotune_s = 0;     // seconds its conv algorithms were searched for
   std::unique_ptr<DataParallel> dp;  // several ranks only
+  std::unique_ptr<WeightAverage> average;  // --ema only
+  std::unique_ptr<FlipEvaluation> flip;    // --tta-flip only
   // what each step uses
   std::unique_ptr<BatchLoader> loader;
   std::unique_ptr<StepParamsOnDevice> step_params;

@@ -273,11 +273,12 @@ void TrainingNetwork::join_forward(const Block& b, BlockRun& r, const void* in, 
   bn_apply(a, b.out, cfg_.dtype, cfg_.layout, ctx_.stream);
 }
 
-void TrainingNetwork::loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, const long long* step) {
+void TrainingNetwork::loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, const long long* step,
+                           float label_smoothing) {
   const bool train = loss_scale != nullptr;
   softmax_xent(logits_.as<float>(), params_.master(layers_->fc_bias), labels, cfg_.batch, cfg_.classes,
                train ? dlogits_.get() : nullptr, cfg_.dtype, train ? params_.vector_grad(layers_->fc_bias) : nullptr,
-               loss_scale, totals, step, ctx_.stream);
+               loss_scale, label_smoothing, totals, step, ctx_.stream);
 }
 
 // ---- the weight gradients' lane ------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // The checkpoint file format: serialize, parse and check, atomic save, resume compatibility.
 #include "train/checkpoint.h"
 
+#include <charconv>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -15,12 +16,13 @@
 namespace {
 
 constexpr char kMagic[8] = {'R', 'N', '5', '0', 'C', 'K', 'P', 'T'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 1;          // three arrays
+constexpr uint32_t kVersionWithEma = 2;   // and the weight average where the header has ema_decay
 constexpr size_t kMaxHeader = 1 << 16;
 // The most values an array may hold: 2^28 floats, over ten times ResNet-50's parameters. A header
 // that claims more is corrupt, and a file larger than such a checkpoint is refused before it is read.
 constexpr uint64_t kMaxArrayValues = uint64_t(1) << 28;
-constexpr size_t kMaxCheckpointBytes = 16 + kMaxHeader + 3 * (8 + 4 * kMaxArrayValues) + 4;
+constexpr size_t kMaxCheckpointBytes = 16 + kMaxHeader + 4 * (8 + 4 * kMaxArrayValues) + 4;
 
 template <class T>
 void put(std::vector<uint8_t>& out, T v) {
@@ -67,7 +69,13 @@ std::vector<std::string> decode_names(const std::string& text, const std::string
   return names;
 }
 
-std::string header_text(const CheckpointMeta& m) {
+// The shortest text that reads back as the same double ("0.08", not "0.080000000000000002").
+std::string exact(double v) {
+  char buf[40];
+  return std::string(buf, std::to_chars(buf, buf + sizeof(buf), v).ptr);
+}
+
+std::string header_text(const CheckpointMeta& m, bool with_ema) {
   std::ostringstream h;
   char scale[32];
   std::snprintf(scale, sizeof(scale), "%a", m.loss_scale);  // hex float: exact
@@ -77,6 +85,10 @@ std::string header_text(const CheckpointMeta& m) {
     << "\ndata=" << m.data << "\nbatch=" << m.batch << "\nepochs=" << m.epochs << "\nseed=" << m.seed
     << "\nstep=" << m.step << "\nepoch=" << m.epoch << "\nstep_in_epoch=" << m.step_in_epoch
     << "\nloss_scale=" << scale << "\ngood_steps=" << m.good_steps << "\nskipped_steps=" << m.skipped_steps << "\n";
+  if (m.lr_recorded)
+    h << "lr_scaled=" << m.lr_scaled << "\nlr=" << exact(m.lr) << "\nmin_lr=" << exact(m.min_lr)
+      << "\nwarmup_epochs=" << exact(m.warmup_epochs) << "\n";
+  if (with_ema) h << "ema_decay=" << exact(m.ema_decay) << "\n";
   return h.str();
 }
 
@@ -146,7 +158,8 @@ std::string parse_string(const std::map<std::string, std::string>& kv, const std
 // step_in_epoch < steps_per_epoch; check_checkpoint_position checks it against this run's).
 void check_header_values(const CheckpointMeta& m, const std::string& file) {
   if (m.step < 0 || m.epoch < 0 || m.step_in_epoch < 0 || m.batch <= 0 || m.epochs <= 0 || !(m.loss_scale > 0) ||
-      m.good_steps < 0 || m.skipped_steps < 0 || m.skipped_steps > m.step || m.image_side <= 0)
+      m.good_steps < 0 || m.skipped_steps < 0 || m.skipped_steps > m.step || m.image_side <= 0 ||
+      !(m.lr >= 0 && m.min_lr >= 0 && m.warmup_epochs >= 0 && m.ema_decay >= 0 && m.ema_decay < 1))
     throw InputError(file + ": header holds out-of-range values");
   const int64_t before_epoch = m.step - m.step_in_epoch;  // steps of the epochs done
   const bool explained = m.epoch == 0 ? before_epoch == 0
@@ -163,13 +176,15 @@ void check_header_values(const CheckpointMeta& m, const std::string& file) {
 
 std::vector<uint8_t> serialize_checkpoint(const Checkpoint& c) {
   std::vector<uint8_t> out(kMagic, kMagic + sizeof(kMagic));
-  const std::string h = header_text(c.meta);
-  put<uint32_t>(out, kVersion);
+  const bool with_ema = !c.ema.empty();
+  const std::string h = header_text(c.meta, with_ema);
+  put<uint32_t>(out, with_ema ? kVersionWithEma : kVersion);
   put<uint32_t>(out, static_cast<uint32_t>(h.size()));
   out.insert(out.end(), h.begin(), h.end());
   put_floats(out, c.master);
   put_floats(out, c.momentum);
   put_floats(out, c.running);
+  if (with_ema) put_floats(out, c.ema);
   put<uint32_t>(out, static_cast<uint32_t>(crc32(0L, out.data(), static_cast<uInt>(out.size()))));
   return out;
 }
@@ -181,8 +196,9 @@ Checkpoint parse_checkpoint(const uint8_t* bytes, size_t size, const std::string
   Reader r(bytes, size, file);
   r.text(sizeof(kMagic), "magic");
   const uint32_t version = r.get<uint32_t>("version");
-  if (version != kVersion)
-    throw InputError(file + ": checkpoint format version " + std::to_string(version) + ", this build reads version " + std::to_string(kVersion));
+  if (version != kVersion && version != kVersionWithEma)
+    throw InputError(file + ": checkpoint format version " + std::to_string(version) + ", this build reads versions " +
+                     std::to_string(kVersion) + " and " + std::to_string(kVersionWithEma));
   const uint32_t hlen = r.get<uint32_t>("header length");
   if (hlen > kMaxHeader) throw InputError(file + ": implausible header length " + std::to_string(hlen));
   const std::string header = r.text(hlen, "header");
@@ -213,6 +229,13 @@ Checkpoint parse_checkpoint(const uint8_t* bytes, size_t size, const std::string
   m.loss_scale = std::strtof(parse_string(kv, "loss_scale", file).c_str(), nullptr);
   m.good_steps = parse_number<int>(kv, "good_steps", file);
   m.skipped_steps = parse_number<int>(kv, "skipped_steps", file);
+  m.lr_recorded = kv.count("lr_scaled") > 0;  // older files: a run not scaled, its schedule not recorded
+  if (m.lr_recorded) {
+    m.lr_scaled = parse_number<int>(kv, "lr_scaled", file) != 0;
+    m.lr = parse_number<double>(kv, "lr", file);
+    m.min_lr = parse_number<double>(kv, "min_lr", file);
+    m.warmup_epochs = parse_number<double>(kv, "warmup_epochs", file);
+  }
   if (m.params > kMaxArrayValues || m.running > kMaxArrayValues)
     throw InputError(file + ": corrupt header: params=" + std::to_string(m.params) + ", running=" +
                      std::to_string(m.running) + " (a checkpoint holds at most " + std::to_string(kMaxArrayValues) +
@@ -220,6 +243,10 @@ Checkpoint parse_checkpoint(const uint8_t* bytes, size_t size, const std::string
   c.master = r.floats("master weights", m.params, "params");
   c.momentum = r.floats("momentum", m.params, "params");
   c.running = r.floats("BN running statistics", m.running, "running");
+  if (version == kVersionWithEma && kv.count("ema_decay")) {
+    m.ema_decay = parse_number<double>(kv, "ema_decay", file);
+    c.ema = r.floats("weight average", m.params, "params");
+  }
   const size_t body = r.offset();
   const uint32_t stored = r.get<uint32_t>("checksum");
   if (r.offset() != size) throw InputError(file + ": " + std::to_string(size - r.offset()) + " unexpected bytes after the checksum");

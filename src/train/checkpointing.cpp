@@ -28,7 +28,7 @@ CheckpointMeta run_meta(const BuildSettings& build, const ParamListing& params, 
   return m;
 }
 
-Checkpoint capture_checkpoint(const Network& net, const CheckpointMeta& meta) {
+Checkpoint capture_checkpoint(const Network& net, const CheckpointMeta& meta, const WeightAverage* average) {
   const ParamStore& p = net.params();
   Checkpoint c;
   c.meta = meta;
@@ -38,6 +38,10 @@ Checkpoint capture_checkpoint(const Network& net, const CheckpointMeta& meta) {
   CUDA_CHECK(cudaMemcpy(c.master.data(), p.master_all(), c.master.size() * 4, cudaMemcpyDeviceToHost));
   CUDA_CHECK(cudaMemcpy(c.momentum.data(), p.momentum_all(), c.momentum.size() * 4, cudaMemcpyDeviceToHost));
   CUDA_CHECK(cudaMemcpy(c.running.data(), net.running_stats(), c.running.size() * 4, cudaMemcpyDeviceToHost));
+  if (average) {
+    c.ema = average->download();
+    c.meta.ema_decay = average->decay();
+  }
   return c;
 }
 

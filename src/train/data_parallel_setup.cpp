@@ -59,8 +59,11 @@ Fingerprint run_fingerprint(const BuildSettings& b, const Options& o, int world,
   f.add("--epochs", std::to_string(o.epochs)).add("--steps", std::to_string(o.steps));
   f.add("--batch", std::to_string(o.batch)).add("--lr", number(o.lr)).add("--min-lr", number(o.min_lr));
   f.add("--warmup-epochs", number(o.warmup_epochs)).add("--momentum", number(o.momentum));
+  f.add("--no-lr-scaling", o.lr_scaling ? "off" : "on").add("--warmup-cap", number(o.warmup_cap));
   f.add("--wd", number(o.weight_decay)).add("--no-nesterov", o.nesterov ? "off" : "on");
   f.add("--seed", std::to_string(o.seed)).add("--no-eval", o.eval ? "off" : "on");
+  f.add("--label-smoothing", number(o.label_smoothing)).add("--ema", number(o.ema));
+  f.add("--tta-flip", o.tta_flip ? "on" : "off");
   f.add("--workspace-mb", std::to_string(o.workspace_mb)).add("--no-tf32", o.tf32 ? "off" : "on");
   f.add("--deterministic", o.deterministic ? "on" : "off").add("--no-cuda-graph", o.cuda_graph ? "off" : "on");
   f.add("--no-fuse", fused_pattern_list_text(o.no_fuse_patterns));

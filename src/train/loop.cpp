@@ -29,7 +29,8 @@ TrainLoop::TrainLoop(const BuildSettings& b, const Options& o, const Ranks& rank
       step_(s.start.step), first_step_(s.start.step), last_(s.start.counters) {
   divergence_.start_at(step_);
   const long total_steps = long(opt_.epochs) * s_.steps_per_epoch;
-  schedule_ = {opt_.lr, opt_.min_lr, std::lround(opt_.warmup_epochs * s_.steps_per_epoch), total_steps};
+  const LrPlan& lr = s_.lr.used;  // the flags', or scaled with the global batch (train/lr_scaling.h)
+  schedule_ = {lr.peak, lr.min, std::lround(lr.warmup_epochs * s_.steps_per_epoch), total_steps};
   window_ = std::make_unique<SteadyStateWindow>(s_.ctx->stream, first_step_ + opt_.warmup_steps, opt_.profile_steps,
                                                 ranks_.writes() ? opt_.trace : "");
   loss_history_ = DeviceBuffer(size_t(s_.steps_per_epoch) * sizeof(float), "loss history");
@@ -136,9 +137,10 @@ void TrainLoop::train_step(int k) {
     s_.timing->data_ready();
     // forward (+ loss), backward, optimizer step: enqueued now, or replayed as one CUDA graph
     s_.step_graph->run(s, {opt_.batch, batch.images, batch.labels},
-                       [&] { enqueue_train_step(*s_.net, batch, step_targets(), sgd_settings(), s_.ctx->stream); });
+                       [&] { enqueue_train_step(*s_.net, batch, step_targets(), step_settings(), s_.ctx->stream); });
     if (s_.dp) s_.dp->check_step();  // its gradients were averaged in backward (dist/data_parallel.h)
     ++step_;
+    if (step_ == first_step_ + 1) first_step_done();
     if (s_.dp) s_.dp->progress(step_);
     {
       NvtxRange r("loss stats", phase_color::kCyan);
@@ -146,6 +148,14 @@ void TrainLoop::train_step(int k) {
     }
   }
   if (window_->closes_at(s)) close_window();
+}
+
+// With --json, a line once this process's first step has run on the GPU (a synchronize, once): the
+// end of its start-up, which bench/time_to_accuracy.py reports apart from the training.
+void TrainLoop::first_step_done() {
+  if (!opt_.json) return;
+  CUDA_CHECK(cudaStreamSynchronize(s_.ctx->stream));
+  out_.report().first_step(step_);
 }
 
 void TrainLoop::open_window() {
@@ -162,12 +172,14 @@ void TrainLoop::close_window() {
 
 StepTargets TrainLoop::step_targets() const {
   DeviceCounters* c = s_.counters->device();
-  return {&c->train, &c->scaler, s_.step_params->device(), loss_history_.as<float>()};
+  return {&c->train, &c->scaler, s_.step_params->device(), loss_history_.as<float>(),
+          s_.average ? s_.average->device() : nullptr};
 }
 
-SgdSettings TrainLoop::sgd_settings() const {
+StepSettings TrainLoop::step_settings() const {
   return {static_cast<float>(opt_.momentum), static_cast<float>(opt_.weight_decay), opt_.nesterov,
-          build_.precision == DType::F16, opt_.loss_scale_window};
+          build_.precision == DType::F16, opt_.loss_scale_window, static_cast<float>(opt_.label_smoothing),
+          static_cast<float>(opt_.ema)};
 }
 
 // Baseline: a synchronising copy every step (the seed's `loss.item()`). On-device accumulation: the
@@ -203,18 +215,21 @@ void TrainLoop::read_counters_now() {
 }
 
 // On several ranks each evaluates its part of the test set (padding counts nowhere) with the BN
-// running statistics averaged over the ranks, and the counts are summed.
+// running statistics averaged over the ranks, and the counts are summed. With --ema the weights
+// evaluated are the average's, for the pass alone; with --tta-flip each image's score is the mean
+// logits of it and its mirror (step.h).
 void TrainLoop::evaluate() {
   NvtxRange range("evaluation", phase_color::kGrey);
   const Dataset& test = s_.data.split.test;
   const EpochPlan plan = ranks_.my_part(eval_plan(test, ranks_.global_batch(opt_.batch)));
   s_.loader->begin_pass(test, plan, 0);
   if (s_.dp) average_running_stats(*s_.dp, *s_.net);
+  const AveragedWeightsIn averaged(s_.average.get(), s_.net->params(), s_.ctx->stream);
   LossTotals* totals = &s_.counters->device()->eval;
   CUDA_CHECK(cudaMemsetAsync(totals, 0, sizeof(LossTotals), s_.ctx->stream));
   for (int k = 0; k < plan.steps; ++k) {
     s_.loader->get(k);
-    enqueue_eval_step(*s_.net, s_.loader->copy(k), totals);
+    enqueue_eval_step(*s_.net, s_.loader->copy(k), totals, s_.flip.get(), s_.ctx->stream);
     if (s_.dp) s_.dp->progress(step_);
   }
   if (s_.dp) s_.dp->sum_totals(totals);
@@ -239,7 +254,7 @@ void TrainLoop::save(const std::string& path, bool periodic) {
   m.loss_scale = now.counters.scaler.scale;
   m.good_steps = now.counters.scaler.good_steps;
   m.skipped_steps = now.counters.scaler.skipped_steps;
-  if (ranks_.writes()) out_.saves().save(capture_checkpoint(*s_.net, m), path, periodic);
+  if (ranks_.writes()) out_.saves().save(capture_checkpoint(*s_.net, m, s_.average.get()), path, periodic);
   if (s_.dp) s_.dp->progress(step_);
 }
 

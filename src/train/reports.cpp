@@ -58,6 +58,14 @@ void Reporter::progress(int epoch, int k, int steps_per_epoch, long step, double
   std::fflush(stdout);
 }
 
+void Reporter::first_step(long step) const {
+  if (!opt_.json) return;
+  JsonLine j;
+  j.add("event", "first_step").add("step", step);
+  std::printf("%s\n", j.str().c_str());
+  std::fflush(stdout);
+}
+
 void Reporter::epoch(const EpochResult& r) const {
   const double ips = r.train_ms > 0 ? double(r.images) / (r.train_ms / 1e3) : NAN;
   const double stall_pct = r.train_ms > 0 ? 100.0 * r.stall_ms / r.train_ms : NAN;

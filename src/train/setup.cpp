@@ -29,6 +29,7 @@ class SetUp {
     check_output_paths();
     read_data();
     check_resume();
+    choose_learning_rate();
     normalise();
     if (ranks_.several()) join_ranks();
     set_up_gpu();
@@ -36,6 +37,7 @@ class SetUp {
     std::printf("model: ResNet-50 (CIFAR stem), %s parameters; batch %d, %d steps per epoch\n",
                 with_commas(static_cast<long long>(s_.params)).c_str(), ranks_.global_batch(opt_.batch),
                 s_.steps_per_epoch);
+    if (lr_line_shown(s_.lr, ranks_.launch().world)) std::printf("%s\n", lr_line(s_.lr).c_str());
   }
 
  private:
@@ -46,12 +48,14 @@ class SetUp {
   void decoding_begins(const char* what, long images);
   void print_data_lines() const;
   void check_resume();
+  void choose_learning_rate();
   void join_ranks();
   NetConfig net_config() const;
   void set_up_gpu();
   void build_network();
   void print_conv_line(const AlgoReport& ar, bool measured, double build_s) const;
   void start_point();
+  bool resume_average(const Checkpoint& c);
 
   TrainingSession& s_;
   const BuildSettings& build_;
@@ -162,6 +166,20 @@ void SetUp::check_resume() {
   check_checkpoint_position(resume_->meta, s_.steps_per_epoch, opt_.resume);
 }
 
+// The rates and warm-up follow the global batch on several GPUs (train/lr_scaling.h); a resume keeps
+// the rule its checkpoint was trained under, which the checkpoints of this run record in turn.
+void SetUp::choose_learning_rate() {
+  const bool* resumed_scaled = resume_ ? &resume_->meta.lr_scaled : nullptr;
+  s_.lr = choose_lr({opt_.lr, opt_.min_lr, opt_.warmup_epochs}, ranks_.global_batch(opt_.batch), ranks_.launch().world,
+                    opt_.lr_scaling, opt_.warmup_cap, resumed_scaled);
+  CheckpointMeta& m = s_.meta;
+  m.lr_recorded = true;
+  m.lr_scaled = s_.lr.scaled();
+  m.lr = s_.lr.used.peak;
+  m.min_lr = s_.lr.used.min;
+  m.warmup_epochs = s_.lr.used.warmup_epochs;
+}
+
 // Several ranks: meet the others (the run is refused if any was started differently), take this
 // rank's GPU and join the NCCL communicator, before anything else is put on the GPU.
 void SetUp::join_ranks() {
@@ -242,6 +260,8 @@ void SetUp::build_network() {
   s_.params = static_cast<unsigned long>(s_.net->params().total());
   s_.autotune_s = s_.net->algo_report().search_s;
   kept_zero_ = s_.net->statistics_kept_zero();
+  if (opt_.ema > 0) s_.average = std::make_unique<WeightAverage>(s_.net->params(), static_cast<float>(opt_.ema));
+  if (opt_.tta_flip) s_.flip = std::make_unique<FlipEvaluation>(cfg);
   if (s_.dp) {
     s_.dp->attach(s_.net->params(), s_.ctx->stream);
     s_.net->on_grad_ready = [dp = s_.dp.get()](int param) { dp->on_grad_ready(param); };
@@ -267,9 +287,11 @@ void SetUp::print_conv_line(const AlgoReport& ar, bool measured, double build_s)
 void SetUp::start_point() {
   StartPoint& p = s_.start;
   p.counters = initial_counters(build_.precision == DType::F16 ? static_cast<float>(opt_.loss_scale) : 1.f);
+  bool resumed_average = false;  // every rank reads the same checkpoint: the averages agree
   if (resume_) {
     const Checkpoint& c = *resume_;
     restore_checkpoint(*s_.net, c, s_.ctx->stream);
+    resumed_average = resume_average(c);
     p.step = c.meta.step;
     p.epoch = c.meta.epoch;
     p.step_in_epoch = c.meta.step_in_epoch;
@@ -280,6 +302,10 @@ void SetUp::start_point() {
       ranks_.warn_once("the checkpoint was made with --seed " + std::to_string(c.meta.seed) + " --epochs " +
                        std::to_string(c.meta.epochs) + "; continuing with --seed " + std::to_string(opt_.seed) +
                        " --epochs " + std::to_string(opt_.epochs) + " changes the data order or learning rate");
+    if (c.meta.lr_recorded) {
+      const std::string lr = lr_resume_difference({c.meta.lr, c.meta.min_lr, c.meta.warmup_epochs}, s_.lr.used);
+      if (!lr.empty()) ranks_.warn_once(lr);
+    }
     std::printf("resumed from %s at step %ld (epoch %d, step %d of it)\n", opt_.resume.c_str(), p.step, p.epoch + 1,
                 p.step_in_epoch);
     resume_.reset();
@@ -287,7 +313,28 @@ void SetUp::start_point() {
     s_.net->init_params(opt_.seed);
   }
   if (s_.dp) share_start_state(*s_.dp, *s_.net, s_.ctx->stream);  // every rank starts from rank 0's state, bit for bit
+  if (s_.average && !resumed_average) s_.average->start_from(s_.net->params(), s_.ctx->stream);
   s_.counters->set(p.counters);
+}
+
+// The weight average (--ema) goes on from the checkpoint's, where it holds one; returns whether it
+// did. Any other combination is a warning saying what happens to the average.
+bool SetUp::resume_average(const Checkpoint& c) {
+  if (!s_.average) {
+    if (!c.ema.empty())
+      ranks_.warn_once("the checkpoint holds a weight average (--ema " + show_number(c.meta.ema_decay) +
+                       "), which this run without --ema neither evaluates nor saves");
+    return false;
+  }
+  if (c.ema.empty()) {
+    ranks_.warn_once("the checkpoint holds no weight average: the one of --ema starts from its weights");
+    return false;
+  }
+  if (c.meta.ema_decay != opt_.ema)
+    ranks_.warn_once("the checkpoint's weight average has decay " + show_number(c.meta.ema_decay) +
+                     "; continuing it with --ema " + show_number(opt_.ema));
+  s_.average->load(c.ema, s_.ctx->stream);
+  return true;
 }
 
 }  // namespace

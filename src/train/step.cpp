@@ -1,14 +1,15 @@
 // The GPU work of one training step and of one evaluation batch (step.h).
 #include "train/step.h"
 
+#include "core/check.h"
 #include "measure/profiling.h"
 
-void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const StepTargets& t, const SgdSettings& sgd,
-                        cudaStream_t stream) {
+void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const StepTargets& t,
+                        const StepSettings& settings, cudaStream_t stream) {
   {
     NvtxRange r("forward", phase_color::kGreen);
     net.forward(batch.images, true);
-    net.loss(batch.labels, t.totals, &t.scaler->scale, &t.params->step);
+    net.loss(batch.labels, t.totals, &t.scaler->scale, &t.params->step, settings.label_smoothing);
     record_loss(t.totals, &t.params->loss_slot, t.loss_history, stream);  // for --loss-log, without a sync
   }
   {
@@ -19,15 +20,31 @@ void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const St
     NvtxRange r("optimizer step", phase_color::kBlue);
     ParamStore& p = net.params();
     const SgdArgs a{p.master_all(), p.momentum_all(), p.weight_grads_all(), p.vector_grads_all(), p.working_copy(),
-                    p.total(), p.weight_count(), p.act(), &t.params->lr, sgd.momentum, sgd.weight_decay,
-                    sgd.nesterov};
+                    p.total(), p.weight_count(), p.act(), &t.params->lr, settings.momentum, settings.weight_decay,
+                    settings.nesterov};
     check_grads_finite(a, t.scaler, stream);
     sgd_update(a, t.scaler, stream);
-    loss_scale_update(t.scaler, sgd.dynamic_loss_scale, sgd.loss_scale_window, stream);
+    if (t.average)
+      ema_update(t.average, p.master_all(), p.total(), settings.ema_decay, &t.params->step, t.scaler, stream);
+    loss_scale_update(t.scaler, settings.dynamic_loss_scale, settings.loss_scale_window, stream);
   }
 }
 
-void enqueue_eval_step(TrainingNetwork& net, const DeviceBatch& batch, LossTotals* totals) {
+FlipEvaluation::FlipEvaluation(const NetConfig& cfg)
+    : images{cfg.batch, 3, cfg.image_side, cfg.image_side},
+      mirrored(images.count() * dtype_size(cfg.dtype), "mirrored evaluation batch (--tta-flip)"),
+      logits(size_t(cfg.batch) * cfg.classes * sizeof(float), "evaluation logits (--tta-flip)") {}
+
+void enqueue_eval_step(TrainingNetwork& net, const DeviceBatch& batch, LossTotals* totals, FlipEvaluation* flip,
+                       cudaStream_t stream) {
   net.forward(batch.images, false);
+  if (flip) {  // the mirror's pass, and the mean of the two passes' logits where the loss reads them
+    const NetConfig& cfg = net.config();
+    CUDA_CHECK(
+        cudaMemcpyAsync(flip->logits.get(), net.logits(), flip->logits.bytes(), cudaMemcpyDeviceToDevice, stream));
+    flip_horizontal(batch.images, flip->mirrored.get(), flip->images, cfg.dtype, cfg.layout, stream);
+    net.forward(flip->mirrored.get(), false);
+    mean_into(net.logits(), flip->logits.as<float>(), flip->logits.bytes() / sizeof(float), stream);
+  }
   net.loss(batch.labels, totals, nullptr, nullptr);
 }

@@ -27,8 +27,9 @@ CIFAR_FILES = ["data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data
 CIFAR_FILE_BYTES = 10000 * 3073
 
 FLAGS = ["--data", "--data-dir", "--synthetic-size", "--image-size", "--skip-bad-images", "--cache-decoded",
-         "--epochs", "--steps", "--batch", "--lr", "--min-lr", "--warmup-epochs", "--momentum", "--wd", "--no-nesterov",
-         "--seed", "--no-eval", "--workers", "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic",
+         "--epochs", "--steps", "--batch", "--lr", "--min-lr", "--warmup-epochs", "--no-lr-scaling", "--warmup-cap",
+         "--momentum", "--wd", "--no-nesterov", "--seed", "--no-eval", "--label-smoothing", "--ema", "--tta-flip",
+         "--workers", "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic",
          "--no-fuse", "--no-cuda-graph", "--loss-scale", "--loss-scale-window", "--warmup-steps", "--profile-steps", "--trace",
          "--progress-every", "--json", "--loss-log", "--sample-png", "--save", "--save-every", "--resume", "--gpus",
          "--bucket-mb", "--allreduce-dtype", "--dist-timeout", "--help"]

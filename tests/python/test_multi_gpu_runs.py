@@ -48,6 +48,13 @@ def two_gpu_reason():
     return None if n >= 2 else f"needs 2 CUDA devices: two ranks train on two GPUs (nvidia-smi lists {n})"
 
 
+def checkpoint_header(path):
+    """The key=value header of a checkpoint (include/train/checkpoint.h)."""
+    data = Path(path).read_bytes()
+    length = int.from_bytes(data[12:16], "little")
+    return dict(line.split("=", 1) for line in data[16:16 + length].decode().splitlines())
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -121,12 +128,17 @@ class MultiGpuRuns(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertNotIn("error:", p.stderr)
         events = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-        self.assertEqual([e["event"] for e in events], ["start", "epoch", "epoch", "summary"], p.stdout)
+        self.assertEqual([e["event"] for e in events], ["start", "first_step", "epoch", "epoch", "summary"], p.stdout)
         summary = events[-1]
         self.assertEqual(summary["gpus"], 2)
         self.assertEqual(summary["global_batch"], 64)
         self.assertEqual(summary["steps"], 10)  # 320 images / 64 a step, 2 epochs
         self.assertIn("data parallel: 2 ranks", p.stdout)
+        # the rates follow the global batch of 64 (src/train/lr_scaling.cpp), and the checkpoint says so
+        self.assertIn("\nlr: 0.01 for global batch 64 (0.02 x 64/128), warm-up 1 epoch\n", p.stdout)
+        self.assertAlmostEqual(events[2]["lr"], 0.01, msg="the first epoch's last step ends the warm-up at the peak")
+        header = checkpoint_header(ck)
+        self.assertEqual((header["lr_scaled"], header["lr"], header["warmup_epochs"]), ("1", "0.01", "1"), header)
         self.assertTrue(ck.exists())
         self.assertEqual(sorted(x.name for x in self.dir.iterdir()), ["two.ckpt"])  # no .tmp, no other rank's file
 
@@ -197,6 +209,9 @@ class MultiGpuRuns(unittest.TestCase):
                                cwd=self.dir, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
         self.assertEqual(right.returncode, 0, right.stderr)
         self.assertIn("at step 5 (epoch 2, step 0 of it)", right.stdout)
+        # the run was scaled on two GPUs: on one, at the same global batch, it keeps its rates
+        self.assertIn("\nlr: 0.01 for global batch 64 (0.02 x 64/128), warm-up 1 epoch\n", right.stdout)
+        self.assertNotIn("warning:", right.stderr)
 
 
     def test_a_one_gpu_checkpoint_resumes_on_two_gpus_and_warns_once(self):
@@ -207,6 +222,10 @@ class MultiGpuRuns(unittest.TestCase):
         two = self.run_gpus("--epochs", "3", "--resume", ck, "--steps", "8")  # 2 x 32: the same global batch
         self.assertEqual(two.returncode, 0, two.stderr)
         self.assertIn("at step 5 (epoch 2, step 0 of it)", two.stdout)
+        # a one-GPU run was not scaled: on two GPUs it keeps its rates
+        self.assertIn("\nlr: 0.02 for global batch 64 (--lr as given: the checkpoint's run was not scaled), "
+                      "warm-up 1 epoch\n", two.stdout)
+        self.assertNotIn("changes the learning rate", two.stderr)
         # --epochs differs from the checkpoint's: one warning, from rank 0, not one per rank
         warnings = [line for line in two.stderr.splitlines() if "the checkpoint was made with" in line]
         self.assertEqual(warnings, ["warning: the checkpoint was made with --seed 7 --epochs 2; continuing with "

@@ -43,6 +43,28 @@ class Schedule(unittest.TestCase):
         self.assertAlmostEqual(pt.lr_at(5, 0.1, 0.0, 0, 10), 0.05 * (1 + math.cos(math.pi / 2)))
 
 
+class Recipe(unittest.TestCase):
+    """bin/train's rules, as the C++ tests state them (tests/train/test_lr_scaling.cpp, test_ema_gpu.cpp)."""
+
+    def test_the_learning_rate_follows_the_global_batch_on_several_gpus_only(self):
+        def rule(batch, world, scaling=True, cap=2.0, lr=(0.02, 0.0, 1.0)):
+            return tuple(round(v, 12) for v in pt.scaled_schedule(*lr, batch * world, world, scaling, cap))
+        self.assertEqual(rule(128, 4), (0.08, 0.0, 2.0))            # lr: 0.08 for global batch 512, warm-up 2
+        self.assertEqual(rule(128, 2), (0.04, 0.0, 2.0))
+        self.assertEqual(rule(96, 2), (0.03, 0.0, 1.5))             # the warm-up in proportion below the cap
+        self.assertEqual(rule(32, 2), (0.01, 0.0, 1.0))             # never below --warmup-epochs
+        self.assertEqual(rule(128, 4, cap=3.0), (0.08, 0.0, 3.0))
+        self.assertEqual(rule(192, 2, lr=(0.02, 0.002, 1.0)), (0.06, 0.006, 2.0))  # the whole schedule
+        self.assertEqual(rule(512, 1), (0.02, 0.0, 1.0))            # one GPU: the flags as given
+        self.assertEqual(rule(128, 4, scaling=False), (0.02, 0.0, 1.0))
+
+    def test_the_weight_averages_decay_warms_up_as_tensorflows(self):
+        self.assertAlmostEqual(pt.ema_decay_at(0.999, 0), 0.1)
+        self.assertAlmostEqual(pt.ema_decay_at(0.999, 90), 0.91)
+        self.assertEqual(pt.ema_decay_at(0.999, 100000), 0.999)
+        self.assertEqual(pt.ema_decay_at(0.5, 8), 0.5)
+
+
 class IdxFiles(unittest.TestCase):
     def test_a_wrong_magic_or_size_names_the_file(self):
         with tempfile.TemporaryDirectory() as d:
@@ -83,7 +105,9 @@ class Flags(unittest.TestCase):
         for flags, said in ((["--gpus", "2"], "unrecognized arguments: --gpus 2"),
                             (["--rung", "fastest"], "invalid choice: 'fastest'"),
                             (["--data", "cifar10"], "invalid choice: 'cifar10'"),
-                            (["--epochs", "0"], "--epochs and --batch must be at least 1")):
+                            (["--epochs", "0"], "--epochs and --batch must be at least 1"),
+                            (["--ema", "1"], "--label-smoothing and --ema must be in [0, 1)"),
+                            (["--label-smoothing", "-0.1"], "--label-smoothing and --ema must be in [0, 1)")):
             r = self.run_flags(*flags)
             self.assertEqual(r.returncode, 2, flags)
             self.assertIn(said, r.stderr)
@@ -108,13 +132,38 @@ class TinyRun(unittest.TestCase):
                                capture_output=True, text=True, timeout=900)
         self.assertEqual(r.returncode, 0, r.stderr)
         lines = [json.loads(line) for line in r.stdout.splitlines()]
-        self.assertEqual([j["event"] for j in lines], ["epoch", "summary"])
-        epoch, summary = lines
+        self.assertEqual([j["event"] for j in lines], ["first_step", "epoch", "summary"])
+        epoch, summary = lines[1:]
         self.assertEqual((epoch["epoch"], epoch["step"], summary["steps"]), (1, 2, 2))
         self.assertTrue(0 <= epoch["test_acc"] <= 1 and math.isfinite(epoch["train_loss"]), epoch)
         self.assertEqual(summary["final_test_acc"], epoch["test_acc"])
         reached = tta.first_at_target([(1.0, line) for line in r.stdout.splitlines()], 0.0, 2.0)
         self.assertEqual((reached.epoch, reached.final_acc), (1, epoch["test_acc"]))
+
+    def run_tiny(self, *flags, ranks=1):
+        import torch
+        device = "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= ranks else "cpu"
+        launch = [sys.executable] if ranks == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                                      "--nproc-per-node", str(ranks)]
+        with tempfile.TemporaryDirectory() as d:
+            tiny_fashion_mnist(Path(d), 64, 20)
+            r = subprocess.run([*launch, str(BENCH / "pytorch_train.py"), "--data-dir", d, "--epochs", "2",
+                                "--batch", "8", "--rung", "devloss", "--device", device, "--json", *flags],
+                               capture_output=True, text=True, timeout=900)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")], r.stdout
+
+    def test_the_recipe_flags_train_and_evaluate(self):
+        events, _ = self.run_tiny("--label-smoothing", "0.1", "--ema", "0.9", "--tta-flip")
+        self.assertEqual([j["event"] for j in events], ["first_step", "epoch", "epoch", "summary"])
+        self.assertTrue(all(0 <= j["test_acc"] <= 1 for j in events[1:3]), events)
+
+    def test_two_ranks_under_torchrun_split_each_global_batch(self):
+        # 64 images, 8 per rank: 4 steps an epoch; rank 0 alone prints; the rates scaled for 16 images
+        events, stdout = self.run_tiny(ranks=2)
+        self.assertEqual([j["event"] for j in events], ["first_step", "epoch", "epoch", "summary"], stdout)
+        self.assertEqual((events[1]["step"], events[-1]["gpus"], events[-1]["global_batch"]), (4, 2, 16))
+        self.assertIn("lr: 0.0025 for global batch 16 (0.02 x 16/128), warm-up 1 epoch", stdout)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,40 @@
-"""bench/time_to_accuracy.py: which epoch line gives the time, on given stamped output."""
+"""bench/time_to_accuracy.py: which lines give the time to the target and the start-up, the table on
+recorded runs (tests/fixtures/bench/tta/), the rows and commands of bin/train and PyTorch on 1 and N
+GPUs, argument errors before any GPU is looked for, and whole runs of the tool against a fake trainer."""
 
+import os
 import sys
+import tempfile
 import time
 import unittest
+from pathlib import Path
 
 import time_to_accuracy as tta  # noqa: E402  (bench/ is on sys.path: tests/python/__init__.py)
+from lib import pytorch_rungs, runner  # noqa: E402
+
+from tests.python import FIXTURES
+from tests.python.fakes import FakeMachine, _write_executable
+
+RECORDED = FIXTURES / "bench" / "tta"
+GRAPHS = next(r for r in pytorch_rungs.RUNGS if r.name == "resident-amp-cl-graphs")
 
 
 def epoch(n, acc):
     return f'{{"event": "epoch", "epoch": {n}, "test_acc": {acc}}}'
+
+
+def recorded(name):
+    """A fixture's (seconds since start, line) pairs, as run_stamped returns them."""
+    stamped = []
+    for line in (RECORDED / f"{name}.stamped").read_text().splitlines():
+        t, text = line.split("\t", 1)
+        stamped.append((float(t), text))
+    return stamped
+
+
+def recorded_run(name, seed):
+    stamped = recorded(name)
+    return tta.Run(seed, stamped, 0, "", stamped[-1][0])
 
 
 class FirstAtTarget(unittest.TestCase):
@@ -18,7 +44,8 @@ class FirstAtTarget(unittest.TestCase):
         self.assertEqual(tta.first_at_target(stamped, 0.94, 32.0), tta.Reached(2, 20.0, 0.95, 32.0))
 
     def test_never_reached_and_bad_lines(self):
-        stamped = [(1.0, "{not json"), (2.0, epoch(1, 0.5)), (3.0, '{"event": "epoch", "epoch": 2, "test_acc": null}')]
+        stamped = [(1.0, "{not json"), (2.0, epoch(1, 0.5)), (3.0, '{"event": "epoch", "epoch": 2, "test_acc": null}'),
+                   (3.5, "[1, 2]")]
         self.assertEqual(tta.first_at_target(stamped, 0.94, 4.0), tta.Reached(None, None, None, 4.0))
 
     def test_run_stamped_stamps_lines_and_stops_a_silent_run_at_the_timeout(self):
@@ -29,11 +56,218 @@ class FirstAtTarget(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 20)
         self.assertEqual((stamped, code), ([], -9))
 
-    def test_rows(self):
-        self.assertEqual(tta.row("bin/train", tta.Reached(15, 61.25, 0.9407, 63.0), 0, ""),
-                         "| bin/train | 61.2 | 15 | 94.07% | 63.0 |")
-        self.assertIn("not reached", tta.row("b", tta.Reached(None, None, 0.9, 5.0), 0, ""))
-        self.assertIn("failed (exit 1): error: x", tta.row("b", tta.Reached(None, None, None, 1.0), 1, "error: x\n"))
+
+class RecordedRuns(unittest.TestCase):
+    """bin/train's and pytorch_train.py's --json output as the tool stamped it."""
+
+    def test_start_up_target_final_and_curve_of_a_trainer_run(self):
+        stamped = recorded("train-1gpu.seed0")
+        self.assertEqual(tta.startup_seconds(stamped), 6.2, "the first_step line's stamp")
+        self.assertEqual(tta.first_at_target(stamped, 0.94, 22.5), tta.Reached(4, 18.6, 0.9433, 22.5))
+        curve = tta.accuracy_curve(stamped)
+        self.assertEqual([round(t, 1) for t, _ in curve], [9.3, 12.4, 15.5, 18.6, 21.7])
+        self.assertEqual([a for _, a in curve], [0.8512, 0.9023, 0.9241, 0.9407, 0.9433])
+
+    def test_a_pytorch_run_and_one_without_a_first_step_line(self):
+        stamped = recorded("pytorch-1gpu.seed0")
+        self.assertEqual(tta.startup_seconds(stamped), 41.3)
+        self.assertEqual(tta.first_at_target(stamped, 0.94, 83.0).epoch, 4)
+        self.assertIsNone(tta.startup_seconds([(1.0, epoch(1, 0.9))]))
+
+    def rows(self):
+        one = tta.RowResult(tta.RowSpec("bin/train", 1, ["bin/train"]),
+                            [recorded_run(f"train-1gpu.seed{s}", s) for s in range(3)])
+        failed = tta.Run(1, [(0.1, "train: ...")], 1, "warning: x\nerror: rank 1: stopping: rank 0 failed\n", 12.0)
+        two = tta.RowResult(tta.RowSpec("bin/train", 2, ["bin/train", "--gpus", "2"]),
+                            [recorded_run("train-2gpu.seed0", 0), failed])
+        torch_row = tta.RowResult(tta.RowSpec("pytorch: resident-amp-cl-graphs", 1, [], pytorch=True),
+                                  [recorded_run("pytorch-1gpu.seed0", 0)])
+        broken = tta.RowResult(tta.RowSpec("pytorch: resident-amp-cl-graphs (DDP)", 2, [], pytorch=True),
+                               [tta.Run(0, [], 1, "pytorch_train: rank 0: no GPU\n", 3.0)])
+        return [one, two, torch_row, broken]
+
+    def test_the_table_gives_medians_ranges_and_every_run(self):
+        text = tta.report(self.rows(), 0.94, "NVIDIA H100 80GB HBM3", "2026-11-27", ["--data", "fashion-mnist"],
+                          ["PyTorch is not installed here"])
+        self.assertEqual(text.splitlines(), [
+            "# Time to 94% test accuracy on NVIDIA H100 80GB HBM3, 2026-11-27",
+            "",
+            "Flags: `--data fashion-mnist`; each run alone, times from process start (median over the seeds, range in "
+            "brackets). Start-up: process start to the first training step done.",
+            "",
+            "Note: PyTorch is not installed here",
+            "",
+            "| program | GPUs | seconds to 94% | seeds reaching it | epochs at it | final accuracy | start-up seconds | "
+            "run seconds |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| bin/train | 1 | 20.3 (18.6–22.0) | 2 of 3 | 4, 5 | 94.12% (93.91%–94.33%) | 6.2 (6.0–6.4) | "
+            "22.5 (22.2–22.8) |",
+            "| bin/train | 2 | 16.6 | 1 of 2 (1 failed) | 4 | 94.21% | 9.8 | 19.1 |",
+            "| pytorch: resident-amp-cl-graphs | 1 | 74.3 | 1 of 1 | 4 | 94.40% | 41.3 | 83.0 |",
+            "| pytorch: resident-amp-cl-graphs (DDP) | 2 | failed (exit 1): pytorch_train: rank 0: no GPU | | | | | |",
+            "",
+            "## Every run",
+            "",
+            "| row | seed | seconds to 94% | epoch | final accuracy | start-up seconds | run seconds |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+            "| bin/train, 1 GPU | 0 | 18.6 | 4 | 94.33% | 6.2 | 22.5 |",
+            "| bin/train, 1 GPU | 1 | 22.0 | 5 | 94.12% | 6.0 | 22.8 |",
+            "| bin/train, 1 GPU | 2 | not reached | — | 93.91% | 6.4 | 22.2 |",
+            "| bin/train, 2 GPUs | 0 | 16.6 | 4 | 94.21% | 9.8 | 19.1 |",
+            "| bin/train, 2 GPUs | 1 | failed (exit 1): error: rank 1: stopping: rank 0 failed | | | | |",
+            "| pytorch: resident-amp-cl-graphs, 1 GPU | 0 | 74.3 | 4 | 94.40% | 41.3 | 83.0 |",
+            "| pytorch: resident-amp-cl-graphs (DDP), 2 GPUs | 0 | failed (exit 1): pytorch_train: rank 0: no GPU | | | "
+            "| |"])
+
+    def test_the_chart_draws_every_run_that_printed_an_accuracy(self):
+        names = [(name, len(runs)) for name, runs in tta.curves(self.rows())]
+        self.assertEqual(names, [("bin/train, 1 GPU", 3), ("bin/train, 2 GPUs", 1),
+                                 ("pytorch: resident-amp-cl-graphs, 1 GPU", 1),
+                                 ("pytorch: resident-amp-cl-graphs (DDP), 2 GPUs", 0)])
+        with tempfile.TemporaryDirectory() as d:
+            png = Path(d) / "chart.png"
+            why = tta.chart.write_accuracy_chart(tta.curves(self.rows()), png, 0.94, "title")
+            if why:
+                self.assertEqual(why, "matplotlib is not installed, so no chart")
+            else:
+                self.assertEqual(png.read_bytes()[:8], b"\x89PNG\r\n\x1a\n")
+            self.assertIn(tta.chart.write_accuracy_chart([("x", [])], png, 0.94, "t"),
+                          ("no run printed a test accuracy, so no chart", "matplotlib is not installed, so no chart"))
+
+
+class Rows(unittest.TestCase):
+    def test_bin_train_on_n_gpus_and_pytorch_alone_or_under_torchrun(self):
+        specs = tta.row_specs(["bin/train"], [GRAPHS], [1, 2])
+        self.assertEqual([(s.name, s.pytorch) for s in specs],
+                         [("bin/train, 1 GPU", False), ("bin/train, 2 GPUs", False),
+                          ("pytorch: resident-amp-cl-graphs, 1 GPU", True),
+                          ("pytorch: resident-amp-cl-graphs (DDP), 2 GPUs", True)])
+        flags = ["--data", "fashion-mnist"]
+        self.assertEqual(specs[0].command(7, flags), ["bin/train", "--data", "fashion-mnist", "--seed", "7", "--json"])
+        self.assertEqual(specs[1].command(0, flags)[:3], ["bin/train", "--gpus", "2"])
+        script = str(tta.PYTORCH_TRAIN)
+        self.assertEqual(specs[2].command(1, flags), [sys.executable, script, "--rung", "resident-amp-cl-graphs",
+                                                      "--data", "fashion-mnist", "--seed", "1", "--json"])
+        self.assertEqual(specs[3].command(1, [])[:7], [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                                       "--nproc-per-node", "2", script])
+
+
+# A trainer that prints bin/train's --json lines at once: 3 epochs, the accuracy rising with --gpus and
+# the seed, its command line appended to calls.log; --seed 13 fails as a rank would.
+FAKE = r'''
+import json, sys
+from pathlib import Path
+args = sys.argv[1:]
+with Path({log!r}).open("a") as log:
+    log.write(" ".join(args) + "\n")
+seed = int(args[args.index("--seed") + 1])
+gpus = int(args[args.index("--gpus") + 1]) if "--gpus" in args else 1
+if seed == 13:
+    sys.exit("error: rank 1: stopping: rank 0 failed")
+print("model: ResNet-50 (CIFAR stem) ...")
+print(json.dumps({{"event": "first_step", "step": 1}}), flush=True)
+for e in range(3):
+    print(json.dumps({{"event": "epoch", "epoch": e + 1, "test_acc": 0.9 + 0.02 * e + 0.001 * gpus + 0.0001 * seed}}))
+print(json.dumps({{"event": "summary", "final_test_acc": 0.94 + 0.001 * gpus + 0.0001 * seed}}))
+'''
+
+
+class WholeRuns(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self._tmp.cleanup)
+        self.tmp = Path(self._tmp.name)
+        self.machine = FakeMachine(self.tmp)
+        self.out = self.tmp / "out"
+        self.prog = self.tmp / "fake-train"
+        _write_executable(self.prog, f"#!{sys.executable}\n" + FAKE.format(log=str(self.machine.log)))
+
+    def two_gpus(self):
+        _write_executable(self.machine.tools / "nvidia-smi", "#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: a)'\n"
+                                                             "echo 'GPU 1: NVIDIA H100 80GB HBM3 (UUID: b)'\n")
+
+    def tool(self, *args):
+        return self.machine.run_script("time_to_accuracy.py", "--out", str(self.out), *args)
+
+    def test_one_and_two_gpus_three_seeds_each(self):
+        self.two_gpus()
+        r = self.tool("--gpus", "1,2", "--seeds", "0,1,2", str(self.prog), "--", "--epochs", "3")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.machine.calls(), [f"--epochs 3 --seed {s} --json" for s in range(3)] +
+                         [f"--gpus 2 --epochs 3 --seed {s} --json" for s in range(3)])
+        [md] = self.out.glob("time-to-94-nvidia-h100-80gb-hbm3-*.md")
+        text = md.read_text()
+        self.assertIn(f"| {self.prog} | 1 | ", text)
+        self.assertIn(f"| {self.prog} | 2 | ", text)
+        self.assertIn("| 3 of 3 | 3, 3, 3 | 94.11% (94.10%–94.12%) |", text)  # 1 GPU: 0.94 + 0.001 + 0.0001 x seed
+        self.assertEqual(text.count(f"| {self.prog}, 2 GPUs | "), 3)
+        self.assertIn(text, r.stdout)
+        pngs = list(self.out.glob("*.png"))
+        self.assertTrue(pngs or "matplotlib is not installed" in r.stderr, r.stderr)
+
+    def test_a_failed_seed_is_a_row_note_and_all_failed_writes_nothing(self):
+        r = self.tool("--seeds", "0,13", str(self.prog))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        text = next(self.out.glob("*.md")).read_text()
+        self.assertIn("| 1 of 2 (1 failed) |", text)
+        self.assertIn("| 13 | failed (exit 1): error: rank 1: stopping: rank 0 failed |", text)
+        for md in self.out.glob("*"):
+            md.unlink()
+        r = self.tool("--seeds", "13", str(self.prog))
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr.strip().splitlines()[-1], "time-to-accuracy: every run failed (the last: failed "
+                                                            "(exit 1): error: rank 1: stopping: rank 0 failed); no "
+                                                            "results written")
+        self.assertEqual(list(self.out.glob("*")), [])
+
+    def test_more_gpus_than_the_machine_has_is_one_line_before_any_run(self):
+        r = self.tool("--gpus", "1,2", str(self.prog))
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.stderr.strip(), "time-to-accuracy: --gpus 1,2: this machine has 1 GPU")
+        self.assertEqual(self.machine.calls(), [])
+
+    @unittest.skipIf(tta.importlib.util.find_spec("torch"), "PyTorch is installed here: its rows would run")
+    def test_without_pytorch_its_rows_are_left_out_with_a_note(self):
+        r = self.tool("--seeds", "0", "--pytorch", "resident-amp-cl-graphs", str(self.prog))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("PyTorch is not installed here, so no rows for --pytorch resident-amp-cl-graphs", r.stderr)
+        text = next(self.out.glob("*.md")).read_text()
+        self.assertIn("Note: PyTorch is not installed here", text)
+        self.assertNotIn("| pytorch", text)
+        r = self.tool("--pytorch", "resident-amp-cl-graphs")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("nothing left to run", r.stderr)
+
+
+class ArgumentsBeforeTheGpu(unittest.TestCase):
+    """Every argument the tool can check alone is one line and exit 2 on a machine without a GPU,
+    before anything runs (bench/lib/runner.py's rule for every bench tool)."""
+
+    def test_bad_lists_and_flags_the_tool_sets(self):
+        with tempfile.TemporaryDirectory() as d:
+            machine = FakeMachine(Path(d), gpu=False)
+            cases = [(["--gpus", "0"], "--gpus '0': each count must be at least 1"),
+                     (["--gpus", "1,,2"], "--gpus '1,,2' has an empty item"),
+                     (["--gpus", "1,1"], "--gpus '1,1' names 1 twice"),
+                     (["--gpus", "two"], "--gpus: 'two' is not a valid item"),
+                     (["--seeds", "-1"], "--seeds '-1': each seed must be at least 0"),
+                     (["--seeds", "0,x"], "--seeds: 'x' is not a valid item"),
+                     (["--pytorch", "fastest"], "--pytorch: unknown rung fastest"),
+                     ([sys.executable, "--", "--seed", "3"], "--seed after -- is set by the tool for each run "
+                                                             "(use --seeds)"),
+                     ([sys.executable, "--", "--gpus=2"], "--gpus after -- is set by the tool for each run"),
+                     ([sys.executable, "--", "--json"], "--json after -- is set by the tool for each run"),
+                     ([], "nothing to run: give binaries, --pytorch RUNGS or both")]
+            for args, fragment in cases:
+                with self.subTest(args=args):
+                    r = machine.run_script("time_to_accuracy.py", *args)
+                    self.assertEqual(r.returncode, 2, r.stderr)
+                    self.assertNotIn("Traceback", r.stderr)
+                    self.assertIn(fragment, r.stderr.strip().splitlines()[-1])
+                    self.assertNotIn(runner.NO_GPU_LINE, r.stderr)
+            r = machine.run_script("time_to_accuracy.py", sys.executable)
+            self.assertEqual((r.returncode, r.stderr.strip()), (2, f"time-to-accuracy: {runner.NO_GPU_LINE}"))
+            self.assertEqual(machine.calls(), [])
 
 
 if __name__ == "__main__":

@@ -184,6 +184,39 @@ class TrainingRuns:
         self.assertGreater(len({line.split()[1] for line in first.splitlines()}), 1,
                            f"every step logged the same loss: the log does not follow training\n{first}")
 
+    def test_the_recipe_resumes_bit_for_bit_weight_average_included(self):
+        # --ema (its average evaluated after each epoch and saved), --label-smoothing and --tta-flip:
+        # 20 steps (2 epochs, an evaluation after each) straight, against 8, a save, and a resume for
+        # 12 more. The checkpoints at the end hold the same bytes (weights, momentum, BN statistics,
+        # the average), and the losses and test results are the same.
+        with_eval = [a for a in SMALL if a != "--no-eval"]
+        recipe = [*with_eval, "--epochs", "2", "--ema", "0.9", "--label-smoothing", "0.1", "--tta-flip", "--json"]
+        full, full_log = self.dir / "full.ckpt", self.dir / "full.log"
+        a = self.run_train(*recipe, "--save", full, "--loss-log", full_log, small=False)
+        half, end = self.dir / "half.ckpt", self.dir / "end.ckpt"
+        first, second = self.dir / "first.log", self.dir / "second.log"
+        self.run_train(*recipe, "--steps", 8, "--save", half, "--loss-log", first, small=False)
+        header = self.checkpoint_header(half)
+        self.assertEqual(header.get("ema_decay"), "0.9", header)
+        self.assertEqual(Path(half).read_bytes()[8:12], (2).to_bytes(4, "little"), "a checkpoint with an average is version 2")
+        b = self.run_train(*recipe, "--resume", half, "--save", end, "--loss-log", second, small=False)
+        self.assertRegex(b.stdout, rf"(?m)^resumed from {re.escape(str(half))} at step 8 ")
+        self.assertEqual(self.loss_log(first, 0, 8) + self.loss_log(second, 8, 12), self.loss_log(full_log, 0, 20),
+                         "the resumed run's losses differ")
+        self.assertTrue(Path(end).read_bytes() == Path(full).read_bytes(),
+                        "the checkpoints after 20 steps differ (weights, momentum, statistics or the average)")
+
+        def events(p, kind):
+            lines = (line for line in p.stdout.splitlines() if line.startswith("{"))
+            return [e for e in map(json.loads, lines) if e["event"] == kind]
+        # (the resumed run finishes the first epoch: both evaluate after steps 10 and 20)
+        self.assertEqual([(e["test_loss"], e["test_acc"]) for e in events(b, "epoch")],
+                         [(e["test_loss"], e["test_acc"]) for e in events(a, "epoch")],
+                         "the resumed run's evaluations differ")
+        # --json says when this process's first step has run: once, after step 9 (8 were done)
+        self.assertEqual([e["step"] for e in events(b, "first_step")], [9], b.stdout)
+        self.assertEqual([e["step"] for e in events(a, "first_step")], [1], a.stdout)
+
     # ---- (d) divergence stops the run and keeps the last good checkpoint ---------------------------
 
     def checkpoint_header(self, path):

@@ -230,7 +230,7 @@ LinearGrads linear_backward(int n, int in, int out, const Vec& x, const Vec& w, 
 
 // ---- softmax cross-entropy ---------------------------------------------------------------------
 XentResult softmax_xent(int n, int classes, const Vec& logits, const Vec& bias, const std::vector<int32_t>& labels,
-                        double loss_scale) {
+                        double loss_scale, double label_smoothing) {
   expect_size(logits, size_t(n) * classes, "xent logits");
   expect_size(bias, size_t(classes), "xent bias");
   if (labels.size() != size_t(n)) throw std::invalid_argument("reference: xent labels size");
@@ -247,11 +247,13 @@ XentResult softmax_xent(int n, int classes, const Vec& logits, const Vec& bias, 
       if (z[j] > z[arg]) arg = j;
     double sum = 0;
     for (int j = 0; j < classes; ++j) sum += std::exp(z[j] - z[arg]);
-    r.loss_sum += std::log(sum) + z[arg] - z[y];
+    const double log_sum = std::log(sum) + z[arg];  // log softmax_j = z_j - log_sum
+    auto target = [&](int j) { return (j == y ? 1.0 - label_smoothing : 0.0) + label_smoothing / classes; };
+    for (int j = 0; j < classes; ++j) r.loss_sum -= target(j) * (z[j] - log_sum);
     r.correct += arg == y;
     for (int j = 0; j < classes; ++j) {
       const double p = std::exp(z[j] - z[arg]) / sum;
-      const double g = (p - (j == y ? 1.0 : 0.0)) * loss_scale / r.valid;
+      const double g = (p - target(j)) * loss_scale / r.valid;
       r.dlogits[size_t(i) * classes + j] = g;
       r.dbias[j] += g;
     }
@@ -269,6 +271,20 @@ void sgd_step(Vec& w, Vec& buf, const Vec& grad, double lr, double momentum, dou
     buf[i] = momentum * buf[i] + g;
     w[i] -= lr * (nesterov ? g + momentum * buf[i] : buf[i]);
   }
+}
+
+// ---- exponential moving average ---------------------------------------------------------------
+void ema_update(Vec& average, const Vec& weights, double decay) {
+  expect_size(weights, average.size(), "ema weights");
+  for (size_t i = 0; i < average.size(); ++i) average[i] = decay * average[i] + (1 - decay) * weights[i];
+}
+
+// ---- horizontal flip ---------------------------------------------------------------------------
+Vec flip_horizontal(const Dims& d, const Vec& x) {
+  expect_size(x, d.count(), "flip input");
+  Vec y(x.size());
+  for_each(d, [&](int n, int c, int h, int w, size_t i) { y[i] = x[d.at(n, c, h, d.w - 1 - w)]; });
+  return y;
 }
 
 // ---- layouts -----------------------------------------------------------------------------------

@@ -93,23 +93,32 @@ struct LinearGrads {
 LinearGrads linear_backward(int n, int in, int out, const Vec& x, const Vec& w, const Vec& dy);
 
 // ---- softmax cross-entropy on logits + bias; label -1 is padding --------------------------------
+// The target of a valid row: one-hot at its label, or with label smoothing e (PyTorch's
+// CrossEntropyLoss(label_smoothing=e)) (1 - e) * onehot + e / classes.
 struct XentResult {
   Vec logits;         // logits + bias
-  double loss_sum;    // sum over valid rows of -log softmax[label]
+  double loss_sum;    // sum over valid rows of -sum_j target_j * log softmax_j
   double loss;        // loss_sum / valid (0 when none is valid)
   int correct;        // valid rows whose first maximal logit is the label
   int valid;
-  Vec dlogits;        // d(loss * loss_scale) / d logits: (softmax - onehot) * loss_scale / valid
+  Vec dlogits;        // d(loss * loss_scale) / d logits: (softmax - target) * loss_scale / valid
   Vec dbias;          // sum over rows of dlogits
 };
 XentResult softmax_xent(int n, int classes, const Vec& logits, const Vec& bias,
-                        const std::vector<int32_t>& labels, double loss_scale);
+                        const std::vector<int32_t>& labels, double loss_scale, double label_smoothing = 0.0);
 
 // ---- SGD with momentum, PyTorch's formula ------------------------------------------------------
 // g = grad + weight_decay * w; buf = momentum * buf + g;
 // w -= lr * (nesterov ? g + momentum * buf : buf). The buffer starts at zero.
 void sgd_step(Vec& w, Vec& buf, const Vec& grad, double lr, double momentum, double weight_decay,
               bool nesterov);
+
+// ---- exponential moving average of the weights -----------------------------------------------
+// average = decay * average + (1 - decay) * weights.
+void ema_update(Vec& average, const Vec& weights, double decay);
+
+// ---- a horizontal flip of an NCHW batch: column x of every row from column w - 1 - x ---------------
+Vec flip_horizontal(const Dims& d, const Vec& x);
 
 // ---- layouts -----------------------------------------------------------------------------------
 Vec nchw_to_nhwc(const Dims& d, const Vec& x);

@@ -261,12 +261,57 @@ TEST(ReferenceXent, GradientsMatchFiniteDifferencesWithPadding) {
   EXPECT_LT(ref::rel_error(r.dbias, numeric_grad(bias, loss)), kFdBound);
 }
 
+// Label smoothing e over K classes: the target is 1 - e + e/K at the label and e/K elsewhere, the loss
+// -sum target * log softmax (PyTorch's CrossEntropyLoss(label_smoothing=e)).
+TEST(ReferenceXent, LabelSmoothingByHand) {
+  // One row, logits ln(1, 2, 3) (softmax 1/6, 2/6, 3/6), label 2, e = 0.3: targets 0.1, 0.1, 0.8.
+  const Vec logits{std::log(1.0), std::log(2.0), std::log(3.0)};
+  const ref::XentResult r = ref::softmax_xent(1, 3, logits, {0, 0, 0}, {2}, 1.0, 0.3);
+  const double want = -(0.1 * std::log(1.0 / 6) + 0.1 * std::log(2.0 / 6) + 0.8 * std::log(3.0 / 6));
+  EXPECT_NEAR(r.loss, want, 1e-14);
+  const Vec want_grad{1.0 / 6 - 0.1, 2.0 / 6 - 0.1, 3.0 / 6 - 0.8};
+  for (int j = 0; j < 3; ++j) EXPECT_NEAR(r.dlogits[j], want_grad[j], 1e-14);
+  EXPECT_EQ(r.correct, 1);
+}
+
+TEST(ReferenceXent, LabelSmoothingGradientsMatchFiniteDifferences) {
+  const int n = 5, classes = 4;
+  const double scale = 2.0, smoothing = 0.2;
+  const std::vector<int32_t> labels{1, -1, 3, 0, 2};
+  std::mt19937_64 rng(37);
+  Vec logits = random_vec(size_t(n) * classes, rng, 0.0, 2.0), bias = random_vec(classes, rng);
+  auto loss = [&] { return scale * ref::softmax_xent(n, classes, logits, bias, labels, 1.0, smoothing).loss; };
+  const ref::XentResult r = ref::softmax_xent(n, classes, logits, bias, labels, scale, smoothing);
+  EXPECT_LT(ref::rel_error(r.dlogits, numeric_grad(logits, loss)), kFdBound);
+  EXPECT_LT(ref::rel_error(r.dbias, numeric_grad(bias, loss)), kFdBound);
+}
+
 TEST(ReferenceXent, NoValidLabelsGivesZeroLossAndGradient) {
   const ref::XentResult r = ref::softmax_xent(2, 2, {1, 2, 3, 4}, {0, 0}, {-1, -1}, 1.0);
   EXPECT_EQ(r.valid, 0);
   EXPECT_EQ(r.loss, 0.0);
   EXPECT_EQ(r.dlogits, (Vec{0, 0, 0, 0}));
   EXPECT_EQ(r.dbias, (Vec{0, 0}));
+}
+
+// ---- weight average and flip -----------------------------------------------------------------
+
+TEST(ReferenceEma, TwoUpdatesByHand) {
+  // decay 0.9: 0 -> 0.1 * 10 = 1 -> 0.9 * 1 + 0.1 * 20 = 2.9
+  Vec avg{0.0, 5.0};
+  ref::ema_update(avg, {10.0, 5.0}, 0.9);
+  EXPECT_NEAR(avg[0], 1.0, 1e-15);
+  EXPECT_NEAR(avg[1], 5.0, 1e-15);
+  ref::ema_update(avg, {20.0, 5.0}, 0.9);
+  EXPECT_NEAR(avg[0], 2.9, 1e-14);
+  EXPECT_NEAR(avg[1], 5.0, 1e-14);
+}
+
+TEST(ReferenceFlip, ReversesEachRowAndTwiceIsTheIdentity) {
+  const ref::Dims d{1, 2, 2, 3};
+  const Vec x{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  EXPECT_EQ(ref::flip_horizontal(d, x), (Vec{3, 2, 1, 6, 5, 4, 9, 8, 7, 12, 11, 10}));
+  EXPECT_EQ(ref::flip_horizontal(d, ref::flip_horizontal(d, x)), x);
 }
 
 // ---- SGD ---------------------------------------------------------------------------------------

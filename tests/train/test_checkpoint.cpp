@@ -53,6 +53,11 @@ Checkpoint sample(size_t params = 1000, size_t running = 100, int version = 0) {
   m.loss_scale = std::nextafter(12345.678f, 1e9f);  // no short decimal form: must survive exactly
   m.good_steps = 777;
   m.skipped_steps = 3;
+  m.lr_recorded = true;
+  m.lr_scaled = true;
+  m.lr = 0.1 * 3;  // 0.30000000000000004: must survive exactly
+  m.min_lr = 1e-300;
+  m.warmup_epochs = 2.0 / 3;
   c.master.resize(params);
   c.momentum.resize(params);
   c.running.resize(running);
@@ -85,6 +90,11 @@ void expect_same(const Checkpoint& a, const Checkpoint& b) {
       << a.meta.loss_scale << " vs " << b.meta.loss_scale;
   EXPECT_EQ(a.meta.good_steps, b.meta.good_steps);
   EXPECT_EQ(a.meta.skipped_steps, b.meta.skipped_steps);
+  EXPECT_EQ(a.meta.lr_recorded, b.meta.lr_recorded);
+  EXPECT_EQ(a.meta.lr_scaled, b.meta.lr_scaled);
+  EXPECT_EQ(a.meta.lr, b.meta.lr);
+  EXPECT_EQ(a.meta.min_lr, b.meta.min_lr);
+  EXPECT_EQ(a.meta.warmup_epochs, b.meta.warmup_epochs);
   auto bits_equal = [](const std::vector<float>& x, const std::vector<float>& y) {
     return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
   };
@@ -171,6 +181,28 @@ TEST(Checkpoint, AFileWithoutImageSideOrClassesIs32WithClassesUnknown) {
   EXPECT_HAS(input_error_of([&] { parse(build_file(h, {{1, 2, 3}, {1, 2, 3}, {1, 2}}), "side.ck"); }), "side.ck");
 }
 
+// Files written before the learning-rate rule (train/lr_scaling.h): a run that was not scaled, its
+// schedule not recorded. The record reads back, and a negative rate is refused.
+TEST(Checkpoint, TheLearningRateRuleIsRecordedAndOlderFilesLackIt) {
+  const std::vector<std::vector<float>> arrays = {{1, 2, 3}, {1, 2, 3}, {1, 2}};
+  Checkpoint c = parse(build_file(kHeader, arrays));
+  EXPECT_FALSE(c.meta.lr_recorded);
+  EXPECT_FALSE(c.meta.lr_scaled);
+  c = parse(build_file(std::string(kHeader) + "lr_scaled=1\nlr=0.08\nmin_lr=0\nwarmup_epochs=2\n", arrays));
+  EXPECT_TRUE(c.meta.lr_recorded);
+  EXPECT_TRUE(c.meta.lr_scaled);
+  EXPECT_EQ(c.meta.lr, 0.08);
+  EXPECT_EQ(c.meta.warmup_epochs, 2.0);
+  const std::string partial = std::string(kHeader) + "lr_scaled=1\nlr=0.08\n";
+  EXPECT_HAS(input_error_of([&] { parse(build_file(partial, arrays), "lr.ck"); }), "lr.ck: header lacks 'min_lr'");
+  const std::string negative = std::string(kHeader) + "lr_scaled=0\nlr=-0.1\nmin_lr=0\nwarmup_epochs=1\n";
+  EXPECT_HAS(input_error_of([&] { parse(build_file(negative, arrays), "lr.ck"); }), "lr.ck: header holds out-of-range values");
+  Checkpoint unrecorded = sample(4, 2);
+  unrecorded.meta.lr_recorded = false;
+  const std::vector<uint8_t> bytes = serialize_checkpoint(unrecorded);
+  EXPECT_EQ(std::string(bytes.begin(), bytes.end()).find("lr_scaled"), std::string::npos) << "no record, no keys";
+}
+
 TEST(Checkpoint, SaveLoadRoundTripThroughAFile) {
   TempDir dir;
   const Checkpoint c = sample(5000, 300);
@@ -197,9 +229,67 @@ TEST(Checkpoint, EmptyAndWrongMagicAreNamed) {
 }
 
 TEST(Checkpoint, WrongVersionIsNamed) {
-  const std::string m = input_error_of([] { parse(build_file(kHeader, {{1, 2, 3}, {1, 2, 3}, {1, 2}}, 2), "v2.ck"); });
-  EXPECT_HAS(m, "v2.ck");
-  EXPECT_HAS(m, "version 2");
+  const std::string m = input_error_of([] { parse(build_file(kHeader, {{1, 2, 3}, {1, 2, 3}, {1, 2}}, 3), "v3.ck"); });
+  EXPECT_HAS(m, "v3.ck");
+  EXPECT_HAS(m, "version 3, this build reads versions 1 and 2");
+}
+
+// The weight average (--ema) is a fourth array, in version 2, where the header names its decay. A
+// checkpoint without one is written as version 1, byte for byte as before the average existed, so
+// that older builds read it; version 1 files (every one written before) load with no average.
+TEST(Checkpoint, TheWeightAverageRoundTripsInVersion2) {
+  Checkpoint c = sample(1000, 100);
+  c.meta.ema_decay = 0.999;
+  c.ema.resize(1000);
+  for (size_t i = 0; i < c.ema.size(); ++i) c.ema[i] = std::ldexp(static_cast<float>(i), -9) + 0.5f;
+  c.ema[7] = 1e-42f;  // a denormal
+  const std::vector<uint8_t> bytes = serialize_checkpoint(c);
+  uint32_t version = 0;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  EXPECT_EQ(version, 2u);
+  const Checkpoint back = parse(bytes);
+  expect_same(back, c);
+  EXPECT_EQ(back.meta.ema_decay, 0.999);
+  EXPECT_EQ(std::memcmp(back.ema.data(), c.ema.data(), c.ema.size() * sizeof(float)), 0) << "the average differs";
+  EXPECT_EQ(serialize_checkpoint(back), bytes);
+
+  Checkpoint plain = sample(1000, 100);
+  const std::vector<uint8_t> v1 = serialize_checkpoint(plain);
+  std::memcpy(&version, v1.data() + 8, 4);
+  EXPECT_EQ(version, 1u);
+  EXPECT_EQ(std::string(v1.begin(), v1.end()).find("ema_decay"), std::string::npos);
+  EXPECT_TRUE(parse(v1).ema.empty());
+}
+
+TEST(Checkpoint, AFileOfTheDocumentedLayoutWithAWeightAverage) {
+  const std::string h = std::string(kHeader) + "ema_decay=0.99\n";
+  const Checkpoint c = parse(build_file(h, {{1, 2, 3}, {-1, -2, -3}, {0.5f, 0.25f}, {7, 8, 9}}, 2));
+  EXPECT_EQ(c.ema, (std::vector<float>{7, 8, 9}));
+  EXPECT_EQ(c.meta.ema_decay, 0.99);
+  // Version 2 without the key holds three arrays; a version 1 file never holds a fourth.
+  EXPECT_TRUE(parse(build_file(kHeader, {{1, 2, 3}, {1, 2, 3}, {1, 2}}, 2)).ema.empty());
+  EXPECT_HAS(input_error_of([&] { parse(build_file(h, {{1, 2, 3}, {1, 2, 3}, {1, 2}, {7, 8, 9}}, 1), "v1.ck"); }),
+             "v1.ck: 20 unexpected bytes after the checksum");
+  // An average of another length than the weights, a missing one, and a decay out of [0, 1).
+  EXPECT_HAS(input_error_of([&] { parse(build_file(h, {{1, 2, 3}, {1, 2, 3}, {1, 2}, {7, 8}}, 2), "ema.ck"); }),
+             "ema.ck: corrupt: the array sizes disagree with the header (weight average holds 2 values, the header "
+             "says params=3)");
+  EXPECT_HAS(input_error_of([&] { parse(build_file(h, {{1, 2, 3}, {1, 2, 3}, {1, 2}}, 2), "ema.ck"); }), "ema.ck");
+  const std::string bad = std::string(kHeader) + "ema_decay=1\n";
+  EXPECT_HAS(input_error_of([&] { parse(build_file(bad, {{1, 2, 3}, {1, 2, 3}, {1, 2}, {7, 8, 9}}, 2), "ema.ck"); }),
+             "ema.ck: header holds out-of-range values");
+}
+
+TEST(Checkpoint, EveryTruncationOfAFileWithAWeightAverageIsAnInputError) {
+  Checkpoint c = sample(40, 8);
+  c.meta.ema_decay = 0.9;
+  c.ema.assign(40, 0.25f);
+  const std::vector<uint8_t> bytes = serialize_checkpoint(c);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    const std::vector<uint8_t> prefix(bytes.begin(), bytes.begin() + n);
+    const std::string m = input_error_of([&] { parse(prefix, "cut.ck"); });
+    ASSERT_NE(m.find("cut.ck"), std::string::npos) << "prefix of " << n << " bytes: " << m;
+  }
 }
 
 TEST(Checkpoint, EveryTruncationIsAnInputError) {

@@ -54,8 +54,9 @@ std::string usage_error(std::initializer_list<const char*> args) {
 // Every flag bin/train documents (the header's Options, one flag each).
 const std::vector<std::string> kFlags = {
     "--data", "--data-dir", "--synthetic-size", "--image-size", "--skip-bad-images", "--cache-decoded",
-    "--epochs", "--steps", "--batch", "--lr", "--min-lr", "--warmup-epochs", "--momentum", "--wd", "--no-nesterov",
-    "--seed", "--no-eval", "--workers", "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic",
+    "--epochs", "--steps", "--batch", "--lr", "--min-lr", "--warmup-epochs", "--no-lr-scaling", "--warmup-cap",
+    "--momentum", "--wd", "--no-nesterov", "--seed", "--no-eval", "--label-smoothing", "--ema", "--tta-flip",
+    "--workers", "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic",
     "--no-fuse", "--no-cuda-graph", "--loss-scale",
     "--loss-scale-window", "--warmup-steps", "--profile-steps", "--trace", "--progress-every", "--json",
     "--loss-log", "--sample-png", "--save", "--save-every", "--resume", "--gpus", "--bucket-mb",
@@ -382,6 +383,35 @@ TEST(Options, SeveralGpuFlags) {
   EXPECT_THROW(parse({"--allreduce-dtype", "bf16"}), UsageError);
   EXPECT_THROW(parse({"--gpus", "0"}), UsageError);
   EXPECT_THROW(parse({"--dist-timeout", "0.5"}), UsageError);
+}
+
+// The recipe's ingredients (issue 37): each off unless asked for.
+TEST(Options, RecipeFlags) {
+  const Options d = parse({});
+  EXPECT_EQ(d.label_smoothing, 0.0);
+  EXPECT_EQ(d.ema, 0.0);
+  EXPECT_FALSE(d.tta_flip);
+  const Options o = parse({"--label-smoothing", "0.1", "--ema", "0.999", "--tta-flip"});
+  EXPECT_DOUBLE_EQ(o.label_smoothing, 0.1);
+  EXPECT_DOUBLE_EQ(o.ema, 0.999);
+  EXPECT_TRUE(o.tta_flip);
+  for (const char* bad : {"-0.1", "1", "1.5"}) {
+    EXPECT_HAS(usage_error({"--label-smoothing", bad}), "out of range");
+    EXPECT_HAS(usage_error({"--ema", bad}), "--ema");
+  }
+  EXPECT_HAS(usage_error({"--tta-flip=1"}), "--tta-flip");
+}
+
+// Several GPUs scale the learning rate with the global batch unless told not to (train/lr_scaling.h).
+TEST(Options, LrScalingFlags) {
+  const Options d = parse({});
+  EXPECT_TRUE(d.lr_scaling);
+  EXPECT_DOUBLE_EQ(d.warmup_cap, 2.0);
+  const Options o = parse({"--no-lr-scaling", "--warmup-cap", "5"});
+  EXPECT_FALSE(o.lr_scaling);
+  EXPECT_DOUBLE_EQ(o.warmup_cap, 5.0);
+  EXPECT_HAS(usage_error({"--warmup-cap", "-1"}), "--warmup-cap");
+  EXPECT_HAS(usage_error({"--no-lr-scaling=yes"}), "--no-lr-scaling");
 }
 
 const FusedPattern kEveryPattern[] = {FusedPattern::ConvStats,     FusedPattern::SbrConvStats, FusedPattern::SbrWgrad,

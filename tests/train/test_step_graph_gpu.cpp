@@ -22,8 +22,11 @@
 #include "train/counters.h"
 #include "train/step.h"
 #include "train/step_graph.h"
+#include "train/weight_average.h"
 
 namespace {
+
+using ref::Vec;
 
 std::vector<uint8_t> bytes_of(const void* device, size_t n) {
   std::vector<uint8_t> host(n);
@@ -199,17 +202,26 @@ constexpr int kSteps = 7;
 constexpr int kEvalAfter = 4;  // an evaluation pass after this many steps
 
 // One training run on a network of its own, stepping through StepGraph exactly as the trainer does.
+// With `ema` > 0 it keeps a weight average (--ema) and evaluates it, and `smoothing` is the loss's
+// label smoothing.
 struct TrainingRun {
   GpuContext ctx;
   AutotuneCache cache{"", "step graph test"};
   std::unique_ptr<TrainingNetwork> net;
+  std::unique_ptr<WeightAverage> average;
+  float smoothing;
   StepGraph graph;
   StepParamsOnDevice params{ctx.stream};
   DeviceBuffer images, labels, counters, history;
 
-  TrainingRun(const NetConfig& cfg, bool graphs_on) : graph(ctx, cfg.batch, true, graphs_on) {
+  TrainingRun(const NetConfig& cfg, bool graphs_on, float ema = 0.f, float smoothing = 0.f)
+      : smoothing(smoothing), graph(ctx, cfg.batch, true, graphs_on) {
     net = std::make_unique<TrainingNetwork>(cfg, ctx, cache);
     net->init_params(11);
+    if (ema > 0) {
+      average = std::make_unique<WeightAverage>(net->params(), ema);
+      average->start_from(net->params(), ctx.stream);
+    }
     graph.drop_memsets_into(net->statistics_kept_zero());  // as the trainer does
     images = DeviceBuffer(size_t(cfg.batch) * 3 * 32 * 32 * dtype_size(cfg.dtype), "test images");
     labels = DeviceBuffer(size_t(cfg.batch) * sizeof(int32_t), "test labels");
@@ -228,13 +240,16 @@ struct TrainingRun {
     CUDA_CHECK(cudaMemcpy(labels.get(), y.data(), y.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
     params.upload(make_step_params(i, i, s));
     const DeviceBatch batch{images.get(), labels.as<int32_t>()};
-    const StepTargets targets{&c()->train, &c()->scaler, params.device(), history.as<float>()};
-    const SgdSettings sgd{0.9f, 5e-4f, true, net->config().dtype == DType::F16, 1000};
+    const StepTargets targets{&c()->train, &c()->scaler, params.device(), history.as<float>(),
+                              average ? average->device() : nullptr};
+    const StepSettings sgd{0.9f, 5e-4f, true, net->config().dtype == DType::F16, 1000, smoothing,
+                           average ? average->decay() : 0.f};
     graph.run(i, {kBatch, images.get(), labels.get()},
               [&] { enqueue_train_step(*net, batch, targets, sgd, ctx.stream); });
   }
 
   void evaluate() {
+    const AveragedWeightsIn averaged(average.get(), net->params(), ctx.stream);
     net->forward(images.get(), false);
     net->loss(labels.as<int32_t>(), &c()->eval, nullptr, nullptr);
     graph.after_evaluation();
@@ -357,6 +372,39 @@ TEST(GpuWgradStream, TrainsBitForBitAsOneStream) {
     }
     expect_same_bytes(one_stream, two_streams);
   }
+}
+
+// The recipe's ingredients in the step (--ema, --label-smoothing): the weight average is updated
+// inside the captured graph, and a replayed run leaves every byte an eager one leaves, the average's
+// included; the evaluation of the average gives the trained weights back; and each step's update is
+// the CPU reference's, from the weights that step left.
+TEST(GpuStepGraphRecipe, WeightAverageAndLabelSmoothingReplayBitForBit) {
+  SKIP_WITHOUT_GPU("the training step with a weight average as a CUDA graph");
+  const NetConfig cfg = deterministic_config({"", DType::F16, Layout::NHWC, ConvApi::Graph});
+  TrainingRun eager(cfg, false, 0.9f, 0.1f), replayed(cfg, true, 0.9f, 0.1f);
+  train_side_by_side(eager, replayed, cfg.dtype, 0.05);
+  ASSERT_TRUE(replayed.graph.plan().enabled()) << "the capture failed (a warning says why)";
+  expect_same_bytes(eager, replayed);
+  const size_t n = eager.net->params().total();
+  EXPECT_TRUE(bytes_of(replayed.average->device(), n * 4) == bytes_of(eager.average->device(), n * 4))
+      << "the weight average";
+  EXPECT_FALSE(bytes_of(replayed.average->device(), n * 4) == bytes_of(replayed.net->params().master_all(), n * 4))
+      << "the average is the weights: it was not averaging";
+
+  // One more step, replayed: average after = d * average before + (1 - d) * the weights after.
+  std::vector<uint8_t> image_bytes;
+  std::vector<int32_t> y;
+  make_batch(kSteps, cfg.dtype, image_bytes, y);
+  const std::vector<float> b = replayed.average->download();
+  const Vec before(b.begin(), b.end());
+  replayed.step(kSteps, image_bytes, y, {0.05, 0.0, kSteps, 2 * kSteps});
+  std::vector<float> w(n);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaMemcpy(w.data(), replayed.net->params().master_all(), n * 4, cudaMemcpyDeviceToHost));
+  Vec want = before;
+  ref::ema_update(want, Vec(w.begin(), w.end()), ema_decay_at(0.9f, kSteps));
+  const std::vector<float> got = replayed.average->download();
+  EXPECT_CLOSE(Vec(got.begin(), got.end()), want, 1e-6) << "the update of a replayed step";
 }
 
 // bin/train's network (batch norm fused, which --deterministic turns off): its replayed graph lacks

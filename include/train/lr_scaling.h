@@ -1,0 +1,53 @@
+// How the learning rate follows the global batch on several GPUs: linear scaling with a longer
+// warm-up (Goyal et al. 2017, "Accurate, Large Minibatch SGD"; ../shared/anchors.md).
+//
+// --lr, --min-lr and --warmup-epochs are the recipe of a step of 128 images (kReferenceBatch), the
+// batch it was tuned at on one GPU. A step of G images averages G/128 times as many gradients, so
+// linear scaling takes a G/128 times larger step: both rates are multiplied by G/128. The warm-up,
+// in epochs, grows in the same proportion (the same number of warm-up steps, now over more images
+// each), up to --warmup-cap epochs and never below --warmup-epochs: a larger rate wants its ramp.
+//
+// The rule applies on several GPUs (world > 1) unless --no-lr-scaling; one GPU takes the flags as
+// given, whatever its --batch (as before the rule). A checkpoint records whether its run was scaled,
+// and a resume keeps that on any number of GPUs: the checkpoint fixes the global batch, so the rates
+// go on as they were (one written before the rule was a run not scaled).
+#pragma once
+
+#include <string>
+
+constexpr int kReferenceBatch = 128;
+
+// The rates and warm-up of the schedule (train/schedule.h) before its epochs become steps.
+struct LrPlan {
+  double peak = 0, min = 0, warmup_epochs = 0;
+};
+
+// The linear rule alone: `base` for kReferenceBatch images a step, for `global_batch` instead.
+LrPlan linear_lr_scaling(const LrPlan& base, int global_batch, double warmup_cap);
+
+// Why the schedule is what it is.
+enum class LrScaling {
+  Scaled,         // the linear rule (several GPUs, or the resume of a run that was)
+  OneGpu,         // one GPU: the flags as given
+  Off,            // --no-lr-scaling: the flags as given
+  AsCheckpointed  // the resume of a run that was not scaled, now on several GPUs: as given, as it was
+};
+
+struct LrChoice {
+  LrScaling how = LrScaling::OneGpu;
+  LrPlan base, used;  // from the flags; what the schedule uses
+  int global_batch = 0;
+  bool scaled() const { return how == LrScaling::Scaled; }
+};
+
+// The schedule of a run with `flags` (--lr, --min-lr, --warmup-epochs), `global_batch` images a step
+// on `world` ranks. `resumed_scaled`: whether the checkpoint resumed was scaled (nullptr: a fresh run).
+LrChoice choose_lr(const LrPlan& flags, int global_batch, int world, bool scaling_on, double warmup_cap,
+                   const bool* resumed_scaled);
+
+// The start line, e.g. "lr: 0.08 for global batch 512 (0.02 x 512/128), warm-up 2 epochs".
+std::string lr_line(const LrChoice& c);
+// Whether the run prints that line: on several GPUs, and wherever the rule scaled the rates.
+bool lr_line_shown(const LrChoice& c, int world);
+// "" when `used` is the schedule a checkpoint recorded; else what changes, for a warning on resume.
+std::string lr_resume_difference(const LrPlan& recorded, const LrPlan& used);
