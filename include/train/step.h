@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include "dist/grad_accumulation.h"
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
 #include "model/training_network.h"
@@ -31,11 +32,22 @@ struct SgdSettings {
   int loss_scale_window;     // good steps before the scale doubles
 };
 
+// With --accumulate: which micro-batch of its step this is, and the sums of the step's gradients.
+// `folded_by_buckets`: data parallelism folds the sums into each bucket before its all-reduce
+// (dist/data_parallel.h); on one GPU the last micro-batch folds them after backward.
+struct Accumulation {
+  MicroBatch micro;
+  GradAccumulation* sums = nullptr;
+  bool folded_by_buckets = false;
+};
+
 // Enqueues one training step on `stream` (the network's), inside the NVTX ranges "forward",
 // "backward" and "optimizer step"; `batch` is where the batch already is, or will be when the
-// enqueued work reaches it.
+// enqueued work reaches it. With accumulation, one micro-batch of it: every one runs forward and
+// backward, the first records the step's loss, all but the last add their gradients to the sums
+// ("accumulate") and stop there, and the last goes on to the optimizer step.
 void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const StepTargets& targets, const SgdSettings& sgd,
-                        cudaStream_t stream);
+                        cudaStream_t stream, const Accumulation& acc = {});
 
 // Enqueues the forward pass (BN with its running statistics) and the loss of an evaluation batch,
 // adding to `totals` (device memory).

@@ -31,7 +31,8 @@ FLAGS = ["--data", "--data-dir", "--synthetic-size", "--image-size", "--skip-bad
          "--seed", "--no-eval", "--workers", "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic",
          "--no-fuse", "--no-cuda-graph", "--loss-scale", "--loss-scale-window", "--warmup-steps", "--profile-steps", "--trace",
          "--progress-every", "--json", "--loss-log", "--sample-png", "--save", "--save-every", "--resume", "--gpus",
-         "--bucket-mb", "--allreduce-dtype", "--dist-timeout", "--help"]
+         "--bucket-mb", "--last-bucket-mb", "--allreduce-dtype", "--grad-compression", "--accumulate",
+         "--dist-timeout", "--help"]
 
 # What a crash or an unhandled exception would leave in the output.
 CRASH_SIGNS = ["Traceback", "Segmentation fault", "core dumped", "Aborted", "terminate called",
