@@ -395,6 +395,8 @@ profile: $(if $(GPUS),bin/train,$(if $(findstring predict,$(PROFILE_ARGS)),predi
 	@$(if $(GPUS),python3 bench/profile_ranks.py --gpus $(GPUS),python3 bench/profile.py) $(PROFILE_ARGS)
 
 # images/s and scaling efficiency per GPU count at the same per-GPU batch (bench/scaling.py --help).
+# Two machines simulated on this one (NCCL over its socket transport, one GPU a rank):
+#   make bench-scaling SCALING_ARGS="--gpus 1,2 --transport network --socket-threads 4 --socks-per-thread 4"
 bench-scaling: bin/train bin/train-ddp-naive
 	@python3 bench/scaling.py $(SCALING_ARGS)
 

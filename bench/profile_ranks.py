@@ -10,6 +10,11 @@ step, how much of it backward hid (other kernels running at the same time) and h
 exposed.
 
     python3 bench/profile_ranks.py --gpus 2 --batch 128
+    python3 bench/profile_ranks.py --gpus 2 --transport network --socket-threads 4 --socks-per-thread 4
+
+--transport network profiles the machines simulated on this one as bench/scaling.py runs them
+(lib/ranks.py: one GPU and LOCAL_RANK=0 per rank, NCCL on its socket transport over the loopback
+interface); the reports are then named <binary>-<N>gpu-network_<rank>.
 
 Writes <out>/<name>_<rank>.md beside the raw reports and bench/results/profiles-<N>gpu-<gpu>-<date>.md.
 """
@@ -19,13 +24,12 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import socket
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from lib import capture, nsys_summary, runner, table
+from lib import capture, nsys_summary, ranks, runner, table
+from lib.ranks import free_port, run_ranks
 from lib.timeline import ProfileSummary, to_markdown, where_the_time_goes
 
 TOOL = "profile"
@@ -40,6 +44,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile-steps", type=int, default=30)
     p.add_argument("--steps", type=int, default=60, help="steps in all (warm-up + window + a few after)")
     p.add_argument("--extra", default="", help="more bin/train flags, as one argument: --extra=\"--allreduce-dtype fp32 --bucket-mb 100\"")
+    p.add_argument("--transport", choices=ranks.TRANSPORTS, default="local",
+                   help="local: ranks as torchrun starts them on one machine; network: each rank a machine of its "
+                        "own, NCCL over its socket transport on the loopback interface, as bench/scaling.py (local)")
+    p.add_argument("--socket-threads", type=int, default=None, help="--transport network: NCCL_SOCKET_NTHREADS")
+    p.add_argument("--socks-per-thread", type=int, default=None, help="--transport network: NCCL_NSOCKS_PERTHREAD")
     p.add_argument("--out", type=Path, default=runner.REPO_ROOT / "bench" / "out" / "profile",
                    help="raw reports, CSVs and per-rank .md (bench/out/profile, git-ignored)")
     p.add_argument("--results", type=Path, default=runner.REPO_ROOT / "bench" / "results",
@@ -53,28 +62,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     runner.check_timeout(p, args.timeout)
     args.extra_flags = runner.split_flags(p, "--extra", args.extra)
     runner.check_known(p, "--binary", [args.binary], args.bin_dir)
+    if args.transport != "network" and (args.socket_threads is not None or args.socks_per_thread is not None):
+        p.error("--socket-threads and --socks-per-thread set NCCL's socket transport: they need --transport network")
+    args.sockets = ranks.SocketSettings(args.socket_threads, args.socks_per_thread)
     return args
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rank_environments(gpus: int, port: int, base: dict[str, str]) -> list[dict[str, str]]:
-    """What torchrun gives each of `gpus` ranks on one machine."""
-    envs = []
-    for rank in range(gpus):
-        env = dict(base)
-        env.update(RANK=str(rank), WORLD_SIZE=str(gpus), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(gpus),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        envs.append(env)
-    return envs
+def rank_environments(gpus: int, port: int, base: dict[str, str], transport: str = "local",
+                      sockets: ranks.SocketSettings | None = None) -> list[dict[str, str]]:
+    """What each of `gpus` ranks is started with (lib/ranks.py)."""
+    return ranks.rank_environments(gpus, port, base, transport, sockets)
 
 
 def report_name(args: argparse.Namespace) -> str:
-    return f"{args.binary}-{args.gpus}gpu"
+    return f"{args.binary}-{args.gpus}gpu" + ("-network" if args.transport == "network" else "")
 
 
 def profile_command(nsys: Path, binary: Path, args: argparse.Namespace) -> list[str]:
@@ -87,30 +88,6 @@ def profile_command(nsys: Path, binary: Path, args: argparse.Namespace) -> list[
     return [str(nsys), "profile", "--trace=cuda,nvtx,osrt", *graph_nodes, "--capture-range=cudaProfilerApi",
             "--capture-range-end=stop", "-f", "true", "-o", str(args.out / (report_name(args) + "_%q{RANK}")),
             str(binary), *capture.trainer_args(settings), *args.extra_flags]
-
-
-def run_ranks(cmd: list[str], envs: list[dict[str, str]], timeout_s: float) -> list[runner.RunOutput]:
-    """Starts every rank, waits for all; a rank that overstays the timeout is killed (returncode None)."""
-    procs = []
-    try:
-        for env in envs:
-            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                          errors="replace"))
-        outs = []
-        for p in procs:
-            try:
-                out, err = p.communicate(timeout=timeout_s)
-                outs.append(runner.RunOutput(p.returncode, out, err, timeout_s))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, err = p.communicate()
-                outs.append(runner.RunOutput(None, out, err, timeout_s))
-        return outs
-    finally:  # Ctrl-C (or a rank that cannot start) must not leave the other ranks running
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
 
 
 @dataclass
@@ -173,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                    "per step in its summary")
     runner.prepare_out_dir(TOOL, args.out)
     runner.prepare_out_dir(TOOL, args.results, "--results")
-    envs = rank_environments(args.gpus, free_port(), dict(os.environ))
+    envs = rank_environments(args.gpus, free_port(), dict(os.environ), args.transport, args.sockets)
     args.out.mkdir(parents=True, exist_ok=True)  # nsys -o and nsys stats --output write into it, neither makes it
     print(f"{TOOL}: {args.binary} on {args.gpus} GPUs under nsys ...", file=sys.stderr, flush=True)
     outs = run_ranks(profile_command(nsys, binaries[args.binary], args), envs, args.timeout)
@@ -188,12 +165,16 @@ def main(argv: list[str] | None = None) -> int:
     for r in ranks:
         print(f"rank {r.rank}: {where_the_time_goes(r.summary)}", flush=True)
     command = "python3 bench/profile_ranks.py " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    text = (f"# {args.binary} on {args.gpus} GPUs, every rank profiled, {gpu}, {date}\n\n- command: `{command}`\n"
+    where = ("" if args.transport == "local" else
+             f", each rank a machine of its own (NCCL's socket transport on the loopback interface; "
+             f"{args.sockets.describe()})")
+    text = (f"# {args.binary} on {args.gpus} GPUs{where}, every rank profiled, {gpu}, {date}\n\n- command: `{command}`\n"
             f"- nsys ({nsys}), batch {args.batch} per GPU, window of {args.profile_steps} steps after "
             f"{args.warmup_steps} warm-up steps; all-reduce = NCCL kernel time (waiting for the slowest rank "
             f"included), hidden = while other kernels ran\n\n" + allreduce_table(ranks) + "\n" +
             "\n".join(to_markdown(r.summary) for r in ranks))
-    combined = args.results / f"profiles-{args.gpus}gpu-{runner.slug(gpu)}-{date}.md"
+    network = "-network" if args.transport == "network" else ""
+    combined = args.results / f"profiles-{args.gpus}gpu{network}-{runner.slug(gpu)}-{date}.md"
     runner.write_files(TOOL, {combined: text})
     print(allreduce_table(ranks), end="")
     print(f"{TOOL}: wrote {combined}, {args.out}/{report_name(args)}_<rank>.md and the .nsys-rep files",

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 # output; with output workers, "process output" runs on their threads, so its host time, summed over
 # them, may exceed the step's). Each step or batch is also wrapped in a "step N" range. Builds that
 # replay the step as a CUDA graph have "step graph" (one launch) where the others have forward,
-# backward, optimizer step.
-STEP_PHASES = ["get batch", "copy batch", "step graph", "forward", "backward", "optimizer step", "loss stats",
-               "compute", "copy to CPU", "process output"]
+# backward, optimizer step (and, with --accumulate, "accumulate" after each micro-batch's backward).
+STEP_PHASES = ["get batch", "copy batch", "step graph", "forward", "backward", "accumulate", "optimizer step",
+               "loss stats", "compute", "copy to CPU", "process output"]
 STEP = "step"
 
 # Host calls that block until the GPU has caught up: time in them is time the host waits.

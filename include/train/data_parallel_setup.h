@@ -23,10 +23,11 @@ Fingerprint run_fingerprint(const BuildSettings& b, const Options& o, int world,
 
 DataParallelConfig data_parallel_config(const BuildSettings& b, const Options& o);
 
-// A checkpoint records the global batch (images per step over all GPUs): a run resumes it on any
-// number of GPUs whose --batch (per GPU) times that number equals it, and then continues with the
-// same steps, learning rates and data order. InputError naming the --batch to use otherwise.
-void check_global_batch(const CheckpointMeta& saved, int batch, int world, const std::string& file);
+// A checkpoint records the global batch (images per step over all GPUs and micro-batches): a run
+// resumes it on any number of GPUs whose --batch (per GPU) times that number times --accumulate
+// equals it, and then continues with the same steps, learning rates and data order. InputError
+// naming the --batch to use otherwise.
+void check_global_batch(const CheckpointMeta& saved, int batch, int world, int accumulate, const std::string& file);
 
 // At the start, every rank takes rank 0's weights, momentum and BN running statistics, bit for bit.
 void share_start_state(DataParallel& dp, TrainingNetwork& net, cudaStream_t stream);

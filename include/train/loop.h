@@ -1,5 +1,6 @@
 // The loop of a training run: epochs of steps, each
 //   get batch -> copy batch -> forward (+ loss) -> backward -> optimizer step -> loss stats
+// (with --accumulate N, the first five N times, one micro-batch each, the optimizer step after the last)
 // inside its NVTX range "step N" (with CUDA graphs, forward to optimizer step are one launch in a
 // range "step graph"); around them the learning-rate schedule, the steady-state window, the counters
 // (read every step in the baseline, every --progress-every steps with on-device loss accumulation),
@@ -13,6 +14,8 @@
 #include <vector>
 
 #include "core/memory.h"
+#include "dist/comm_stats.h"
+#include "dist/grad_accumulation.h"
 #include "train/build.h"
 #include "train/counters.h"
 #include "train/ending.h"
@@ -43,8 +46,11 @@ class TrainLoop {
   bool train_epoch(int epoch);
   EpochResult epoch_result(int epoch) const;
   std::vector<float> losses(long first_step, long count) const;
+  EpochPlan micro_batch_plan(const Dataset& train, int epoch) const;
   void train_step(int k);
   void first_step_done();
+  void micro_batch(int k, const MicroBatch& m);
+  StepGraph& graph_for(const MicroBatch& m) const;
   void open_window();
   void close_window();
   StepTargets step_targets() const;
@@ -75,5 +81,5 @@ class TrainLoop {
   double peak_mem_mb_ = 0;
   double final_test_loss_ = NAN, final_test_acc_ = NAN, final_train_loss_ = NAN, final_train_acc_ = NAN;
   long evaluated_at_ = -1;  // step_ at the last evaluation
-  double allreduce_exposed_ms_ = NAN;  // per step of the window, several ranks only
+  CommReport allreduce_;  // the window's all-reduce, several ranks only
 };

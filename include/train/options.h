@@ -63,7 +63,10 @@ struct Options : DataOptions {
   // several GPUs (docs/multi-gpu.md): --batch is per GPU
   int gpus = 1;                     // ranks to start on this machine (bin/train --gpus N)
   double bucket_mb = 25;            // gradient bucket size (after a first bucket of 1 MB)
+  double last_bucket_mb = 0;        // the last bucket's size (0: what is left over)
   std::string allreduce_dtype;      // fp16 | fp32; "" = the gradients' own type
+  std::string grad_compression = "none";  // none | int8 (dist/grad_compression.h)
+  int accumulate = 1;               // micro-batches of --batch per optimizer step (dist/grad_accumulation.h)
   double dist_timeout = 300;        // seconds before a missing, dead or hung rank stops the others
 
   bool help = false;

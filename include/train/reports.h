@@ -5,6 +5,7 @@
 #include <chrono>
 #include <string>
 
+#include "dist/comm_stats.h"
 #include "train/build.h"
 #include "train/options.h"
 
@@ -31,7 +32,7 @@ struct RunSummary {
   unsigned long params = 0;
   double autotune_s = 0;
   int skipped_steps = 0;
-  double allreduce_exposed_ms = 0;   // several GPUs: per step of the window (NaN: not measured)
+  CommReport allreduce;              // several GPUs: the window's all-reduce, every rank (none: not measured)
 };
 
 class Reporter {
@@ -54,6 +55,7 @@ class Reporter {
   int workers_;
   bool tty_;
   int ranks_;
+  int step_images_;  // images per optimizer step: --batch x ranks x --accumulate
   std::chrono::steady_clock::time_point t0_;
   long step0_ = 0;
 };

@@ -11,6 +11,7 @@
 #include "core/handles.h"
 #include "data/data_choice.h"
 #include "dist/data_parallel.h"
+#include "dist/grad_accumulation.h"
 #include "measure/step_timing.h"
 #include "model/autotune_cache.h"
 #include "model/training_network.h"
@@ -51,10 +52,14 @@ struct TrainingSession {
   std::unique_ptr<DataParallel> dp;  // several ranks only
   std::unique_ptr<WeightAverage> average;  // --ema only
   std::unique_ptr<FlipEvaluation> flip;    // --tta-flip only
+  std::unique_ptr<GradAccumulation> sums;  // --accumulate N > 1 only
   // what each step uses
   std::unique_ptr<BatchLoader> loader;
   std::unique_ptr<StepParamsOnDevice> step_params;
-  std::unique_ptr<StepGraph> step_graph;
+  std::unique_ptr<StepGraph> step_graph;  // the step, or with --accumulate its last micro-batch
+  // --accumulate: the graphs of the micro-batches before the last, which only accumulate: [0] the
+  // first (it records the step's loss), [1] the others (N > 2)
+  std::unique_ptr<StepGraph> micro_graphs[2];
   std::unique_ptr<StepTiming> timing;
   std::unique_ptr<CounterReader> counters;  // set to start.counters
   StartPoint start;

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/ema.h"
+#include "dist/grad_accumulation.h"
 #include "kernels/loss.h"
 #include "kernels/optimizer.h"
 #include "kernels/tta.h"
@@ -36,11 +37,23 @@ struct StepSettings {
   float ema_decay = 0.f;        // of the weight average (--ema), where StepTargets has one
 };
 
+// With --accumulate: which micro-batch of its step this is, and the sums of the step's gradients.
+// `folded_by_buckets`: data parallelism folds the sums into each bucket before its all-reduce
+// (dist/data_parallel.h); on one GPU the last micro-batch folds them after backward.
+struct Accumulation {
+  MicroBatch micro;
+  GradAccumulation* sums = nullptr;
+  bool folded_by_buckets = false;
+};
+
 // Enqueues one training step on `stream` (the network's), inside the NVTX ranges "forward",
 // "backward" and "optimizer step" (which updates the weight average too, where there is one);
-// `batch` is where the batch already is, or will be when the enqueued work reaches it.
+// `batch` is where the batch already is, or will be when the enqueued work reaches it. With
+// accumulation, one micro-batch of it: every one runs forward and backward, the first records the
+// step's loss, all but the last add their gradients to the sums ("accumulate") and stop there, and
+// the last goes on to the optimizer step.
 void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const StepTargets& targets,
-                        const StepSettings& settings, cudaStream_t stream);
+                        const StepSettings& settings, cudaStream_t stream, const Accumulation& acc = {});
 
 // Evaluation with --tta-flip: each batch and its horizontal mirror go through the network, and the
 // loss and accuracy are those of the mean of the two passes' logits (logits, not softmax outputs:

@@ -31,28 +31,38 @@ std::pair<size_t, size_t> covered_range(const std::vector<ParamTensor>& tensors,
 }  // namespace
 
 BucketPlan plan_buckets(const std::vector<ParamTensor>& tensors, size_t n_weights, size_t weight_elem_bytes,
-                        size_t first_cap, size_t cap) {
+                        size_t first_cap, size_t cap, size_t last_cap) {
   BucketPlan plan;
   plan.bucket_of.assign(tensors.size(), -1);
   const size_t no_cap = std::numeric_limits<size_t>::max();
+  const auto bytes_of = [&](int i) { return tensors[i].count * (tensors[i].is_weight() ? weight_elem_bytes : sizeof(float)); };
+  const auto close = [&](int first, int last, size_t bytes) {
+    GradBucket b;
+    b.first_tensor = first;
+    b.last_tensor = last;
+    std::tie(b.weight_offset, b.weight_count) = covered_range(tensors, first, last, true, 0);
+    std::tie(b.vector_offset, b.vector_count) = covered_range(tensors, first, last, false, n_weights);
+    b.bytes = bytes;
+    for (int k = first; k <= last; ++k) plan.bucket_of[k] = static_cast<int>(plan.buckets.size());
+    plan.buckets.push_back(b);
+  };
+  // The last bucket, cut first when capped: tensors [0, lo) from the first forwards.
+  int lo = 0;
+  size_t tail_bytes = 0;
+  if (cap != 0 && last_cap != 0) {
+    while (lo < static_cast<int>(tensors.size()) - 1 && tail_bytes < last_cap) tail_bytes += bytes_of(lo++);
+  }
   size_t bytes = 0;
   int last = static_cast<int>(tensors.size()) - 1;
-  for (int i = last; i >= 0; --i) {
-    const ParamTensor& t = tensors[i];
-    bytes += t.count * (t.is_weight() ? weight_elem_bytes : sizeof(float));
+  for (int i = last; i >= lo; --i) {
+    bytes += bytes_of(i);
     const size_t limit = cap == 0 ? no_cap : plan.buckets.empty() ? first_cap : cap;
-    if (bytes < limit && i > 0) continue;
-    GradBucket b;
-    b.first_tensor = i;
-    b.last_tensor = last;
-    std::tie(b.weight_offset, b.weight_count) = covered_range(tensors, i, last, true, 0);
-    std::tie(b.vector_offset, b.vector_count) = covered_range(tensors, i, last, false, n_weights);
-    b.bytes = bytes;
-    for (int k = i; k <= last; ++k) plan.bucket_of[k] = static_cast<int>(plan.buckets.size());
-    plan.buckets.push_back(b);
+    if (bytes < limit && i > lo) continue;
+    close(i, last, bytes);
     bytes = 0;
     last = i - 1;
   }
+  if (lo > 0) close(0, lo - 1, tail_bytes);
   return plan;
 }
 

@@ -1,5 +1,5 @@
 // Data-parallel training over NCCL (data_parallel.h): set-up, gradient buckets on the communication
-// stream, the collectives outside the step, and the stop vote.
+// stream, the collectives outside the step, the stop vote, and the all-reduce's clock.
 #include "dist/data_parallel.h"
 
 #include <unistd.h>
@@ -12,15 +12,16 @@
 #include <thread>
 
 #include "core/check.h"
+#include "dist/grad_compression.h"
 #include "dist/nccl_comm.h"
 #include "dist/peer_watch.h"
 #include "dist/rendezvous.h"
 #include "kernels/cast.h"
+#include "kernels/comm_clock.h"
 
 namespace {
 
 constexpr long kVoteEvery = 16;            // steps between stop votes: a signal stops every rank within 32 steps
-constexpr size_t kMaxExposureSamples = 10000;
 constexpr double kAbortSeconds = 10;
 
 // ncclCommAbort itself has been seen to hang: the process ends after kAbortSeconds whatever happens.
@@ -106,17 +107,23 @@ void DataParallel::stop_now(const std::string& reason) {
   _exit(1);
 }
 
-void DataParallel::attach(ParamStore& params, cudaStream_t compute) {
+void DataParallel::attach(ParamStore& params, cudaStream_t compute, GradAccumulation* sums) {
   params_ = &params;
   compute_ = compute;
+  sums_ = sums;
   comm_stream_ = std::make_unique<Stream>(/*blocking=*/false);
   grad_type_ = params.act();
-  reduce_type_ = cfg_.reduce_type.empty() ? grad_type_ : cfg_.reduce_type == "fp16" ? DType::F16 : DType::F32;
+  const bool int8 = cfg_.compression == "int8";
+  // Compressed, the buckets are cut by the gradients' own size, as PyTorch DDP's compression hooks
+  // see them: by the int8 size, half the buckets would close and go at half the pace.
+  reduce_type_ = int8 || cfg_.reduce_type.empty() ? grad_type_ : cfg_.reduce_type == "fp16" ? DType::F16 : DType::F32;
   const double mb = 1 << 20;
   const size_t cap = cfg_.overlap ? static_cast<size_t>(cfg_.bucket_mb * mb) : 0;
   const size_t first = std::min(cap, static_cast<size_t>(cfg_.first_bucket_mb * mb));
-  plan_ = plan_buckets(params.tensors(), params.weight_count(), dtype_size(reduce_type_), first, cap);
+  const size_t last = static_cast<size_t>(cfg_.last_bucket_mb * mb);
+  plan_ = plan_buckets(params.tensors(), params.weight_count(), dtype_size(reduce_type_), first, cap, last);
   tracker_ = std::make_unique<BucketTracker>(plan_);
+  if (int8) int8_ = std::make_unique<Int8Compression>(plan_, params.weight_count(), world());
   fork_.emplace(false);
   join_.emplace(false);
   done_.emplace(false);
@@ -129,12 +136,22 @@ void DataParallel::attach(ParamStore& params, cudaStream_t compute) {
   vote_landed_.clear();
   vote_landed_.emplace_back(false);
   vote_landed_.emplace_back(false);
+  stamps_ = DeviceBuffer((1 + 2 * plan_.buckets.size()) * sizeof(unsigned long long), "all-reduce clock stamps");
+  tally_ = DeviceBuffer(sizeof(CommTally), "all-reduce clock tally");
+  measuring_ = DeviceBuffer(sizeof(int), "all-reduce clock switch");
+  CUDA_CHECK(cudaMemsetAsync(tally_.get(), 0, tally_.bytes(), compute_));
+  CUDA_CHECK(cudaMemsetAsync(measuring_.get(), 0, measuring_.bytes(), compute_));
+}
+
+void DataParallel::set_loss_scale(const float* scale) {
+  if (int8_) int8_->set_loss_scale(scale);
 }
 
 // The last gradient of the step completes it: the naive form launches its one bucket now, and the
 // compute stream is made to wait for the last bucket, so the optimizer step that follows sees the
 // averaged gradients. The step's code needs no call of its own for it (eager and captured alike).
 void DataParallel::on_grad_ready(int t) {
+  if (accumulating_) return;  // a micro-batch before the step's last: its gradients are summed, not sent
   if (tracker_->reported() == 0) {
     step_in_capture_ = capturing(compute_);
   } else if (tracker_->was_reported(t) && step_in_capture_ && !capturing(compute_)) {
@@ -152,35 +169,40 @@ void DataParallel::on_grad_ready(int t) {
 void DataParallel::launch_bucket(int b) {
   const GradBucket& g = plan_.buckets[b];
   cudaStream_t comm = *comm_stream_;
+  unsigned long long* stamps = stamps_.as<unsigned long long>();
   bucket_ready_[b].record(compute_);
   CUDA_CHECK(cudaStreamWaitEvent(comm, bucket_ready_[b], 0));
+  stamp_time(stamps + 1 + 2 * b, comm);
+  if (sums_) sums_->finish(g.weight_offset, g.weight_count, g.vector_offset, g.vector_count, comm);
   void* grads = at(params_->weight_grads_all(), g.weight_offset, grad_type_);
-  void* reduced = staging_.get() ? at(staging_.get(), g.weight_offset, reduce_type_) : grads;
-  if (staging_.get() && g.weight_count) cast(grads, grad_type_, reduced, g.weight_count, comm);
   float* vectors = params_->vector_grads_all() + g.vector_offset;
-  NCCL_COMM_CHECK(*comm_, ncclGroupStart());
-  if (g.weight_count)
-    NCCL_COMM_CHECK(*comm_, ncclAllReduce(reduced, reduced, g.weight_count, nccl_type(reduce_type_), ncclAvg,
-                                          comm_->get(), comm));
-  if (g.vector_count)
-    NCCL_COMM_CHECK(*comm_, ncclAllReduce(vectors, vectors, g.vector_count, ncclFloat, ncclAvg, comm_->get(), comm));
-  NCCL_COMM_CHECK(*comm_, ncclGroupEnd());
-  if (staging_.get() && g.weight_count) cast(reduced, reduce_type_, grads, g.weight_count, comm);
+  if (int8_) {
+    int8_->all_reduce(g, b, grads, grad_type_, vectors, *comm_, comm);
+  } else {
+    void* reduced = staging_.get() ? at(staging_.get(), g.weight_offset, reduce_type_) : grads;
+    if (staging_.get() && g.weight_count) cast(grads, grad_type_, reduced, g.weight_count, comm);
+    NCCL_COMM_CHECK(*comm_, ncclGroupStart());
+    if (g.weight_count)
+      NCCL_COMM_CHECK(*comm_, ncclAllReduce(reduced, reduced, g.weight_count, nccl_type(reduce_type_), ncclAvg,
+                                            comm_->get(), comm));
+    if (g.vector_count)
+      NCCL_COMM_CHECK(*comm_, ncclAllReduce(vectors, vectors, g.vector_count, ncclFloat, ncclAvg, comm_->get(), comm));
+    NCCL_COMM_CHECK(*comm_, ncclGroupEnd());
+    if (staging_.get() && g.weight_count) cast(reduced, reduce_type_, grads, g.weight_count, comm);
+  }
+  stamp_time(stamps + 2 + 2 * b, comm);
 }
 
 void DataParallel::join_gradients() {
-  const bool measure = measuring_ && exposure_.size() < kMaxExposureSamples && !capturing(compute_);
-  if (measure) {
-    exposure_.emplace_back(Event(true), Event(true));
-    exposure_.back().first.record(compute_);  // the end of backward
-  }
+  stamp_time(stamps_.as<unsigned long long>(), compute_);  // the end of backward
   if (!cfg_.overlap)
     for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) launch_bucket(b);
   tracker_->reset();
   ++joined_steps_;
   done_->record(*comm_stream_);
-  if (measure) exposure_.back().second.record(*comm_stream_);
   CUDA_CHECK(cudaStreamWaitEvent(compute_, *done_, 0));
+  tally_comm_step(stamps_.as<unsigned long long>(), static_cast<int>(plan_.buckets.size()), measuring_.as<int>(),
+                  tally_.as<CommTally>(), compute_);
 }
 
 void DataParallel::check_step() const {
@@ -261,16 +283,54 @@ void DataParallel::fail(const std::string& why) {
   if (comm_) comm_->abort();
 }
 
-double DataParallel::exposed_ms_per_step() {
-  if (exposure_.empty()) return NAN;
-  double total = 0;
-  for (auto& [backward_end, reduced] : exposure_) {
-    CUDA_CHECK(cudaEventSynchronize(reduced));
-    total += std::max(0.f, reduced.ms_since(backward_end));
+void DataParallel::measure_exposure(bool on) {
+  CUDA_CHECK(cudaMemsetAsync(measuring_.get(), on ? 1 : 0, measuring_.bytes(), compute_));
+}
+
+// The tallies of every rank side by side (an all-gather of three numbers), then zeroed.
+CommReport DataParallel::comm_report() {
+  constexpr int kFields = sizeof(CommTally) / sizeof(unsigned long long);
+  DeviceBuffer all(size_t(world()) * sizeof(CommTally), "all-reduce clock tallies of every rank");
+  on_comm_stream([&](cudaStream_t s) {
+    NCCL_COMM_CHECK(*comm_, ncclAllGather(tally_.get(), all.get(), kFields, ncclUint64, comm_->get(), s));
+  });
+  std::vector<CommTally> tallies(world());
+  CUDA_CHECK(cudaMemcpyAsync(tallies.data(), all.get(), all.bytes(), cudaMemcpyDeviceToHost, compute_));
+  CUDA_CHECK(cudaMemsetAsync(tally_.get(), 0, tally_.bytes(), compute_));
+  CUDA_CHECK(cudaStreamSynchronize(compute_));
+  CommReport r = comm_plan();
+  for (const CommTally& t : tallies) {
+    RankComm c;
+    c.steps = static_cast<long>(t.steps);
+    if (t.steps > 0) {
+      c.busy_ms = double(t.busy_ns) / double(t.steps) / 1e6;
+      c.exposed_ms = double(t.exposed_ns) / double(t.steps) / 1e6;
+    }
+    r.ranks.push_back(c);
   }
-  const double mean = total / double(exposure_.size());
-  exposure_.clear();
-  return mean;
+  return r;
+}
+
+CommReport DataParallel::comm_plan() const {
+  CommReport r;
+  r.world = world();
+  r.bytes_per_step = bytes_per_step();
+  r.buckets = static_cast<int>(plan_.buckets.size());
+  r.reduced_as = reduced_as();
+  r.nccl = nccl_settings([](const char* name) { return static_cast<const char*>(std::getenv(name)); });
+  return r;
+}
+
+double DataParallel::bytes_per_step() const {
+  double bytes = 0;
+  for (size_t b = 0; b < plan_.buckets.size(); ++b)
+    bytes += int8_ ? double(int8_->plan().bytes(plan_.buckets[b], static_cast<int>(b))) : double(plan_.buckets[b].bytes);
+  return bytes;
+}
+
+std::string DataParallel::reduced_as() const {
+  return int8_ ? "int8 with error feedback (+ fp32 scales per " + std::to_string(int8_->plan().chunk) + ")"
+               : std::string(dtype_name(reduce_type_));
 }
 
 std::string DataParallel::describe() const {
@@ -282,6 +342,7 @@ std::string DataParallel::describe() const {
   }
   return std::to_string(world()) + " ranks (" + launch_.launcher + "), NCCL " + nccl_version_text() + ", gradients " +
          "averaged in " + std::to_string(plan_.buckets.size()) + " bucket" + (plan_.buckets.size() == 1 ? "" : "s") +
-         " of " + sizes + " MB in " + dtype_name(reduce_type_) +
-         (cfg_.overlap ? ", overlapped with backward" : ", after the whole backward (naive)");
+         " of " + sizes + " MB in " + reduced_as() +
+         (cfg_.overlap ? ", overlapped with backward" : ", after the whole backward (naive)") +
+         (sums_ ? ", once every " + std::to_string(sums_->micro_batches()) + " micro-batches" : "");
 }

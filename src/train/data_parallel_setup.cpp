@@ -72,6 +72,8 @@ Fingerprint run_fingerprint(const BuildSettings& b, const Options& o, int world,
   f.add("--warmup-steps", std::to_string(o.warmup_steps)).add("--profile-steps", std::to_string(o.profile_steps));
   f.add("--progress-every", std::to_string(o.progress_every)).add("--save-every", std::to_string(o.save_every));
   f.add("--bucket-mb", number(o.bucket_mb)).add("--allreduce-dtype", o.allreduce_dtype.empty() ? "default" : o.allreduce_dtype);
+  f.add("--grad-compression", o.grad_compression).add("--accumulate", std::to_string(o.accumulate));
+  f.add("--last-bucket-mb", number(o.last_bucket_mb));
   f.add("--dist-timeout", number(o.dist_timeout)).add("checkpoint", checkpoint_identity(resume));
   return f;
 }
@@ -79,20 +81,27 @@ Fingerprint run_fingerprint(const BuildSettings& b, const Options& o, int world,
 DataParallelConfig data_parallel_config(const BuildSettings& b, const Options& o) {
   DataParallelConfig c;
   c.bucket_mb = o.bucket_mb;
+  c.last_bucket_mb = o.last_bucket_mb;
   c.reduce_type = o.allreduce_dtype;
+  c.compression = o.grad_compression;
   c.overlap = b.ddp_overlap;
   c.timeout_s = o.dist_timeout;
   return c;
 }
 
-void check_global_batch(const CheckpointMeta& saved, int batch, int world, const std::string& file) {
-  if (saved.batch == batch * world) return;
-  std::string hint = saved.batch % world == 0 ? "resume with --batch " + std::to_string(saved.batch / world) + " on " +
-                                                   std::to_string(world) + " GPUs"
-                                              : "resume on a number of GPUs that divides it";
+void check_global_batch(const CheckpointMeta& saved, int batch, int world, int accumulate, const std::string& file) {
+  const int per_step = batch * world * accumulate;
+  if (saved.batch == per_step) return;
+  const int parts = world * accumulate;
+  const std::string micro = accumulate > 1 ? " with --accumulate " + std::to_string(accumulate) : "";
+  std::string hint = saved.batch % parts == 0 ? "resume with --batch " + std::to_string(saved.batch / parts) + " on " +
+                                                   std::to_string(world) + " GPUs" + micro
+                                              : "resume on a number of GPUs (times --accumulate) that divides it";
   throw InputError(file + ": trained with a global batch of " + std::to_string(saved.batch) +
-                   " images per step (--batch per GPU times GPUs), this run has " + std::to_string(batch) + " x " +
-                   std::to_string(world) + " = " + std::to_string(batch * world) + ": " + hint);
+                   " images per step (--batch per GPU times GPUs" + (accumulate > 1 ? " times --accumulate" : "") +
+                   "), this run has " + std::to_string(batch) + " x " + std::to_string(world) +
+                   (accumulate > 1 ? " x " + std::to_string(accumulate) : "") + " = " + std::to_string(per_step) + ": " +
+                   hint);
 }
 
 void share_start_state(DataParallel& dp, TrainingNetwork& net, cudaStream_t stream) {

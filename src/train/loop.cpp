@@ -54,12 +54,14 @@ Ending TrainLoop::run() {
 bool TrainLoop::train_epoch(int epoch) {
   epoch_now_ = epoch;
   const Dataset& train = s_.data.split.train;
-  const EpochPlan plan = ranks_.my_part(train_plan(train, ranks_.global_batch(opt_.batch), opt_.seed, epoch));
+  const int steps = s_.steps_per_epoch;
+  const EpochPlan plan = micro_batch_plan(train, epoch);
   const int first = epoch == s_.start.epoch ? s_.start.step_in_epoch : 0;
-  s_.loader->begin_pass(train, plan, first);
+  s_.loader->begin_pass(train, plan, static_cast<int>(micro_batch_index(first, 0, opt_.accumulate)));
   // last_ is current: the previous epoch ended with read_counters_now().
   s_.counters->set_train(fresh_totals(last_.train.last_good_loss));
-  if (!opt_.sample_png.empty() && epoch == s_.start.epoch && ranks_.writes()) out_.write_sample_png(train, plan, first);
+  if (!opt_.sample_png.empty() && epoch == s_.start.epoch && ranks_.writes())
+    out_.write_sample_png(train, plan, static_cast<int>(micro_batch_index(first, 0, opt_.accumulate)));
 
   Event start, end;
   const auto wall0 = std::chrono::steady_clock::now();
@@ -67,7 +69,7 @@ bool TrainLoop::train_epoch(int epoch) {
   out_.report().begin_progress(step_);
   const long epoch_first_step = step_;
   int k = first;
-  for (; k < plan.steps && !out_of_steps() && !stop_requested(); ++k) {
+  for (; k < steps && !out_of_steps() && !stop_requested(); ++k) {
     k_now_ = k;
     train_step(k);
     if (out_.saves().due(step_)) save(opt_.save, true);
@@ -84,7 +86,7 @@ bool TrainLoop::train_epoch(int epoch) {
   final_train_loss_ = mean_loss(last_.train);
   final_train_acc_ = accuracy(last_.train);
   if (stop_requested()) return false;
-  if (k < plan.steps) return true;  // --steps ended the run inside this epoch
+  if (k < steps) return true;  // --steps ended the run inside this epoch
   if (opt_.eval) evaluate();
   EpochResult r = epoch_result(epoch);
   r.train_ms = train_ms;
@@ -118,26 +120,19 @@ std::vector<float> TrainLoop::losses(long first_step, long count) const {
   return l;
 }
 
+// This rank's batches of an epoch, in micro-batches of --batch (dist/grad_accumulation.h says which
+// slice of each step's images each micro-batch takes).
+EpochPlan TrainLoop::micro_batch_plan(const Dataset& train, int epoch) const {
+  const EpochPlan plan = ranks_.my_part(train_plan(train, ranks_.global_batch(opt_.batch), opt_.seed, epoch));
+  return ::micro_batch_plan(plan, s_.steps_per_epoch, opt_.accumulate);
+}
+
 void TrainLoop::train_step(int k) {
   const long s = step_;
   if (window_->opens_at(s)) open_window();
   {
     NvtxRange step_range("step " + std::to_string(s), phase_color::kGrey);
-    s_.timing->begin_step(s);
-    {
-      NvtxRange r("get batch", phase_color::kRed);
-      s_.loader->get(k);
-    }
-    DeviceBatch batch;
-    {
-      NvtxRange r("copy batch", phase_color::kYellow);
-      batch = s_.loader->copy(k);
-      s_.step_params->upload(make_step_params(s, k, schedule_));  // learning rate, step index, loss slot
-    }
-    s_.timing->data_ready();
-    // forward (+ loss), backward, optimizer step: enqueued now, or replayed as one CUDA graph
-    s_.step_graph->run(s, {opt_.batch, batch.images, batch.labels},
-                       [&] { enqueue_train_step(*s_.net, batch, step_targets(), step_settings(), s_.ctx->stream); });
+    for (int j = 0; j < opt_.accumulate; ++j) micro_batch(k, MicroBatch{j, opt_.accumulate});
     if (s_.dp) s_.dp->check_step();  // its gradients were averaged in backward (dist/data_parallel.h)
     ++step_;
     if (step_ == first_step_ + 1) first_step_done();
@@ -158,6 +153,36 @@ void TrainLoop::first_step_done() {
   out_.report().first_step(step_);
 }
 
+// One micro-batch of step k of the epoch (the whole step without --accumulate): its batch, then
+// forward (+ loss), backward and, for the last, the optimizer step, enqueued or replayed as a graph.
+void TrainLoop::micro_batch(int k, const MicroBatch& m) {
+  const int index = static_cast<int>(micro_batch_index(k, m.index, m.count));
+  s_.timing->begin_step(step_);
+  {
+    NvtxRange r("get batch", phase_color::kRed);
+    s_.loader->get(index);
+  }
+  DeviceBatch batch;
+  {
+    NvtxRange r("copy batch", phase_color::kYellow);
+    batch = s_.loader->copy(index);
+    s_.step_params->upload(make_step_params(step_, k, schedule_));  // learning rate, step index, loss slot
+  }
+  s_.timing->data_ready();
+  if (s_.dp) s_.dp->begin_micro_batch(m);
+  const Accumulation acc{m, s_.sums.get(), s_.dp != nullptr};
+  graph_for(m).run(step_, {opt_.batch, batch.images, batch.labels}, [&] {
+    enqueue_train_step(*s_.net, batch, step_targets(), step_settings(), s_.ctx->stream, acc);
+  });
+}
+
+// The last micro-batch (every step without --accumulate) runs the step's graph; the others only
+// accumulate, in a graph of their own: the first, which records the loss, and the middle ones.
+StepGraph& TrainLoop::graph_for(const MicroBatch& m) const {
+  if (m.last()) return *s_.step_graph;
+  return m.first() ? *s_.micro_graphs[0] : *s_.micro_graphs[1];
+}
+
 void TrainLoop::open_window() {
   window_->open();
   if (s_.dp) s_.dp->measure_exposure(true);
@@ -167,7 +192,7 @@ void TrainLoop::close_window() {
   window_->close(step_, *s_.timing);
   if (!s_.dp) return;
   s_.dp->measure_exposure(false);
-  allreduce_exposed_ms_ = s_.dp->exposed_ms_per_step();
+  allreduce_ = s_.dp->comm_report();  // every rank at this step: a collective
 }
 
 StepTargets TrainLoop::step_targets() const {
@@ -233,7 +258,8 @@ void TrainLoop::evaluate() {
     if (s_.dp) s_.dp->progress(step_);
   }
   if (s_.dp) s_.dp->sum_totals(totals);
-  s_.step_graph->after_evaluation();
+  for (StepGraph* g : {s_.step_graph.get(), s_.micro_graphs[0].get(), s_.micro_graphs[1].get()})
+    if (g) g->after_evaluation();
   read_counters_now();
   final_test_loss_ = mean_loss(last_.eval);
   final_test_acc_ = accuracy(last_.eval);
@@ -280,6 +306,6 @@ RunSummary TrainLoop::summary() const {
   s.params = s_.params;
   s.autotune_s = s_.autotune_s;
   s.skipped_steps = last_.scaler.skipped_steps;
-  s.allreduce_exposed_ms = allreduce_exposed_ms_;
+  s.allreduce = allreduce_.ranks.empty() && s_.dp ? s_.dp->comm_plan() : allreduce_;  // no window: the plan alone
   return s;
 }

@@ -93,11 +93,20 @@ const std::vector<Flag>& flags() {
        [](Options& o, const std::string& v) { o.gpus = (int)parse_long("--gpus", v, 1, 1024); }},
       {"--bucket-mb", "F", "gradient bucket size in MiB for the all-reduce during backward (the first bucket is 1 MiB)", [](const Options& o) { return show(o.bucket_mb); },
        [](Options& o, const std::string& v) { o.bucket_mb = parse_double("--bucket-mb", v, 0.001, 100000.0); }},
+      {"--last-bucket-mb", "F", "cap in MiB of the last gradient bucket, whose all-reduce starts when backward ends and cannot hide behind it (0: what the other buckets leave over, as PyTorch DDP)", [](const Options& o) { return show(o.last_bucket_mb); },
+       [](Options& o, const std::string& v) { o.last_bucket_mb = parse_double("--last-bucket-mb", v, 0.0, 100000.0); }},
       {"--allreduce-dtype", "T", "type the weight gradients are averaged in: fp16 or fp32", [](const Options&) { return std::string("fp16 in fp16 builds, fp32 in fp32 builds (the gradients' own type)"); },
        [](Options& o, const std::string& v) {
          if (v != "fp16" && v != "fp32") throw UsageError("--allreduce-dtype: '" + v + "' is not fp16 or fp32");
          o.allreduce_dtype = v;
        }},
+      {"--grad-compression", "C", "how the weight gradients cross between ranks: none, or int8 (8-bit with error feedback: a quarter of fp32's bytes, half of fp16's)", [](const Options& o) { return o.grad_compression; },
+       [](Options& o, const std::string& v) {
+         if (v != "none" && v != "int8") throw UsageError("--grad-compression: '" + v + "' is not none or int8");
+         o.grad_compression = v;
+       }},
+      {"--accumulate", "N", "micro-batches of --batch images per optimizer step, their gradients summed and all-reduced once (a step takes N x --batch x GPUs images)", [](const Options& o) { return std::to_string(o.accumulate); },
+       [](Options& o, const std::string& v) { o.accumulate = (int)parse_long("--accumulate", v, 1, 1024); }},
       {"--dist-timeout", "S", "seconds before a rank that is missing, dead or hung stops the others", [](const Options& o) { return show(o.dist_timeout); },
        [](Options& o, const std::string& v) { o.dist_timeout = parse_double("--dist-timeout", v, 1.0, 86400.0); }},
       {"--help", "", "print this help and the build's optimizations", [](const Options&) { return std::string(""); },
@@ -121,6 +130,9 @@ Options parse_options(int argc, const char* const* argv) {
   parse_flags(flags(), argc, argv, o);
   if (o.save_every > 0 && o.save.empty()) throw UsageError("--save-every needs --save FILE");
   if (o.min_lr > o.lr) throw UsageError("--min-lr must not exceed --lr");
+  if (o.grad_compression != "none" && !o.allreduce_dtype.empty())
+    throw UsageError("--allreduce-dtype " + o.allreduce_dtype + " and --grad-compression " + o.grad_compression +
+                     " both choose what the weight gradients are reduced in: give one");
   check_data_options(o);
   check_files_distinct(o, false);
   return o;

@@ -29,7 +29,7 @@ JsonLine settings_json(const BuildSettings& b, const Options& o, int workers) {
 }  // namespace
 
 Reporter::Reporter(const BuildSettings& build, const Options& o, int workers, bool tty, int ranks)
-    : build_(build), opt_(o), workers_(workers), tty_(tty), ranks_(ranks) {}
+    : build_(build), opt_(o), workers_(workers), tty_(tty), ranks_(ranks), step_images_(o.batch * ranks * o.accumulate) {}
 
 void Reporter::start() const {
   std::printf("%s\n", build_.describe().c_str());
@@ -48,10 +48,10 @@ void Reporter::begin_progress(long step) {
 void Reporter::progress(int epoch, int k, int steps_per_epoch, long step, double loss, bool final) const {
   if (!tty_) return;
   const double dt = seconds_since(t0_);
-  const double ips = dt > 0 ? double(step - step0_) * opt_.batch * ranks_ / dt : 0;
+  const double ips = dt > 0 ? double(step - step0_) * step_images_ / dt : 0;
   const long total = long(opt_.epochs) * steps_per_epoch;
   const long left = (opt_.steps > 0 ? std::min(opt_.steps, total) : total) - step;
-  const double eta = ips > 0 ? double(left) * opt_.batch * ranks_ / ips : 0;
+  const double eta = ips > 0 ? double(left) * step_images_ / ips : 0;
   std::printf("\r  epoch %d/%d  step %d/%d  %s img/s  loss %.4f  ETA %s   ", epoch + 1, opt_.epochs, k + 1,
               steps_per_epoch, with_commas(std::lround(ips)).c_str(), loss, clock_text(eta).c_str());
   if (final) std::printf("\r%*s\r", 90, "");
@@ -91,7 +91,7 @@ void Reporter::epoch(const EpochResult& r) const {
 
 void Reporter::summary(const RunSummary& s) const {
   const long timed = s.timed_steps;
-  const double ips = timed > 0 ? double(timed) * opt_.batch * ranks_ / (s.window_ms / 1e3) : NAN;
+  const double ips = timed > 0 ? double(timed) * step_images_ / (s.window_ms / 1e3) : NAN;
   const double ms_step = timed > 0 ? s.window_ms / double(timed) : NAN;
   const double stall = timed > 0 ? 100.0 * s.window_stall_ms / s.window_ms : NAN;
   if (opt_.json) {
@@ -106,8 +106,11 @@ void Reporter::summary(const RunSummary& s) const {
         .add("final_test_loss", s.final_test_loss).add("final_test_acc", s.final_test_acc)
         .add("params", s.params).add("autotune_s", s.autotune_s)
         .add("skipped_steps", s.skipped_steps).add("date", today());
-    if (ranks_ > 1)
-      j.add("gpus", ranks_).add("global_batch", opt_.batch * ranks_).add("allreduce_exposed_ms_per_step", s.allreduce_exposed_ms);
+    if (opt_.accumulate > 1) j.add("accumulate", opt_.accumulate);
+    if (ranks_ > 1) {
+      j.add("gpus", ranks_).add("global_batch", step_images_)
+          .add("allreduce_exposed_ms_per_step", exposed_ms(s.allreduce, 0)).add("allreduce", comm_report_json(s.allreduce));
+    }
     std::printf("%s\n", j.str().c_str());
     return;
   }
@@ -116,11 +119,13 @@ void Reporter::summary(const RunSummary& s) const {
     std::printf("; steady state (%ld steps after %d warm-up): %s img/s, %.2f ms/step, data stall %.1f%%", timed,
                 opt_.warmup_steps, with_commas(std::lround(ips)).c_str(), ms_step, stall);
   if (timed > 0 && ranks_ > 1) {
-    if (std::isnan(s.allreduce_exposed_ms))  // steps replayed as a CUDA graph are not timed by events
+    if (std::isnan(exposed_ms(s.allreduce, 0)))
       std::printf(" (%d GPUs)", ranks_);
     else
-      std::printf(" (%d GPUs, all-reduce exposed %.2f ms/step)", ranks_, s.allreduce_exposed_ms);
+      std::printf(" (%d GPUs, all-reduce exposed %.2f ms/step)", ranks_, exposed_ms(s.allreduce, 0));
   }
   if (!std::isnan(s.final_test_acc)) std::printf("; test accuracy %.2f%%", 100 * s.final_test_acc);
   std::printf("; peak GPU memory %.0f MiB\n", s.peak_gpu_mem_mb);
+  if (ranks_ > 1)
+    for (const std::string& line : comm_report_lines(s.allreduce)) std::printf("%s\n", line.c_str());
 }

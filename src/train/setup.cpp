@@ -4,12 +4,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/check.h"
 #include "core/elapsed.h"
 #include "core/file_io.h"
 #include "core/format.h"
 #include "core/late_notice.h"
+#include "dist/comm_stats.h"
+#include "dist/grad_compression.h"
 #include "kernels/loss.h"
 #include "model/fused_conv.h"
 #include "model/fused_patterns.h"
@@ -34,8 +37,11 @@ class SetUp {
     if (ranks_.several()) join_ranks();
     set_up_gpu();
     start_point();
-    std::printf("model: ResNet-50 (CIFAR stem), %s parameters; batch %d, %d steps per epoch\n",
-                with_commas(static_cast<long long>(s_.params)).c_str(), ranks_.global_batch(opt_.batch),
+    std::printf("model: ResNet-50 (CIFAR stem), %s parameters; batch %d%s, %d steps per epoch\n",
+                with_commas(static_cast<long long>(s_.params)).c_str(), step_images(),
+                opt_.accumulate > 1 ? (" (" + std::to_string(opt_.accumulate) + " micro-batches of " +
+                                       std::to_string(ranks_.global_batch(opt_.batch)) + ")").c_str()
+                                    : "",
                 s_.steps_per_epoch);
     if (lr_line_shown(s_.lr, ranks_.launch().world)) std::printf("%s\n", lr_line(s_.lr).c_str());
   }
@@ -56,6 +62,9 @@ class SetUp {
   void print_conv_line(const AlgoReport& ar, bool measured, double build_s) const;
   void start_point();
   bool resume_average(const Checkpoint& c);
+  void make_step_graphs();
+  // Images per optimizer step: --batch x ranks x --accumulate.
+  int step_images() const { return ranks_.global_batch(opt_.batch) * opt_.accumulate; }
 
   TrainingSession& s_;
   const BuildSettings& build_;
@@ -101,14 +110,13 @@ void SetUp::read_data() {
   images.cache_decoded = opt_.cache_decoded;
   images.threads = workers_;
   images.before_decoding = [this](int n) { decoding_begins("data: decoding into memory", n); };
-  s_.data = load_data_set(opt_.data, opt_.data_dir, opt_.synthetic_size, ranks_.global_batch(opt_.batch), opt_.seed,
-                          images);
+  s_.data = load_data_set(opt_.data, opt_.data_dir, opt_.synthetic_size, step_images(), opt_.seed, images);
   decoding_.reset();
   const Dataset& train = s_.data.split.train;
   if (train.classes() > kSoftmaxMaxClasses)
     throw InputError(s_.data.dir + ": " + std::to_string(train.classes()) + " classes; the loss kernel takes at most " +
                      std::to_string(kSoftmaxMaxClasses));
-  s_.steps_per_epoch = train.count / ranks_.global_batch(opt_.batch);
+  s_.steps_per_epoch = train.count / step_images();
   for (const std::string& w : s_.data.warnings) ranks_.warn_once(w);
 }
 
@@ -159,7 +167,7 @@ void SetUp::print_data_lines() const {
 // all of it is known without the GPU (the model from its CPU listing).
 void SetUp::check_resume() {
   s_.meta = run_meta(build_, resnet50_params(net_config()), s_.data.split.train, opt_);
-  s_.meta.batch = ranks_.global_batch(opt_.batch);  // what a resume on another number of GPUs must keep
+  s_.meta.batch = step_images();  // what a resume on another number of GPUs must keep
   if (opt_.resume.empty()) return;
   resume_ = std::make_unique<Checkpoint>(load_checkpoint(opt_.resume));
   check_checkpoint_fits(resume_->meta, s_.meta, opt_.resume);
@@ -184,7 +192,8 @@ void SetUp::choose_learning_rate() {
 // rank's GPU and join the NCCL communicator, before anything else is put on the GPU.
 void SetUp::join_ranks() {
   const LaunchInfo& launch = ranks_.launch();
-  if (resume_) check_global_batch(resume_->meta, opt_.batch, launch.world, opt_.resume);
+  if (resume_) check_global_batch(resume_->meta, opt_.batch, launch.world, opt_.accumulate, opt_.resume);
+  if (opt_.grad_compression == "int8") check_int8_world(launch.world);  // before any rank waits for 127 others
   const Fingerprint f = run_fingerprint(build_, opt_, launch.world, s_.data.split, s_.norm, resume_.get());
   s_.dp = std::make_unique<DataParallel>(launch, f, data_parallel_config(build_, opt_));
 }
@@ -220,19 +229,41 @@ void SetUp::set_up_gpu() {
   std::printf("gpu: %s (sm_%d%d, %d SMs, %s), cuDNN %zu\n", prop.name, prop.major, prop.minor,
               prop.multiProcessorCount, format_bytes(total).c_str(), cudnnGetVersion());
   build_network();
-  if (s_.dp)
+  if (s_.dp) {
     std::printf("data parallel: %s; --batch %d per GPU, %d per step\n", s_.dp->describe().c_str(), opt_.batch,
-                ranks_.global_batch(opt_.batch));
+                step_images());
+    const EnvLookup env = [](const char* name) { return static_cast<const char*>(std::getenv(name)); };
+    std::printf("nccl: %s\n", nccl_settings_text(nccl_settings(env)).c_str());
+  } else if (opt_.grad_compression != "none") {
+    ranks_.warn_once("--grad-compression " + opt_.grad_compression + " compresses what the ranks exchange; a run on "
+                     "one GPU exchanges nothing");
+  }
   const Dataset& train = s_.data.split.train;
   LoaderConfig lc{build_.loader, opt_.batch, workers_, build_.precision, build_.layout, s_.norm,
                   train.channels, train.side, s_.ctx->stream};
   s_.loader = make_loader(lc);
   s_.step_params = std::make_unique<StepParamsOnDevice>(s_.ctx->stream);
-  s_.step_graph = std::make_unique<StepGraph>(*s_.ctx, opt_.batch, build_.cuda_graph, opt_.cuda_graph);
-  s_.step_graph->drop_memsets_into(kept_zero_);
-  if (build_.cuda_graph) std::printf("step: %s\n", s_.step_graph->describe().c_str());
+  make_step_graphs();
   s_.timing = std::make_unique<StepTiming>(s_.ctx->stream);
   s_.counters = std::make_unique<CounterReader>(s_.ctx->stream);
+  // int8 compression keeps its residuals unscaled: it reads the loss scale the step's gradients carry.
+  if (s_.dp) s_.dp->set_loss_scale(&s_.counters->device()->scaler.scale);
+}
+
+// The step's graph; with --accumulate, one per kind of micro-batch (the step's graph is its last),
+// each captured after its own warm-up and replayed (every graph is bound to the same batch buffers).
+void SetUp::make_step_graphs() {
+  s_.step_graph = std::make_unique<StepGraph>(*s_.ctx, opt_.batch, build_.cuda_graph, opt_.cuda_graph);
+  const int kinds = opt_.accumulate > 2 ? 2 : opt_.accumulate - 1;
+  for (int k = 0; k < kinds; ++k)
+    s_.micro_graphs[k] = std::make_unique<StepGraph>(*s_.ctx, opt_.batch, build_.cuda_graph, opt_.cuda_graph);
+  for (auto* g : {&s_.step_graph, &s_.micro_graphs[0], &s_.micro_graphs[1]})
+    if (*g) (*g)->drop_memsets_into(kept_zero_);
+  if (build_.cuda_graph)
+    std::printf("step: %s%s\n", s_.step_graph->describe().c_str(),
+                kinds ? (", one graph for each kind of micro-batch (--accumulate " + std::to_string(opt_.accumulate) +
+                         ": the first, " + (kinds == 2 ? "the middle ones, " : "") + "the last)").c_str()
+                      : "");
 }
 
 // The network, with its conv algorithms chosen, and what the rest of the run needs of it: every call
@@ -262,8 +293,9 @@ void SetUp::build_network() {
   kept_zero_ = s_.net->statistics_kept_zero();
   if (opt_.ema > 0) s_.average = std::make_unique<WeightAverage>(s_.net->params(), static_cast<float>(opt_.ema));
   if (opt_.tta_flip) s_.flip = std::make_unique<FlipEvaluation>(cfg);
+  if (opt_.accumulate > 1) s_.sums = std::make_unique<GradAccumulation>(s_.net->params(), opt_.accumulate);
   if (s_.dp) {
-    s_.dp->attach(s_.net->params(), s_.ctx->stream);
+    s_.dp->attach(s_.net->params(), s_.ctx->stream, s_.sums.get());
     s_.net->on_grad_ready = [dp = s_.dp.get()](int param) { dp->on_grad_ready(param); };
   }
 }

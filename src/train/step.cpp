@@ -5,16 +5,25 @@
 #include "measure/profiling.h"
 
 void enqueue_train_step(TrainingNetwork& net, const DeviceBatch& batch, const StepTargets& t,
-                        const StepSettings& settings, cudaStream_t stream) {
+                        const StepSettings& settings, cudaStream_t stream, const Accumulation& acc) {
   {
     NvtxRange r("forward", phase_color::kGreen);
     net.forward(batch.images, true);
     net.loss(batch.labels, t.totals, &t.scaler->scale, &t.params->step, settings.label_smoothing);
-    record_loss(t.totals, &t.params->loss_slot, t.loss_history, stream);  // for --loss-log, without a sync
+    // for --loss-log, without a sync: the first micro-batch's, as rank 0 logs its own slice
+    if (acc.micro.first()) record_loss(t.totals, &t.params->loss_slot, t.loss_history, stream);
   }
   {
     NvtxRange r("backward", phase_color::kPurple);
     net.backward();
+  }
+  if (acc.micro.accumulates()) {
+    NvtxRange r("accumulate", phase_color::kGrey);
+    if (!acc.micro.last()) {
+      acc.sums->add(acc.micro, stream);
+      return;
+    }
+    if (!acc.folded_by_buckets) acc.sums->finish_all(stream);
   }
   {
     NvtxRange r("optimizer step", phase_color::kBlue);

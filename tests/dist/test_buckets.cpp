@@ -144,6 +144,34 @@ TEST(Buckets, SizesFollowTheCapsAndTheFirstBucketIsSmall) {
   EXPECT_EQ(p.buckets.back().first_tensor, 0);                     // the stem's last
 }
 
+TEST(Buckets, ALastCapCutsTheLastBucketFromTheFirstTensors) {
+  const Net n = resnet_like(8, 64);
+  const size_t first = 64 << 10, cap = 512 << 10, last_cap = 96 << 10;
+  const BucketPlan p = plan_buckets(n.tensors, n.n_weights, 2, first, cap, last_cap);
+  expect_exact_cover(n, p);
+  const GradBucket& tail = p.buckets.back();
+  EXPECT_EQ(tail.first_tensor, 0);  // the stem's gradients, which backward produces last
+  EXPECT_GE(tail.bytes, last_cap);
+  const ParamTensor& closing = n.tensors[tail.last_tensor];
+  EXPECT_LT(tail.bytes - closing.count * (closing.is_weight() ? 2 : 4), last_cap);  // closed by its last tensor
+  EXPECT_EQ(p.buckets[0].last_tensor, int(n.tensors.size()) - 1);
+  EXPECT_GE(p.buckets[0].bytes, first);
+  // Launched in order as backward reports, every bucket but the tail goes before backward ends.
+  BucketTracker tracker(p);
+  for (size_t i = 0; i + 1 < n.backward_order.size(); ++i) tracker.ready(n.backward_order[i]);
+  EXPECT_EQ(tracker.launched(), int(p.buckets.size()) - 1);
+  // Without the last cap the tail is what is left over, here larger than the cap asked for.
+  const BucketPlan plain = plan_buckets(n.tensors, n.n_weights, 2, first, cap);
+  EXPECT_GT(plain.buckets.back().bytes, last_cap);
+  EXPECT_EQ(plan_buckets(n.tensors, n.n_weights, 2, first, cap, 0).buckets.size(), plain.buckets.size());
+  // The naive form stays one bucket whatever the last cap.
+  EXPECT_EQ(plan_buckets(n.tensors, n.n_weights, 2, first, 0, last_cap).buckets.size(), 1u);
+  // A last cap above everything leaves one tensor for the other buckets.
+  const BucketPlan huge = plan_buckets(n.tensors, n.n_weights, 2, first, cap, size_t(1) << 40);
+  expect_exact_cover(n, huge);
+  EXPECT_EQ(huge.buckets.size(), 2u);
+}
+
 TEST(Buckets, CapZeroIsOneBucketForEverything) {
   const Net n = resnet_like(4, 32);
   const BucketPlan p = plan_buckets(n.tensors, n.n_weights, 4, 1 << 20, 0);

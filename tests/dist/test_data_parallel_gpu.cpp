@@ -1,13 +1,17 @@
 // Data parallelism on the GPU (dist/data_parallel.h). On one GPU: the real backward reports every
-// parameter's gradient exactly once, and all buckets but the last go before backward ends. On two
-// GPUs (two ranks as two threads of this process, each with its own device and NCCL rank): a step
-// gives, on both ranks and bit for bit the same, the average of the gradients one process computes
-// for the two half-batches separately; overlapped, naive and fp16-reduced; and the collectives
-// outside the step (broadcast, averages, summed counters, the stop vote) do what they say.
+// parameter's gradient exactly once, and all buckets but the last go before backward ends; gradient
+// accumulation (dist/grad_accumulation.h) sums micro-batches as NCCL averages ranks, bit for bit. On
+// two GPUs (two ranks as two threads of this process, each with its own device and NCCL rank): a
+// step gives, on both ranks and bit for bit the same, the average of the gradients one process
+// computes for the two half-batches separately; overlapped, naive, fp16-reduced and int8-compressed;
+// in fp32 exactly what one process accumulating the two halves holds, with or without accumulation
+// on the ranks too; the all-reduce's clock counts every measured step; and the collectives outside
+// the step (broadcast, averages, summed counters, the stop vote) do what they say.
 #include <gtest/gtest.h>
 
 #include <cctype>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <future>
 #include <string>
@@ -17,6 +21,7 @@
 #include "core/handles.h"
 #include "dist/buckets.h"
 #include "dist/data_parallel.h"
+#include "dist/grad_accumulation.h"
 #include "dist/socket.h"
 #include "kernels/cast.h"
 #include "model/autotune_cache.h"
@@ -123,6 +128,25 @@ struct Replica {
     net.forward(images.get(), true);
     net.loss(labels.as<int32_t>(), &c->totals, &c->scale, 0);
     net.backward();
+  }
+  // Weight gradients then vector gradients, exactly as they are stored (fp16 weight gradients widened).
+  std::vector<double> gradients_exact() {
+    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    const ParamStore& p = net.params();
+    std::vector<double> out;
+    if (p.act() == DType::F16) {
+      std::vector<__half> w(p.weight_count());
+      CUDA_CHECK(cudaMemcpy(w.data(), p.weight_grads_all(), w.size() * 2, cudaMemcpyDeviceToHost));
+      for (const __half& h : w) out.push_back(__half2float(h));
+    } else {
+      std::vector<float> w(p.weight_count());
+      CUDA_CHECK(cudaMemcpy(w.data(), p.weight_grads_all(), w.size() * 4, cudaMemcpyDeviceToHost));
+      out.assign(w.begin(), w.end());
+    }
+    std::vector<float> v(p.total() - p.weight_count());
+    CUDA_CHECK(cudaMemcpy(v.data(), p.vector_grads_all(), v.size() * 4, cudaMemcpyDeviceToHost));
+    out.insert(out.end(), v.begin(), v.end());
+    return out;
   }
   // Weight gradients then vector gradients, as doubles.
   std::vector<double> gradients() {
@@ -244,8 +268,11 @@ TEST_P(TwoRankStep, EqualsOneProcessAveragingTheTwoHalves) {
       net);
   const std::vector<double> want = reference_average(batch);
   EXPECT_EQ(got[0], got[1]) << "the ranks hold different averaged gradients";
-  // fp32 reduce: the averaging's own rounding; fp16: each gradient rounded to fp16 on the way.
-  EXPECT_CLOSE(got[0], want, cfg.reduce_type == "fp16" ? 2e-3 : 1e-5);
+  // fp32 reduce: the averaging's own rounding; fp16: each gradient rounded to fp16 on the way; int8:
+  // at most half a step of 63 per chunk of 1024 from each rank, which is 15% of the chunk's norm
+  // when one gradient dominates its chunk (error feedback sends the rest in later steps).
+  const double bound = cfg.compression == "int8" ? 0.15 : cfg.reduce_type == "fp16" ? 2e-3 : 1e-5;
+  EXPECT_CLOSE(got[0], want, bound);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, TwoRankStep,
@@ -254,7 +281,10 @@ INSTANTIATE_TEST_SUITE_P(Modes, TwoRankStep,
                                          StepMode{"naive, one bucket", DataParallelConfig{25, 1, "", false, 60}},
                                          StepMode{"fp16 reduce", DataParallelConfig{25, 1, "fp16", true, 60}},
                                          StepMode{"overlapped, small buckets, weight gradients on their own stream",
-                                                  DataParallelConfig{0.5, 0.1, "", true, 60}, true}),
+                                                  DataParallelConfig{0.5, 0.1, "", true, 60}, true},
+                                         StepMode{"int8 compression, small buckets",
+                                                  DataParallelConfig{0.5, 0.1, "", true, 60, "int8"}},
+                                         StepMode{"int8 compression, naive", DataParallelConfig{25, 1, "", false, 60, "int8"}}),
                          [](const auto& info) {
                            std::string n = info.param.name;
                            for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
@@ -305,5 +335,167 @@ TEST(DataParallelGpu, CollectivesOutsideTheStep) {
     EXPECT_EQ(seen[r].totals.last_loss, float(r)) << "rank " << r;
     // Voted at step 32 (the first vote after the signal), acted on at step 48, on both ranks.
     EXPECT_EQ(seen[r].stopped_at, 48) << "rank " << r;
+  }
+}
+
+// ---- gradient accumulation ----------------------------------------------------------------------
+
+// Weight then vector gradients as the floats they are (fp16 weights widened exactly).
+std::vector<float> float_gradients(Replica& rep) {
+  const std::vector<double> g = rep.gradients_exact();
+  return std::vector<float>(g.begin(), g.end());
+}
+
+// sums = g0 / n + g1 / n + ... in this order, each product and sum rounded once in fp32, then
+// rounded to the weights' type: what GradAccumulation computes, written out on the host.
+std::vector<float> premul_sum(const std::vector<std::vector<float>>& parts, size_t n_weights, DType weights) {
+  const float s = 1.f / static_cast<float>(parts.size());
+  std::vector<float> out(parts[0].size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    float acc = parts[0][i] * s;
+    for (size_t k = 1; k < parts.size(); ++k) {
+      const float term = parts[k][i] * s;
+      acc = acc + term;
+    }
+    out[i] = i < n_weights && weights == DType::F16 ? __half2float(__float2half(acc)) : acc;
+  }
+  return out;
+}
+
+struct AccumulationCase {
+  const char* name;
+  NetConfig cfg;
+  int micro_batches;
+};
+void PrintTo(const AccumulationCase& c, std::ostream* os) { *os << c.name; }
+class Accumulation : public testing::TestWithParam<AccumulationCase> {};
+
+// One GPU: N micro-batches through forward and backward, each one's gradients read back as backward
+// left them, then added (or, the last, folded): the result is their 1/N-scaled sum in micro-batch
+// order, bit for bit, in fp32 and with bin/train's fp16 fused network (rounded to fp16 once at the
+// end). With N = 2 in fp32 that is NCCL's ncclAvg of two ranks (a premultiplied sum of two terms).
+TEST_P(Accumulation, MicroBatchesSumAsNcclAveragesRanks) {
+  SKIP_WITHOUT_GPU("gradient accumulation");
+  const AccumulationCase c = GetParam();
+  Replica rep(c.cfg);
+  GradAccumulation sums(rep.net.params(), c.micro_batches);
+  const Batch batch = make_batch(c.micro_batches * kHalf);
+  std::vector<std::vector<float>> parts;
+  for (int j = 0; j < c.micro_batches; ++j) {
+    const MicroBatch m{j, c.micro_batches};
+    rep.load_half(batch, j);
+    rep.forward_backward();
+    parts.push_back(float_gradients(rep));
+    if (!m.last()) sums.add(m, rep.ctx.stream);
+    else sums.finish_all(rep.ctx.stream);
+  }
+  const ParamStore& p = rep.net.params();
+  const std::vector<float> got = float_gradients(rep);
+  const std::vector<float> want = premul_sum(parts, p.weight_count(), p.act());
+  size_t differ = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], 4) != 0 && differ++ < 3)
+      ADD_FAILURE() << "gradient " << i << ": " << got[i] << ", want " << want[i];
+  EXPECT_EQ(differ, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(OneGpu, Accumulation,
+                         testing::Values(AccumulationCase{"fp32_2", net_config(kHalf), 2},
+                                         AccumulationCase{"fp32_4", net_config(kHalf), 4},
+                                         AccumulationCase{"fused_fp16_3", fused_config(kHalf), 3}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// The equality `--accumulate 2` on one GPU and `--gpus 2` rest on: in fp32, two ranks' averaged
+// gradients are bit for bit those of one process accumulating the same two halves. And with each of
+// the two ranks accumulating two micro-batches (its sums folded into each bucket before the
+// all-reduce), the ranks hold (q00/2 + q01/2)/2 + (q10/2 + q11/2)/2, bit for bit.
+TEST(AccumulationGpu, EqualsTwoRanksBitForBitInFp32) {
+  SKIP_WITHOUT_TWO_GPUS();
+  const Batch batch = make_batch(4 * kHalf);
+  // slice k of the 4 x kHalf images: rank r's micro-batch j is slice j * 2 + r (grad_accumulation.h)
+  std::vector<std::vector<float>> slice(4);
+  size_t n_weights = 0;
+  CUDA_CHECK(cudaSetDevice(0));
+  {
+    Replica one;
+    n_weights = one.net.params().weight_count();
+    for (int k = 0; k < 4; ++k) {
+      one.load_half(batch, k);
+      one.forward_backward();
+      slice[k] = float_gradients(one);
+    }
+  }
+  // plain two-rank step on slices 0 and 1, against one process accumulating them
+  const std::vector<std::vector<double>> plain = on_two_ranks<std::vector<double>>(
+      DataParallelConfig{0.5, 0.1, "", true, 60}, [&batch](DataParallel& dp, Replica& rep) {
+        rep.load_half(batch, dp.rank());
+        rep.forward_backward();
+        dp.check_step();
+        return rep.gradients_exact();
+      });
+  const std::vector<float> two = premul_sum({slice[0], slice[1]}, n_weights, DType::F32);
+  EXPECT_EQ(plain[0], std::vector<double>(two.begin(), two.end())) << "two ranks vs one process accumulating";
+  // each rank accumulating two micro-batches
+  const std::vector<std::vector<double>> accumulated = on_two_ranks<std::vector<double>>(
+      DataParallelConfig{0.5, 0.1, "", true, 60}, [&batch](DataParallel& dp, Replica& rep) {
+        GradAccumulation sums(rep.net.params(), 2);
+        dp.attach(rep.net.params(), rep.ctx.stream, &sums);
+        for (int j = 0; j < 2; ++j) {
+          const MicroBatch m{j, 2};
+          dp.begin_micro_batch(m);
+          rep.load_half(batch, j * 2 + dp.rank());
+          rep.forward_backward();
+          if (!m.last()) sums.add(m, rep.ctx.stream);
+        }
+        dp.check_step();
+        return rep.gradients_exact();
+      });
+  EXPECT_EQ(accumulated[0], accumulated[1]) << "the ranks hold different averaged gradients";
+  const std::vector<float> rank0 = premul_sum({slice[0], slice[2]}, n_weights, DType::F32);
+  const std::vector<float> rank1 = premul_sum({slice[1], slice[3]}, n_weights, DType::F32);
+  const std::vector<float> want = premul_sum({rank0, rank1}, n_weights, DType::F32);
+  EXPECT_EQ(accumulated[0], std::vector<double>(want.begin(), want.end()));
+}
+
+// The all-reduce's clock: every measured step of every rank is counted, the communication stream's
+// time on the buckets is positive, exposure is never negative, and the bytes are the plan's; int8
+// sends about half of what fp16 would and a quarter of fp32.
+TEST(DataParallelGpu, TheClockCountsEveryMeasuredStepOfEveryRank) {
+  SKIP_WITHOUT_TWO_GPUS();
+  for (const char* compression : {"none", "int8"}) {
+    const std::vector<CommReport> reports = on_two_ranks<CommReport>(
+        DataParallelConfig{0.5, 0.1, "", true, 60, compression}, [](DataParallel& dp, Replica& rep) {
+          const Batch batch = make_batch(2 * kHalf);
+          rep.load_half(batch, dp.rank());
+          rep.forward_backward();  // not measured
+          dp.check_step();
+          dp.measure_exposure(true);
+          for (int k = 0; k < 3; ++k) {
+            rep.forward_backward();
+            dp.check_step();
+          }
+          dp.measure_exposure(false);
+          rep.forward_backward();  // not measured
+          dp.check_step();
+          return dp.comm_report();
+        });
+    for (const CommReport& r : reports) {
+      ASSERT_EQ(r.ranks.size(), 2u) << compression;
+      EXPECT_EQ(r.world, 2);
+      EXPECT_GE(r.buckets, 3);
+      for (const RankComm& c : r.ranks) {
+        EXPECT_EQ(c.steps, 3) << compression;
+        EXPECT_GT(c.busy_ms, 0.0) << compression;
+        EXPECT_GE(c.exposed_ms, 0.0) << compression;
+        EXPECT_LT(c.exposed_ms, 10000.0) << compression;
+      }
+    }
+    const double fp32_bytes = 4.0 * 23.5e6;  // this test's network is fp32
+    if (std::string(compression) == "int8") {
+      EXPECT_LT(reports[0].bytes_per_step, 0.26 * fp32_bytes);
+      EXPECT_NE(reports[0].reduced_as.find("int8"), std::string::npos);
+    } else {
+      EXPECT_NEAR(reports[0].bytes_per_step, fp32_bytes, 0.02 * fp32_bytes);
+    }
   }
 }

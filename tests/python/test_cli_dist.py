@@ -74,6 +74,20 @@ class DistCli(TrainCli):
         self.assert_one_error_line(self.run_train("--gpus", "0"), 2, "--gpus")
         self.assert_one_error_line(self.run_train("--bucket-mb", "-1"), 2, "--bucket-mb")
         self.assert_one_error_line(self.run_train("--dist-timeout", "0"), 2, "--dist-timeout")
+        self.assert_one_error_line(self.run_train("--grad-compression", "powersgd"), 2, "--grad-compression",
+                                   "not none or int8")
+        self.assert_one_error_line(self.run_train("--accumulate", "0"), 2, "--accumulate")
+        self.assert_one_error_line(self.run_train("--last-bucket-mb", "-1"), 2, "--last-bucket-mb")
+        self.assert_one_error_line(self.run_train("--grad-compression", "int8", "--allreduce-dtype", "fp32"), 2,
+                                   "--allreduce-dtype fp32 and --grad-compression int8", "give one")
+
+    def test_more_ranks_than_int8_can_sum_exit_1_before_any_rank_waits(self):
+        # 128 ranks cannot sum int8 values: refused with one line, not after a rendezvous of 128.
+        env = {"WORLD_SIZE": "128", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29512"}
+        p, seconds = self.run_with_env(env, "--data", "synthetic", "--synthetic-size", "4096", "--batch", "32",
+                                       "--grad-compression", "int8")
+        self.assert_one_error_line(p, 1, "at most 127 ranks (this run has 128)")
+        self.assertLess(seconds, 30)
 
 
 # TrainCli's own tests run in test_cli.py; here only DistCli's.

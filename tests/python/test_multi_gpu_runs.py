@@ -4,12 +4,20 @@ or stopped makes the other stop within --dist-timeout with one line naming it; r
 different flags are refused with what differs; a checkpoint of two GPUs resumes on one at the same
 global batch, and says which --batch otherwise.
 
+Between machines (issue 40): two machines simulated on the two GPUs (each rank one GPU and
+LOCAL_RANK=0, NCCL on its socket transport over the loopback interface, as bench/scaling.py
+--transport network starts them) train, without compression, to the same per-step losses as
+`--gpus 2`, bit for bit, and report what their all-reduce cost; with --grad-compression int8 they
+send about half the bytes; and `--accumulate 2` on one GPU trains as `--gpus 2` does, bit for bit in
+an fp32 build (bin/train-fp32-nhwc, where built), to within fp16's rounding in bin/train.
+
 Every test needs two CUDA devices and skips otherwise, saying why. The runs are tiny (synthetic
 data, 32 images per GPU, 5 steps an epoch on two GPUs) and --deterministic (heuristic conv
 algorithms, no autotune search), a few seconds each on H100/H200s.
 """
 
 import json
+import math
 import os
 import re
 import signal
@@ -24,7 +32,10 @@ from tests.python import REPO
 from tests.python.test_cli import CRASH_SIGNS
 from tests.python.test_training_runs import no_gpu_reason
 
+from lib import ranks as bench_ranks  # bench/, on sys.path through tests/python/__init__.py
+
 TRAIN = REPO / "bin" / "train"
+TRAIN_FP32 = REPO / "bin" / "train-fp32-nhwc"  # `make bin/train-fp32-nhwc` (make sanitize-gpu builds it)
 SMALL = ["--data", "synthetic", "--synthetic-size", "320", "--batch", "32", "--seed", "7", "--no-eval",
          "--deterministic", "--dist-timeout", "20"]
 RUN_TIMEOUT_S = 300
@@ -81,13 +92,13 @@ class MultiGpuRuns(unittest.TestCase):
             self.assertNotIn(sign, p.stdout + p.stderr)
         return p
 
-    def start_ranks(self, per_rank_args):
-        """Two ranks as torchrun starts them; their output goes to files (read while they run)."""
-        port = str(free_port())
+    def start_ranks(self, per_rank_args, transport="local"):
+        """Two ranks as torchrun starts them (or as two machines: bench/lib/ranks.py); their output goes
+        to files (read while they run)."""
+        envs = bench_ranks.rank_environments(2, free_port(), dict(os.environ), transport)
         procs = []
         for rank, args in enumerate(per_rank_args):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=port)
+            env = envs[rank]
             out = open(self.dir / f"rank{rank}.out", "w")
             err = open(self.dir / f"rank{rank}.err", "w")
             self.addCleanup(out.close)
@@ -96,6 +107,17 @@ class MultiGpuRuns(unittest.TestCase):
             self.addCleanup(lambda p=p: p.poll() is None and (p.kill(), p.wait()))
             procs.append(p)
         return procs
+
+    def run_ranks(self, args, transport="local"):
+        """Two ranks with the same args, waited for; rank 0's stdout."""
+        procs = self.start_ranks([args, args], transport)
+        for p in procs:
+            p.wait(timeout=RUN_TIMEOUT_S)
+        errors = self.output(0, "err") + self.output(1, "err")
+        self.assertEqual([p.returncode for p in procs], [0, 0], errors)
+        for sign in CRASH_SIGNS:
+            self.assertNotIn(sign, errors)
+        return self.output(0)
 
     def output(self, rank, which="out"):
         return (self.dir / f"rank{rank}.{which}").read_text()
@@ -230,6 +252,92 @@ class MultiGpuRuns(unittest.TestCase):
         warnings = [line for line in two.stderr.splitlines() if "the checkpoint was made with" in line]
         self.assertEqual(warnings, ["warning: the checkpoint was made with --seed 7 --epochs 2; continuing with "
                                     "--seed 7 --epochs 3 changes the data order or learning rate"], two.stderr)
+
+    # ---- between machines (issue 40) -----------------------------------------------------------
+
+    def test_two_simulated_machines_train_as_gpus_2_bit_for_bit(self):
+        # Two epochs of 5 steps, the window over 4 of them: every step's loss (rank 0's slice), over
+        # NCCL's socket transport, equals --gpus 2's over NVLink (two ranks add in either order alike).
+        window = ["--epochs", "2", "--json", "--warmup-steps", "2", "--profile-steps", "4"]
+        local = self.run_gpus(*window, "--loss-log", self.dir / "gpus.log")
+        self.assertEqual(local.returncode, 0, local.stderr)
+        out = self.run_ranks([*window, "--loss-log", str(self.dir / "network.log")], transport="network")
+        self.assertEqual((self.dir / "network.log").read_text(), (self.dir / "gpus.log").read_text())
+        self.assertEqual(len((self.dir / "network.log").read_text().splitlines()), 10)
+        self.assertRegex(out, r"(?m)^nccl: NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 "
+                              r"NCCL_SOCKET_IFNAME=lo( |;|$)")
+        local_summary = [json.loads(line) for line in local.stdout.splitlines() if '"event":"summary"' in line][-1]
+        network = [json.loads(line) for line in out.splitlines() if '"event":"summary"' in line][-1]
+        for summary in (local_summary, network):
+            a = summary["allreduce"]
+            self.assertEqual(sorted(a["ranks"]), ["0", "1"])
+            for rank in a["ranks"].values():
+                self.assertEqual(rank["steps"], 4)
+                self.assertGreater(rank["busy_ms_per_step"], 0)
+                self.assertGreaterEqual(rank["exposed_ms_per_step"], 0)
+                self.assertGreater(rank["busbw_gbs"], 0)
+            self.assertGreater(a["bytes_per_step"], 40e6)  # ResNet-50's 47 MB of fp16 gradients
+        self.assertEqual(network["allreduce"]["nccl"]["NCCL_SOCKET_IFNAME"], "lo")
+        self.assertEqual(network["allreduce"]["bytes_per_step"], local_summary["allreduce"]["bytes_per_step"])
+        self.assertEqual(network["allreduce_exposed_ms_per_step"], network["allreduce"]["ranks"]["0"]["exposed_ms_per_step"])
+
+    def test_int8_compression_sends_half_the_bytes_and_trains(self):
+        window = ["--epochs", "2", "--json", "--warmup-steps", "2", "--profile-steps", "4"]
+        plain = self.run_ranks([*window, "--loss-log", str(self.dir / "plain.log")], transport="network")
+        int8 = self.run_ranks([*window, "--loss-log", str(self.dir / "int8.log"), "--grad-compression", "int8"],
+                              transport="network")
+        self.assertRegex(int8, r"(?m)^data parallel: 2 ranks .* in int8 with error feedback")
+        bytes_of = {name: [json.loads(line) for line in text.splitlines() if '"event":"summary"' in line][-1]
+                    ["allreduce"]["bytes_per_step"] for name, text in (("plain", plain), ("int8", int8))}
+        self.assertLess(bytes_of["int8"], 0.52 * bytes_of["plain"])
+        plain_losses = [float(line.split()[1]) for line in (self.dir / "plain.log").read_text().splitlines()]
+        int8_losses = [float(line.split()[1]) for line in (self.dir / "int8.log").read_text().splitlines()]
+        self.assertEqual(plain_losses[0], int8_losses[0])  # before any update: the same weights and images
+        for a, b in zip(plain_losses, int8_losses):
+            self.assertTrue(math.isfinite(b))
+            self.assertLess(abs(a - b), 0.5, (plain_losses, int8_losses))
+
+    def accumulate_against_gpus_2(self, binary):
+        """The per-step losses of `binary --gpus 2` and of `binary --accumulate 2` on one GPU."""
+        logs = {}
+        for name, extra in (("gpus", ["--gpus", "2"]), ("accumulate", ["--accumulate", "2"])):
+            log = self.dir / f"{name}.log"
+            p = subprocess.run([str(binary), *extra, *SMALL, "--epochs", "2", "--loss-log", str(log)], cwd=self.dir,
+                               capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            for sign in CRASH_SIGNS:
+                self.assertNotIn(sign, p.stdout + p.stderr)
+            if name == "accumulate":
+                self.assertIn("batch 64 (2 micro-batches of 32), 5 steps per epoch", p.stdout)
+            logs[name] = log.read_text()
+        self.assertEqual(len(logs["gpus"].splitlines()), 10)
+        return logs
+
+    def test_accumulate_2_on_one_gpu_trains_as_gpus_2_bit_for_bit_in_fp32(self):
+        if not TRAIN_FP32.exists():
+            self.skipTest("bin/train-fp32-nhwc is not built (make bin/train-fp32-nhwc): the bit-for-bit equality "
+                          "holds in fp32")
+        logs = self.accumulate_against_gpus_2(TRAIN_FP32)
+        self.assertEqual(logs["accumulate"], logs["gpus"])
+
+    def test_accumulate_2_on_one_gpu_trains_as_gpus_2_in_fp16_to_its_rounding(self):
+        # fp16 gradients: NCCL halves each rank's in fp16, accumulation sums them in fp32 and rounds
+        # once, so a rare gradient differs in its last bit and the losses drift apart slowly.
+        logs = self.accumulate_against_gpus_2(TRAIN)
+        gpus = [float(line.split()[1]) for line in logs["gpus"].splitlines()]
+        acc = [float(line.split()[1]) for line in logs["accumulate"].splitlines()]
+        self.assertEqual(gpus[0], acc[0])
+        for a, b in zip(gpus, acc):
+            self.assertLess(abs(a - b), 1e-2 * max(1.0, abs(a)), (gpus, acc))
+
+    def test_accumulation_on_two_gpus_takes_four_micro_batches_a_step(self):
+        p = self.run_gpus("--epochs", "1", "--accumulate", "2", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("once every 2 micro-batches", p.stdout)
+        self.assertIn("--batch 32 per GPU, 128 per step", p.stdout)
+        summary = [json.loads(line) for line in p.stdout.splitlines() if '"event":"summary"' in line][-1]
+        self.assertEqual((summary["global_batch"], summary["steps"], summary["accumulate"]), (128, 2, 2))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -1,7 +1,8 @@
 """The several-GPU bench scripts: bench/scaling.py (`make bench-scaling`) and bench/profile_ranks.py
-(`make profile GPUS=N`), and the all-reduce overlap read from an nsys kernel trace
-(nsys_summary.allreduce_time). Pure parts on hand-made data; the scripts end to end against fake
-nvidia-smi and fake trainer binaries (no GPU needed).
+(`make profile GPUS=N`), the ranks they start (lib/ranks.py: on one machine, or as machines
+simulated on it with NCCL on its socket transport), and the all-reduce overlap read from an nsys
+kernel trace (nsys_summary.allreduce_time). Pure parts on hand-made data; the scripts end to end
+against fake nvidia-smi and fake trainer binaries (no GPU needed).
 """
 
 import contextlib
@@ -18,20 +19,28 @@ from tests.python.fakes import FakeMachine, _write_executable
 
 import profile_ranks  # bench/, on sys.path through tests/python/__init__.py
 import scaling
-from lib import nsys_summary, runner
+from lib import nsys_summary, ranks, runner
 from lib.timeline import ProfileSummary, Stat
 
 # A trainer stand-in: its --json summary reports images/s that scale by 0.9 per added GPU for
 # bin/train and by 0.8 for bin/train-ddp-naive, and an exposed all-reduce time.
 FAKE_DDP_TRAINER = textwrap.dedent('''
-    import json, sys
+    import json, os, sys
     args = sys.argv[1:]
-    gpus = int(args[args.index("--gpus") + 1]) if "--gpus" in args else 1
+    gpus = int(args[args.index("--gpus") + 1]) if "--gpus" in args else int(os.environ.get("WORLD_SIZE", "1"))
     batch = int(args[args.index("--batch") + 1])
-    per_gpu = 1000.0 * ({factor} if gpus > 1 else 1.0)
-    print(json.dumps({{"event": "summary", "variant": "{variant}", "images_per_s": per_gpu * gpus,
-                      "ms_per_step": 1000.0 * batch / per_gpu, "allreduce_exposed_ms_per_step": 0.25 * (gpus > 1),
-                      "gpu": "NVIDIA H200", "date": "2026-11-24"}}))
+    if os.environ.get("RANK", "0") != "0":
+        sys.exit(0)  # a rank of several: rank 0 alone prints
+    network = os.environ.get("NCCL_P2P_DISABLE") == "1" and os.environ.get("LOCAL_RANK") == "0" and gpus > 1
+    per_gpu = 1000.0 * ({factor} if gpus > 1 else 1.0) * (0.5 if network else 1.0)
+    summary = {{"event": "summary", "variant": "{variant}", "images_per_s": per_gpu * gpus,
+                "ms_per_step": 1000.0 * batch / per_gpu, "allreduce_exposed_ms_per_step": 0.25 * (gpus > 1),
+                "gpu": "NVIDIA H200", "date": "2026-11-24"}}
+    if gpus > 1:
+        summary["allreduce"] = {{"bytes_per_step": 47.2e6, "reduced_as": "fp16", "buckets": 3,
+                                "ranks": {{"0": {{"steps": 100, "busy_ms_per_step": 12.5, "exposed_ms_per_step": 0.25,
+                                                "busbw_gbs": 3.776}}}}, "nccl": {{}}}}
+    print(json.dumps(summary))
 ''')
 
 # nsys as profile_ranks.py runs it: `profile` expands %q{{RANK}} from the rank's environment and writes
@@ -103,6 +112,33 @@ class ScalingTable(unittest.TestCase):
         self.assertEqual(two[-2:], ["--allreduce-dtype", "fp32"])
         self.assertEqual(two[two.index("--batch") + 1], "64")  # per GPU
 
+    def test_network_transport_starts_one_process_per_rank_without_gpus(self):
+        args = scaling.parse_args(["--transport", "network", "--socket-threads", "4", "--socks-per-thread", "4"])
+        two = scaling.command(Path("bin/train"), 2, args)
+        self.assertNotIn("--gpus", two)  # each rank is started on its own (lib/ranks.py)
+        self.assertEqual(args.sockets.environment(), {"NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "4"})
+        self.assertEqual(scaling.micro_batches(["--accumulate", "4"]), 4)
+        self.assertEqual(scaling.micro_batches(["--accumulate=2", "--lr", "0.1"]), 2)
+        self.assertEqual(scaling.micro_batches([]), 1)
+
+    def test_socket_settings_need_the_network_transport_and_nccls_limit(self):
+        for argv, message in ((["--socket-threads", "4"], "need --transport network"),
+                              (["--transport", "network", "--socket-threads", "0"], "between 1 and 64"),
+                              (["--transport", "network", "--socket-threads", "16", "--socks-per-thread", "8"],
+                               "at most 64")):
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), self.assertRaises(SystemExit):
+                scaling.parse_args(argv)
+            self.assertIn(message, err.getvalue(), argv)
+
+    def test_allreduce_columns_from_the_summary(self):
+        summary = {"images_per_s": 1800.0, "ms_per_step": 10.0, "allreduce_exposed_ms_per_step": 2.5,
+                   "allreduce": {"bytes_per_step": 23.6e6, "ranks": {"0": {"busbw_gbs": 4.5}}}}
+        point = scaling.make_point("train", 2, 128, [summary])
+        self.assertEqual((point.exposed_ms, point.mb_per_step, point.busbw_gbs), (2.5, 23.6, 4.5))
+        self.assertEqual(scaling.allreduce_of({"images_per_s": 1.0}), (None, None))
+        self.assertEqual(scaling.allreduce_of({"allreduce": {"bytes_per_step": None, "ranks": {}}}), (None, None))
+
     def test_efficiency_is_against_n_times_one_gpu_of_the_same_binary(self):
         def summary(ips, exposed=None):
             return {"images_per_s": ips, "ms_per_step": 10.0, "allreduce_exposed_ms_per_step": exposed}
@@ -113,9 +149,9 @@ class ScalingTable(unittest.TestCase):
         self.assertAlmostEqual(scaling.efficiency(points[1], points), 1925 / 2000)
         self.assertAlmostEqual(scaling.efficiency(points[3], points), 0.8)
         md = scaling.markdown(points)
-        self.assertIn("| train | 2 | 256 | 1,925 (1,900–1,950) | 962 | 96.2% | 10.00 | 0.250 |", md)
+        self.assertIn("| train | 2 | 256 | 1,925 (1,900–1,950) | 962 | 96.2% | 10.00 | 0.250 | — | — |", md)
         self.assertIn("1 of 2 runs failed: exit code 1", md)
-        self.assertIn("| train | 1 | 128 | 1,000 (990–1,010) | 1,000 | 100.0% | 10.00 | — |", md)
+        self.assertIn("| train | 1 | 128 | 1,000 (990–1,010) | 1,000 | 100.0% | 10.00 | — | — | — |", md)
 
 
 class Scripts(unittest.TestCase):
@@ -141,9 +177,40 @@ class Scripts(unittest.TestCase):
                                     "--out", str(out))
         self.assertEqual(p.returncode, 0, p.stderr)
         md = next(out.glob("scaling-nvidia-h200-*.md")).read_text()
-        self.assertIn("| train | 2 | 256 | 1,800 | 900 | 90.0% |", md)
+        self.assertIn("| train | 2 | 256 | 1,800 | 900 | 90.0% | 142.22 | 0.250 | 47.2 | 3.78 |", md)
         self.assertIn("| train-ddp-naive | 2 | 256 | 1,600 | 800 | 80.0% |", md)
+        self.assertIn("transport: local", md)
         self.assertTrue(next(out.glob("scaling-*.csv")).read_text().startswith("variant,GPUs,"))
+
+    def test_scaling_over_the_network_transport_end_to_end(self):
+        # The fake trainer halves its speed when started as a simulated machine (one rank of several,
+        # LOCAL_RANK=0, NCCL off peer-to-peer): the table must come from such ranks.
+        self.gpus(2)
+        self.fake_binary("train", 0.9)
+        out = Path(self.tmp.name) / "results"
+        p = self.machine.run_script("scaling.py", "--variants", "train", "--runs", "1", "--transport", "network",
+                                    "--socket-threads", "2", "--bin-dir", str(self.machine.bin_dir), "--out", str(out))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        md = next(out.glob("scaling-network-nvidia-h200-*.md")).read_text()
+        self.assertIn("| train | 2 | 256 | 900 | 450 | 45.0% |", md)
+        self.assertIn("transport: network", md)
+        self.assertIn("NCCL_SOCKET_NTHREADS=2, NCCL_NSOCKS_PERTHREAD=default", md)
+
+    def test_scaling_over_the_network_names_the_rank_that_failed(self):
+        self.gpus(2)
+        _write_executable(self.machine.bin_dir / "train", f"#!{sys.executable}\n" + textwrap.dedent('''
+            import json, os, sys
+            if os.environ.get("RANK") == "1":
+                print("error: rank 1: NCCL failed", file=sys.stderr)
+                sys.exit(1)
+            print(json.dumps({"event": "summary", "images_per_s": 1000.0, "ms_per_step": 100.0,
+                              "gpu": "NVIDIA H200", "date": "2026-11-24"}))
+            '''))
+        out = Path(self.tmp.name) / "results"
+        p = self.machine.run_script("scaling.py", "--variants", "train", "--runs", "1", "--transport", "network",
+                                    "--bin-dir", str(self.machine.bin_dir), "--out", str(out))
+        self.assertEqual(p.returncode, 0, p.stderr)  # one GPU ran
+        self.assertIn("| train | 2 | 256 | failed: rank 1: error: rank 1: NCCL failed |", p.stdout)
 
     def test_scaling_with_every_run_failed_says_so_as_the_other_tools_do_and_writes_nothing(self):
         self.gpus(2)
@@ -214,6 +281,44 @@ class Scripts(unittest.TestCase):
         self.assertIn("nsys not found", p.stderr)
 
 
+class RankEnvironments(unittest.TestCase):
+    def test_network_ranks_are_machines_of_one_gpu_on_the_socket_transport(self):
+        envs = ranks.rank_environments(2, 29601, {"PATH": "/bin"}, "network", ranks.SocketSettings(4, 8))
+        self.assertEqual([e["RANK"] for e in envs], ["0", "1"])
+        self.assertEqual([e["LOCAL_RANK"] for e in envs], ["0", "0"])  # each "machine" shows one GPU
+        self.assertEqual([e["CUDA_VISIBLE_DEVICES"] for e in envs], ["0", "1"])
+        for e in envs:
+            self.assertEqual((e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], e["MASTER_ADDR"], e["MASTER_PORT"]),
+                             ("2", "1", "127.0.0.1", "29601"))
+            self.assertEqual((e["NCCL_P2P_DISABLE"], e["NCCL_SHM_DISABLE"], e["NCCL_SOCKET_IFNAME"]), ("1", "1", "lo"))
+            self.assertEqual((e["NCCL_IB_DISABLE"], e["NCCL_NVLS_ENABLE"]), ("1", "0"))
+            self.assertEqual((e["NCCL_SOCKET_NTHREADS"], e["NCCL_NSOCKS_PERTHREAD"]), ("4", "8"))
+
+    def test_the_users_choices_are_kept_where_they_make_sense(self):
+        base = {"CUDA_VISIBLE_DEVICES": "2,3", "NCCL_IB_DISABLE": "0", "NCCL_NVLS_ENABLE": "1"}
+        envs = ranks.rank_environments(2, 1, base, "network")
+        self.assertEqual([e["CUDA_VISIBLE_DEVICES"] for e in envs], ["2", "3"])  # the GPUs the user showed
+        self.assertEqual({e["NCCL_IB_DISABLE"] for e in envs}, {"0"})
+        self.assertEqual({e["NCCL_NVLS_ENABLE"] for e in envs}, {"1"})
+        self.assertNotIn("NCCL_SOCKET_NTHREADS", envs[0])  # NCCL's default
+        local = ranks.rank_environments(2, 1, {"PATH": "/bin"})
+        self.assertEqual([e["LOCAL_RANK"] for e in local], ["0", "1"])
+        self.assertNotIn("NCCL_P2P_DISABLE", local[0])
+        self.assertNotIn("CUDA_VISIBLE_DEVICES", local[0])
+        with self.assertRaises(ValueError):
+            ranks.rank_environments(2, 1, {}, "infiniband")
+
+    def test_ranks_as_one_run(self):
+        ok = runner.RunOutput(0, "summary\n", "", 10)
+        failed = runner.RunOutput(1, "", "warning: x\nerror: rank 1: stopping\n", 10)
+        self.assertIs(ranks.as_one_run([ok, runner.RunOutput(0, "", "", 10)]), ok)
+        one = ranks.as_one_run([ok, failed])
+        self.assertEqual((one.returncode, one.stdout), (1, "summary\n"))
+        self.assertEqual(runner.last_line(one.stderr), "rank 1: error: rank 1: stopping")
+        hung = ranks.as_one_run([ok, runner.RunOutput(None, "", "", 10)])
+        self.assertIsNone(hung.returncode)
+
+
 class ProfileRanks(unittest.TestCase):
     def test_each_rank_gets_torchruns_variables(self):
         envs = profile_ranks.rank_environments(2, 29600, {"PATH": "/bin"})
@@ -231,6 +336,9 @@ class ProfileRanks(unittest.TestCase):
         self.assertEqual(cmd[cmd.index("-o") + 1], "/tmp/p/train-2gpu_%q{RANK}")
         self.assertIn("bin/train", cmd)
         self.assertEqual(cmd[-2:], ["--bucket-mb", "50"])
+        network = profile_ranks.parse_args(["--gpus", "2", "--out", "/tmp/p", "--transport", "network"])
+        cmd = profile_ranks.profile_command(Path("/usr/bin/nsys"), Path("bin/train"), network)
+        self.assertEqual(cmd[cmd.index("-o") + 1], "/tmp/p/train-2gpu-network_%q{RANK}")
 
     def test_a_bad_cell_in_a_ranks_gpu_trace_is_one_line_naming_the_file(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -111,6 +111,14 @@ class TrainingRuns:
             self.assertTrue(0 < loss < 100, f"{path}: implausible loss in {line!r}")
         return text
 
+    def test_accumulate_trains_micro_batches_a_step(self):
+        # 320 images, 2 micro-batches of 32 a step: 5 steps an epoch, the loss log one line a step.
+        log = self.dir / "acc.log"
+        p = self.run_train("--epochs", "2", "--accumulate", "2", "--loss-log", log, "--json")
+        self.loss_log(log, 0, 10)
+        summary = [json.loads(line) for line in p.stdout.splitlines() if line.startswith('{"event":"summary"')][-1]
+        self.assertEqual((summary["steps"], summary["accumulate"]), (10, 2))
+
     # ---- (a) a signal stops the run with a checkpoint ------------------------------------------
 
     def check_signal_stops_and_saves(self, sig):
@@ -406,6 +414,20 @@ class GraphRuns:
         self.assertNotIn("step graph: captured", eager_out)
         self.assertEqual(runs["graph"][1], runs["eager"][1], "the graph changed the per-step losses (first: graph)")
         self.assertEqual(runs["graph"][2], runs["eager"][2], "the graph changed the test loss or accuracy")
+
+    def test_accumulation_replays_a_graph_per_kind_of_micro_batch_bit_for_bit(self):
+        # --accumulate 3: the first micro-batch (it records the loss), the middle one and the last (the
+        # optimizer step) each have a graph of their own; 3 steps an epoch, 3 epochs with evaluations.
+        with_eval = [a for a in SMALL if a != "--no-eval"]
+        logs = {}
+        for name, extra in (("graph", []), ("eager", ["--no-cuda-graph"])):
+            log = self.dir / f"{name}.log"
+            p = self.run_train(*with_eval, "--epochs", "3", "--accumulate", "3", "--loss-log", log, *extra, small=False)
+            logs[name] = self.loss_log(log, 0, 9)
+            if name == "graph":
+                # each of the three graphs captured (later captures may update them without a line)
+                self.assertGreaterEqual(len(re.findall(r"(?m)^step graph: captured at step 2,", p.stdout)), 3, p.stdout)
+        self.assertEqual(logs["graph"], logs["eager"], "the graphs changed the per-step losses (first: graph)")
 
 
 class Train(GraphRuns, TrainingRuns, unittest.TestCase):

@@ -55,6 +55,18 @@ TEST(DataParallelSetup, FlagsThatShapeTheComputationDiffer) {
   o.allreduce_dtype = "fp32";
   EXPECT_NE(differences(f0, run_fingerprint(kTrain, o, 2, d, norm(), nullptr)).find("--allreduce-dtype"), std::string::npos);
   o = base;
+  o.grad_compression = "int8";
+  EXPECT_EQ(differences(f0, run_fingerprint(kTrain, o, 2, d, norm(), nullptr)),
+            "--grad-compression is 'none' on rank 0 but 'int8' on rank 1");
+  o = base;
+  o.last_bucket_mb = 1;
+  EXPECT_EQ(differences(f0, run_fingerprint(kTrain, o, 2, d, norm(), nullptr)),
+            "--last-bucket-mb is '0' on rank 0 but '1' on rank 1");
+  o = base;
+  o.accumulate = 4;
+  EXPECT_EQ(differences(f0, run_fingerprint(kTrain, o, 2, d, norm(), nullptr)),
+            "--accumulate is '1' on rank 0 but '4' on rank 1");
+  o = base;
   o.batch = 64;
   EXPECT_NE(differences(f0, run_fingerprint(kTrain, o, 2, d, norm(), nullptr)).find("--batch"), std::string::npos);
   o = base;
@@ -101,11 +113,14 @@ TEST(DataParallelSetup, BuildDataAndCheckpointDiffer) {
 TEST(DataParallelSetup, GlobalBatchRuleOfAResume) {
   CheckpointMeta saved;
   saved.batch = 256;  // 2 GPUs x 128
-  EXPECT_NO_THROW(check_global_batch(saved, 128, 2, "a.ckpt"));
-  EXPECT_NO_THROW(check_global_batch(saved, 64, 4, "a.ckpt"));
-  EXPECT_NO_THROW(check_global_batch(saved, 256, 1, "a.ckpt"));
+  EXPECT_NO_THROW(check_global_batch(saved, 128, 2, 1, "a.ckpt"));
+  EXPECT_NO_THROW(check_global_batch(saved, 64, 4, 1, "a.ckpt"));
+  EXPECT_NO_THROW(check_global_batch(saved, 256, 1, 1, "a.ckpt"));
+  // micro-batches count as GPUs do: 2 GPUs x 2 micro-batches of 64 is a step of 256
+  EXPECT_NO_THROW(check_global_batch(saved, 64, 2, 2, "a.ckpt"));
+  EXPECT_NO_THROW(check_global_batch(saved, 128, 1, 2, "a.ckpt"));
   try {
-    check_global_batch(saved, 128, 4, "a.ckpt");
+    check_global_batch(saved, 128, 4, 1, "a.ckpt");
     FAIL() << "a global batch of 512 was accepted for a checkpoint of 256";
   } catch (const InputError& e) {
     const std::string m = e.what();
@@ -113,10 +128,19 @@ TEST(DataParallelSetup, GlobalBatchRuleOfAResume) {
     EXPECT_NE(m.find("resume with --batch 64 on 4 GPUs"), std::string::npos) << m;
   }
   try {
-    check_global_batch(saved, 100, 3, "a.ckpt");
+    check_global_batch(saved, 100, 3, 1, "a.ckpt");
     FAIL();
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("number of GPUs that divides it"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("number of GPUs (times --accumulate) that divides it"), std::string::npos)
+        << e.what();
+  }
+  try {
+    check_global_batch(saved, 128, 2, 2, "a.ckpt");
+    FAIL() << "2 GPUs x 2 micro-batches of 128 were accepted for a checkpoint of 256 images a step";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("this run has 128 x 2 x 2 = 512"), std::string::npos) << m;
+    EXPECT_NE(m.find("resume with --batch 64 on 2 GPUs with --accumulate 2"), std::string::npos) << m;
   }
 }
 
@@ -124,12 +148,16 @@ TEST(DataParallelSetup, ConfigFromFlagsAndBuild) {
   Options o;
   o.bucket_mb = 5;
   o.allreduce_dtype = "fp16";
+  o.grad_compression = "int8";
+  o.last_bucket_mb = 2;
   o.dist_timeout = 12;
   BuildSettings naive = kTrain;
   naive.ddp_overlap = false;
   const DataParallelConfig c = data_parallel_config(naive, o);
   EXPECT_EQ(c.bucket_mb, 5);
   EXPECT_EQ(c.reduce_type, "fp16");
+  EXPECT_EQ(c.compression, "int8");
+  EXPECT_EQ(c.last_bucket_mb, 2);
   EXPECT_EQ(c.timeout_s, 12);
   EXPECT_FALSE(c.overlap);
   EXPECT_TRUE(data_parallel_config(kTrain, o).overlap);

@@ -60,7 +60,7 @@ const std::vector<std::string> kFlags = {
     "--no-fuse", "--no-cuda-graph", "--loss-scale",
     "--loss-scale-window", "--warmup-steps", "--profile-steps", "--trace", "--progress-every", "--json",
     "--loss-log", "--sample-png", "--save", "--save-every", "--resume", "--gpus", "--bucket-mb",
-    "--allreduce-dtype", "--dist-timeout", "--help"};
+    "--last-bucket-mb", "--allreduce-dtype", "--grad-compression", "--accumulate", "--dist-timeout", "--help"};
 
 TEST(Options, DefaultsWithoutFlags) {
   const Options o = parse({}), d;
@@ -412,6 +412,30 @@ TEST(Options, LrScalingFlags) {
   EXPECT_DOUBLE_EQ(o.warmup_cap, 5.0);
   EXPECT_HAS(usage_error({"--warmup-cap", "-1"}), "--warmup-cap");
   EXPECT_HAS(usage_error({"--no-lr-scaling=yes"}), "--no-lr-scaling");
+}
+
+TEST(Options, CompressionAndAccumulation) {
+  const Options d = parse({});
+  EXPECT_EQ(d.grad_compression, "none");
+  EXPECT_EQ(d.accumulate, 1);
+  EXPECT_EQ(d.last_bucket_mb, 0);
+  EXPECT_EQ(parse({"--last-bucket-mb", "1.5"}).last_bucket_mb, 1.5);
+  EXPECT_THROW(parse({"--last-bucket-mb", "-1"}), UsageError);
+  const Options o = parse({"--grad-compression", "int8", "--accumulate", "4"});
+  EXPECT_EQ(o.grad_compression, "int8");
+  EXPECT_EQ(o.accumulate, 4);
+  EXPECT_THROW(parse({"--grad-compression", "powersgd"}), UsageError);
+  EXPECT_THROW(parse({"--accumulate", "0"}), UsageError);
+  EXPECT_THROW(parse({"--accumulate", "2.5"}), UsageError);
+  // both choose what the weight gradients are reduced in
+  try {
+    parse({"--grad-compression", "int8", "--allreduce-dtype", "fp32"});
+    FAIL() << "--grad-compression int8 with --allreduce-dtype fp32 was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "--allreduce-dtype fp32 and --grad-compression int8 both choose what the weight gradients "
+                           "are reduced in: give one");
+  }
+  EXPECT_NO_THROW(parse({"--grad-compression", "none", "--allreduce-dtype", "fp32"}));
 }
 
 const FusedPattern kEveryPattern[] = {FusedPattern::ConvStats,     FusedPattern::SbrConvStats, FusedPattern::SbrWgrad,
