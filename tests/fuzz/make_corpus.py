@@ -14,12 +14,13 @@ def idx_pair(n):
     return images, labels
 
 
-def checkpoint(params, running):
+def checkpoint(params, running, ema=False):
+    """Format version 1, or with `ema` version 2 (the weight average of --ema after the others)."""
     header = (f"precision=fp32\nlayout=NCHW\nmodel=resnet50-cifar\nmodel_signature=42\nparams={params}\n"
               f"running={running}\ndata=synthetic\nbatch=8\nepochs=1\nseed=0\nstep=3\nepoch=0\nstep_in_epoch=3\n"
-              f"loss_scale=0x1p+0\ngood_steps=0\nskipped_steps=0\n").encode()
-    body = b"RN50CKPT" + struct.pack("<II", 1, len(header)) + header
-    for count in (params, params, running):
+              f"loss_scale=0x1p+0\ngood_steps=0\nskipped_steps=0\n" + ("ema_decay=0x1p-1\n" if ema else "")).encode()
+    body = b"RN50CKPT" + struct.pack("<II", 2 if ema else 1, len(header)) + header
+    for count in (params, params, running) + ((params,) if ema else ()):
         body += struct.pack("<Q", count) + struct.pack(f"<{count}f", *[0.5 * i for i in range(count)])
     return body + struct.pack("<I", zlib.crc32(body))
 
@@ -29,7 +30,7 @@ def main(out):
         "cifar10": [bytes([0]) + bytes([3]) + bytes(range(256)) * 12, bytes([1]) + (bytes([9]) + bytes(3072)) * 2],
         "idx": [],
         "gunzip": [gzip.compress(b"hello fuzz" * 50), gzip.compress(bytes(range(256)) * 8)],
-        "checkpoint": [checkpoint(4, 2), checkpoint(0, 0)],
+        "checkpoint": [checkpoint(4, 2), checkpoint(0, 0), checkpoint(4, 2, ema=True)],
         "autotune_cache": [b"resnet-trainer autotune cache v2\n[gpu=X;cudnn=91400;precision=fp16;layout=NHWC]\n"
                            b"n8.c64.h32.w32.k64.r3.s1.p1 fwd=1/1/0/0.5 bwd_data=1/1/0/0.25 bwd_filter=0/0/4096/-1\n"
                            b"n8.c64.h32.w32.k64.r1.s1.p0 fwd=eng62_k2=4_k25=1/0/0/0.5 bwd_data=eng67/0/0/0.25 "
