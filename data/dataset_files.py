@@ -134,7 +134,7 @@ def idx_count(ipath: Path, img: bytes, lpath: Path, lab: bytes) -> int:
 def read_cifar_batch(path: Path) -> bytes:
     """A CIFAR-10 batch file's bytes, checked: whole records (a label byte, then the R, G and B planes of
     32x32), every label 0..9. Any whole number of records, not only bin/train's 10,000:
-    tests/data/test_image_folder.cpp exports files of 10."""
+    tests/data/test_data_folder_export.cpp exports files of 10."""
     data = read_file(path)
     if not data or len(data) % CIFAR_RECORD:
         raise DataError(f"{path}: {len(data):,} bytes, expected a whole number of {CIFAR_RECORD}-byte records "

@@ -207,7 +207,7 @@ class TrainCli(CliAssertions, unittest.TestCase):
     def test_skip_bad_images_looks_for_the_gpu_before_decoding_every_file(self):
         # --skip-bad-images decodes every file at start to find those that do not decode (issue 38):
         # long work, done only once the GPU is there. Which files it leaves out, and its warning, are
-        # tested on the reader (ImageFolder.SkipBadImages* in tests/data/test_image_folder.cpp).
+        # tested on the reader (ImageFolder.SkipBadImages* in tests/data/test_image_folder_bad_files.cpp).
         root = self.write_folder(truncate="dog/rgb.png")
         p = self.run_train("--data", "folder", "--data-dir", str(root), "--batch", "2", "--skip-bad-images")
         self.assert_one_error_line(p, 1, "no CUDA device")
