@@ -3,15 +3,15 @@ a rank started by a launcher whose other ranks never come, and launcher variable
 or contradictory. Each ends with exactly one "error: ..." line and the right exit code, within 30 s
 (the rendezvous timeout is minutes: a rank must not wait for peers on a machine that cannot run it).
 
-Like test_cli.py, the runs hide the GPU (CUDA_VISIBLE_DEVICES=""), so they behave the same on a
-machine with one.
+Like the other command-line tests of bin/train (cli_harness.py), the runs hide the GPU
+(CUDA_VISIBLE_DEVICES=""), so they behave the same on a machine with one.
 """
 
 import os
 import time
 import unittest
 
-from tests.python.test_cli import TRAIN, TrainCli
+from tests.python.cli_harness import TRAIN, TrainCliHarness
 
 SMALL = ["--data", "synthetic", "--synthetic-size", "256", "--batch", "32"]
 LAUNCH_VARIABLES = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
@@ -20,8 +20,8 @@ LAUNCH_VARIABLES = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", 
 
 
 @unittest.skipUnless(TRAIN.exists(), f"{TRAIN} is not built (make bin/train)")
-class DistCli(TrainCli):
-    """Reuses TrainCli's scratch directory and checks; its own tests are not run again here."""
+class DistCli(TrainCliHarness, unittest.TestCase):
+    """Reuses the harness of bin/train's command-line tests: its scratch directory and checks."""
 
     def run_with_env(self, env, *args):
         saved = {k: os.environ.get(k) for k in LAUNCH_VARIABLES}
@@ -89,10 +89,6 @@ class DistCli(TrainCli):
         self.assert_one_error_line(p, 1, "at most 127 ranks (this run has 128)")
         self.assertLess(seconds, 30)
 
-
-# TrainCli's own tests run in test_cli.py; here only DistCli's.
-for _name in [n for n in dir(TrainCli) if n.startswith("test_")]:
-    setattr(DistCli, _name, None)
 
 if __name__ == "__main__":
     unittest.main()

@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from tests.python import REPO
-from tests.python.test_cli import CliAssertions
+from tests.python.cli_harness import CliAssertions
 
 LAB = REPO / "bin" / "kernel_lab"
 FLAGS = ["--batch", "--check-batch", "--runs", "--shapes", "--only", "--formats", "--autotune", "--no-check",

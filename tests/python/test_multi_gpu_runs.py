@@ -29,7 +29,7 @@ import unittest
 from pathlib import Path
 
 from tests.python import REPO
-from tests.python.test_cli import CRASH_SIGNS
+from tests.python.cli_harness import CRASH_SIGNS
 from tests.python.test_training_runs import no_gpu_reason
 
 from lib import ranks as bench_ranks  # bench/, on sys.path through tests/python/__init__.py

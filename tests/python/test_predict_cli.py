@@ -20,8 +20,7 @@ from pathlib import Path
 
 from tests.python import REPO
 from tests.python.predict_samples import PREDICT, UNIT_TESTS, samples
-from tests.python import test_cli  # the module, not its test class: that would run its tests here too
-from tests.python.test_cli import CRASH_SIGNS
+from tests.python.cli_harness import CRASH_SIGNS, CliAssertions
 
 FLAGS = ["--checkpoint", "--data", "--data-dir", "--synthetic-size", "--skip-bad-images", "--cache-decoded", "--split",
          "--batch", "--out", "--top-k", "--features", "--features-dtype", "--export", "--workers", "--deterministic",
@@ -51,7 +50,7 @@ class PredictCliBase(unittest.TestCase):
         self.assertGreaterEqual(p.returncode, 0, f"killed by signal {-p.returncode}: {args}")
         return p
 
-    assert_one_error_line = test_cli.TrainCli.assert_one_error_line  # the same contract as bin/train's
+    assert_one_error_line = CliAssertions.assert_one_error_line  # the same contract as bin/train's
 
     def assert_no_outputs(self):
         left = sorted(p.name for p in self.dir.iterdir() if p.suffix in (".csv", ".npy", ".png", ".tmp", ".json",

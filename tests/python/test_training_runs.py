@@ -31,7 +31,7 @@ import unittest
 from pathlib import Path
 
 from tests.python import REPO
-from tests.python.test_cli import CRASH_SIGNS
+from tests.python.cli_harness import CRASH_SIGNS
 
 # 320 synthetic images at batch 32: 10 steps an epoch. --epochs fixes the learning-rate schedule, so
 # every run of one test passes the same value (a resume warns when it differs).
