@@ -7,8 +7,9 @@
 // in epochs, grows in the same proportion (the same number of warm-up steps, now over more images
 // each), up to --warmup-cap epochs and never below --warmup-epochs: a larger rate wants its ramp.
 //
-// The rule applies on several GPUs (world > 1) unless --no-lr-scaling; one GPU takes the flags as
-// given, whatever its --batch (as before the rule). A checkpoint records whether its run was scaled,
+// The rule applies wherever a step is made of several batches: on several GPUs, or with --accumulate
+// (N micro-batches a step, a global batch N times --batch x GPUs, trained as N GPUs train it), unless
+// --no-lr-scaling; one GPU without accumulation takes the flags as given, whatever its --batch. A checkpoint records whether its run was scaled,
 // and a resume keeps that on any number of GPUs: the checkpoint fixes the global batch, so the rates
 // go on as they were (one written before the rule was a run not scaled).
 #pragma once
@@ -27,10 +28,10 @@ LrPlan linear_lr_scaling(const LrPlan& base, int global_batch, double warmup_cap
 
 // Why the schedule is what it is.
 enum class LrScaling {
-  Scaled,         // the linear rule (several GPUs, or the resume of a run that was)
+  Scaled,         // the linear rule (several GPUs or micro-batches, or the resume of a run that was)
   OneGpu,         // one GPU: the flags as given
   Off,            // --no-lr-scaling: the flags as given
-  AsCheckpointed  // the resume of a run that was not scaled, now on several GPUs: as given, as it was
+  AsCheckpointed  // the resume of a run that was not scaled, now in several parts: as given, as it was
 };
 
 struct LrChoice {
@@ -41,13 +42,14 @@ struct LrChoice {
 };
 
 // The schedule of a run with `flags` (--lr, --min-lr, --warmup-epochs), `global_batch` images a step
-// on `world` ranks. `resumed_scaled`: whether the checkpoint resumed was scaled (nullptr: a fresh run).
-LrChoice choose_lr(const LrPlan& flags, int global_batch, int world, bool scaling_on, double warmup_cap,
+// made of `parts` batches (ranks x micro-batches). `resumed_scaled`: whether the checkpoint resumed was
+// scaled (nullptr: a fresh run).
+LrChoice choose_lr(const LrPlan& flags, int global_batch, int parts, bool scaling_on, double warmup_cap,
                    const bool* resumed_scaled);
 
 // The start line, e.g. "lr: 0.08 for global batch 512 (0.02 x 512/128), warm-up 2 epochs".
 std::string lr_line(const LrChoice& c);
-// Whether the run prints that line: on several GPUs, and wherever the rule scaled the rates.
-bool lr_line_shown(const LrChoice& c, int world);
+// Whether the run prints that line: in several parts (GPUs, micro-batches), and wherever the rule scaled.
+bool lr_line_shown(const LrChoice& c, int parts);
 // "" when `used` is the schedule a checkpoint recorded; else what changes, for a warning on resume.
 std::string lr_resume_difference(const LrPlan& recorded, const LrPlan& used);

@@ -27,15 +27,15 @@ LrPlan linear_lr_scaling(const LrPlan& base, int global_batch, double warmup_cap
   return {base.peak * k, base.min * k, warmup};
 }
 
-LrChoice choose_lr(const LrPlan& flags, int global_batch, int world, bool scaling_on, double warmup_cap,
+LrChoice choose_lr(const LrPlan& flags, int global_batch, int parts, bool scaling_on, double warmup_cap,
                    const bool* resumed_scaled) {
-  const bool rule_applies = resumed_scaled ? *resumed_scaled : world > 1;  // this run is (or was) one the rule scales
+  const bool rule_applies = resumed_scaled ? *resumed_scaled : parts > 1;  // this run is (or was) one the rule scales
   LrChoice c;
   c.base = c.used = flags;
   c.global_batch = global_batch;
-  if (!scaling_on) c.how = world > 1 || rule_applies ? LrScaling::Off : LrScaling::OneGpu;
+  if (!scaling_on) c.how = parts > 1 || rule_applies ? LrScaling::Off : LrScaling::OneGpu;
   else if (rule_applies) c.how = LrScaling::Scaled;
-  else c.how = world > 1 ? LrScaling::AsCheckpointed : LrScaling::OneGpu;
+  else c.how = parts > 1 ? LrScaling::AsCheckpointed : LrScaling::OneGpu;
   if (c.scaled()) c.used = linear_lr_scaling(flags, global_batch, warmup_cap);
   return c;
 }
@@ -54,7 +54,7 @@ std::string lr_line(const LrChoice& c) {
          "), warm-up " + epochs_text(c.used.warmup_epochs);
 }
 
-bool lr_line_shown(const LrChoice& c, int world) { return world > 1 || c.scaled(); }
+bool lr_line_shown(const LrChoice& c, int parts) { return parts > 1 || c.scaled(); }
 
 std::string lr_resume_difference(const LrPlan& recorded, const LrPlan& used) {
   if (recorded.peak == used.peak && recorded.min == used.min && recorded.warmup_epochs == used.warmup_epochs) return "";

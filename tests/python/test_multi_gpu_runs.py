@@ -309,6 +309,8 @@ class MultiGpuRuns(unittest.TestCase):
                 self.assertNotIn(sign, p.stdout + p.stderr)
             if name == "accumulate":
                 self.assertIn("batch 64 (2 micro-batches of 32), 5 steps per epoch", p.stdout)
+            # the same rate on both: the rule counts micro-batches as it counts GPUs
+            self.assertIn("lr: 0.01 for global batch 64 (0.02 x 64/128), warm-up 1 epoch", p.stdout)
             logs[name] = log.read_text()
         self.assertEqual(len(logs["gpus"].splitlines()), 10)
         return logs
@@ -335,6 +337,7 @@ class MultiGpuRuns(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("once every 2 micro-batches", p.stdout)
         self.assertIn("--batch 32 per GPU, 128 per step", p.stdout)
+        self.assertIn("lr: 0.02 for global batch 128 (0.02 x 128/128), warm-up 1 epoch", p.stdout)
         summary = [json.loads(line) for line in p.stdout.splitlines() if '"event":"summary"' in line][-1]
         self.assertEqual((summary["global_batch"], summary["steps"], summary["accumulate"]), (128, 2, 2))
 

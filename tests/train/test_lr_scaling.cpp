@@ -38,6 +38,10 @@ TEST(ChooseLr, SeveralGpusScaleOneGpuKeepsTheFlags) {
     expect_plan(c.used, 0.02 * world, 0.0, 2.0);
     expect_plan(c.base, 0.02, 0.0, 1.0);
   }
+  // --accumulate 2 on one GPU is a step of two batches, as --gpus 2 is: scaled the same.
+  const LrChoice acc = choose_lr(kRecipe, 256, 2, true, 2.0, nullptr);
+  EXPECT_EQ(acc.how, LrScaling::Scaled);
+  expect_plan(acc.used, 0.04, 0.0, 2.0);
   // One GPU, whatever its batch: the flags as given, as before the rule.
   for (int batch : {64, 128, 512}) {
     const LrChoice c = choose_lr(kRecipe, batch, 1, true, 2.0, nullptr);
