@@ -199,10 +199,8 @@ __global__ void __launch_bounds__(kThreads) apply_backward(BackwardApply a, Shap
 }  // namespace trainer_kernels
 using namespace trainer_kernels;
 
-// Over 60 lines: reduce, finalize and apply of both BNs (and the identity shortcut) in the order
-// the data flows, kept together so the three launches read as one backward pass.
-void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* scratch, cudaStream_t stream) {
-  check_supported(s, t, l);
+// The combinations of BnBackwardArgs the kernels implement; anything else is a caller's bug.
+static void check_backward_args(const BnBackwardArgs& a) {
   const bool dual = a.x2 != nullptr, dres = a.dres != nullptr;
   if (a.relu == ReluMask::FromOutput && !a.y) throw Fatal("bn_backward: a ReLU mask from the output needs y");
   if (a.relu == ReluMask::FromBits && !a.relu_bits) throw Fatal("bn_backward: a ReLU mask from bits needs relu_bits");
@@ -211,6 +209,14 @@ void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* sc
   if (dual && dres) throw Fatal("bn_backward: a block has either a projection or an identity shortcut");
   if (a.dy2 && dres && a.dres != a.dy)
     throw Fatal("bn_backward: with dy in two parts, dres must be dy's buffer (the reduction writes dz there)");
+}
+
+// Over 60 lines: reduce, finalize and apply of both BNs (and the identity shortcut) in the order
+// the data flows, kept together so the three launches read as one backward pass.
+void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* scratch, cudaStream_t stream) {
+  check_supported(s, t, l);
+  check_backward_args(a);
+  const bool dual = a.x2 != nullptr, dres = a.dres != nullptr;
   dispatch(t, l, [&]<class T, Layout L>() {
     const ReduceGrid g = reduce_grid<T>(s, L);
     auto reduce = [&]<ReluMask kMask, bool kDual>() {
