@@ -1,8 +1,6 @@
 // The fusion planner (fusion_planner.h).
 #include "model/fusion_planner.h"
 
-#include "core/check.h"
-
 float total_ms(std::initializer_list<float> parts) {
   float t = 0;
   for (float p : parts) {
@@ -19,10 +17,9 @@ class FusionPlanner::PassTimer {
   PassTimer(size_t largest, DType t, Layout l, float* bn_scratch, cudaStream_t stream)
       : t_(t), l_(l), bn_scratch_(bn_scratch), stream_(stream) {
     const size_t es = dtype_size(t);
-    tx_ = DeviceBuffer(largest * es, "fusion timing");
-    ty_ = DeviceBuffer(largest * es, "fusion timing");
-    tv_ = DeviceBuffer(9 * kWidest * sizeof(float), "fusion timing");
-    for (DeviceBuffer* d : {&tx_, &ty_, &tv_}) CUDA_CHECK(cudaMemset(d->get(), 0x3C, d->bytes()));
+    tx_ = scratch_buffer(largest * es, "fusion timing");
+    ty_ = scratch_buffer(largest * es, "fusion timing");
+    tv_ = scratch_buffer(9 * kWidest * sizeof(float), "fusion timing");
     float* v = tv_.as<float>();
     bn_ = {v, v + kWidest, v + 2 * kWidest, v + 3 * kWidest, v + 4 * kWidest, v + 5 * kWidest, v + 6 * kWidest,
            v + 7 * kWidest, v + 8 * kWidest};

@@ -96,13 +96,13 @@ GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, s
   }
   size_t ws_bytes = 0;
   for (int i : usable) ws_bytes = std::max(ws_bytes, found[i].workspaceSize);
-  // Scratch operands of non-zero bytes (0x3C: about 1.06 in fp16), as FusedConv times its plans.
   const size_t es = 2, xs = size_t(M) * g.c * es, fs = size_t(g.k) * g.c * es, ys = size_t(M) * g.k * es;
-  DeviceBuffer x(xs, "cuBLASLt conv autotune input"), w(fs, "cuBLASLt conv autotune filter"),
-      y(ys, "cuBLASLt conv autotune output"), z(add_z ? ys : 0, "cuBLASLt conv autotune residual"),
-      b(size_t(g.k) * es, "cuBLASLt conv autotune bias"), ws(ws_bytes + 256, "cuBLASLt conv autotune workspace");
-  for (DeviceBuffer* d : {&x, &w, &y, &z, &b})
-    if (d->bytes()) CUDA_CHECK(cudaMemset(d->get(), 0x3C, d->bytes()));
+  auto scratch = [](size_t bytes, const char* what) {
+    return scratch_buffer(bytes, std::string("cuBLASLt conv autotune ") + what);
+  };
+  const DeviceBuffer x = scratch(xs, "input"), w = scratch(fs, "filter"), y = scratch(ys, "output"),
+                     z = scratch(add_z ? ys : 0, "residual"), b = scratch(size_t(g.k) * es, "bias");
+  DeviceBuffer ws(ws_bytes + 256, "cuBLASLt conv autotune workspace");
   int best = -1;
   for (int i : usable) {
     pl.algo = found[i].algo;
@@ -113,9 +113,8 @@ GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, s
   }
   // Each forward folds the BN's scale into the filter before the GEMM (fold_bn_into_filters): that
   // pass is part of what the GEMM costs against cuDNN's kernel, which reads the scale as it is.
-  DeviceBuffer folded(fs, "cuBLASLt conv autotune folded filter"), scale(size_t(g.k) * 4, "cuBLASLt conv autotune scale"),
+  const DeviceBuffer folded(fs, "cuBLASLt conv autotune folded filter"), scale = scratch(size_t(g.k) * 4, "scale"),
       target(sizeof(FilterFold), "cuBLASLt conv autotune fold");
-  CUDA_CHECK(cudaMemset(scale.get(), 0x3C, scale.bytes()));
   const FilterFold fold{w.get(), scale.as<float>(), folded.get(), g.k, g.c};
   CUDA_CHECK(cudaMemcpy(target.get(), &fold, sizeof fold, cudaMemcpyHostToDevice));
   choice_.ms += fastest_ms(stream, kTimedRuns,

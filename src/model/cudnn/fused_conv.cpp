@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <optional>
 
-#include "core/check.h"
 #include "core/errors.h"
 #include "model/cudnn/plan_picker.h"
 
@@ -122,8 +121,8 @@ struct PatternGraph {
   }
 };
 
-// Every tensor a pattern may have, in scratch memory of non-zero bytes (0x3C: about 1.06 in fp16,
-// 0.0115 in fp32), never zeros: the plan picker times the engines on it.
+// Every tensor a pattern may have, in scratch memory (scratch_buffer): the plan picker times the
+// engines on it.
 struct Scratch {
   DeviceBuffer memory;
   ScratchPointers pointers;
@@ -137,8 +136,7 @@ struct Scratch {
     auto round_up = [](size_t b) { return (b + 255) / 256 * 256; };
     size_t total = 0;
     for (const auto& [uid, bytes] : sizes) total += round_up(bytes);
-    memory = DeviceBuffer(total, "fused conv autotune tensors " + g.key());
-    CUDA_CHECK(cudaMemset(memory.get(), 0x3C, total));
+    memory = scratch_buffer(total, "fused conv autotune tensors " + g.key());
     char* at = memory.as<char>();
     for (const auto& [uid, bytes] : sizes) pointers[uid] = at, at += round_up(bytes);
   }
