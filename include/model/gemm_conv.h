@@ -44,7 +44,6 @@ class GemmConv {
   GemmConv(const GemmConv&) = delete;
   GemmConv& operator=(const GemmConv&) = delete;
 
-  FusedPattern pattern() const { return pattern_; }
   bool ok() const { return ok_; }
   const std::string& why() const { return why_; }
   size_t workspace() const { return workspace_; }

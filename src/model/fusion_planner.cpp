@@ -114,7 +114,6 @@ const FusedConv* FusionPlanner::fuse(const ConvUnit& u, FusedPattern p, float un
   }
   ++report_.fused;
   report_.half_coefficients += has_scale_bias(p) && f.scale_type() == DType::F16;
-  workspace_ = std::max(workspace_, f.workspace());
   return &f;
 }
 
@@ -129,6 +128,5 @@ const GemmConv* FusionPlanner::gemm(const ConvUnit& u, FusedPattern p, float alt
     return std::make_shared<GemmConv>(ctx_.cublas_lt, p, g, cfg_.conv.workspace_limit, ctx_.stream, cached);
   });
   if (!m.ok() || alternative_ms < 0 || m.ms() >= alternative_ms) return nullptr;
-  workspace_ = std::max(workspace_, m.workspace());
   return &m;
 }

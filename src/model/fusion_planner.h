@@ -35,7 +35,6 @@ class FusionPlanner {
                 size_t largest_activation, float* bn_scratch);
   ~FusionPlanner();
 
-  bool measures() const { return measure_; }
   // The pattern for conv u where it runs fused, else null (a refusal in the report). unfused_ms is
   // the time of the alternative (the plain conv and our BN passes), -1 when not measured.
   const FusedConv* fuse(const ConvUnit& u, FusedPattern p, float unfused_ms);
@@ -44,8 +43,6 @@ class FusionPlanner {
   const GemmConv* gemm(const ConvUnit& u, FusedPattern p, float alternative_ms);
   // The time of one pass of our BN kernels at a shape, on scratch memory; -1 when not measuring.
   float pass_ms(BnPass p, Shape4 s);
-  // The most workspace any plan taken needs.
-  size_t workspace() const { return workspace_; }
 
  private:
   template <class Plan, class Make>
@@ -62,7 +59,6 @@ class FusionPlanner {
   std::unique_ptr<PassTimer> timer_;
   std::map<std::string, std::shared_ptr<FusedConv>> fused_;
   std::map<std::string, std::shared_ptr<GemmConv>> gemms_;
-  size_t workspace_ = 0;
 
  public:
   // The plans taken, kept alive by the network that runs them.
