@@ -37,13 +37,13 @@ using GraphRecipe = std::function<void(fe::graph::Graph&)>;
 
 // A graph with one execution plan built, or, where nothing could be planned, why.
 struct PlannedGraph {
-  std::shared_ptr<fe::graph::Graph> graph;
+  std::shared_ptr<fe::graph::Graph> graph{};
   int64_t index = -1;     // of the plan in the graph's list
-  std::string engine;     // the plan's engine tag: what the autotune cache keeps
+  std::string engine{};   // the plan's engine tag: what the autotune cache keeps
   size_t workspace = 0;   // bytes
   float ms = -1;          // measured time of one run; -1 when not measured
   bool runtime_compiled = false;
-  std::string why;        // set where graph is null
+  std::string why{};      // set where graph is null
   explicit operator bool() const { return graph != nullptr; }
 };
 
