@@ -67,6 +67,10 @@ struct ContextEntries {
 // The whole file: context -> its entries.
 using AutotuneEntries = std::map<std::string, ContextEntries>;
 
+// The number a choice's algorithm gives after `prefix`: a legacy algorithm's ("3"), a cuBLASLt GEMM's
+// index with prefix "lt" ("lt3"); -1 where it gives none (an engine tag, a corrupt entry).
+int algorithm_number(const std::string& algo, const std::string& prefix = "");
+
 // Parses the text of a cache file; any malformed line is an InputError naming `file` and the line.
 AutotuneEntries parse_autotune_cache(const std::string& text, const std::string& file);
 std::string format_autotune_cache(const AutotuneEntries& entries);

@@ -3,11 +3,9 @@
 
 #include <sys/stat.h>
 
-#include <cctype>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
+#include <regex>
 #include <sstream>
 
 #include "core/errors.h"
@@ -21,27 +19,9 @@ const char* kOlderHeader = "resnet-trainer autotune cache v1";
 
 // A choice's algorithm: a legacy algorithm's number ("3"), a cuBLASLt GEMM's ("lt3"), or
 // cudnn-frontend's engine tag, the engine's number and its knobs ("eng62_k2=4_k25=-1").
-bool digits(const std::string& a, size_t& at) {
-  const size_t from = at;
-  while (at < a.size() && at - from < 9 && std::isdigit(static_cast<unsigned char>(a[at]))) ++at;
-  return at > from && (at == a.size() || !std::isdigit(static_cast<unsigned char>(a[at])));
-}
 bool valid_algorithm(const std::string& a) {
-  size_t at = 0;
-  if (a.rfind("lt", 0) == 0) at = 2;
-  if (a.rfind("eng", 0) == 0) {
-    at = 3;
-    if (!digits(a, at)) return false;
-    while (at < a.size()) {  // _k<type>=<value>
-      if (a.compare(at, 2, "_k") != 0) return false;
-      at += 2;
-      if (!digits(a, at) || at == a.size() || a[at] != '=') return false;
-      if (++at < a.size() && a[at] == '-') ++at;
-      if (!digits(a, at)) return false;
-    }
-    return true;
-  }
-  return digits(a, at) && at == a.size();
+  static const std::regex kAlgorithm(R"((lt)?\d{1,9}|eng\d{1,9}(_k\d{1,9}=-?\d{1,9})*)");
+  return std::regex_match(a, kAlgorithm);
 }
 
 // The four fields of a choice: algorithm, a small integer, bytes, milliseconds ("eng3_k2=1/1/4096/0.0412").
@@ -140,6 +120,13 @@ std::string format_autotune_cache(const AutotuneEntries& entries) {
     }
   }
   return s;
+}
+
+int algorithm_number(const std::string& algo, const std::string& prefix) {
+  if (algo.rfind(prefix, 0) != 0) return -1;
+  const std::string n = algo.substr(prefix.size());
+  if (n.empty() || n.size() > 3 || n.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoi(n);
 }
 
 std::string AutotuneContext::key() const {

@@ -17,12 +17,6 @@ cudnnTensorFormat_t cudnn_format(Layout l) { return l == Layout::NCHW ? CUDNN_TE
 
 enum Direction { kFwd = 0, kBwdData = 1, kBwdFilter = 2 };
 
-// A choice's algorithm as the legacy API's number; -1 where it is none (an engine tag, a corrupt entry).
-int legacy_algorithm(const AlgoChoice& c) {
-  if (c.algo.empty() || c.algo.size() > 3 || c.algo.find_first_not_of("0123456789") != std::string::npos) return -1;
-  return std::stoi(c.algo);
-}
-
 }  // namespace
 
 std::string ConvGeometry::key() const {
@@ -67,7 +61,7 @@ bool Conv2d::use(cudnnHandle_t, const ConvAlgos& a) {
   // A cached choice naming an algorithm or math type this cuDNN does not have (a corrupt or hand-
   // edited file) is refused, so the shape is searched again rather than failing at its first call.
   auto valid = [](const AlgoChoice& c, int algorithms) {
-    const int algo = legacy_algorithm(c);
+    const int algo = algorithm_number(c.algo);
     return algo >= 0 && algo < algorithms && c.math >= 0 && c.math <= int(CUDNN_FMA_MATH);
   };
   if (!valid(a.fwd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT) || !valid(a.bwd_data, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT) ||
@@ -83,7 +77,7 @@ bool Conv2d::use(cudnnHandle_t, const ConvAlgos& a) {
 void Conv2d::forward(cudnnHandle_t h, const void* x, const void* w, void* y, void* ws, size_t ws_bytes) const {
   const float one = 1.f, zero = 0.f;
   CUDNN_CHECK(cudnnConvolutionForward(h, &one, x_, x, w_, w, conv_[kFwd],
-                                      static_cast<cudnnConvolutionFwdAlgo_t>(legacy_algorithm(algos_.fwd)), ws,
+                                      static_cast<cudnnConvolutionFwdAlgo_t>(algorithm_number(algos_.fwd.algo)), ws,
                                       ws_bytes, &zero, y_, y));
 }
 
@@ -91,7 +85,7 @@ void Conv2d::backward_data(cudnnHandle_t h, const void* dy, const void* w, void*
                            size_t ws_bytes) const {
   const float one = 1.f, zero = 0.f;
   CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, w_, w, y_, dy, conv_[kBwdData],
-                                           static_cast<cudnnConvolutionBwdDataAlgo_t>(legacy_algorithm(algos_.bwd_data)),
+                                           static_cast<cudnnConvolutionBwdDataAlgo_t>(algorithm_number(algos_.bwd_data.algo)),
                                            ws, ws_bytes, &zero, x_, dx));
 }
 
@@ -99,7 +93,7 @@ void Conv2d::backward_filter(cudnnHandle_t h, const void* x, const void* dy, voi
                              size_t ws_bytes) const {
   const float one = 1.f, zero = 0.f;
   CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, x_, x, y_, dy, conv_[kBwdFilter],
-                                             static_cast<cudnnConvolutionBwdFilterAlgo_t>(legacy_algorithm(algos_.bwd_filter)),
+                                             static_cast<cudnnConvolutionBwdFilterAlgo_t>(algorithm_number(algos_.bwd_filter.algo)),
                                              ws, ws_bytes, &zero, w_, dw));
 }
 

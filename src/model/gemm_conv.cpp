@@ -25,14 +25,6 @@ void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void* v
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, a, v, bytes));
 }
 
-// A cached choice's algorithm: "lt<index>", the index in cuBLASLt's heuristics' list; -1 otherwise.
-int algorithm_index(const std::string& engine) {
-  if (engine.size() < 3 || engine.size() > 4 || engine.compare(0, 2, "lt") != 0 ||
-      engine.find_first_not_of("0123456789", 2) != std::string::npos)
-    return -1;
-  return std::stoi(engine.substr(2));
-}
-
 }  // namespace
 
 struct GemmConv::Plan {
@@ -85,7 +77,7 @@ GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, s
   }
   // A cached index that still names an algorithm with the same workspace is taken as it is: the
   // choice stays as it was made. Otherwise every algorithm offered is timed.
-  const int cached_index = cached ? algorithm_index(cached->engine) : -1;
+  const int cached_index = cached ? algorithm_number(cached->engine, "lt") : -1;
   if (std::find(usable.begin(), usable.end(), cached_index) != usable.end() &&
       found[cached_index].workspaceSize == cached->workspace) {
     pl.algo = found[cached_index].algo;
