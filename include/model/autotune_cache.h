@@ -45,6 +45,9 @@ struct AlgoChoice {
 struct ConvAlgos {
   AlgoChoice fwd, bwd_data, bwd_filter;
   bool operator==(const ConvAlgos&) const = default;
+  // By direction: forward, backward-data, backward-filter (ConvLayer::Op).
+  AlgoChoice& operator[](int op) { return op == 0 ? fwd : op == 1 ? bwd_data : bwd_filter; }
+  const AlgoChoice& operator[](int op) const { return op == 0 ? fwd : op == 1 ? bwd_data : bwd_filter; }
 };
 
 struct FusedChoice {

@@ -12,6 +12,7 @@
 #include <cudnn_frontend.h>
 
 #include "core/types.h"
+#include "model/conv.h"
 
 namespace fe = cudnn_frontend;
 using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
@@ -29,6 +30,15 @@ TensorPtr graph_tensor(fe::graph::Graph& g, int64_t uid, DType t, const std::arr
 void set_stored(const TensorPtr& t, int64_t uid, DType type, const std::array<int64_t, 4>& dims, Layout l);
 // Marks a node's output as living only inside the fused kernel, of the given shape.
 void set_virtual(const TensorPtr& t, const std::array<int64_t, 4>& dims, Layout l);
+
+// A conv operation's attributes for geometry g: forward, data gradient, weight gradient.
+template <class Attributes>
+Attributes conv_attributes(const ConvGeometry& g) {
+  return Attributes().set_padding({g.pad, g.pad}).set_stride({g.stride, g.stride}).set_dilation({1, 1});
+}
+inline auto fprop_attributes(const ConvGeometry& g) { return conv_attributes<fe::graph::Conv_fprop_attributes>(g); }
+inline auto dgrad_attributes(const ConvGeometry& g) { return conv_attributes<fe::graph::Conv_dgrad_attributes>(g); }
+inline auto wgrad_attributes(const ConvGeometry& g) { return conv_attributes<fe::graph::Conv_wgrad_attributes>(g); }
 
 // Throws Fatal naming `what` where a frontend call failed.
 void fe_check(fe::error_t e, const std::string& what);

@@ -48,8 +48,6 @@ struct PatternGraph {
   std::array<int64_t, 4> out() const { return {g.n, g.k, g.out_h(), g.out_w()}; }
   std::array<int64_t, 4> filt() const { return {g.k, g.c, g.r, g.r}; }
   std::array<int64_t, 4> per_channel(int c) const { return {1, c, 1, 1}; }
-  std::vector<int64_t> pad() const { return {g.pad, g.pad}; }
-  std::vector<int64_t> stride() const { return {g.stride, g.stride}; }
 
   void operator()(fe::graph::Graph& gr) const {
     gr.set_io_data_type(fe_type(io)).set_intermediate_data_type(fe_type(inter));
@@ -59,22 +57,15 @@ struct PatternGraph {
     TensorPtr x = graph_tensor(gr, kX, io, in(), l);
     if (p != FusedPattern::ConvStats) x = scale_bias_relu(gr, x, g.c);
     if (p == FusedPattern::SbrWgrad) {
-      const TensorPtr dw = gr.conv_wgrad(graph_tensor(gr, kDy, io, out(), l), x, wgrad_attributes());
+      const TensorPtr dw = gr.conv_wgrad(graph_tensor(gr, kDy, io, out(), l), x, wgrad_attributes(g));
       return set_stored(dw, kDw, io, filt(), l);
     }
-    const TensorPtr y = gr.conv_fprop(x, graph_tensor(gr, kW, io, filt(), l), fprop_attributes());
+    const TensorPtr y = gr.conv_fprop(x, graph_tensor(gr, kW, io, filt(), l), fprop_attributes(g));
     set_stored(y, kY, io, out(), l);
     // Statistics in the activation type's precision, as the engines of this pattern take them.
     const auto [sum, sqsum] = gr.genstats(y, fe::graph::Genstats_attributes().set_compute_data_type(fe_type(io)));
     set_stored(sum, kSum, DType::F32, per_channel(g.k), l);
     set_stored(sqsum, kSqSum, DType::F32, per_channel(g.k), l);
-  }
-
-  fe::graph::Conv_fprop_attributes fprop_attributes() const {
-    return fe::graph::Conv_fprop_attributes().set_padding(pad()).set_stride(stride()).set_dilation({1, 1});
-  }
-  fe::graph::Conv_wgrad_attributes wgrad_attributes() const {
-    return fe::graph::Conv_wgrad_attributes().set_padding(pad()).set_stride(stride()).set_dilation({1, 1});
   }
 
   TensorPtr scale_bias_relu(fe::graph::Graph& gr, const TensorPtr& x, int c) const {
@@ -88,7 +79,7 @@ struct PatternGraph {
   // coefficients of dx = eq_dy * g + eq_x * x + eq_b.
   void dgrad_drelu_dbn(fe::graph::Graph& gr) const {
     const TensorPtr dx = gr.conv_dgrad(graph_tensor(gr, kDy, io, out(), l), graph_tensor(gr, kW, io, filt(), l),
-                                       fe::graph::Conv_dgrad_attributes().set_padding(pad()).set_stride(stride()).set_dilation({1, 1}));
+                                       dgrad_attributes(g));
     set_virtual(dx, in(), l);
     const TensorPtr x = graph_tensor(gr, kX, io, in(), l);
     const TensorPtr mean = graph_tensor(gr, kMean, DType::F32, per_channel(g.c), l);
@@ -111,7 +102,7 @@ struct PatternGraph {
   // y = relu?(conv(x) * s + b + z?): the BN (running statistics), the residual and the ReLU applied
   // to each output value before it is written.
   void epilogue(fe::graph::Graph& gr) const {
-    TensorPtr y = gr.conv_fprop(graph_tensor(gr, kX, io, in(), l), graph_tensor(gr, kW, io, filt(), l), fprop_attributes());
+    TensorPtr y = gr.conv_fprop(graph_tensor(gr, kX, io, in(), l), graph_tensor(gr, kW, io, filt(), l), fprop_attributes(g));
     y = gr.pointwise(y, graph_tensor(gr, kScale, sb, per_channel(g.k), l), pointwise(fe::PointwiseMode_t::MUL));
     y = gr.pointwise(y, graph_tensor(gr, kBias, sb, per_channel(g.k), l), pointwise(fe::PointwiseMode_t::ADD));
     if (p == FusedPattern::ConvBnAddRelu)
@@ -168,11 +159,8 @@ FusedConv::~FusedConv() = default;
 bool FusedConv::try_types(cudnnHandle_t h, int types, const FusedChoice* cached) {
   const auto [scale_type, intermediate] = type_try(types, o_.io);
   const PatternGraph recipe{pattern_, g_, o_.io, scale_type, intermediate, o_.layout};
-  PlanRules rules;
-  rules.measure = o_.measure;
-  rules.deterministic = o_.deterministic;
-  rules.runtime_compiled = true;
-  rules.workspace_limit = o_.workspace_limit;
+  const PlanRules rules{.measure = o_.measure, .deterministic = o_.deterministic, .runtime_compiled = true,
+                        .workspace_limit = o_.workspace_limit};
   PlannedGraph plan;
   if (cached) {
     plan = plan_engine(recipe, h, rules, cached->engine);
