@@ -122,6 +122,7 @@ class ConvGraph : public ConvLayer {
 
   Layout layout_;
   std::array<std::shared_ptr<const PlannedGraph>, kOps> plans_;
+  std::array<std::shared_ptr<const PlannedGraph>, kOps> searched_;  // search()'s plans, for use() to keep
 };
 
 // Configures layers, one distinct shape at a time: from the cache when it has the shape, else by

@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "core/errors.h"
 #include "core/memory.h"
@@ -71,11 +72,13 @@ ConvAlgos ConvGraph::search(cudnnHandle_t h, const ConvPolicy& p) {
   const ScratchPointers scratch{{kUidX, x.get()}, {kUidW, w.get()}, {kUidY, y.get()}};
   ConvAlgos a;
   for (int op = 0; op < kOps; ++op) {
-    const PlannedGraph plan = pick_plan(direction_recipe(Op(op), g_, t_, layout_), h, rules, scratch);
+    PlannedGraph plan = pick_plan(direction_recipe(Op(op), g_, t_, layout_), h, rules, scratch);
     if (!plan)
       throw Fatal(std::string("cuDNN offers no usable ") + op_name(Op(op)) + " engine for conv " + g_.key() + ": " +
                   plan.why + "; try a larger --workspace-mb");
     a[op] = {plan.engine, 0, plan.workspace, plan.ms};
+    // Held until use() takes it, so that the plan just built is the one kept, not built again.
+    searched_[op] = shared_plan(plan_key(Op(op), h, plan.engine), [&] { return std::move(plan); });
   }
   return a;
 }
@@ -86,6 +89,7 @@ std::string ConvGraph::plan_key(Op op, cudnnHandle_t h, const std::string& engin
 }
 
 bool ConvGraph::use(cudnnHandle_t h, const ConvAlgos& a) {
+  const auto searched = std::exchange(searched_, {});  // kept alive while the plans are looked up
   // Deterministic runs keep no cache (autotune-cache.txt is not written under --deterministic), so
   // a choice handed here met the rules it was made under.
   const PlanRules rules = rules_of(ConvPolicy{}, fma_only(), false);
