@@ -28,22 +28,17 @@ class InferenceNetwork : public Network {
   // images: batch x 3 x side x side in the configured type and layout.
   void forward(const void* images);
 
-  struct ConvRun;  // one conv's decision and the BN it applies
+  struct ConvRun;  // one conv: its decision, the BN it applies, what it reads and writes
 
  private:
   void plan_convs(AutotuneCache& cache);
   void allocate_coefficients();
-  // y = relu?(bn(conv(x)) + z?), as the conv's decision has it.
-  void conv_bn(const ConvRun& r, const void* x, void* y, bool relu, const void* z);
+  // r's output, relu?(bn(conv(x)) + z?), as its decision has it.
+  void conv_bn(const ConvRun& r, const void* images);
 
-  std::vector<ConvRun> runs_;  // the stem's, then each block's c1, c2, c3, down: the order of convs()
+  std::vector<ConvRun> runs_;  // in the order forward runs them: the stem's, then each block's c1, c2, down, c3
   std::map<std::string, std::shared_ptr<FusedConv>> fused_plans_;
   std::map<std::string, std::shared_ptr<GemmConv>> gemm_plans_;
-  DeviceBuffer stem_y_;
-  struct BlockOutputs {
-    DeviceBuffer a1, a2, ad, out;  // the BN + ReLU outputs of conv1 and conv2, the shortcut's, the block's
-  };
-  std::vector<BlockOutputs> outputs_;
   DeviceBuffer coefficients_half_;        // fp16 scale/shift of the BNs whose conv's engine reads them so
   DeviceBuffer eval_targets_;             // every BN, for one launch of their coefficients
   int eval_target_count_ = 0, widest_bn_ = 0;

@@ -17,6 +17,9 @@ struct InferenceNetwork::ConvRun {
   const ConvUnit* conv = nullptr;
   const Bn* bn = nullptr;
   Shape4 out;
+  FusedPattern pattern = FusedPattern::ConvBnRelu;  // the BN applied as cuDNN's epilogue would apply it
+  int x = -1, z = -1;           // the runs whose outputs it reads as input (-1: the images) and residual
+  DeviceBuffer y{};             // its output: no conv output is stored apart from its BN's
   const FusedConv* fused = nullptr;
   const GemmConv* gemm = nullptr;
   void* gemm_filter = nullptr;  // the filter with the BN's scale folded in
@@ -25,19 +28,30 @@ struct InferenceNetwork::ConvRun {
   bool wants_half() const { return gemm || (fused && fused->scale_type() == DType::F16); }
 };
 
+namespace {
+FusedPattern as_gemm(FusedPattern p) {
+  if (p == FusedPattern::ConvBn) return FusedPattern::GemmBn;
+  return p == FusedPattern::ConvBnRelu ? FusedPattern::GemmBnRelu : FusedPattern::GemmBnAddRelu;
+}
+}  // namespace
+
 InferenceNetwork::InferenceNetwork(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache)
-    : Network(cfg, ctx, cache, false), outputs_(layers_->blocks.size()) {
-  // In the order of convs(): the stem's, then each block's c1, c2, c3 and down.
-  runs_.push_back({&layers_->stem, &layers_->stem_bn, layers_->stem_out});
+    : Network(cfg, ctx, cache, false) {
+  auto add = [&](const ConvUnit& c, const Bn& bn, Shape4 out, FusedPattern p, int x, int z = -1) {
+    runs_.push_back({&c, &bn, out, p, x, z});
+    return int(runs_.size()) - 1;
+  };
+  int cur = add(layers_->stem, layers_->stem_bn, layers_->stem_out, FusedPattern::ConvBnRelu, -1);
   for (const Block& b : layers_->blocks) {
-    runs_.push_back({&b.c1, &b.b1, b.mid1});
-    runs_.push_back({&b.c2, &b.b2, b.mid2});
-    runs_.push_back({&b.c3, &b.b3, b.out});
-    if (b.down) runs_.push_back({&*b.down, &*b.bdown, b.out});
+    const int a1 = add(b.c1, b.b1, b.mid1, FusedPattern::ConvBnRelu, cur);
+    const int a2 = add(b.c2, b.b2, b.mid2, FusedPattern::ConvBnRelu, a1);
+    // The projection shortcut's BN has no ReLU: the join's comes after the add, in conv3's epilogue.
+    const int shortcut = b.down ? add(*b.down, *b.bdown, b.out, FusedPattern::ConvBn, cur) : cur;
+    cur = add(b.c3, b.b3, b.out, FusedPattern::ConvBnAddRelu, a2, shortcut);
   }
   const size_t es = dtype_size(cfg.dtype);
-  size_t act = layers_->stem_out.count();  // each conv writes its BN's output: no conv output is stored apart
-  for (const Block& b : layers_->blocks) act += b.mid1.count() + b.mid2.count() + (b.down ? 2 : 1) * b.out.count();
+  size_t act = 0;
+  for (const ConvRun& r : runs_) act += r.out.count();
   activation_bytes_ = act * es;
   check_memory(activation_bytes_);
   if (cfg.fuses()) plan_convs(cache);
@@ -47,54 +61,36 @@ InferenceNetwork::InferenceNetwork(const NetConfig& cfg, GpuContext& ctx, Autotu
   workspace_ = DeviceBuffer(ws, "cuDNN workspace (--workspace-mb)");
   algo_report_.workspace = ws;
   const std::string batch = " (batch " + std::to_string(cfg.batch) + ")";
-  stem_y_ = DeviceBuffer(layers_->stem_out.count() * es, "stem output" + batch);
-  for (size_t i = 0; i < outputs_.size(); ++i) {
-    const Block& b = layers_->blocks[i];
-    BlockOutputs& o = outputs_[i];
-    o.a1 = DeviceBuffer(b.mid1.count() * es, "activations" + batch);
-    o.a2 = DeviceBuffer(b.mid2.count() * es, "activations" + batch);
-    if (b.down) o.ad = DeviceBuffer(b.out.count() * es, "activations" + batch);
-    o.out = DeviceBuffer(b.out.count() * es, "activations" + batch);
-  }
+  for (ConvRun& r : runs_) r.y = DeviceBuffer(r.out.count() * es, (r.x < 0 ? "stem output" : "activations") + batch);
   allocate_coefficients();
 }
 
 InferenceNetwork::~InferenceNetwork() = default;
 
 // The table of decisions: each BN in the epilogue of the conv that writes its input, which saves
-// our apply pass (conv3's also reads the residual); the projection shortcut's BN has no ReLU (the
-// join's comes after the add). A 1x1 conv runs as a GEMM where measured faster than what cuDNN runs
-// for it (nothing is chosen without measuring).
+// our apply pass (conv3's also reads the residual). A 1x1 conv runs as a GEMM where measured faster
+// than what cuDNN runs for it (nothing is chosen without measuring).
 void InferenceNetwork::plan_convs(AutotuneCache& cache) {
   const auto start = std::chrono::steady_clock::now();
   size_t largest = layers_->stem_out.count();
   for (const ConvRun& r : runs_) largest = std::max(largest, r.out.count());
   FusionPlanner planner(cfg_, ctx_, cache, fusion_report_, largest, nullptr);
-  auto epilogue = [&](ConvRun& r, FusedPattern p, FusedPattern as_gemm) {
-    const BnPass saved = p == FusedPattern::ConvBnAddRelu ? BnPass::ApplyAdd : BnPass::Apply;
+  for (ConvRun& r : runs_) {
+    const BnPass saved = r.pattern == FusedPattern::ConvBnAddRelu ? BnPass::ApplyAdd : BnPass::Apply;
     const float unfused = total_ms({r.conv->conv->algorithms().fwd.ms, planner.pass_ms(saved, r.out)});
-    r.fused = planner.fuse(*r.conv, p, unfused);
-    r.gemm = planner.gemm(*r.conv, as_gemm, r.fused ? r.fused->ms() : unfused);
-    if (!r.gemm) return;
+    r.fused = planner.fuse(*r.conv, r.pattern, unfused);
+    r.gemm = planner.gemm(*r.conv, as_gemm(r.pattern), r.fused ? r.fused->ms() : unfused);
+    if (!r.gemm) continue;
     ++fusion_report_.gemms;
     if (r.fused) {
       r.fused = nullptr;
-      return;
+      continue;
     }
     ++fusion_report_.fused;  // the BN is fused after all: not a refusal
     auto& refused = fusion_report_.refused;
     refused.erase(std::remove_if(refused.begin(), refused.end(),
                                  [&](const FusionRefusal& f) { return f.layer == r.conv->name; }),
                   refused.end());
-  };
-  epilogue(runs_[0], FusedPattern::ConvBnRelu, FusedPattern::GemmBnRelu);
-  for (size_t k = 1, i = 0; i < layers_->blocks.size(); ++i) {
-    const bool down = layers_->blocks[i].down.has_value();
-    epilogue(runs_[k], FusedPattern::ConvBnRelu, FusedPattern::GemmBnRelu);
-    epilogue(runs_[k + 1], FusedPattern::ConvBnRelu, FusedPattern::GemmBnRelu);
-    if (down) epilogue(runs_[k + 3], FusedPattern::ConvBn, FusedPattern::GemmBn);
-    epilogue(runs_[k + 2], FusedPattern::ConvBnAddRelu, FusedPattern::GemmBnAddRelu);
-    k += down ? 4 : 3;
   }
   fused_plans_ = planner.take_fused();
   gemm_plans_ = planner.take_gemms();
@@ -143,8 +139,11 @@ void InferenceNetwork::allocate_coefficients() {
   eval_target_count_ = static_cast<int>(targets.size());
 }
 
-void InferenceNetwork::conv_bn(const ConvRun& r, const void* x, void* y, bool relu, const void* z) {
+void InferenceNetwork::conv_bn(const ConvRun& r, const void* images) {
   const cudaStream_t stream = ctx_.stream;
+  const void* x = r.x < 0 ? images : runs_[r.x].y.get();
+  const void* z = r.z < 0 ? nullptr : runs_[r.z].y.get();
+  void* y = r.y.get();
   if (r.gemm) {
     r.gemm->run(ctx_.cublas_lt, x, r.gemm_filter, r.shift_h, z, y, workspace_.get(), workspace_.bytes(), stream);
     return;
@@ -159,32 +158,17 @@ void InferenceNetwork::conv_bn(const ConvRun& r, const void* x, void* y, bool re
     return;
   }
   conv_forward(*r.conv, x, y);
+  const bool relu = r.pattern != FusedPattern::ConvBn;
   bn_apply({y, st.scale, st.shift, z ? Residual::Tensor : Residual::None, z, nullptr, nullptr, relu, y}, r.out,
            cfg_.dtype, cfg_.layout, stream);
 }
 
-// out = relu(bn3(conv3(a2)) + shortcut) per block, the shortcut bn_down(conv_down(in)) or in itself;
-// a1 and a2 hold the BN + ReLU outputs (no conv output is stored that is not read again).
+// Per block: out = relu(bn3(conv3(a2)) + shortcut), the shortcut bn_down(conv_down(in)) or in itself.
 void InferenceNetwork::forward(const void* images) {
   // The weights and running statistics may have changed since the last forward (a checkpoint
   // restored into the network).
   bn_forward_eval_coefs_all(eval_targets_.as<BnEvalTarget>(), eval_target_count_, widest_bn_, ctx_.stream);
   fold_bn_into_filters(fold_targets_.as<FilterFold>(), fold_count_, largest_fold_, ctx_.stream);
-  conv_bn(runs_[0], images, stem_y_.get(), true, nullptr);
-  const void* cur = stem_y_.get();
-  for (size_t k = 1, i = 0; i < outputs_.size(); ++i) {
-    const bool down = layers_->blocks[i].down.has_value();
-    BlockOutputs& o = outputs_[i];
-    conv_bn(runs_[k], cur, o.a1.get(), true, nullptr);
-    conv_bn(runs_[k + 1], o.a1.get(), o.a2.get(), true, nullptr);
-    const void* shortcut = cur;
-    if (down) {
-      conv_bn(runs_[k + 3], cur, o.ad.get(), false, nullptr);
-      shortcut = o.ad.get();
-    }
-    conv_bn(runs_[k + 2], o.a2.get(), o.out.get(), true, shortcut);
-    cur = o.out.get();
-    k += down ? 4 : 3;
-  }
-  classify(cur);
+  for (const ConvRun& r : runs_) conv_bn(r, images);
+  classify(runs_.back().y.get());
 }
