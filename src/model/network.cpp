@@ -68,19 +68,13 @@ ResNetLayers build_layers(const NetConfig& cfg, ParamStore& params) {
 
 std::vector<Bn*> ResNetLayers::bns() {
   std::vector<Bn*> v{&stem_bn};
-  for (Block& b : blocks) {
-    v.insert(v.end(), {&b.b1, &b.b2, &b.b3});
-    if (b.bdown) v.push_back(&*b.bdown);
-  }
+  for (Block& b : blocks) for_each_layer(b, [](ConvUnit&) {}, [&](Bn& bn) { v.push_back(&bn); });
   return v;
 }
 
 std::vector<ConvUnit*> ResNetLayers::convs() {
   std::vector<ConvUnit*> v{&stem};
-  for (Block& b : blocks) {
-    v.insert(v.end(), {&b.c1, &b.c2, &b.c3});
-    if (b.down) v.push_back(&*b.down);
-  }
+  for (Block& b : blocks) for_each_layer(b, [&](ConvUnit& c) { v.push_back(&c); }, [](Bn&) {});
   return v;
 }
 
@@ -220,8 +214,7 @@ TensorLayout Network::tensor_layout(int classes) {
   const NetSpec spec = resnet50_spec(cfg);
   layout.bns.emplace_back(spec.stem_bn.name, spec.stem_bn.channels);
   for (const BlockSpec& b : spec.blocks)
-    for (const BnSpec* bn : {&b.b1, &b.b2, &b.b3, b.bdown ? &*b.bdown : nullptr})
-      if (bn) layout.bns.emplace_back(bn->name, bn->channels);
+    for_each_layer(b, [](const ConvSpec&) {}, [&](const BnSpec& bn) { layout.bns.emplace_back(bn.name, bn.channels); });
   return layout;
 }
 

@@ -4,13 +4,13 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "kernels/batchnorm.h"
 #include "model/conv.h"
 #include "model/params.h"
+#include "model/resnet50_spec.h"
 
 struct NetConfig;
 
@@ -29,15 +29,7 @@ struct ConvUnit {
   const ConvGeometry& geometry() const { return conv->geometry(); }
 };
 
-// A bottleneck: 1x1 conv, 3x3 conv (the stride), 1x1 conv, each with its BN, and the projection
-// shortcut where the shape changes.
-struct Block {
-  ConvUnit c1, c2, c3;
-  std::optional<ConvUnit> down;
-  Bn b1, b2, b3;
-  std::optional<Bn> bdown;
-  Shape4 in, mid1, mid2, out;
-};
+struct Block : Bottleneck<ConvUnit, Bn> {};
 
 struct ResNetLayers {
   ConvUnit stem;

@@ -75,18 +75,7 @@ ParamListing resnet50_params(const NetConfig& cfg) {
   };
   conv(n.stem);
   bn(n.stem_bn);
-  for (const BlockSpec& b : n.blocks) {
-    conv(b.c1);
-    bn(b.b1);
-    conv(b.c2);
-    bn(b.b2);
-    conv(b.c3);
-    bn(b.b3);
-    if (b.down) {
-      conv(*b.down);
-      bn(*b.bdown);
-    }
-  }
+  for (const BlockSpec& b : n.blocks) for_each_layer(b, conv, bn);
   const auto [weight, bias] = fc_params(n);
   add(weight);
   add(bias);
