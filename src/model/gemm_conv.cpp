@@ -41,7 +41,7 @@ struct GemmConv::Plan {
 
 GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, size_t workspace_limit,
                    cudaStream_t stream, const FusedChoice* cached)
-    : pattern_(p), g_(g), plan_(std::make_unique<Plan>()) {
+    : FusedPlan(p, g), plan_(std::make_unique<Plan>()) {
   if (!applies(g)) {
     why_ = "not a 1x1 stride-1 conv with channels in multiples of 8";
     return;
@@ -81,7 +81,6 @@ GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, s
   if (std::find(usable.begin(), usable.end(), cached_index) != usable.end() &&
       found[cached_index].workspaceSize == cached->workspace) {
     pl.algo = found[cached_index].algo;
-    workspace_ = cached->workspace;
     choice_ = *cached;
     from_cache_ = ok_ = true;
     return;
@@ -112,10 +111,8 @@ GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, s
   choice_.ms += fastest_ms(stream, kTimedRuns,
                            [&] { fold_bn_into_filters(target.as<FilterFold>(), 1, g.filter_count(), stream); });
   pl.algo = found[best].algo;
-  workspace_ = found[best].workspaceSize;
   choice_.engine = "lt" + std::to_string(best);
-  choice_.types = 0;
-  choice_.workspace = workspace_;
+  choice_.workspace = found[best].workspaceSize;
   ok_ = true;
 }
 
@@ -127,10 +124,10 @@ void GemmConv::run(cublasLtHandle_t lt, const void* x, const void* w_folded, con
   const bool add_z = pattern_ == FusedPattern::GemmBnAddRelu;
   if (add_z != (z != nullptr))
     throw Fatal(std::string(fused_pattern_name(pattern_)) + ": the residual is " + (add_z ? "missing" : "not read"));
-  if (workspace_ > ws_bytes)
+  if (workspace() > ws_bytes)
     throw Fatal(std::string(fused_pattern_name(pattern_)) + " for conv " + g_.key() + " needs " +
-                format_bytes(workspace_) + " of workspace, given " + format_bytes(ws_bytes));
-  launch(lt, x, w_folded, bias, z, y, ws, workspace_, stream);
+                format_bytes(workspace()) + " of workspace, given " + format_bytes(ws_bytes));
+  launch(lt, x, w_folded, bias, z, y, ws, workspace(), stream);
 }
 
 void GemmConv::launch(cublasLtHandle_t lt, const void* x, const void* w_folded, const void* bias, const void* z,

@@ -145,7 +145,7 @@ bool has_scale_bias(FusedPattern p) {
 
 FusedConv::FusedConv(cudnnHandle_t h, FusedPattern p, const ConvGeometry& g, const FusedOptions& o,
                      const FusedChoice* cached)
-    : pattern_(p), g_(g), o_(o) {
+    : FusedPlan(p, g), o_(o) {
   if (o.measure && cached && !cached->engine.empty() && cached->types >= 0 && cached->types < kTypeTries &&
       try_applies(p, type_try(cached->types, o.io)) && try_types(h, cached->types, cached))
     return;
@@ -153,8 +153,6 @@ FusedConv::FusedConv(cudnnHandle_t h, FusedPattern p, const ConvGeometry& g, con
   for (int i = 0; i < kTypeTries; ++i)
     if (try_applies(p, type_try(i, o.io)) && try_types(h, i, nullptr)) return;
 }
-
-FusedConv::~FusedConv() = default;
 
 bool FusedConv::try_types(cudnnHandle_t h, int types, const FusedChoice* cached) {
   const auto [scale_type, intermediate] = type_try(types, o_.io);
@@ -174,14 +172,13 @@ bool FusedConv::try_types(cudnnHandle_t h, int types, const FusedChoice* cached)
     return false;
   }
   choice_ = {plan.engine, types, plan.workspace, cached ? cached->ms : plan.ms, -1};
+  ok_ = true;
   from_cache_ = cached != nullptr;
   scale_type_ = scale_type;
   plan_ = std::make_shared<const PlannedGraph>(std::move(plan));
   why_.clear();
   return true;
 }
-
-size_t FusedConv::workspace() const { return plan_ ? plan_->workspace : 0; }
 
 bool FusedConv::runtime_compiled() const { return plan_ && plan_->runtime_compiled; }
 
