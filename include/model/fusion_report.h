@@ -7,15 +7,10 @@
 
 #include "model/fused_patterns.h"
 
-// Whether a conv runs a pattern fused: cuDNN accepted it, and where both ways were measured
-// (autotuning), the fused kernel costs no more than the plain conv plus the passes of our BN kernels
-// that fusing saves. Times of -1 were not measured.
-struct PatternCost {
-  bool accepted;
-  float fused_ms;
-  float unfused_ms;
-};
-bool run_fused(const PatternCost& c);
+// Whether a conv runs a pattern that cuDNN accepted fused: where both ways were measured (autotuning),
+// the fused kernel costs no more than the plain conv plus the passes of our BN kernels that fusing
+// saves. Times of -1 were not measured.
+bool run_fused(float fused_ms, float unfused_ms);
 constexpr const char* kSlowerThanUnfused = "measured slower than the plain conv with our BN kernels";
 constexpr const char* kSwitchedOff = "switched off by --no-fuse";
 

@@ -63,7 +63,7 @@ class TrainingNetwork : public Network {
  private:
   struct FusedBn;
   struct Lane;
-  void plan_blocks(AutotuneCache& cache);
+  void plan_blocks(AutotuneCache& cache, size_t largest);  // largest: of the activations, in elements
   void allocate(size_t largest);
   void block_forward(const Block& b, BlockRun& r, const void* in, bool train);
   void block_backward(const Block& b, BlockRun& r, const void* in, const void* dy2);

@@ -108,7 +108,7 @@ const FusedConv* FusionPlanner::fuse(const ConvUnit& u, FusedPattern p, float un
     report_.refused.push_back({u.name, p, f.why()});
     return nullptr;
   }
-  if (!run_fused({true, f.ms(), unfused_ms})) {
+  if (!run_fused(f.ms(), unfused_ms)) {
     report_.refused.push_back({u.name, p, kSlowerThanUnfused});
     return nullptr;
   }

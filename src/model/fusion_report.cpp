@@ -3,10 +3,9 @@
 
 #include <cstdio>
 
-bool run_fused(const PatternCost& c) {
-  if (!c.accepted) return false;
-  if (c.fused_ms < 0 || c.unfused_ms < 0) return true;  // not measured: fusion saves passes over memory
-  return c.fused_ms <= c.unfused_ms;
+bool run_fused(float fused_ms, float unfused_ms) {
+  if (fused_ms < 0 || unfused_ms < 0) return true;  // not measured: fusion saves passes over memory
+  return fused_ms <= unfused_ms;
 }
 
 std::vector<std::string> fusion_report_lines(const FusionReport& r) {

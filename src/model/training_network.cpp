@@ -87,7 +87,7 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
   check_memory(activation_bytes_ + 4 * largest * dtype_size(t) + bits);
   bn_scratch_ = DeviceBuffer(scratch * sizeof(float), "BN partial sums");
   size_t ws = conv_workspace_;
-  if (cfg.fuses()) plan_blocks(cache);
+  if (cfg.fuses()) plan_blocks(cache, largest);
   for (const auto& [key, plan] : plans_) ws = std::max(ws, plan->workspace());
   allocate(largest);
   workspace_ = DeviceBuffer(ws, "cuDNN workspace (--workspace-mb)");
@@ -109,10 +109,8 @@ TrainingNetwork::~TrainingNetwork() = default;
 
 // The table of decisions: each pattern a block's convs need, kept where cuDNN accepts it and, when
 // autotuning, where it measures no slower than the plain conv with the BN passes it saves.
-void TrainingNetwork::plan_blocks(AutotuneCache& cache) {
+void TrainingNetwork::plan_blocks(AutotuneCache& cache, size_t largest) {
   const auto start = std::chrono::steady_clock::now();
-  size_t largest = layers_->stem_out.count();
-  for (const Block& b : layers_->blocks) largest = std::max({largest, b.mid1.count(), b.mid2.count(), b.out.count()});
   FusionPlanner planner(cfg_, ctx_, cache, fusion_report_, largest, bn_scratch_.as<float>());
   auto pass = [&](BnPass p, Shape4 s) { return planner.pass_ms(p, s); };
   for (size_t i = 0; i < runs_.size(); ++i) {
