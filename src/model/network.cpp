@@ -78,15 +78,6 @@ std::vector<ConvUnit*> ResNetLayers::convs() {
   return v;
 }
 
-void bind_bn_state(ResNetLayers& layers, const ParamStore& params, float* running, float* state) {
-  for (Bn* b : layers.bns()) {
-    const int C = b->channels;
-    float* run = running + b->running_off;
-    float* st = state + b->state_off;
-    b->st = {params.master(b->gamma), params.master(b->beta), run, run + C, st, st + C, st + 2 * C, st + 3 * C, st + 4 * C};
-  }
-}
-
 // ---- the network --------------------------------------------------------------------------------
 Network::Network(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache, bool training) : cfg_(cfg), ctx_(ctx) {
   // Three stride-2 stages: the side must halve exactly three times.
@@ -97,7 +88,12 @@ Network::Network(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache, bo
   running_count_ = layers_->running_count;
   running_ = DeviceBuffer(running_count_ * sizeof(float), "BN running statistics");
   bn_state_ = DeviceBuffer(layers_->state_floats * sizeof(float), "BN per-channel state");
-  bind_bn_state(*layers_, params_, running_.as<float>(), bn_state_.as<float>());
+  for (Bn* b : layers_->bns()) {  // each BN's state in the buffers
+    const int C = b->channels;
+    float* run = running_.as<float>() + b->running_off;
+    float* st = bn_state_.as<float>() + b->state_off;
+    b->st = {params_.master(b->gamma), params_.master(b->beta), run, run + C, st, st + C, st + 2 * C, st + 3 * C, st + 4 * C};
+  }
   const size_t es = dtype_size(cfg.dtype);
   feat_ = DeviceBuffer(size_t(cfg.batch) * layers_->features * es, "pooled features");
   logits_ = DeviceBuffer(size_t(cfg.batch) * cfg.classes * sizeof(float), "logits");

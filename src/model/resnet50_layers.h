@@ -19,7 +19,7 @@ struct Bn {
   int channels = 0;
   int gamma = -1, beta = -1;     // parameter ids
   size_t running_off = 0, state_off = 0;
-  BnChannelState st{};           // set once the buffers exist (bind_bn_state)
+  BnChannelState st{};           // set once the buffers exist (the Network constructor)
 };
 
 struct ConvUnit {
@@ -47,5 +47,3 @@ struct ResNetLayers {
 
 // The layers of `cfg`'s network, their parameters registered in `params`.
 ResNetLayers build_layers(const NetConfig& cfg, ParamStore& params);
-// Points each BN's state at the allocated buffers.
-void bind_bn_state(ResNetLayers& layers, const ParamStore& params, float* running, float* state);
