@@ -22,9 +22,8 @@ constexpr int64_t kCudnnAlignment = 16;
 
 fe::DataType_t fe_type(DType t);
 
-// A 4-d tensor given as N, C, H, W, whose strides follow `layout` (filters K, C, R, S: KCRS or KRSC,
+// A 4-d tensor given as N, C, H, W, whose strides follow the layout (filters K, C, R, S: KCRS or KRSC,
 // as the activations). Per-channel vectors are [1, C, 1, 1].
-std::array<int64_t, 4> strides_of(const std::array<int64_t, 4>& dims, Layout layout);
 TensorPtr graph_tensor(fe::graph::Graph& g, int64_t uid, DType t, const std::array<int64_t, 4>& dims, Layout l);
 // A node's output that is stored: given its uid, type, shape and strides.
 void set_stored(const TensorPtr& t, int64_t uid, DType type, const std::array<int64_t, 4>& dims, Layout l);

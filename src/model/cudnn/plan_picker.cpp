@@ -13,32 +13,23 @@
 // ---- frontend helpers ---------------------------------------------------------------------------
 fe::DataType_t fe_type(DType t) { return t == DType::F32 ? fe::DataType_t::FLOAT : fe::DataType_t::HALF; }
 
-std::array<int64_t, 4> strides_of(const std::array<int64_t, 4>& d, Layout l) {
-  const auto [n, c, h, w] = d;
-  (void)n;
-  if (l == Layout::NCHW) return {c * h * w, h * w, w, 1};
-  return {h * w * c, 1, w * c, c};
+void set_virtual(const TensorPtr& t, const std::array<int64_t, 4>& dims, Layout l) {
+  const int64_t c = dims[1], h = dims[2], w = dims[3];
+  const std::vector<int64_t> strides = l == Layout::NCHW ? std::vector{c * h * w, h * w, w, int64_t(1)}
+                                                         : std::vector{h * w * c, int64_t(1), w * c, c};
+  t->set_dim({dims.begin(), dims.end()}).set_stride(strides);
 }
 
 TensorPtr graph_tensor(fe::graph::Graph& g, int64_t uid, DType t, const std::array<int64_t, 4>& dims, Layout l) {
-  const std::array<int64_t, 4> s = strides_of(dims, l);
-  return g.tensor(fe::graph::Tensor_attributes()
-                      .set_uid(uid)
-                      .set_name("t" + std::to_string(uid))
-                      .set_data_type(fe_type(t))
-                      .set_dim({dims.begin(), dims.end()})
-                      .set_stride({s.begin(), s.end()}));
+  const TensorPtr p = g.tensor(fe::graph::Tensor_attributes().set_uid(uid).set_name("t" + std::to_string(uid)));
+  set_virtual(p, dims, l);
+  p->set_data_type(fe_type(t));
+  return p;
 }
 
 void set_stored(const TensorPtr& t, int64_t uid, DType type, const std::array<int64_t, 4>& dims, Layout l) {
-  const std::array<int64_t, 4> s = strides_of(dims, l);
-  t->set_output(true).set_uid(uid).set_data_type(fe_type(type)).set_dim({dims.begin(), dims.end()});
-  t->set_stride({s.begin(), s.end()});
-}
-
-void set_virtual(const TensorPtr& t, const std::array<int64_t, 4>& dims, Layout l) {
-  const std::array<int64_t, 4> s = strides_of(dims, l);
-  t->set_dim({dims.begin(), dims.end()}).set_stride({s.begin(), s.end()});
+  t->set_output(true).set_uid(uid).set_data_type(fe_type(type));
+  set_virtual(t, dims, l);
 }
 
 void fe_check(fe::error_t e, const std::string& what) {
