@@ -22,11 +22,9 @@
 
 #include <memory>
 #include <string>
-#include <vector>
 
 #include <cudnn.h>
 
-#include "core/memory.h"
 #include "model/autotune_cache.h"
 #include "model/conv.h"
 #include "model/fused_patterns.h"

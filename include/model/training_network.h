@@ -2,17 +2,12 @@
 // and backward, over the layers every network shares (model/network.h).
 //
 // Each block runs from a table of decisions made once at construction (training_network.cpp):
-// for each of its convs, the fused pattern cuDNN runs (model/fused_conv.h) or, where none was taken
-// (refused, measured slower, switched off, or a build that does not fuse), the plain conv and our
-// BN kernels. Fused as NVIDIA's MLPerf ResNet-50 does it (../shared/design.md, "Fusion and graphs"):
-//   forward   conv1 and the shortcut conv emit their output's BN statistics (ConvStats); conv2 and
-//             conv3 apply the previous BN's scale/bias + ReLU while reading their input and emit
-//             their own statistics (SbrConvStats); a per-channel finalize turns sums into scale/bias;
-//             one of our kernels applies both branches' BN + add + ReLU at the join.
-//   backward  the join's BN backward is ours; conv3 and conv2 take their weight gradient from the
-//             BN output recomputed as they read (SbrWgrad) and their data gradient with the ReLU and
-//             BN backward weights in its epilogue (DgradDreluDbn), after which one elementwise pass
-//             of ours applies dx = eq_dy * g + eq_x * x + eq_b.
+// for each of its convs, the fused pattern cuDNN runs or, where none was taken (refused, measured
+// slower, switched off, or a build that does not fuse), the plain conv and our BN kernels. Fused as
+// NVIDIA's MLPerf ResNet-50 does it (docs/fused-bn.md): conv1 and the shortcut emit their output's
+// BN statistics, conv2 and conv3 apply the previous BN + ReLU as they read their input and take
+// their gradients through it (model/fused_conv.h's patterns); the join (both branches' BN, the add
+// and the ReLU) and its backward are our kernels either way.
 // The network owns what backward needs (each block's stored activations, only those its table
 // requires), four gradient buffers it rotates through, and, with NetConfig::wgrad_beside, the
 // weight gradients' stream.

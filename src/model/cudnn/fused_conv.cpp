@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/errors.h"
+#include "core/memory.h"
 #include "model/cudnn/plan_picker.h"
 
 namespace {
