@@ -40,9 +40,8 @@ class InferenceNetwork : public Network {
   std::map<std::string, std::shared_ptr<FusedConv>> fused_plans_;
   std::map<std::string, std::shared_ptr<GemmConv>> gemm_plans_;
   DeviceBuffer coefficients_half_;        // fp16 scale/shift of the BNs whose conv's engine reads them so
-  DeviceBuffer eval_targets_;             // every BN, for one launch of their coefficients
-  int eval_target_count_ = 0, widest_bn_ = 0;
+  DeviceBuffer eval_targets_;             // every BN (one per conv), for one launch of their coefficients
+  int widest_bn_ = 0;
   DeviceBuffer gemm_filters_, fold_targets_;  // the GEMM convs' folded filters, what folds them
-  int fold_count_ = 0;
   size_t largest_fold_ = 0;
 };

@@ -110,6 +110,7 @@ void InferenceNetwork::allocate_coefficients() {
   gemm_filters_ = DeviceBuffer(folded * sizeof(uint16_t), "filters with the BN folded in");
   uint16_t* half = coefficients_half_.as<uint16_t>();
   uint16_t* filter = gemm_filters_.as<uint16_t>();
+  std::vector<BnEvalTarget> targets;  // every BN, each applied by one conv
   std::vector<FilterFold> folds;
   for (ConvRun& r : runs_) {
     if (r.wants_half()) {
@@ -117,6 +118,7 @@ void InferenceNetwork::allocate_coefficients() {
       r.shift_h = half + r.bn->channels;
       half += 2 * r.bn->channels;
     }
+    targets.push_back({r.bn->st, r.bn->channels, r.scale_h, r.shift_h});
     if (!r.gemm) continue;
     const ConvGeometry& g = r.conv->geometry();
     r.gemm_filter = filter;
@@ -127,16 +129,8 @@ void InferenceNetwork::allocate_coefficients() {
   fold_targets_ = DeviceBuffer(folds.size() * sizeof(FilterFold), "filter folds");
   if (!folds.empty())
     CUDA_CHECK(cudaMemcpy(fold_targets_.get(), folds.data(), fold_targets_.bytes(), cudaMemcpyHostToDevice));
-  fold_count_ = static_cast<int>(folds.size());
-  // In running_stats() order, as bns() lists them.
-  std::vector<BnEvalTarget> targets;
-  for (const Bn* bn : layers_->bns()) {
-    const auto r = std::find_if(runs_.begin(), runs_.end(), [&](const ConvRun& c) { return c.bn == bn; });
-    targets.push_back({bn->st, bn->channels, r->scale_h, r->shift_h});
-  }
   eval_targets_ = DeviceBuffer(targets.size() * sizeof(BnEvalTarget), "BN evaluation targets");
   CUDA_CHECK(cudaMemcpy(eval_targets_.get(), targets.data(), eval_targets_.bytes(), cudaMemcpyHostToDevice));
-  eval_target_count_ = static_cast<int>(targets.size());
 }
 
 void InferenceNetwork::conv_bn(const ConvRun& r, const void* images) {
@@ -167,8 +161,9 @@ void InferenceNetwork::conv_bn(const ConvRun& r, const void* images) {
 void InferenceNetwork::forward(const void* images) {
   // The weights and running statistics may have changed since the last forward (a checkpoint
   // restored into the network).
-  bn_forward_eval_coefs_all(eval_targets_.as<BnEvalTarget>(), eval_target_count_, widest_bn_, ctx_.stream);
-  fold_bn_into_filters(fold_targets_.as<FilterFold>(), fold_count_, largest_fold_, ctx_.stream);
+  bn_forward_eval_coefs_all(eval_targets_.as<BnEvalTarget>(), int(runs_.size()), widest_bn_, ctx_.stream);
+  const int folds = int(fold_targets_.bytes() / sizeof(FilterFold));
+  fold_bn_into_filters(fold_targets_.as<FilterFold>(), folds, largest_fold_, ctx_.stream);
   for (const ConvRun& r : runs_) conv_bn(r, images);
   classify(runs_.back().y.get());
 }
