@@ -1,4 +1,4 @@
-// The plan picker (plan_picker.h) and the frontend helpers of frontend.h.
+// The frontend helpers and the plan picker of plan_picker.h.
 #include "model/cudnn/plan_picker.h"
 
 #include <algorithm>
