@@ -9,13 +9,6 @@
 #include "core/elapsed.h"
 #include "core/memory.h"
 
-namespace {
-
-cudnnDataType_t cudnn_type(DType t) { return t == DType::F32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_HALF; }
-cudnnTensorFormat_t cudnn_format(Layout l) { return l == Layout::NCHW ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC; }
-
-}  // namespace
-
 std::string ConvGeometry::key() const {
   char buf[96];
   std::snprintf(buf, sizeof(buf), "n%d.c%d.h%d.w%d.k%d.r%d.s%d.p%d", n, c, h, w, k, r, stride, pad);
@@ -31,8 +24,8 @@ size_t ConvLayer::workspace_bytes() const {
 }
 
 Conv2d::Conv2d(const ConvGeometry& g, DType t, Layout l, bool tf32) : ConvLayer(g, t, tf32) {
-  const cudnnDataType_t dt = cudnn_type(t);
-  const cudnnTensorFormat_t fmt = cudnn_format(l);
+  const cudnnDataType_t dt = t == DType::F32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_HALF;
+  const cudnnTensorFormat_t fmt = l == Layout::NCHW ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC;
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_));
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&y_));
   CUDNN_CHECK(cudnnCreateFilterDescriptor(&w_));

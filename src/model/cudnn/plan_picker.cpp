@@ -32,10 +32,6 @@ void set_stored(const TensorPtr& t, int64_t uid, DType type, const std::array<in
   set_virtual(t, dims, l);
 }
 
-void fe_check(fe::error_t e, const std::string& what) {
-  if (e.is_bad()) throw Fatal("cuDNN (frontend): " + what + ": " + e.get_message());
-}
-
 // ---- the picker ---------------------------------------------------------------------------------
 namespace {
 
@@ -74,13 +70,6 @@ bool runtime_compiled(const fe::graph::Graph& g, int64_t i) {
 std::string engine_at(const fe::graph::Graph& g, int64_t i) {
   std::string name;
   return g.get_plan_name_at_index(i, name).is_good() ? name : std::string();
-}
-
-// The rules' reason for an empty list, for the refusal message.
-std::string nothing_allowed(const PlanRules& r) {
-  std::string why = "no engine configuration could be built";
-  if (r.deterministic) why += " (deterministic)";
-  return why + " within a workspace of " + format_bytes(r.workspace_limit);
 }
 
 // Times the built configurations on scratch memory; returns the fastest's index and time.
@@ -173,7 +162,10 @@ PlannedGraph pick_plan(const GraphRecipe& recipe, cudnnHandle_t h, const PlanRul
     built.push_back(i);
     if (!rules.measure) break;  // the heuristics' first that builds
   }
-  if (built.empty()) return {.why = nothing_allowed(rules)};
+  if (built.empty())
+    return {.why = std::string("no engine configuration could be built") +
+                   (rules.deterministic ? " (deterministic)" : "") + " within a workspace of " +
+                   format_bytes(rules.workspace_limit)};
   if (!rules.measure) return built_plan(std::move(g), built.front());  // the heuristics' first that builds
   const auto [chosen, ms] = fastest(*g, h, built, scratch);
   if (chosen < 0) return {.why = "every engine configuration failed to run"};
@@ -203,5 +195,6 @@ void execute_plan(const PlannedGraph& p, cudnnHandle_t h, std::unordered_map<int
     if (reinterpret_cast<uintptr_t>(ptr) % kCudnnAlignment != 0)
       throw Fatal(what + ": tensor " + std::to_string(uid) + " is not " + std::to_string(kCudnnAlignment) +
                   "-byte aligned, as its graph promises");
-  fe_check(p.graph->execute_plan_at_index(h, pointers, ws, p.index), what);
+  fe::error_t e = p.graph->execute_plan_at_index(h, pointers, ws, p.index);
+  if (e.is_bad()) throw Fatal("cuDNN (frontend): " + what + ": " + e.get_message());
 }

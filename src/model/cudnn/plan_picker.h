@@ -52,9 +52,6 @@ inline auto fprop_attributes(const ConvGeometry& g) { return conv_attributes<fe:
 inline auto dgrad_attributes(const ConvGeometry& g) { return conv_attributes<fe::graph::Conv_dgrad_attributes>(g); }
 inline auto wgrad_attributes(const ConvGeometry& g) { return conv_attributes<fe::graph::Conv_wgrad_attributes>(g); }
 
-// Throws Fatal naming `what` where a frontend call failed.
-void fe_check(fe::error_t e, const std::string& what);
-
 // ---- the plan picker ----------------------------------------------------------------------------
 // Which engines may run.
 struct PlanRules {
