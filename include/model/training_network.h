@@ -56,7 +56,6 @@ class TrainingNetwork : public Network {
   struct BlockRun;  // one block's decisions and stored activations
 
  private:
-  struct FusedBn;
   struct Lane;
   void plan_blocks(AutotuneCache& cache, size_t largest);  // largest: of the activations, in elements
   void allocate(size_t largest);
@@ -64,12 +63,12 @@ class TrainingNetwork : public Network {
   void block_backward(const Block& b, BlockRun& r, const void* in, const void* dy2);
   // y = conv(x), or conv(relu(bn_prev(x))) with `prologue`, then bn's coefficients from y's
   // statistics (training) or its running statistics (evaluation).
-  void conv_stats(const struct ConvUnit& c, const FusedConv* fused, const void* x, void* y, const Bn& bn, FusedBn& fb,
-                  Shape4 s, bool train, const Bn* prologue, const FusedBn* prologue_fb, void* stored, Shape4 s_prev);
+  void conv_stats(const struct ConvUnit& c, const FusedConv* fused, const void* x, void* y, const Bn& bn, Shape4 s,
+                  bool train, const Bn* prologue, void* stored, Shape4 s_prev);
   // The backward of conv c whose input was relu(bn(x)): its weight gradient, and dx, the gradient of
   // bn's input x, from dy.
   void inner_backward(const struct ConvUnit& c, const FusedConv* wgrad, const FusedConv* dgrad, bool fwd_fused,
-                      const void* x, const Bn& bn, const FusedBn& fb, void* stored, Shape4 s_in, void* dy, void* dx);
+                      const void* x, const Bn& bn, void* stored, Shape4 s_in, void* dy, void* dx);
   // A conv's plain backward: dw (beside, on the lane) and dx = dgrad(dy).
   void conv_backward(const struct ConvUnit& c, const void* x, const void* dy, void* dx);
   void join_forward(const Block& b, BlockRun& r, const void* in, bool train);

@@ -12,10 +12,10 @@
 #include "model/resnet50_layers.h"
 
 // One conv: what writes its BN's output (a cuDNN epilogue pattern, a cuBLASLt GEMM, or neither: the
-// plain conv and our apply pass), and the fp16 coefficients the one that reads them so takes.
+// plain conv and our apply pass), which may read the BN's coefficients in fp16 (wants_half).
 struct InferenceNetwork::ConvRun {
   const ConvUnit* conv = nullptr;
-  const Bn* bn = nullptr;
+  Bn* bn = nullptr;
   Shape4 out;
   FusedPattern pattern = FusedPattern::ConvBnRelu;  // the BN applied as cuDNN's epilogue would apply it
   int x = -1, z = -1;           // the runs whose outputs it reads as input (-1: the images) and residual
@@ -23,8 +23,6 @@ struct InferenceNetwork::ConvRun {
   const FusedConv* fused = nullptr;
   const GemmConv* gemm = nullptr;
   void* gemm_filter = nullptr;  // the filter with the BN's scale folded in
-  void* scale_h = nullptr;
-  void* shift_h = nullptr;
   bool wants_half() const { return gemm || (fused && fused->scale_type() == DType::F16); }
 };
 
@@ -37,12 +35,12 @@ FusedPattern as_gemm(FusedPattern p) {
 
 InferenceNetwork::InferenceNetwork(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache)
     : Network(cfg, ctx, cache, false) {
-  auto add = [&](const ConvUnit& c, const Bn& bn, Shape4 out, FusedPattern p, int x, int z = -1) {
+  auto add = [&](const ConvUnit& c, Bn& bn, Shape4 out, FusedPattern p, int x, int z = -1) {
     runs_.push_back({&c, &bn, out, p, x, z});
     return int(runs_.size()) - 1;
   };
   int cur = add(layers_->stem, layers_->stem_bn, layers_->stem_out, FusedPattern::ConvBnRelu, -1);
-  for (const Block& b : layers_->blocks) {
+  for (Block& b : layers_->blocks) {
     const int a1 = add(b.c1, b.b1, b.mid1, FusedPattern::ConvBnRelu, cur);
     const int a2 = add(b.c2, b.b2, b.mid2, FusedPattern::ConvBnRelu, a1);
     // The projection shortcut's BN has no ReLU: the join's comes after the add, in conv3's epilogue.
@@ -114,11 +112,11 @@ void InferenceNetwork::allocate_coefficients() {
   std::vector<FilterFold> folds;
   for (ConvRun& r : runs_) {
     if (r.wants_half()) {
-      r.scale_h = half;
-      r.shift_h = half + r.bn->channels;
+      r.bn->scale_h = half;
+      r.bn->shift_h = half + r.bn->channels;
       half += 2 * r.bn->channels;
     }
-    targets.push_back({r.bn->st, r.bn->channels, r.scale_h, r.shift_h});
+    targets.push_back({r.bn->st, r.bn->channels, r.bn->scale_h, r.bn->shift_h});
     if (!r.gemm) continue;
     const ConvGeometry& g = r.conv->geometry();
     r.gemm_filter = filter;
@@ -139,15 +137,15 @@ void InferenceNetwork::conv_bn(const ConvRun& r, const void* images) {
   const void* z = r.z < 0 ? nullptr : runs_[r.z].y.get();
   void* y = r.y.get();
   if (r.gemm) {
-    r.gemm->run(ctx_.cublas_lt, x, r.gemm_filter, r.shift_h, z, y, workspace_.get(), workspace_.bytes(), stream);
+    r.gemm->run(ctx_.cublas_lt, x, r.gemm_filter, r.bn->shift_h, z, y, workspace_.get(), workspace_.bytes(), stream);
     return;
   }
   const BnChannelState& st = r.bn->st;
   if (r.fused) {
     const bool half = r.fused->scale_type() == DType::F16;
     r.fused->run(ctx_.cudnn,
-                 {.x = x, .w = params_.working(r.conv->weight), .y = y, .scale = half ? r.scale_h : st.scale,
-                  .bias = half ? r.shift_h : st.shift, .z = z},
+                 {.x = x, .w = params_.working(r.conv->weight), .y = y, .scale = half ? r.bn->scale_h : st.scale,
+                  .bias = half ? r.bn->shift_h : st.shift, .z = z},
                  workspace_.get(), workspace_.bytes());
     return;
   }

@@ -20,6 +20,12 @@ struct Bn {
   int gamma = -1, beta = -1;     // parameter ids
   size_t running_off = 0, state_off = 0;
   BnChannelState st{};           // set once the buffers exist (the Network constructor)
+  // Fused: the fp16 copies of scale and shift where a pattern's engine reads them so (else null),
+  // and, training, the per-channel sum and sum of squares its conv accumulates (fp32).
+  void* scale_h = nullptr;
+  void* shift_h = nullptr;
+  float* sum = nullptr;
+  float* sqsum = nullptr;
 };
 
 struct ConvUnit {
