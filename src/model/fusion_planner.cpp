@@ -95,23 +95,19 @@ const Plan& FusionPlanner::plan_once(std::map<std::string, std::shared_ptr<Plan>
 
 const FusedConv* FusionPlanner::fuse(const ConvUnit& u, FusedPattern p, float unfused_ms) {
   ++report_.tried;
-  if (cfg_.unfused_patterns & fused_pattern_bit(p)) {  // not even planned: nothing to measure or cache
-    report_.refused.push_back({u.name, p, kSwitchedOff});
+  auto refuse = [&](const std::string& why) {
+    report_.refused.push_back({u.name, p, why});
     return nullptr;
-  }
+  };
+  // Switched off: not even planned, nothing to measure or cache.
+  if (cfg_.unfused_patterns & fused_pattern_bit(p)) return refuse(kSwitchedOff);
   const std::string key = fused_cache_key(p, u.geometry());
   const FusedChoice* cached = measure_ ? cache_.find_fused(key) : nullptr;
   const FusedConv& f = plan_once(fused_, key, cached, unfused_ms, [&] {
     return std::make_shared<FusedConv>(ctx_.cudnn, p, u.geometry(), options_, cached);
   });
-  if (!f.ok()) {
-    report_.refused.push_back({u.name, p, f.why()});
-    return nullptr;
-  }
-  if (!run_fused(f.ms(), unfused_ms)) {
-    report_.refused.push_back({u.name, p, kSlowerThanUnfused});
-    return nullptr;
-  }
+  if (!f.ok()) return refuse(f.why());
+  if (!run_fused(f.ms(), unfused_ms)) return refuse(kSlowerThanUnfused);
   ++report_.fused;
   report_.half_coefficients += has_scale_bias(p) && f.scale_type() == DType::F16;
   return &f;
