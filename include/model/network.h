@@ -92,7 +92,7 @@ class Network {
 
   // BN running statistics: [mean, var] of every BN in order, fp32 (for checkpoints).
   float* running_stats() const { return running_.as<float>(); }
-  size_t running_stats_count() const { return running_count_; }
+  size_t running_stats_count() const { return running_.bytes() / sizeof(float); }
   std::vector<std::string> running_stats_names() const;
 
   float* logits() const { return logits_.as<float>(); }  // batch x classes, fp32, without the fc bias
@@ -120,7 +120,6 @@ class Network {
   FusionReport fusion_report_;
   DeviceBuffer workspace_;  // cuDNN's and cuBLASLt's, sized for every plan chosen
   DeviceBuffer running_, bn_state_;
-  size_t running_count_ = 0;
   DeviceBuffer feat_, logits_;
   size_t activation_bytes_ = 0;
   size_t conv_workspace_ = 0;  // the most any plain conv's chosen algorithms need

@@ -6,7 +6,6 @@
 
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "model/params.h"
@@ -63,13 +62,8 @@ struct ParamSpec {
   ParamKind kind;
   std::vector<int> shape;
 };
-// What each layer registers, in this order (build_layers() registers through these).
-ParamSpec conv_weight(const ConvSpec& c);
-std::pair<ParamSpec, ParamSpec> bn_params(const BnSpec& b);   // gamma, beta
-std::pair<ParamSpec, ParamSpec> fc_params(const NetSpec& n);  // weight, bias
-
-// Every parameter of the network in registration order, and the count of BN running statistics
-// (mean and variance of every BN).
+// Every parameter of the network in registration order (the networks register these, in this
+// order: build_layers()), and the count of BN running statistics (mean and variance of every BN).
 struct ParamListing {
   std::vector<ParamSpec> tensors;
   size_t total = 0;     // parameter values in all

@@ -18,23 +18,23 @@ constexpr int kStateVectors = 7;  // save_mean, save_invstd, scale, shift, 3 bac
 }  // namespace
 
 // ---- the layers ---------------------------------------------------------------------------------
-// Registered through the same conv_weight / bn_params / fc_params that resnet50_params() lists, in
-// the same order: a checkpoint's model signature computed from that listing (before the GPU is
-// touched) is the one of these parameters.
+// The parameters registered are resnet50_params()'s, so that a checkpoint's model signature computed
+// from that listing (before the GPU is touched) is the one of these parameters; the layers take
+// their ids walking the spec in the listing's order.
 ResNetLayers build_layers(const NetConfig& cfg, ParamStore& params) {
+  for (const ParamSpec& p : resnet50_params(cfg).tensors) params.add(p.name, p.kind, p.shape);
   const NetSpec spec = resnet50_spec(cfg);
   ResNetLayers L;
-  auto add = [&](const ParamSpec& p) { return params.add(p.name, p.kind, p.shape); };
+  int id = 0;
   auto conv_unit = [&](const ConvSpec& c) {
-    return ConvUnit{make_conv(cfg.conv_api, c.g, cfg.dtype, cfg.layout, cfg.tf32), add(conv_weight(c)), c.name};
+    return ConvUnit{make_conv(cfg.conv_api, c.g, cfg.dtype, cfg.layout, cfg.tf32), id++, c.name};
   };
   auto make_bn = [&](const BnSpec& s) {
     Bn b;
     b.name = s.name;
     b.channels = s.channels;
-    const auto [gamma, beta] = bn_params(s);
-    b.gamma = add(gamma);
-    b.beta = add(beta);
+    b.gamma = id++;
+    b.beta = id++;
     b.running_off = L.running_count;
     L.running_count += 2 * size_t(b.channels);
     b.state_off = L.state_floats;
@@ -60,9 +60,8 @@ ResNetLayers build_layers(const NetConfig& cfg, ParamStore& params) {
     L.blocks.push_back(std::move(b));
   }
   L.features = spec.features;
-  const auto [fc_weight, fc_bias] = fc_params(spec);
-  L.fc_weight = add(fc_weight);
-  L.fc_bias = add(fc_bias);
+  L.fc_weight = id++;
+  L.fc_bias = id++;
   return L;
 }
 
@@ -85,8 +84,7 @@ Network::Network(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache, bo
     throw Fatal("ResNet-50: image side " + std::to_string(cfg.image_side) + " is not a positive multiple of 8");
   layers_ = std::make_unique<ResNetLayers>(build_layers(cfg, params_));
   params_.allocate(cfg.dtype, training);
-  running_count_ = layers_->running_count;
-  running_ = DeviceBuffer(running_count_ * sizeof(float), "BN running statistics");
+  running_ = DeviceBuffer(layers_->running_count * sizeof(float), "BN running statistics");
   bn_state_ = DeviceBuffer(layers_->state_floats * sizeof(float), "BN per-channel state");
   for (Bn* b : layers_->bns()) {  // each BN's state in the buffers
     const int C = b->channels;
@@ -159,7 +157,7 @@ void Network::init_params(uint64_t seed) {
   }
   CUDA_CHECK(cudaMemcpy(params_.master_all(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
   if (params_.momentum_all()) CUDA_CHECK(cudaMemset(params_.momentum_all(), 0, params_.total() * sizeof(float)));
-  std::vector<float> run(running_count_);
+  std::vector<float> run(running_stats_count());
   for (const Bn* bn : layers_->bns()) {  // running mean 0, running var 1
     float* r = run.data() + bn->running_off;
     std::fill(r, r + bn->channels, 0.f);
