@@ -21,7 +21,7 @@
 #include "core/handles.h"
 #include "core/memory.h"
 #include "model/conv.h"
-#include "model/fusion_report.h"
+#include "model/fused_patterns.h"
 #include "model/params.h"
 
 struct NetConfig {

@@ -17,7 +17,7 @@
 #include "core/handles.h"
 #include "model/autotune_cache.h"
 #include "model/fused_conv.h"
-#include "model/fusion_report.h"
+#include "model/fused_patterns.h"
 #include "model/gemm_conv.h"
 #include "model/network.h"
 #include "model/resnet50_layers.h"
