@@ -2,12 +2,11 @@
 // momentum or backward buffers, over the layers every network shares (model/network.h).
 //
 // A BN's coefficients come from its running statistics, known before the conv runs: each conv (the
-// stem's too) applies its BN, the ReLU and at conv3 the residual as it writes its output. Each conv
-// runs from a table of decisions made at construction: cuDNN's epilogue pattern (ConvBnRelu, ConvBn,
-// ConvBnAddRelu), or for a 1x1 conv measured faster so, one cuBLASLt GEMM with the BN's scale folded
-// into its filter and the rest in the GEMM's epilogue (model/gemm_conv.h), or, where neither was
-// taken (refused, switched off, a build that does not fuse), the plain conv and our apply pass in
-// place over its output. Every BN's coefficients are computed in one launch at the start of each
+// stem's too) applies its BN, the ReLU and at conv3 the residual as it writes its output, decided at
+// construction: in cuDNN's epilogue pattern (model/fused_conv.h), or for a 1x1 conv measured faster
+// so, in a cuBLASLt GEMM with the BN folded into its filter (model/gemm_conv.h), or, where neither
+// was taken (refused, switched off, a build that does not fuse), by our apply pass in place over the
+// plain conv's output. Every BN's coefficients are computed in one launch at the start of each
 // forward, so that weights restored from a checkpoint take effect.
 #pragma once
 

@@ -43,6 +43,9 @@ class FusionPlanner {
   const GemmConv* gemm(const ConvUnit& u, FusedPattern p, float alternative_ms);
   // The time of one pass of our BN kernels at a shape, on scratch memory; -1 when not measuring.
   float pass_ms(BnPass p, Shape4 s);
+  // The plans taken, kept alive by the network that runs them.
+  std::map<std::string, std::shared_ptr<FusedConv>> take_fused() { return std::move(fused_); }
+  std::map<std::string, std::shared_ptr<GemmConv>> take_gemms() { return std::move(gemms_); }
 
  private:
   template <class Plan, class Make>
@@ -59,9 +62,4 @@ class FusionPlanner {
   std::unique_ptr<PassTimer> timer_;
   std::map<std::string, std::shared_ptr<FusedConv>> fused_;
   std::map<std::string, std::shared_ptr<GemmConv>> gemms_;
-
- public:
-  // The plans taken, kept alive by the network that runs them.
-  std::map<std::string, std::shared_ptr<FusedConv>> take_fused() { return std::move(fused_); }
-  std::map<std::string, std::shared_ptr<GemmConv>> take_gemms() { return std::move(gemms_); }
 };

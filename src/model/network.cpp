@@ -157,11 +157,10 @@ void Network::init_params(uint64_t seed) {
   }
   CUDA_CHECK(cudaMemcpy(params_.master_all(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
   if (params_.momentum_all()) CUDA_CHECK(cudaMemset(params_.momentum_all(), 0, params_.total() * sizeof(float)));
-  std::vector<float> run(running_stats_count());
-  for (const Bn* bn : layers_->bns()) {  // running mean 0, running var 1
-    float* r = run.data() + bn->running_off;
-    std::fill(r, r + bn->channels, 0.f);
-    std::fill(r + bn->channels, r + 2 * bn->channels, 1.f);
+  std::vector<float> run(running_stats_count());  // running mean 0, running var 1
+  for (const Bn* bn : layers_->bns()) {
+    float* var = run.data() + bn->running_off + bn->channels;
+    std::fill(var, var + bn->channels, 1.f);
   }
   CUDA_CHECK(cudaMemcpy(running_.get(), run.data(), run.size() * sizeof(float), cudaMemcpyHostToDevice));
   params_.refresh_working_copy(ctx_.stream);
