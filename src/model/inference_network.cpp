@@ -80,15 +80,11 @@ void InferenceNetwork::plan_convs(AutotuneCache& cache) {
     r.gemm = planner.gemm(*r.conv, as_gemm(r.pattern), r.fused ? r.fused->ms() : unfused);
     if (!r.gemm) continue;
     ++fusion_report_.gemms;
-    if (r.fused) {
-      r.fused = nullptr;
-      continue;
+    if (!r.fused) {  // the BN is fused after all: not a refusal
+      ++fusion_report_.fused;
+      std::erase_if(fusion_report_.refused, [&](const FusionRefusal& f) { return f.layer == r.conv->name; });
     }
-    ++fusion_report_.fused;  // the BN is fused after all: not a refusal
-    auto& refused = fusion_report_.refused;
-    refused.erase(std::remove_if(refused.begin(), refused.end(),
-                                 [&](const FusionRefusal& f) { return f.layer == r.conv->name; }),
-                  refused.end());
+    r.fused = nullptr;
   }
   fused_plans_ = planner.take_fused();
   gemm_plans_ = planner.take_gemms();

@@ -160,14 +160,10 @@ bool FusedConv::try_types(cudnnHandle_t h, int types, const FusedChoice* cached)
   const PatternGraph recipe{pattern_, g_, o_.io, scale_type, intermediate, o_.layout};
   const PlanRules rules{.measure = o_.measure, .deterministic = o_.deterministic, .runtime_compiled = true,
                         .workspace_limit = o_.workspace_limit};
-  PlannedGraph plan;
-  if (cached) {
-    plan = plan_engine(recipe, h, rules, cached->engine);
-  } else {
-    std::optional<Scratch> scratch;
-    if (o_.measure) scratch.emplace(g_, o_.io);
-    plan = pick_plan(recipe, h, rules, scratch ? scratch->pointers : ScratchPointers{});
-  }
+  std::optional<Scratch> scratch;
+  if (o_.measure && !cached) scratch.emplace(g_, o_.io);
+  PlannedGraph plan = cached ? plan_engine(recipe, h, rules, cached->engine)
+                             : pick_plan(recipe, h, rules, scratch ? scratch->pointers : ScratchPointers{});
   if (!plan) {
     if (why_.empty()) why_ = plan.why;  // the first reason: later tries usually fail for the same one
     return false;
