@@ -91,7 +91,7 @@ class AutotuneCache {
  public:
   AutotuneCache(std::string path, const AutotuneContext& context) : AutotuneCache(std::move(path), context.key()) {}
   // Any context string (tests, and callers that measure nothing).
-  AutotuneCache(std::string path, std::string context);
+  AutotuneCache(std::string path, std::string context) : path_(std::move(path)), context_(std::move(context)) {}
   // Reads the file if it exists; returns warnings for the user (corrupt file, no entries here).
   std::vector<std::string> load();
   const ConvAlgos* find(const std::string& shape) const;
@@ -117,7 +117,6 @@ class AutotuneCache {
   // destructor) ends it: the programs arm it around building their network.
   void arm_late_notice(std::chrono::milliseconds delay, FILE* out = stdout);
   void end_late_notice();
-  ~AutotuneCache();
 
  private:
   void missed() const;  // a lookup found nothing: starts the armed notice

@@ -33,10 +33,8 @@ struct NetConfig {
   ConvApi conv_api = ConvApi::Legacy;
   int classes = 10;
   int image_side = 32;  // a multiple of 8: the stages run at side, side/2, side/4, side/8
-  // Batch norm fused into the convolutions where cuDNN accepts the patterns (model/fused_conv.h):
-  // training, statistics from the conv that writes a tensor and scale/bias + ReLU applied as the next
-  // conv reads it; inference, each BN (running statistics), the residual add and the ReLU in the
-  // epilogue of the conv before it.
+  // Batch norm fused into the convolutions where cuDNN accepts the patterns (model/fused_conv.h; how
+  // each network fuses: model/training_network.h, model/inference_network.h).
   bool fused_bn = false;
   // Patterns that run plain even where cuDNN takes them (fused_pattern_bit; --no-fuse), to measure
   // what each kind of pattern buys.

@@ -50,8 +50,8 @@ class TrainingNetwork : public Network {
   std::function<void(int param_id)> on_grad_ready;
   // The per-BN sums the fused convs accumulate into, which bn_finalize_sums (and an evaluation
   // forward) leave zero: a step's CUDA graph needs none of cuDNN's memsets into them
-  // (core/graph_memsets.h). Empty where nothing is fused.
-  ZeroedRange statistics_kept_zero() const;
+  // (core/graph_memsets.h). Empty where nothing is fused (no buffer).
+  ZeroedRange statistics_kept_zero() const { return {fused_sums_.get(), fused_sums_.bytes()}; }
 
   struct BlockRun;  // one block's decisions and stored activations
 

@@ -135,9 +135,6 @@ std::string AutotuneContext::key() const {
          ";workspace_mb=" + std::to_string(workspace_mb);
 }
 
-AutotuneCache::AutotuneCache(std::string path, std::string context)
-    : path_(std::move(path)), context_(std::move(context)) {}
-
 std::vector<std::string> AutotuneCache::load() {
   std::vector<std::string> warnings;
   struct stat st{};
@@ -180,8 +177,6 @@ bool put_entry(std::map<std::string, T>& entries, const std::string& key, const 
 }
 
 }  // namespace
-
-AutotuneCache::~AutotuneCache() = default;
 
 void AutotuneCache::arm_late_notice(std::chrono::milliseconds delay, FILE* out) {
   notice_delay_ = delay;

@@ -177,11 +177,6 @@ void TrainingNetwork::allocate(size_t largest) {
   }
 }
 
-ZeroedRange TrainingNetwork::statistics_kept_zero() const {
-  if (!cfg_.fuses()) return {};
-  return {fused_sums_.get(), fused_sums_.bytes()};
-}
-
 // ---- forward ------------------------------------------------------------------------------------
 void TrainingNetwork::bn_forward(const Bn& bn, const void* x, Shape4 s, bool train) {
   if (train) bn_forward_train_stats(x, s, cfg_.dtype, cfg_.layout, bn.st, bn_scratch_.as<float>(), ctx_.stream);

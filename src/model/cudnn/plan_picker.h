@@ -5,13 +5,13 @@
 // fetches it (PyPI's nvidia-cudnn-frontend, pinned) into build/deps/ and gives its include path to
 // these files only.
 //
-// Measuring, the picker builds every engine configuration that cuDNN's heuristics (modes A and B) list and
-// the rules allow, times each on scratch memory, and keeps the fastest; without measuring, the
-// heuristics' first that builds. The choice is named by the frontend's engine tag ("eng58_k25=2":
+// Measuring, the picker builds every engine configuration that cuDNN's heuristics (modes A and B)
+// list and the rules allow, times each on scratch memory, and keeps the fastest; without measuring,
+// the heuristics' first that builds. The choice is named by the frontend's engine tag ("eng58_k25=2":
 // the engine and its knobs), which the autotune cache keeps with its time, and a later start
-// rebuilds that engine alone from the tag, without timing (and without a heuristics query where
-// the frontend can name all its knobs). The kept graph holds the one chosen plan, built the same
-// way whether it was just measured or read from the cache.
+// rebuilds that engine alone from the tag, without timing (and without a heuristics query where the
+// frontend can name all its knobs). The kept graph holds the one chosen plan, built the same way
+// whether it was just measured or read from the cache.
 #pragma once
 
 #include <array>
