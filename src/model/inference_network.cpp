@@ -17,7 +17,7 @@ struct InferenceNetwork::ConvRun {
   const ConvUnit* conv = nullptr;
   Bn* bn = nullptr;
   Shape4 out;
-  FusedPattern pattern = FusedPattern::ConvBnRelu;  // the BN applied as cuDNN's epilogue would apply it
+  FusedPattern pattern, as_gemm;  // its BN in cuDNN's epilogue pattern, or in a cuBLASLt GEMM's
   int x = -1, z = -1;           // the runs whose outputs it reads as input (-1: the images) and residual
   DeviceBuffer y{};             // its output: no conv output is stored apart from its BN's
   const FusedConv* fused = nullptr;
@@ -26,26 +26,20 @@ struct InferenceNetwork::ConvRun {
   bool wants_half() const { return gemm || (fused && fused->scale_type() == DType::F16); }
 };
 
-namespace {
-FusedPattern as_gemm(FusedPattern p) {
-  if (p == FusedPattern::ConvBn) return FusedPattern::GemmBn;
-  return p == FusedPattern::ConvBnRelu ? FusedPattern::GemmBnRelu : FusedPattern::GemmBnAddRelu;
-}
-}  // namespace
-
 InferenceNetwork::InferenceNetwork(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache)
     : Network(cfg, ctx, cache, false) {
-  auto add = [&](const ConvUnit& c, Bn& bn, Shape4 out, FusedPattern p, int x, int z = -1) {
-    runs_.push_back({&c, &bn, out, p, x, z});
+  using P = FusedPattern;
+  auto add = [&](const ConvUnit& c, Bn& bn, Shape4 out, P pattern, P as_gemm, int x, int z = -1) {
+    runs_.push_back({&c, &bn, out, pattern, as_gemm, x, z});
     return int(runs_.size()) - 1;
   };
-  int cur = add(layers_->stem, layers_->stem_bn, layers_->stem_out, FusedPattern::ConvBnRelu, -1);
+  int cur = add(layers_->stem, layers_->stem_bn, layers_->stem_out, P::ConvBnRelu, P::GemmBnRelu, -1);
   for (Block& b : layers_->blocks) {
-    const int a1 = add(b.c1, b.b1, b.mid1, FusedPattern::ConvBnRelu, cur);
-    const int a2 = add(b.c2, b.b2, b.mid2, FusedPattern::ConvBnRelu, a1);
+    const int a1 = add(b.c1, b.b1, b.mid1, P::ConvBnRelu, P::GemmBnRelu, cur);
+    const int a2 = add(b.c2, b.b2, b.mid2, P::ConvBnRelu, P::GemmBnRelu, a1);
     // The projection shortcut's BN has no ReLU: the join's comes after the add, in conv3's epilogue.
-    const int shortcut = b.down ? add(*b.down, *b.bdown, b.out, FusedPattern::ConvBn, cur) : cur;
-    cur = add(b.c3, b.b3, b.out, FusedPattern::ConvBnAddRelu, a2, shortcut);
+    const int shortcut = b.down ? add(*b.down, *b.bdown, b.out, P::ConvBn, P::GemmBn, cur) : cur;
+    cur = add(b.c3, b.b3, b.out, P::ConvBnAddRelu, P::GemmBnAddRelu, a2, shortcut);
   }
   const size_t es = dtype_size(cfg.dtype);
   size_t act = 0;
@@ -77,7 +71,7 @@ void InferenceNetwork::plan_convs(AutotuneCache& cache) {
     const BnPass saved = r.pattern == FusedPattern::ConvBnAddRelu ? BnPass::ApplyAdd : BnPass::Apply;
     const float unfused = total_ms({r.conv->conv->algorithms().fwd.ms, planner.pass_ms(saved, r.out)});
     r.fused = planner.fuse(*r.conv, r.pattern, unfused);
-    r.gemm = planner.gemm(*r.conv, as_gemm(r.pattern), r.fused ? r.fused->ms() : unfused);
+    r.gemm = planner.gemm(*r.conv, r.as_gemm, r.fused ? r.fused->ms() : unfused);
     if (!r.gemm) continue;
     ++fusion_report_.gemms;
     if (!r.fused) {  // the BN is fused after all: not a refusal
