@@ -46,10 +46,6 @@ std::string format_quad(const std::string& first, int second, size_t bytes, floa
 bool parse_choice(const std::string& text, AlgoChoice& c) { return parse_quad(text, c.algo, c.math, c.workspace, c.ms); }
 std::string format_choice(const AlgoChoice& c) { return format_quad(c.algo, c.math, c.workspace, c.ms); }
 
-constexpr const char* kFusedPrefix = "fused.";
-constexpr const char* kPlanField = "plan=";
-constexpr const char* kUnfusedField = "unfused=";
-
 }  // namespace
 
 AutotuneEntries parse_autotune_cache(const std::string& text, const std::string& file) {
@@ -76,13 +72,13 @@ AutotuneEntries parse_autotune_cache(const std::string& text, const std::string&
     }
     if (context.empty()) fail("entry before any [context] line");
     std::istringstream fields(line);
-    if (line.rfind(kFusedPrefix, 0) == 0) {  // a fused pattern's plan
+    if (line.rfind("fused.", 0) == 0) {  // a fused pattern's plan
       std::string key, plan, unfused, extra;
       FusedChoice c;
       char tail = 0;
-      if (!(fields >> key >> plan) || plan.rfind(kPlanField, 0) != 0 ||
+      if (!(fields >> key >> plan) || plan.rfind("plan=", 0) != 0 ||
           !parse_quad(plan.substr(5), c.engine, c.types, c.workspace, c.ms) ||
-          (fields >> unfused && (unfused.rfind(kUnfusedField, 0) != 0 ||
+          (fields >> unfused && (unfused.rfind("unfused=", 0) != 0 ||
                                  std::sscanf(unfused.c_str() + 8, "%f%c", &c.unfused_ms, &tail) != 1 ||
                                  !std::isfinite(c.unfused_ms) || fields >> extra)))
         fail("expected: fused.<pattern>.<shape> plan=engine/types/workspace/ms [unfused=ms]");
@@ -110,10 +106,10 @@ std::string format_autotune_cache(const AutotuneEntries& entries) {
       s += shape + " fwd=" + format_choice(a.fwd) + " bwd_data=" + format_choice(a.bwd_data) +
            " bwd_filter=" + format_choice(a.bwd_filter) + "\n";
     for (const auto& [key, c] : here.fused) {
-      s += key + " " + kPlanField + format_quad(c.engine, c.types, c.workspace, c.ms);
+      s += key + " plan=" + format_quad(c.engine, c.types, c.workspace, c.ms);
       if (c.unfused_ms >= 0) {
         char buf[48];
-        std::snprintf(buf, sizeof(buf), " %s%.6g", kUnfusedField, c.unfused_ms);
+        std::snprintf(buf, sizeof(buf), " unfused=%.6g", c.unfused_ms);
         s += buf;
       }
       s += "\n";

@@ -30,10 +30,6 @@ bool try_applies(FusedPattern p, std::pair<DType, DType> t) {
   return !(p == FusedPattern::ConvStats && t.second != DType::F32);  // no intermediate tensors either
 }
 
-bool is_epilogue(FusedPattern p) {
-  return p == FusedPattern::ConvBn || p == FusedPattern::ConvBnRelu || p == FusedPattern::ConvBnAddRelu;
-}
-
 fe::graph::Pointwise_attributes pointwise(fe::PointwiseMode_t mode) {
   return fe::graph::Pointwise_attributes().set_mode(mode).set_compute_data_type(fe::DataType_t::FLOAT);
 }
@@ -52,7 +48,8 @@ struct PatternGraph {
 
   void operator()(fe::graph::Graph& gr) const {
     gr.set_io_data_type(fe_type(io)).set_intermediate_data_type(fe_type(inter));
-    if (is_epilogue(p)) return epilogue(gr);
+    if (p == FusedPattern::ConvBn || p == FusedPattern::ConvBnRelu || p == FusedPattern::ConvBnAddRelu)
+      return epilogue(gr);
     if (p == FusedPattern::DgradDreluDbn) return dgrad_drelu_dbn(gr);
     // The conv's input: x itself, or relu(x * s + b) computed as it is read (the previous BN applied).
     TensorPtr x = graph_tensor(gr, kX, io, in(), l);
