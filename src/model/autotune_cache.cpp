@@ -132,21 +132,19 @@ std::string AutotuneContext::key() const {
 }
 
 std::vector<std::string> AutotuneCache::load() {
-  std::vector<std::string> warnings;
   struct stat st{};
-  if (path_.empty() || stat(path_.c_str(), &st) != 0) return warnings;  // no cache yet
+  if (path_.empty() || stat(path_.c_str(), &st) != 0) return {};  // no cache yet
   try {
     const std::vector<uint8_t> bytes = read_file(path_, size_t(16) << 20);  // a few KiB in practice
     all_ = parse_autotune_cache(std::string(bytes.begin(), bytes.end()), path_);
   } catch (const InputError& e) {
     all_.clear();
-    warnings.push_back(std::string("ignoring the autotune cache: ") + e.what() + "; searching again");
-    return warnings;
+    return {std::string("ignoring the autotune cache: ") + e.what() + "; searching again"};
   }
   if (all_.count(context_) == 0 || all_[context_].empty())
-    warnings.push_back("the autotune cache " + path_ + " has no entries for [" + context_ +
-                       "] (made on another GPU, cuDNN or build); searching again");
-  return warnings;
+    return {"the autotune cache " + path_ + " has no entries for [" + context_ +
+            "] (made on another GPU, cuDNN or build); searching again"};
+  return {};
 }
 
 namespace {

@@ -194,20 +194,17 @@ void Network::init_params_for_parity(uint64_t seed) {
   CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
 }
 
-// The registration order of build_layers(), without building: a stem conv + BN, the blocks' conv +
-// BN pairs (the projection shortcut's after conv3's), then the classifier.
+// What build_layers() registers (resnet50_params()), without building; the BNs read off their gammas
+// ("<bn>.weight"), in registration order, which is running_stats() order.
 TensorLayout Network::tensor_layout(int classes) {
   NetConfig cfg;
   cfg.classes = classes;
   ParamStore store;
   for (const ParamSpec& p : resnet50_params(cfg).tensors) store.add(p.name, p.kind, p.shape);
   store.assign_offsets();
-  TensorLayout layout;
-  layout.params = store.tensors();
-  const NetSpec spec = resnet50_spec(cfg);
-  layout.bns.emplace_back(spec.stem_bn.name, spec.stem_bn.channels);
-  for (const BlockSpec& b : spec.blocks)
-    for_each_layer(b, [](const ConvSpec&) {}, [&](const BnSpec& bn) { layout.bns.emplace_back(bn.name, bn.channels); });
+  TensorLayout layout{store.tensors(), {}};
+  for (const ParamTensor& t : layout.params)
+    if (t.kind == ParamKind::BnGamma) layout.bns.emplace_back(t.name.substr(0, t.name.rfind('.')), t.shape[0]);
   return layout;
 }
 
