@@ -110,7 +110,7 @@ struct PlannedGraph;
 // cuDNN's graph API (cudnn-frontend): each direction's plan, built once.
 class ConvGraph : public ConvLayer {
  public:
-  ConvGraph(const ConvGeometry& g, DType t, Layout l, bool tf32);
+  ConvGraph(const ConvGeometry& g, DType t, Layout l, bool tf32) : ConvLayer(g, t, tf32), layout_(l) {}
 
   ConvAlgos search(cudnnHandle_t h, const ConvPolicy& p) override;
   bool use(cudnnHandle_t h, const ConvAlgos& a) override;
@@ -129,7 +129,7 @@ class ConvGraph : public ConvLayer {
 // the layer's search (whose result goes into the cache).
 class AlgoChooser {
  public:
-  AlgoChooser(cudnnHandle_t h, const ConvPolicy& p, AutotuneCache* cache);
+  AlgoChooser(cudnnHandle_t h, const ConvPolicy& p, AutotuneCache* cache) : h_(h), p_(p), cache_(cache) {}
   void configure(ConvLayer& conv);
   double search_seconds() const { return search_s_; }
   int searched() const { return searched_; }

@@ -152,9 +152,6 @@ std::unique_ptr<ConvLayer> make_conv(ConvApi api, const ConvGeometry& g, DType t
   return std::make_unique<Conv2d>(g, t, l, tf32);
 }
 
-AlgoChooser::AlgoChooser(cudnnHandle_t h, const ConvPolicy& p, AutotuneCache* cache)
-    : h_(h), p_(p), cache_(cache) {}
-
 void AlgoChooser::configure(ConvLayer& conv) {
   const std::string key = conv.geometry().key();
   if (const ConvAlgos* hit = cache_ ? cache_->find(key) : nullptr)

@@ -60,8 +60,6 @@ std::shared_ptr<const PlannedGraph> shared_plan(const std::string& key, const st
 
 }  // namespace
 
-ConvGraph::ConvGraph(const ConvGeometry& g, DType t, Layout l, bool tf32) : ConvLayer(g, t, tf32), layout_(l) {}
-
 ConvAlgos ConvGraph::search(cudnnHandle_t h, const ConvPolicy& p) {
   const bool measure = p.policy == AlgoPolicy::Autotune;
   const PlanRules rules = rules_of(p, fma_only(), measure);
