@@ -132,11 +132,9 @@ void InferenceNetwork::conv_bn(const ConvRun& r, const void* images) {
   }
   const BnChannelState& st = r.bn->st;
   if (r.fused) {
-    const bool half = r.fused->scale_type() == DType::F16;
-    r.fused->run(ctx_.cudnn,
-                 {.x = x, .w = params_.working(r.conv->weight), .y = y, .scale = half ? r.bn->scale_h : st.scale,
-                  .bias = half ? r.bn->shift_h : st.shift, .z = z},
-                 workspace_.get(), workspace_.bytes());
+    FusedArgs a{.x = x, .w = params_.working(r.conv->weight), .y = y, .z = z};
+    r.bn->set_coefficients(a, *r.fused);
+    r.fused->run(ctx_.cudnn, a, workspace_.get(), workspace_.bytes());
     return;
   }
   conv_forward(*r.conv, x, y);

@@ -210,9 +210,7 @@ TensorLayout Network::tensor_layout(int classes) {
 
 std::vector<std::string> Network::running_stats_names() const {
   std::vector<std::string> names;
-  for (const Bn* b : layers_->bns()) {
-    names.push_back(b->name + ".running_mean");
-    names.push_back(b->name + ".running_var");
-  }
+  for (const Bn* b : layers_->bns())
+    names.insert(names.end(), {b->name + ".running_mean", b->name + ".running_var"});
   return names;
 }

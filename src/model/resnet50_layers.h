@@ -9,6 +9,7 @@
 
 #include "kernels/batchnorm.h"
 #include "model/conv.h"
+#include "model/fused_conv.h"
 #include "model/params.h"
 #include "model/resnet50_spec.h"
 
@@ -26,6 +27,12 @@ struct Bn {
   void* shift_h = nullptr;
   float* sum = nullptr;
   float* sqsum = nullptr;
+  // Sets a's scale and bias to this BN's coefficients in the type f's engine reads.
+  void set_coefficients(FusedArgs& a, const FusedConv& f) const {
+    const bool half = f.scale_type() == DType::F16;
+    a.scale = half ? scale_h : st.scale;
+    a.bias = half ? shift_h : st.shift;
+  }
 };
 
 struct ConvUnit {

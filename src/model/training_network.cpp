@@ -41,19 +41,6 @@ struct TrainingNetwork::Lane {
   DeviceBuffer workspace;  // the main stream's convs keep workspace_: both run at once
 };
 
-namespace {
-
-// The prologue's scale and bias: bn's coefficients in the type the pattern's engine takes.
-void set_coefficients(FusedArgs& a, const FusedConv& f, const Bn& bn) {
-  const bool half = f.scale_type() == DType::F16;
-  a.scale = half ? bn.scale_h : bn.st.scale;
-  a.bias = half ? bn.shift_h : bn.st.shift;
-}
-
-bool reads_half(const FusedConv* f) { return f && f->scale_type() == DType::F16; }
-
-}  // namespace
-
 // ---- construction -------------------------------------------------------------------------------
 TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache)
     : Network(cfg, ctx, cache, true), runs_(layers_->blocks.size()) {
@@ -168,6 +155,7 @@ void TrainingNetwork::allocate(size_t largest) {
       sums += 2 * bn.channels;
     });
     // conv2 and conv3 read the previous BN's coefficients in their prologue
+    auto reads_half = [](const FusedConv* f) { return f && f->scale_type() == DType::F16; };
     for (auto [bn, inner] : {std::pair{&b.b1, &runs_[i].c2}, std::pair{&b.b2, &runs_[i].c3}}) {
       if (!reads_half(inner->fwd) && !reads_half(inner->wgrad)) continue;
       bn->scale_h = halves;
@@ -204,7 +192,7 @@ void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedConv* fused, cons
   const cudaStream_t stream = ctx_.stream;
   if (fused) {
     FusedArgs a{.x = x, .w = params_.working(c.weight), .y = y, .sum = bn.sum, .sqsum = bn.sqsum};
-    if (prologue) set_coefficients(a, *fused, *prologue);
+    if (prologue) prologue->set_coefficients(a, *fused);  // the previous BN, applied as x is read
     fused->run(ctx_.cudnn, a, workspace_.get(), workspace_.bytes());
     if (train) {  // the fp16 copies are written with the rest
       bn_finalize_sums(bn.sum, bn.sqsum, s.per_channel(), bn.st, bn.channels, bn.scale_h, bn.shift_h, stream);
@@ -366,7 +354,7 @@ void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedConv* wgrad, 
   wgrad_beside([&](cudaStream_t lane, void* lane_ws, size_t lane_wsb) {
     if (wgrad) {
       FusedArgs a{.x = x, .dy = dy, .dw = params_.weight_grad(c.weight)};
-      set_coefficients(a, *wgrad, bn);
+      bn.set_coefficients(a, *wgrad);
       wgrad->run(ctx_.cudnn, a, lane_ws, lane_wsb);
       return;
     }
