@@ -12,7 +12,6 @@
 #include "core/elapsed.h"
 #include "core/format.h"
 #include "core/json_line.h"
-#include "model/conv_graph.h"
 
 namespace lab {
 

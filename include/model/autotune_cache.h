@@ -9,18 +9,11 @@
 //   resnet-trainer autotune cache v2
 //   [gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;tf32=1;api=graph;workspace_mb=1024]
 //   n128.c64.h32.w32.k64.r3.s1.p1 fwd=eng62_k2=4_k25=1/0/0/0.0322 bwd_data=eng67_k2=4/0/0/0.0316 bwd_filter=...
-//
-// A choice is algorithm/math type/workspace bytes/measured ms. The algorithm is the legacy API's
-// number, or for the graph API (context "api=graph") the engine tag of cudnn-frontend (engine and
-// knobs: model/cudnn/plan_picker.h), which a later start builds alone; math is the legacy API's math
-// type (0 for a graph-API engine, whose tag fixes it).
-//
-// A fused batch-norm pattern's measured plan (FusedConv) is a line of its own, keyed by the pattern
-// and the conv's shape; its plan is engine/types/workspace bytes/measured ms, types being which of the
-// pattern's scale/intermediate type pairs it was built with (a cuBLASLt GEMM's engine is "lt" and its
-// algorithm's index in cuBLASLt's heuristics), and unfused= the time of the plain conv with the BN
-// passes fusing saves, as measured then (so a later start makes the same choice):
 //   fused.conv-bn-relu.n256.c64.h32.w32.k64.r3.s1.p1 plan=eng31_k2=1/1/0/0.0541 unfused=0.0612
+//
+// A conv's line holds each direction's choice (AlgoChoice: algorithm/math/workspace bytes/measured
+// ms); a fused batch-norm pattern's line, keyed by the pattern and the conv's shape, its plan
+// (FusedChoice: engine/types/workspace bytes/measured ms) and the time it was weighed against.
 #pragma once
 
 #include <chrono>
@@ -35,8 +28,10 @@
 #include "core/types.h"
 
 struct AlgoChoice {
-  std::string algo;      // a legacy algorithm's number or a graph-API engine tag; empty: none chosen
-  int math = 0;          // cudnnMathType_t
+  // The legacy API's algorithm number, or with the graph API (context "api=graph") cudnn-frontend's
+  // engine tag, the engine and its knobs, which a later start builds alone (model/cudnn/plan_picker.h).
+  std::string algo;      // empty: none chosen
+  int math = 0;          // the legacy API's cudnnMathType_t; 0 for a graph-API engine, whose tag fixes it
   size_t workspace = 0;  // bytes
   float ms = -1;         // measured time; -1 when it came from the heuristics
   bool operator==(const AlgoChoice&) const = default;
@@ -45,14 +40,19 @@ struct AlgoChoice {
 struct ConvAlgos {
   AlgoChoice fwd, bwd_data, bwd_filter;
   bool operator==(const ConvAlgos&) const = default;
+  // By direction: forward, backward-data, backward-filter (ConvLayer::Op).
+  AlgoChoice& operator[](int op) { return op == 0 ? fwd : op == 1 ? bwd_data : bwd_filter; }
+  const AlgoChoice& operator[](int op) const { return op == 0 ? fwd : op == 1 ? bwd_data : bwd_filter; }
 };
 
 struct FusedChoice {
   std::string engine;    // cuDNN's engine tag, or "lt<index>" for a cuBLASLt GEMM; empty: none
-  int types = 0;         // index of the scale/bias and intermediate types tried (FusedConv)
+  int types = 0;         // which of the pattern's scale/bias and intermediate type pairs (FusedConv)
   size_t workspace = 0;  // bytes
   float ms = -1;         // measured time of one run
-  float unfused_ms = -1; // the network's time for the alternative (model/fusion_planner.h); -1: not kept
+  // The plain conv with the BN passes fusing saves, as measured then, so that a later start makes the
+  // same choice (model/fusion_planner.h); -1: not kept.
+  float unfused_ms = -1;
   bool operator==(const FusedChoice&) const = default;
 };
 
@@ -67,12 +67,15 @@ struct ContextEntries {
 // The whole file: context -> its entries.
 using AutotuneEntries = std::map<std::string, ContextEntries>;
 
+// The number a choice's algorithm gives after `prefix`: a legacy algorithm's ("3"), a cuBLASLt GEMM's
+// index with prefix "lt" ("lt3"); -1 where it gives none (an engine tag, a corrupt entry).
+int algorithm_number(const std::string& algo, const std::string& prefix = "");
+
 // Parses the text of a cache file; any malformed line is an InputError naming `file` and the line.
 AutotuneEntries parse_autotune_cache(const std::string& text, const std::string& file);
 std::string format_autotune_cache(const AutotuneEntries& entries);
 
-// Everything a measured choice depends on besides the shape. Its key() is the file's context line:
-// "gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;tf32=1;api=graph;workspace_mb=1024".
+// Everything a measured choice depends on besides the shape; key() is the file's context line.
 struct AutotuneContext {
   std::string gpu;
   size_t cudnn_version = 0;
@@ -88,7 +91,7 @@ class AutotuneCache {
  public:
   AutotuneCache(std::string path, const AutotuneContext& context) : AutotuneCache(std::move(path), context.key()) {}
   // Any context string (tests, and callers that measure nothing).
-  AutotuneCache(std::string path, std::string context);
+  AutotuneCache(std::string path, std::string context) : path_(std::move(path)), context_(std::move(context)) {}
   // Reads the file if it exists; returns warnings for the user (corrupt file, no entries here).
   std::vector<std::string> load();
   const ConvAlgos* find(const std::string& shape) const;
@@ -114,7 +117,6 @@ class AutotuneCache {
   // destructor) ends it: the programs arm it around building their network.
   void arm_late_notice(std::chrono::milliseconds delay, FILE* out = stdout);
   void end_late_notice();
-  ~AutotuneCache();
 
  private:
   void missed() const;  // a lookup found nothing: starts the armed notice

@@ -3,12 +3,18 @@
 // Layout and precision come from the descriptors it is built with: NCHW filters are KCRS, NHWC
 // filters are KRSC. Two implementations share one interface (ConvLayer):
 //   Conv2d     cuDNN's cudnnConvolution* calls, algorithms from the _v7 heuristics or measured with
-//              cudnnFind*AlgorithmEx (include/model/conv.h, src/model/conv.cpp);
-//   ConvGraph  cuDNN's graph API through cudnn-frontend, execution plans built once (model/conv_graph.h).
+//              cudnnFind*AlgorithmEx (src/model/conv.cpp);
+//   ConvGraph  cuDNN's graph API through cudnn-frontend (src/model/cudnn/conv_graph.cpp): each
+//              direction a graph of one operation whose execution plan the plan picker chooses and
+//              builds once, when the layer is configured; a call is then one execute of that plan.
+//              The legacy calls redo much of this work on every call: about 170 us of host time per
+//              call on an H100 with cuDNN 9, which left the fp16 trainer waiting on the CPU. Layers
+//              of the same shape share their built plans.
 // An AlgoChooser configures each layer once per distinct shape, from the cache when it has the
 // shape, else by the layer's own search (heuristics or measurement).
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 
@@ -38,7 +44,12 @@ struct ConvPolicy {
 // What the network asks of a convolution, whichever cuDNN API runs it.
 class ConvLayer {
  public:
+  enum Op { kForward, kBackwardData, kBackwardFilter, kOps };  // the directions, as ConvAlgos indexes them
+  static const char* op_name(Op op);                             // "forward", "backward-data", ...
+
   virtual ~ConvLayer() = default;
+  ConvLayer(const ConvLayer&) = delete;
+  ConvLayer& operator=(const ConvLayer&) = delete;
   const ConvGeometry& geometry() const { return g_; }
   // fp32 without TF32: only full-precision (FMA) kernels may be chosen.
   bool fma_only() const { return t_ == DType::F32 && !tf32_; }
@@ -51,15 +62,22 @@ class ConvLayer {
   const ConvAlgos& algorithms() const { return algos_; }
   size_t workspace_bytes() const;
 
-  virtual void forward(cudnnHandle_t h, const void* x, const void* w, void* y, void* ws, size_t ws_bytes) const = 0;
+  void forward(cudnnHandle_t h, const void* x, const void* w, void* y, void* ws, size_t ws_bytes) const {
+    run(kForward, h, x, w, y, ws, ws_bytes);
+  }
   // dx = conv^T(dy).
-  virtual void backward_data(cudnnHandle_t h, const void* dy, const void* w, void* dx, void* ws,
-                             size_t ws_bytes) const = 0;
-  virtual void backward_filter(cudnnHandle_t h, const void* x, const void* dy, void* dw, void* ws,
-                               size_t ws_bytes) const = 0;
+  void backward_data(cudnnHandle_t h, const void* dy, const void* w, void* dx, void* ws, size_t ws_bytes) const {
+    run(kBackwardData, h, dx, w, dy, ws, ws_bytes);
+  }
+  void backward_filter(cudnnHandle_t h, const void* x, const void* dy, void* dw, void* ws, size_t ws_bytes) const {
+    run(kBackwardFilter, h, x, dw, dy, ws, ws_bytes);
+  }
 
  protected:
   ConvLayer(const ConvGeometry& g, DType t, bool tf32) : g_(g), t_(t), tf32_(tf32) {}
+  // One direction, its tensors named as the forward pass has them: x (or dx), w (or dw), y (or dy).
+  virtual void run(Op op, cudnnHandle_t h, const void* x, const void* w, const void* y, void* ws,
+                   size_t ws_bytes) const = 0;
   ConvGeometry g_;
   DType t_;
   bool tf32_;
@@ -74,28 +92,44 @@ class Conv2d : public ConvLayer {
  public:
   Conv2d(const ConvGeometry& g, DType t, Layout l, bool tf32);
   ~Conv2d() override;
-  Conv2d(const Conv2d&) = delete;
-  Conv2d& operator=(const Conv2d&) = delete;
 
   ConvAlgos search(cudnnHandle_t h, const ConvPolicy& p) override;
   bool use(cudnnHandle_t h, const ConvAlgos& a) override;
-  void forward(cudnnHandle_t h, const void* x, const void* w, void* y, void* ws, size_t ws_bytes) const override;
-  void backward_data(cudnnHandle_t h, const void* dy, const void* w, void* dx, void* ws,
-                     size_t ws_bytes) const override;
-  void backward_filter(cudnnHandle_t h, const void* x, const void* dy, void* dw, void* ws,
-                       size_t ws_bytes) const override;
 
  private:
+  void run(Op op, cudnnHandle_t h, const void* x, const void* w, const void* y, void* ws, size_t ws_bytes) const override;
+  // cuDNN's ranking of each direction's algorithms, by its heuristics or measured; the first the policy allows.
+  ConvAlgos ranked(cudnnHandle_t h, const ConvPolicy& p, bool measure) const;
   cudnnTensorDescriptor_t x_ = nullptr, y_ = nullptr;
   cudnnFilterDescriptor_t w_ = nullptr;
-  cudnnConvolutionDescriptor_t conv_[3] = {};  // fwd, bwd data, bwd filter: each its own math type
+  cudnnConvolutionDescriptor_t conv_[kOps] = {};  // one per direction: each its own math type
+};
+
+struct PlannedGraph;
+
+// cuDNN's graph API (cudnn-frontend): each direction's plan, built once.
+class ConvGraph : public ConvLayer {
+ public:
+  ConvGraph(const ConvGeometry& g, DType t, Layout l, bool tf32) : ConvLayer(g, t, tf32), layout_(l) {}
+
+  ConvAlgos search(cudnnHandle_t h, const ConvPolicy& p) override;
+  bool use(cudnnHandle_t h, const ConvAlgos& a) override;
+
+ private:
+  void run(Op op, cudnnHandle_t h, const void* x, const void* w, const void* y, void* ws, size_t ws_bytes) const override;
+  // The key under which layers share a built plan.
+  std::string plan_key(Op op, cudnnHandle_t h, const std::string& engine) const;
+
+  Layout layout_;
+  std::array<std::shared_ptr<const PlannedGraph>, kOps> plans_;
+  std::array<std::shared_ptr<const PlannedGraph>, kOps> searched_;  // search()'s plans, for use() to keep
 };
 
 // Configures layers, one distinct shape at a time: from the cache when it has the shape, else by
 // the layer's search (whose result goes into the cache).
 class AlgoChooser {
  public:
-  AlgoChooser(cudnnHandle_t h, const ConvPolicy& p, AutotuneCache* cache);
+  AlgoChooser(cudnnHandle_t h, const ConvPolicy& p, AutotuneCache* cache) : h_(h), p_(p), cache_(cache) {}
   void configure(ConvLayer& conv);
   double search_seconds() const { return search_s_; }
   int searched() const { return searched_; }

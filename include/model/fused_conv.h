@@ -22,11 +22,9 @@
 
 #include <memory>
 #include <string>
-#include <vector>
 
 #include <cudnn.h>
 
-#include "core/memory.h"
 #include "model/autotune_cache.h"
 #include "model/conv.h"
 #include "model/fused_patterns.h"
@@ -70,38 +68,47 @@ struct FusedArgs {
   float* eq_b = nullptr;
 };
 
-class FusedConv {
+// What the fusion planner reads of a pattern's plan for a conv shape, cuDNN's (FusedConv) or a
+// cuBLASLt GEMM's (GemmConv, model/gemm_conv.h).
+class FusedPlan {
+ public:
+  FusedPlan(const FusedPlan&) = delete;
+  FusedPlan& operator=(const FusedPlan&) = delete;
+
+  FusedPattern pattern() const { return pattern_; }
+  bool ok() const { return ok_; }
+  const std::string& why() const { return why_; }  // why it does not run
+  size_t workspace() const { return choice_.workspace; }
+  float ms() const { return choice_.ms; }  // measured time of one run; -1 when not measured
+  const FusedChoice& choice() const { return choice_; }  // what the autotune cache keeps (measured, ok())
+  bool from_cache() const { return from_cache_; }
+
+ protected:
+  FusedPlan(FusedPattern p, const ConvGeometry& g) : pattern_(p), g_(g) {}
+  ~FusedPlan() = default;
+  FusedPattern pattern_;
+  ConvGeometry g_;
+  bool ok_ = false, from_cache_ = false;
+  std::string why_;
+  FusedChoice choice_;
+};
+
+class FusedConv : public FusedPlan {
  public:
   // Builds the pattern for `g` and its execution plan (model/cudnn/plan_picker.h); on refusal ok()
   // is false. A `cached` plan (an earlier run's choice()) is rebuilt alone, without timing the
   // others; one that no longer builds here is picked again.
   FusedConv(cudnnHandle_t h, FusedPattern p, const ConvGeometry& g, const FusedOptions& o,
             const FusedChoice* cached = nullptr);
-  ~FusedConv();
-  FusedConv(const FusedConv&) = delete;
-  FusedConv& operator=(const FusedConv&) = delete;
 
-  FusedPattern pattern() const { return pattern_; }
-  bool ok() const { return plan_ != nullptr; }
-  const std::string& why() const { return why_; }  // why cuDNN refused it
-  size_t workspace() const;
   DType scale_type() const { return scale_type_; }  // of the prologue's or epilogue's s and b
   bool runtime_compiled() const;
-  float ms() const { return choice_.ms; }  // measured time of one run; -1 when not measured
-  const FusedChoice& choice() const { return choice_; }  // what the autotune cache keeps (measured, ok())
-  bool from_cache() const { return from_cache_; }
-
   void run(cudnnHandle_t h, const FusedArgs& a, void* ws, size_t ws_bytes) const;
 
  private:
   // One scale/intermediate type pair (index `types` of the tries): picked, or the cached engine alone.
   bool try_types(cudnnHandle_t h, int types, const FusedChoice* cached);
-  FusedPattern pattern_;
-  ConvGeometry g_;
   FusedOptions o_;
   std::shared_ptr<const PlannedGraph> plan_;
-  bool from_cache_ = false;
-  FusedChoice choice_;
-  std::string why_;
   DType scale_type_ = DType::F32;
 };

@@ -1,10 +1,12 @@
 // The kinds of batch norm fused into the convolutions, by cuDNN (model/fused_conv.h says what each
 // computes) or, for bin/predict's 1x1 convs, by cuBLASLt (model/gemm_conv.h), by name: for people,
-// and the short stable names that the autotune cache's keys and the programs' --no-fuse flag use.
-// No CUDA here: the flag parsers (and their fuzz targets) read it.
+// and the short stable names that the autotune cache's keys and the programs' --no-fuse flag use;
+// the rule that decides, conv by conv, whether a pattern runs fused, and the start-up report of what
+// fusing did for a whole network. No CUDA here: the flag parsers (and their fuzz targets) read it.
 #pragma once
 
 #include <string>
+#include <vector>
 
 enum class FusedPattern {
   ConvStats, SbrConvStats, SbrWgrad, DgradDreluDbn,  // training (cuDNN)
@@ -29,3 +31,30 @@ constexpr const char* kNoFuseHelp =
 // The warning of a build that fuses nothing (OPT_FUSED_BN=0) given --no-fuse.
 constexpr const char* kNoFuseWithoutFusion =
     "--no-fuse has no effect: this build does not fuse batch norm into the convolutions (OPT_FUSED_BN=0)";
+
+// Whether a conv runs a pattern that cuDNN accepted fused: where both ways were measured (autotuning),
+// the fused kernel costs no more than the plain conv plus the passes of our BN kernels that fusing
+// saves. Times of -1 were not measured.
+bool run_fused(float fused_ms, float unfused_ms);
+constexpr const char* kSlowerThanUnfused = "measured slower than the plain conv with our BN kernels";
+constexpr const char* kSwitchedOff = "switched off by --no-fuse";
+
+// What trying the patterns for a whole network found, for the start-up report: a pattern that
+// cuDNN refused or that measured slower is "not fused", with the reason.
+struct FusionRefusal {
+  std::string layer;   // "layer1.0.conv2"
+  FusedPattern pattern;
+  std::string why;
+};
+struct FusionReport {
+  int tried = 0, fused = 0;
+  int gemms = 0;              // of the fused, inference's 1x1 convs run as cuBLASLt GEMMs (model/gemm_conv.h)
+  int half_coefficients = 0;  // fused patterns whose engines take the BN scale/bias in fp16
+  bool off_for_determinism = false;  // --deterministic: nothing tried (see fusion_report_lines)
+  double seconds = -1;   // building (and, autotuning, timing) the patterns took; -1: not given
+  int plans = 0, plans_cached = 0;  // distinct pattern-shape plans built, and of them taken from the autotune cache
+  std::vector<FusionRefusal> refused;
+};
+// The report as lines for people: how many patterns run fused, then one line per distinct refusal
+// (pattern and reason) with the layers it hit.
+std::vector<std::string> fusion_report_lines(const FusionReport& r);

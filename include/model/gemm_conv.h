@@ -20,11 +20,9 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
-#include "model/autotune_cache.h"
-#include "model/conv.h"
-#include "model/fused_patterns.h"
+#include "model/fused_conv.h"
 
-class GemmConv {
+class GemmConv : public FusedPlan {
  public:
   // Whether a conv is a plain matrix product in NHWC: 1x1, stride 1, no padding; and channels in
   // multiples of 8, so that every row of x, w' and y starts 16-byte aligned, as cuBLASLt's fp16
@@ -41,16 +39,6 @@ class GemmConv {
   GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, size_t workspace_limit, cudaStream_t stream,
            const FusedChoice* cached = nullptr);
   ~GemmConv();
-  GemmConv(const GemmConv&) = delete;
-  GemmConv& operator=(const GemmConv&) = delete;
-
-  FusedPattern pattern() const { return pattern_; }
-  bool ok() const { return ok_; }
-  const std::string& why() const { return why_; }
-  size_t workspace() const { return workspace_; }
-  float ms() const { return choice_.ms; }  // measured: the GEMM and the fold of its filter (once a forward)
-  const FusedChoice& choice() const { return choice_; }  // rank: the algorithm's index in the heuristics' list
-  bool from_cache() const { return from_cache_; }
 
   // y = epilogue(x w_folded^T): `bias` fp16 [K]; `z` the residual (GemmBnAddRelu only, else null).
   void run(cublasLtHandle_t lt, const void* x, const void* w_folded, const void* bias, const void* z, void* y,
@@ -61,11 +49,5 @@ class GemmConv {
   // The GEMM with plan_'s algorithm, unchecked: run() after checking, and the timing of each candidate.
   void launch(cublasLtHandle_t lt, const void* x, const void* w_folded, const void* bias, const void* z, void* y,
               void* ws, size_t ws_bytes, cudaStream_t stream) const;
-  FusedPattern pattern_;
-  ConvGeometry g_;
   std::unique_ptr<Plan> plan_;
-  bool ok_ = false, from_cache_ = false;
-  std::string why_;
-  size_t workspace_ = 0;
-  FusedChoice choice_;
 };

@@ -21,7 +21,7 @@
 #include "core/handles.h"
 #include "core/memory.h"
 #include "model/conv.h"
-#include "model/fusion_report.h"
+#include "model/fused_patterns.h"
 #include "model/params.h"
 
 struct NetConfig {
@@ -33,10 +33,8 @@ struct NetConfig {
   ConvApi conv_api = ConvApi::Legacy;
   int classes = 10;
   int image_side = 32;  // a multiple of 8: the stages run at side, side/2, side/4, side/8
-  // Batch norm fused into the convolutions where cuDNN accepts the patterns (model/fused_conv.h):
-  // training, statistics from the conv that writes a tensor and scale/bias + ReLU applied as the next
-  // conv reads it; inference, each BN (running statistics), the residual add and the ReLU in the
-  // epilogue of the conv before it.
+  // Batch norm fused into the convolutions where cuDNN accepts the patterns (model/fused_conv.h; how
+  // each network fuses: model/training_network.h, model/inference_network.h).
   bool fused_bn = false;
   // Patterns that run plain even where cuDNN takes them (fused_pattern_bit; --no-fuse), to measure
   // what each kind of pattern buys.
@@ -92,7 +90,7 @@ class Network {
 
   // BN running statistics: [mean, var] of every BN in order, fp32 (for checkpoints).
   float* running_stats() const { return running_.as<float>(); }
-  size_t running_stats_count() const { return running_count_; }
+  size_t running_stats_count() const { return running_.bytes() / sizeof(float); }
   std::vector<std::string> running_stats_names() const;
 
   float* logits() const { return logits_.as<float>(); }  // batch x classes, fp32, without the fc bias
@@ -120,7 +118,6 @@ class Network {
   FusionReport fusion_report_;
   DeviceBuffer workspace_;  // cuDNN's and cuBLASLt's, sized for every plan chosen
   DeviceBuffer running_, bn_state_;
-  size_t running_count_ = 0;
   DeviceBuffer feat_, logits_;
   size_t activation_bytes_ = 0;
   size_t conv_workspace_ = 0;  // the most any plain conv's chosen algorithms need

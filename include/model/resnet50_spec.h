@@ -6,7 +6,6 @@
 
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "model/params.h"
@@ -21,14 +20,32 @@ struct BnSpec {
   int channels = 0;
 };
 // A bottleneck block: 1x1 conv, 3x3 conv (the stride), 1x1 conv, each with its BN, and the projection
-// shortcut where the shape changes.
-struct BlockSpec {
-  ConvSpec c1, c2, c3;
-  BnSpec b1, b2, b3;
-  std::optional<ConvSpec> down;
-  std::optional<BnSpec> bdown;
+// shortcut where the shape changes. Of specs here, of built layers in src/model/resnet50_layers.h.
+template <class Conv, class Norm>
+struct Bottleneck {
+  Conv c1, c2, c3;
+  Norm b1, b2, b3;
+  std::optional<Conv> down;
+  std::optional<Norm> bdown;
   Shape4 in, mid1, mid2, out;
 };
+struct BlockSpec : Bottleneck<ConvSpec, BnSpec> {};
+
+// Calls conv() and bn() on a block's layers in the order they are registered: c1, b1, c2, b2, c3,
+// b3, then the shortcut's down and bdown.
+template <class B, class ConvFn, class BnFn>
+void for_each_layer(B& b, ConvFn&& conv, BnFn&& bn) {
+  conv(b.c1);
+  bn(b.b1);
+  conv(b.c2);
+  bn(b.b2);
+  conv(b.c3);
+  bn(b.b3);
+  if (b.down) {
+    conv(*b.down);
+    bn(*b.bdown);
+  }
+}
 struct NetSpec {
   ConvSpec stem;
   BnSpec stem_bn;
@@ -45,13 +62,8 @@ struct ParamSpec {
   ParamKind kind;
   std::vector<int> shape;
 };
-// What each layer registers, in this order (build_layers() registers through these).
-ParamSpec conv_weight(const ConvSpec& c);
-std::pair<ParamSpec, ParamSpec> bn_params(const BnSpec& b);   // gamma, beta
-std::pair<ParamSpec, ParamSpec> fc_params(const NetSpec& n);  // weight, bias
-
-// Every parameter of the network in registration order, and the count of BN running statistics
-// (mean and variance of every BN).
+// Every parameter of the network in registration order (the networks register these, in this
+// order: build_layers()), and the count of BN running statistics (mean and variance of every BN).
 struct ParamListing {
   std::vector<ParamSpec> tensors;
   size_t total = 0;     // parameter values in all

@@ -2,17 +2,12 @@
 // and backward, over the layers every network shares (model/network.h).
 //
 // Each block runs from a table of decisions made once at construction (training_network.cpp):
-// for each of its convs, the fused pattern cuDNN runs (model/fused_conv.h) or, where none was taken
-// (refused, measured slower, switched off, or a build that does not fuse), the plain conv and our
-// BN kernels. Fused as NVIDIA's MLPerf ResNet-50 does it (../shared/design.md, "Fusion and graphs"):
-//   forward   conv1 and the shortcut conv emit their output's BN statistics (ConvStats); conv2 and
-//             conv3 apply the previous BN's scale/bias + ReLU while reading their input and emit
-//             their own statistics (SbrConvStats); a per-channel finalize turns sums into scale/bias;
-//             one of our kernels applies both branches' BN + add + ReLU at the join.
-//   backward  the join's BN backward is ours; conv3 and conv2 take their weight gradient from the
-//             BN output recomputed as they read (SbrWgrad) and their data gradient with the ReLU and
-//             BN backward weights in its epilogue (DgradDreluDbn), after which one elementwise pass
-//             of ours applies dx = eq_dy * g + eq_x * x + eq_b.
+// for each of its convs, the fused pattern cuDNN runs or, where none was taken (refused, measured
+// slower, switched off, or a build that does not fuse), the plain conv and our BN kernels. Fused as
+// NVIDIA's MLPerf ResNet-50 does it (docs/fused-bn.md): conv1 and the shortcut emit their output's
+// BN statistics, conv2 and conv3 apply the previous BN + ReLU as they read their input and take
+// their gradients through it (model/fused_conv.h's patterns); the join (both branches' BN, the add
+// and the ReLU) and its backward are our kernels either way.
 // The network owns what backward needs (each block's stored activations, only those its table
 // requires), four gradient buffers it rotates through, and, with NetConfig::wgrad_beside, the
 // weight gradients' stream.
@@ -55,26 +50,25 @@ class TrainingNetwork : public Network {
   std::function<void(int param_id)> on_grad_ready;
   // The per-BN sums the fused convs accumulate into, which bn_finalize_sums (and an evaluation
   // forward) leave zero: a step's CUDA graph needs none of cuDNN's memsets into them
-  // (core/graph_memsets.h). Empty where nothing is fused.
-  ZeroedRange statistics_kept_zero() const;
+  // (core/graph_memsets.h). Empty where nothing is fused (no buffer).
+  ZeroedRange statistics_kept_zero() const { return {fused_sums_.get(), fused_sums_.bytes()}; }
 
   struct BlockRun;  // one block's decisions and stored activations
 
  private:
-  struct FusedBn;
   struct Lane;
-  void plan_blocks(AutotuneCache& cache);
+  void plan_blocks(AutotuneCache& cache, size_t largest);  // largest: of the activations, in elements
   void allocate(size_t largest);
   void block_forward(const Block& b, BlockRun& r, const void* in, bool train);
   void block_backward(const Block& b, BlockRun& r, const void* in, const void* dy2);
   // y = conv(x), or conv(relu(bn_prev(x))) with `prologue`, then bn's coefficients from y's
   // statistics (training) or its running statistics (evaluation).
-  void conv_stats(const struct ConvUnit& c, const FusedConv* fused, const void* x, void* y, const Bn& bn, FusedBn& fb,
-                  Shape4 s, bool train, const Bn* prologue, const FusedBn* prologue_fb, void* stored, Shape4 s_prev);
+  void conv_stats(const struct ConvUnit& c, const FusedConv* fused, const void* x, void* y, const Bn& bn, Shape4 s,
+                  bool train, const Bn* prologue, void* stored, Shape4 s_prev);
   // The backward of conv c whose input was relu(bn(x)): its weight gradient, and dx, the gradient of
   // bn's input x, from dy.
   void inner_backward(const struct ConvUnit& c, const FusedConv* wgrad, const FusedConv* dgrad, bool fwd_fused,
-                      const void* x, const Bn& bn, const FusedBn& fb, void* stored, Shape4 s_in, void* dy, void* dx);
+                      const void* x, const Bn& bn, void* stored, Shape4 s_in, void* dy, void* dx);
   // A conv's plain backward: dw (beside, on the lane) and dx = dgrad(dy).
   void conv_backward(const struct ConvUnit& c, const void* x, const void* dy, void* dx);
   void join_forward(const Block& b, BlockRun& r, const void* in, bool train);

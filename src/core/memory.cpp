@@ -34,3 +34,9 @@ void* PinnedHostMemory::allocate(size_t bytes, const std::string& what) {
 }
 
 void PinnedHostMemory::release(void* p) { cudaFreeHost(p); }
+
+DeviceBuffer scratch_buffer(size_t bytes, const std::string& what) {
+  DeviceBuffer b(bytes, what);
+  if (bytes) CUDA_CHECK(cudaMemset(b.get(), 0x3C, bytes));
+  return b;
+}

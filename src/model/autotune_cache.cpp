@@ -3,11 +3,9 @@
 
 #include <sys/stat.h>
 
-#include <cctype>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
+#include <regex>
 #include <sstream>
 
 #include "core/errors.h"
@@ -21,27 +19,9 @@ const char* kOlderHeader = "resnet-trainer autotune cache v1";
 
 // A choice's algorithm: a legacy algorithm's number ("3"), a cuBLASLt GEMM's ("lt3"), or
 // cudnn-frontend's engine tag, the engine's number and its knobs ("eng62_k2=4_k25=-1").
-bool digits(const std::string& a, size_t& at) {
-  const size_t from = at;
-  while (at < a.size() && at - from < 9 && std::isdigit(static_cast<unsigned char>(a[at]))) ++at;
-  return at > from && (at == a.size() || !std::isdigit(static_cast<unsigned char>(a[at])));
-}
 bool valid_algorithm(const std::string& a) {
-  size_t at = 0;
-  if (a.rfind("lt", 0) == 0) at = 2;
-  if (a.rfind("eng", 0) == 0) {
-    at = 3;
-    if (!digits(a, at)) return false;
-    while (at < a.size()) {  // _k<type>=<value>
-      if (a.compare(at, 2, "_k") != 0) return false;
-      at += 2;
-      if (!digits(a, at) || at == a.size() || a[at] != '=') return false;
-      if (++at < a.size() && a[at] == '-') ++at;
-      if (!digits(a, at)) return false;
-    }
-    return true;
-  }
-  return digits(a, at) && at == a.size();
+  static const std::regex kAlgorithm(R"((lt)?\d{1,9}|eng\d{1,9}(_k\d{1,9}=-?\d{1,9})*)");
+  return std::regex_match(a, kAlgorithm);
 }
 
 // The four fields of a choice: algorithm, a small integer, bytes, milliseconds ("eng3_k2=1/1/4096/0.0412").
@@ -65,10 +45,6 @@ std::string format_quad(const std::string& first, int second, size_t bytes, floa
 
 bool parse_choice(const std::string& text, AlgoChoice& c) { return parse_quad(text, c.algo, c.math, c.workspace, c.ms); }
 std::string format_choice(const AlgoChoice& c) { return format_quad(c.algo, c.math, c.workspace, c.ms); }
-
-constexpr const char* kFusedPrefix = "fused.";
-constexpr const char* kPlanField = "plan=";
-constexpr const char* kUnfusedField = "unfused=";
 
 }  // namespace
 
@@ -96,13 +72,13 @@ AutotuneEntries parse_autotune_cache(const std::string& text, const std::string&
     }
     if (context.empty()) fail("entry before any [context] line");
     std::istringstream fields(line);
-    if (line.rfind(kFusedPrefix, 0) == 0) {  // a fused pattern's plan
+    if (line.rfind("fused.", 0) == 0) {  // a fused pattern's plan
       std::string key, plan, unfused, extra;
       FusedChoice c;
       char tail = 0;
-      if (!(fields >> key >> plan) || plan.rfind(kPlanField, 0) != 0 ||
+      if (!(fields >> key >> plan) || plan.rfind("plan=", 0) != 0 ||
           !parse_quad(plan.substr(5), c.engine, c.types, c.workspace, c.ms) ||
-          (fields >> unfused && (unfused.rfind(kUnfusedField, 0) != 0 ||
+          (fields >> unfused && (unfused.rfind("unfused=", 0) != 0 ||
                                  std::sscanf(unfused.c_str() + 8, "%f%c", &c.unfused_ms, &tail) != 1 ||
                                  !std::isfinite(c.unfused_ms) || fields >> extra)))
         fail("expected: fused.<pattern>.<shape> plan=engine/types/workspace/ms [unfused=ms]");
@@ -130,10 +106,10 @@ std::string format_autotune_cache(const AutotuneEntries& entries) {
       s += shape + " fwd=" + format_choice(a.fwd) + " bwd_data=" + format_choice(a.bwd_data) +
            " bwd_filter=" + format_choice(a.bwd_filter) + "\n";
     for (const auto& [key, c] : here.fused) {
-      s += key + " " + kPlanField + format_quad(c.engine, c.types, c.workspace, c.ms);
+      s += key + " plan=" + format_quad(c.engine, c.types, c.workspace, c.ms);
       if (c.unfused_ms >= 0) {
         char buf[48];
-        std::snprintf(buf, sizeof(buf), " %s%.6g", kUnfusedField, c.unfused_ms);
+        std::snprintf(buf, sizeof(buf), " unfused=%.6g", c.unfused_ms);
         s += buf;
       }
       s += "\n";
@@ -142,31 +118,33 @@ std::string format_autotune_cache(const AutotuneEntries& entries) {
   return s;
 }
 
+int algorithm_number(const std::string& algo, const std::string& prefix) {
+  if (algo.rfind(prefix, 0) != 0) return -1;
+  const std::string n = algo.substr(prefix.size());
+  if (n.empty() || n.size() > 3 || n.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoi(n);
+}
+
 std::string AutotuneContext::key() const {
   return "gpu=" + gpu + ";cudnn=" + std::to_string(cudnn_version) + ";precision=" + dtype_name(precision) +
          ";layout=" + layout_name(layout) + ";tf32=" + (tf32 ? "1" : "0") + ";api=" + conv_api_name(api) +
          ";workspace_mb=" + std::to_string(workspace_mb);
 }
 
-AutotuneCache::AutotuneCache(std::string path, std::string context)
-    : path_(std::move(path)), context_(std::move(context)) {}
-
 std::vector<std::string> AutotuneCache::load() {
-  std::vector<std::string> warnings;
   struct stat st{};
-  if (path_.empty() || stat(path_.c_str(), &st) != 0) return warnings;  // no cache yet
+  if (path_.empty() || stat(path_.c_str(), &st) != 0) return {};  // no cache yet
   try {
     const std::vector<uint8_t> bytes = read_file(path_, size_t(16) << 20);  // a few KiB in practice
     all_ = parse_autotune_cache(std::string(bytes.begin(), bytes.end()), path_);
   } catch (const InputError& e) {
     all_.clear();
-    warnings.push_back(std::string("ignoring the autotune cache: ") + e.what() + "; searching again");
-    return warnings;
+    return {std::string("ignoring the autotune cache: ") + e.what() + "; searching again"};
   }
   if (all_.count(context_) == 0 || all_[context_].empty())
-    warnings.push_back("the autotune cache " + path_ + " has no entries for [" + context_ +
-                       "] (made on another GPU, cuDNN or build); searching again");
-  return warnings;
+    return {"the autotune cache " + path_ + " has no entries for [" + context_ +
+            "] (made on another GPU, cuDNN or build); searching again"};
+  return {};
 }
 
 namespace {
@@ -193,8 +171,6 @@ bool put_entry(std::map<std::string, T>& entries, const std::string& key, const 
 }
 
 }  // namespace
-
-AutotuneCache::~AutotuneCache() = default;
 
 void AutotuneCache::arm_late_notice(std::chrono::milliseconds delay, FILE* out) {
   notice_delay_ = delay;

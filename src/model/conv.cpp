@@ -7,23 +7,7 @@
 
 #include "core/check.h"
 #include "core/elapsed.h"
-#include "model/conv_graph.h"
 #include "core/memory.h"
-
-namespace {
-
-cudnnDataType_t cudnn_type(DType t) { return t == DType::F32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_HALF; }
-cudnnTensorFormat_t cudnn_format(Layout l) { return l == Layout::NCHW ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC; }
-
-enum Direction { kFwd = 0, kBwdData = 1, kBwdFilter = 2 };
-
-// A choice's algorithm as the legacy API's number; -1 where it is none (an engine tag, a corrupt entry).
-int legacy_algorithm(const AlgoChoice& c) {
-  if (c.algo.empty() || c.algo.size() > 3 || c.algo.find_first_not_of("0123456789") != std::string::npos) return -1;
-  return std::stoi(c.algo);
-}
-
-}  // namespace
 
 std::string ConvGeometry::key() const {
   char buf[96];
@@ -31,13 +15,17 @@ std::string ConvGeometry::key() const {
   return buf;
 }
 
+const char* ConvLayer::op_name(Op op) {
+  return op == kForward ? "forward" : op == kBackwardData ? "backward-data" : "backward-filter";
+}
+
 size_t ConvLayer::workspace_bytes() const {
   return std::max({algos_.fwd.workspace, algos_.bwd_data.workspace, algos_.bwd_filter.workspace});
 }
 
 Conv2d::Conv2d(const ConvGeometry& g, DType t, Layout l, bool tf32) : ConvLayer(g, t, tf32) {
-  const cudnnDataType_t dt = cudnn_type(t);
-  const cudnnTensorFormat_t fmt = cudnn_format(l);
+  const cudnnDataType_t dt = t == DType::F32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_HALF;
+  const cudnnTensorFormat_t fmt = l == Layout::NCHW ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC;
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_));
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&y_));
   CUDNN_CHECK(cudnnCreateFilterDescriptor(&w_));
@@ -66,57 +54,41 @@ Conv2d::~Conv2d() {
 bool Conv2d::use(cudnnHandle_t, const ConvAlgos& a) {
   // A cached choice naming an algorithm or math type this cuDNN does not have (a corrupt or hand-
   // edited file) is refused, so the shape is searched again rather than failing at its first call.
-  auto valid = [](const AlgoChoice& c, int algorithms) {
-    const int algo = legacy_algorithm(c);
-    return algo >= 0 && algo < algorithms && c.math >= 0 && c.math <= int(CUDNN_FMA_MATH);
-  };
-  if (!valid(a.fwd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT) || !valid(a.bwd_data, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT) ||
-      !valid(a.bwd_filter, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT))
-    return false;
+  const int algorithms[kOps] = {CUDNN_CONVOLUTION_FWD_ALGO_COUNT, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT};
+  for (int op = 0; op < kOps; ++op) {
+    const int algo = algorithm_number(a[op].algo);
+    if (algo < 0 || algo >= algorithms[op] || a[op].math < 0 || a[op].math > int(CUDNN_FMA_MATH)) return false;
+  }
   algos_ = a;
-  CUDNN_CHECK(cudnnSetConvolutionMathType(conv_[kFwd], static_cast<cudnnMathType_t>(a.fwd.math)));
-  CUDNN_CHECK(cudnnSetConvolutionMathType(conv_[kBwdData], static_cast<cudnnMathType_t>(a.bwd_data.math)));
-  CUDNN_CHECK(cudnnSetConvolutionMathType(conv_[kBwdFilter], static_cast<cudnnMathType_t>(a.bwd_filter.math)));
+  for (int op = 0; op < kOps; ++op)
+    CUDNN_CHECK(cudnnSetConvolutionMathType(conv_[op], static_cast<cudnnMathType_t>(a[op].math)));
   return true;
 }
 
-void Conv2d::forward(cudnnHandle_t h, const void* x, const void* w, void* y, void* ws, size_t ws_bytes) const {
+void Conv2d::run(Op op, cudnnHandle_t h, const void* x, const void* w, const void* y, void* ws,
+                 size_t ws_bytes) const {
   const float one = 1.f, zero = 0.f;
-  CUDNN_CHECK(cudnnConvolutionForward(h, &one, x_, x, w_, w, conv_[kFwd],
-                                      static_cast<cudnnConvolutionFwdAlgo_t>(legacy_algorithm(algos_.fwd)), ws,
-                                      ws_bytes, &zero, y_, y));
-}
-
-void Conv2d::backward_data(cudnnHandle_t h, const void* dy, const void* w, void* dx, void* ws,
-                           size_t ws_bytes) const {
-  const float one = 1.f, zero = 0.f;
-  CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, w_, w, y_, dy, conv_[kBwdData],
-                                           static_cast<cudnnConvolutionBwdDataAlgo_t>(legacy_algorithm(algos_.bwd_data)),
-                                           ws, ws_bytes, &zero, x_, dx));
-}
-
-void Conv2d::backward_filter(cudnnHandle_t h, const void* x, const void* dy, void* dw, void* ws,
-                             size_t ws_bytes) const {
-  const float one = 1.f, zero = 0.f;
-  CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, x_, x, y_, dy, conv_[kBwdFilter],
-                                             static_cast<cudnnConvolutionBwdFilterAlgo_t>(legacy_algorithm(algos_.bwd_filter)),
-                                             ws, ws_bytes, &zero, w_, dw));
+  const int algo = algorithm_number(algos_[op].algo);
+  if (op == kForward)
+    CUDNN_CHECK(cudnnConvolutionForward(h, &one, x_, x, w_, w, conv_[op], cudnnConvolutionFwdAlgo_t(algo), ws,
+                                        ws_bytes, &zero, y_, const_cast<void*>(y)));
+  else if (op == kBackwardData)
+    CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, w_, w, y_, y, conv_[op], cudnnConvolutionBwdDataAlgo_t(algo),
+                                             ws, ws_bytes, &zero, x_, const_cast<void*>(x)));
+  else
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, x_, x, y_, y, conv_[op], cudnnConvolutionBwdFilterAlgo_t(algo),
+                                               ws, ws_bytes, &zero, w_, const_cast<void*>(w)));
 }
 
 // ---- algorithm choice ---------------------------------------------------------------------------
 namespace {
 
-struct LegacyDescs {
-  cudnnTensorDescriptor_t x, y;
-  cudnnFilterDescriptor_t w;
-  cudnnConvolutionDescriptor_t conv[3];
-};
-
 // The first result (cuDNN sorts them, fastest or most promising first) that ran, fits the
 // workspace, is deterministic when asked, and keeps fp32 off tensor cores under --no-tf32.
 template <class Perf>
 AlgoChoice pick(const Perf* perf, int count, const ConvPolicy& p, bool fma_only, bool measured,
-                const char* direction, const ConvGeometry& g) {
+                ConvLayer::Op op, const ConvGeometry& g) {
   for (int i = 0; i < count; ++i) {
     const Perf& r = perf[i];
     if (r.status != CUDNN_STATUS_SUCCESS || r.memory > p.workspace_limit) continue;
@@ -126,79 +98,59 @@ AlgoChoice pick(const Perf* perf, int count, const ConvPolicy& p, bool fma_only,
     const cudnnMathType_t math = fma_only ? CUDNN_FMA_MATH : r.mathType;
     return {std::to_string(int(r.algo)), static_cast<int>(math), r.memory, measured ? r.time : -1.f};
   }
-  throw Fatal(std::string("cuDNN offers no usable ") + direction + " algorithm for conv " + g.key() +
+  throw Fatal(std::string("cuDNN offers no usable ") + ConvLayer::op_name(op) + " algorithm for conv " + g.key() +
               (p.deterministic ? " (deterministic)" : "") + " within a workspace of " +
               format_bytes(p.workspace_limit) + "; try a larger --workspace-mb");
 }
 
-ConvAlgos heuristic_algos(cudnnHandle_t h, const ConvGeometry& g, const LegacyDescs& c, const ConvPolicy& p,
-                          bool fma_only) {
-  ConvAlgos a;
-  int n = 0;
-  cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, c.x, c.w, c.conv[kFwd], c.y,
-                                                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, fwd));
-  a.fwd = pick(fwd, n, p, fma_only, false, "forward", g);
-  cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-  CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w, c.y, c.conv[kBwdData], c.x,
-                                                          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, bd));
-  a.bwd_data = pick(bd, n, p, fma_only, false, "backward-data", g);
-  cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x, c.y, c.conv[kBwdFilter], c.w,
-                                                            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, bf));
-  a.bwd_filter = pick(bf, n, p, fma_only, false, "backward-filter", g);
-  return a;
-}
-
-ConvAlgos measured_algos(cudnnHandle_t h, const ConvGeometry& g, const LegacyDescs& c, DType t, const ConvPolicy& p,
-                         bool fma_only) {
-  const size_t es = dtype_size(t);
-  // Measured on non-zero data (0x3C bytes: about 1.06 in fp16, 0.0115 in fp32), never on zeros.
-  DeviceBuffer x(g.input().count() * es, "autotune input " + g.key());
-  DeviceBuffer y(g.output().count() * es, "autotune output " + g.key());
-  DeviceBuffer w(g.filter_count() * es, "autotune filter " + g.key());
-  DeviceBuffer ws(p.workspace_limit, "autotune workspace (--workspace-mb)");
-  CUDA_CHECK(cudaMemset(x.get(), 0x3C, x.bytes()));
-  CUDA_CHECK(cudaMemset(y.get(), 0x3C, y.bytes()));
-  CUDA_CHECK(cudaMemset(w.get(), 0x3C, w.bytes()));
-  ConvAlgos a;
-  int n = 0;
-  cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, c.x, x.get(), c.w, w.get(), c.conv[kFwd],
-                                                     c.y, y.get(), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, fwd,
-                                                     ws.get(), ws.bytes()));
-  a.fwd = pick(fwd, n, p, fma_only, true, "forward", g);
-  cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-  CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, c.w, w.get(), c.y, y.get(), c.conv[kBwdData],
-                                                          c.x, x.get(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n,
-                                                          bd, ws.get(), ws.bytes()));
-  a.bwd_data = pick(bd, n, p, fma_only, true, "backward-data", g);
-  cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-  CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, c.x, x.get(), c.y, y.get(), c.conv[kBwdFilter],
-                                                            c.w, w.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n,
-                                                            bf, ws.get(), ws.bytes()));
-  a.bwd_filter = pick(bf, n, p, fma_only, true, "backward-filter", g);
-  return a;
-}
-
 }  // namespace
 
+ConvAlgos Conv2d::ranked(cudnnHandle_t h, const ConvPolicy& p, bool measure) const {
+  const size_t es = measure ? dtype_size(t_) : 0;  // the heuristics run nothing
+  const DeviceBuffer x = scratch_buffer(g_.input().count() * es, "autotune input " + g_.key());
+  const DeviceBuffer y = scratch_buffer(g_.output().count() * es, "autotune output " + g_.key());
+  const DeviceBuffer w = scratch_buffer(g_.filter_count() * es, "autotune filter " + g_.key());
+  const DeviceBuffer ws(measure ? p.workspace_limit : 0, "autotune workspace (--workspace-mb)");
+  const int kFwdCount = CUDNN_CONVOLUTION_FWD_ALGO_COUNT, kDataCount = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+            kFilterCount = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+  ConvAlgos a;
+  int n = 0;
+  cudnnConvolutionFwdAlgoPerf_t fwd[kFwdCount];
+  if (measure)
+    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, x_, x.get(), w_, w.get(), conv_[kForward], y_, y.get(),
+                                                       kFwdCount, &n, fwd, ws.get(), ws.bytes()));
+  else
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x_, w_, conv_[kForward], y_, kFwdCount, &n, fwd));
+  a.fwd = pick(fwd, n, p, fma_only(), measure, kForward, g_);
+  cudnnConvolutionBwdDataAlgoPerf_t bd[kDataCount];
+  if (measure)
+    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, w_, w.get(), y_, y.get(), conv_[kBackwardData], x_,
+                                                            x.get(), kDataCount, &n, bd, ws.get(), ws.bytes()));
+  else
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_, y_, conv_[kBackwardData], x_, kDataCount, &n, bd));
+  a.bwd_data = pick(bd, n, p, fma_only(), measure, kBackwardData, g_);
+  cudnnConvolutionBwdFilterAlgoPerf_t bf[kFilterCount];
+  if (measure)
+    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, x_, x.get(), y_, y.get(), conv_[kBackwardFilter], w_,
+                                                              w.get(), kFilterCount, &n, bf, ws.get(), ws.bytes()));
+  else
+    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_, y_, conv_[kBackwardFilter], w_, kFilterCount, &n, bf));
+  a.bwd_filter = pick(bf, n, p, fma_only(), measure, kBackwardFilter, g_);
+  return a;
+}
+
 ConvAlgos Conv2d::search(cudnnHandle_t h, const ConvPolicy& p) {
-  const LegacyDescs d{x_, y_, w_, {conv_[0], conv_[1], conv_[2]}};
-  if (p.policy == AlgoPolicy::Heuristic) return heuristic_algos(h, g_, d, p, fma_only());
+  if (p.policy == AlgoPolicy::Heuristic) return ranked(h, p, false);
   // The first search of a process also pays for loading each candidate's kernels (CUDA loads
   // modules lazily), which can rank a slow algorithm first: measure twice, keep the second.
-  measured_algos(h, g_, d, t_, p, fma_only());
-  return measured_algos(h, g_, d, t_, p, fma_only());
+  ranked(h, p, true);
+  return ranked(h, p, true);
 }
 
 std::unique_ptr<ConvLayer> make_conv(ConvApi api, const ConvGeometry& g, DType t, Layout l, bool tf32) {
   if (api == ConvApi::Graph) return std::make_unique<ConvGraph>(g, t, l, tf32);
   return std::make_unique<Conv2d>(g, t, l, tf32);
 }
-
-AlgoChooser::AlgoChooser(cudnnHandle_t h, const ConvPolicy& p, AutotuneCache* cache)
-    : h_(h), p_(p), cache_(cache) {}
 
 void AlgoChooser::configure(ConvLayer& conv) {
   const std::string key = conv.geometry().key();

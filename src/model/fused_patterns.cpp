@@ -1,61 +1,53 @@
-// Fused batch-norm patterns by name (model/fused_patterns.h).
+// Fused batch-norm patterns by name, the fused-or-plain rule and the fusion report
+// (model/fused_patterns.h).
 #include "model/fused_patterns.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <iterator>
 #include <stdexcept>
 
 namespace {
-constexpr FusedPattern kAllPatterns[] = {FusedPattern::ConvStats,     FusedPattern::SbrConvStats, FusedPattern::SbrWgrad,
-                                         FusedPattern::DgradDreluDbn, FusedPattern::ConvBn,       FusedPattern::ConvBnRelu,
-                                         FusedPattern::ConvBnAddRelu, FusedPattern::GemmBn,     FusedPattern::GemmBnRelu,
-                                         FusedPattern::GemmBnAddRelu};
+// Each pattern's name for people and its slug, in the enum's order. Slugs are stable names, not the
+// enum's values: a reordered enum must not mix up cached plans.
+struct PatternNames {
+  FusedPattern pattern;
+  const char* name;
+  const char* slug;
+};
+constexpr PatternNames kPatterns[] = {
+    {FusedPattern::ConvStats, "conv + statistics", "conv-stats"},
+    {FusedPattern::SbrConvStats, "scale-bias-ReLU + conv + statistics", "sbr-conv-stats"},
+    {FusedPattern::SbrWgrad, "scale-bias-ReLU + weight gradient", "sbr-wgrad"},
+    {FusedPattern::DgradDreluDbn, "data gradient + ReLU backward + BN backward weights", "dgrad-drelu-dbn"},
+    {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
+    {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
+    {FusedPattern::ConvBnAddRelu, "conv + BN + residual add + ReLU", "conv-bn-add-relu"},
+    {FusedPattern::GemmBn, "1x1 conv as a cuBLASLt GEMM + BN", "gemm-bn"},
+    {FusedPattern::GemmBnRelu, "1x1 conv as a cuBLASLt GEMM + BN + ReLU", "gemm-bn-relu"},
+    {FusedPattern::GemmBnAddRelu, "1x1 conv as a cuBLASLt GEMM + BN + residual add + ReLU", "gemm-bn-add-relu"}};
+
+const PatternNames& names_of(FusedPattern p) {
+  return *std::find_if(std::begin(kPatterns), std::end(kPatterns), [&](const PatternNames& n) { return n.pattern == p; });
+}
 }  // namespace
 
-const char* fused_pattern_name(FusedPattern p) {
-  switch (p) {
-    case FusedPattern::ConvStats: return "conv + statistics";
-    case FusedPattern::SbrConvStats: return "scale-bias-ReLU + conv + statistics";
-    case FusedPattern::SbrWgrad: return "scale-bias-ReLU + weight gradient";
-    case FusedPattern::DgradDreluDbn: return "data gradient + ReLU backward + BN backward weights";
-    case FusedPattern::ConvBn: return "conv + BN";
-    case FusedPattern::ConvBnRelu: return "conv + BN + ReLU";
-    case FusedPattern::ConvBnAddRelu: return "conv + BN + residual add + ReLU";
-    case FusedPattern::GemmBn: return "1x1 conv as a cuBLASLt GEMM + BN";
-    case FusedPattern::GemmBnRelu: return "1x1 conv as a cuBLASLt GEMM + BN + ReLU";
-    default: return "1x1 conv as a cuBLASLt GEMM + BN + residual add + ReLU";
-  }
-}
-
-// Stable names, not the enum's values: a reordered enum must not mix up cached plans.
-const char* fused_pattern_slug(FusedPattern p) {
-  switch (p) {
-    case FusedPattern::ConvStats: return "conv-stats";
-    case FusedPattern::SbrConvStats: return "sbr-conv-stats";
-    case FusedPattern::SbrWgrad: return "sbr-wgrad";
-    case FusedPattern::DgradDreluDbn: return "dgrad-drelu-dbn";
-    case FusedPattern::ConvBn: return "conv-bn";
-    case FusedPattern::ConvBnRelu: return "conv-bn-relu";
-    case FusedPattern::ConvBnAddRelu: return "conv-bn-add-relu";
-    case FusedPattern::GemmBn: return "gemm-bn";
-    case FusedPattern::GemmBnRelu: return "gemm-bn-relu";
-    default: return "gemm-bn-add-relu";
-  }
-}
+const char* fused_pattern_name(FusedPattern p) { return names_of(p).name; }
+const char* fused_pattern_slug(FusedPattern p) { return names_of(p).slug; }
 
 std::string fused_pattern_list_text(unsigned bits) {
   std::string text;
   int count = 0;
-  for (FusedPattern p : kAllPatterns)
-    if (bits & fused_pattern_bit(p)) text += std::string(count++ ? "," : "") + fused_pattern_slug(p);
+  for (const PatternNames& n : kPatterns)
+    if (bits & fused_pattern_bit(n.pattern)) text += std::string(count++ ? "," : "") + n.slug;
   if (count == 0) return "none";
-  return count == int(std::size(kAllPatterns)) ? "all" : text;
+  return count == int(std::size(kPatterns)) ? "all" : text;
 }
 
 unsigned parse_fused_pattern_list(const std::string& list) {
   if (list == "none") return 0;  // the default, spelled out
   std::string names;
-  for (FusedPattern p : kAllPatterns) names += std::string(names.empty() ? "" : ", ") + fused_pattern_slug(p);
+  for (const PatternNames& n : kPatterns) names += std::string(names.empty() ? "" : ", ") + n.slug;
   unsigned bits = 0;
   size_t begin = 0;
   while (true) {
@@ -63,8 +55,8 @@ unsigned parse_fused_pattern_list(const std::string& list) {
     const std::string item = list.substr(begin, end - begin);
     unsigned bit = 0;
     if (item == "all") bit = ~0u;
-    for (FusedPattern p : kAllPatterns)
-      if (item == fused_pattern_slug(p)) bit = fused_pattern_bit(p);
+    for (const PatternNames& n : kPatterns)
+      if (item == n.slug) bit = fused_pattern_bit(n.pattern);
     if (!bit)
       throw std::invalid_argument((item.empty() ? std::string("an empty item") : "'" + item + "'") +
                                   " is not a pattern: give a comma list of " + names + ", or all");
@@ -72,4 +64,51 @@ unsigned parse_fused_pattern_list(const std::string& list) {
     if (end == list.size()) return bits;
     begin = end + 1;
   }
+}
+
+bool run_fused(float fused_ms, float unfused_ms) {
+  if (fused_ms < 0 || unfused_ms < 0) return true;  // not measured: fusion saves passes over memory
+  return fused_ms <= unfused_ms;
+}
+
+std::vector<std::string> fusion_report_lines(const FusionReport& r) {
+  if (r.off_for_determinism)
+    return {"fused batch norm: off under --deterministic (cuDNN's fused statistics and gradients reduce in an order "
+            "that changes from run to run); every conv runs as the plain conv with our BN kernels"};
+  std::vector<std::string> lines;
+  std::vector<std::string> notes;
+  if (r.half_coefficients) notes.push_back(std::to_string(r.half_coefficients) + " read the BN scale/bias in fp16");
+  if (r.seconds >= 0) {
+    char s[64];
+    std::snprintf(s, sizeof s, "chosen in %.1f s", r.seconds);
+    notes.push_back(s);
+  }
+  if (r.plans_cached > 0)
+    notes.push_back(std::to_string(r.plans_cached) + " of " + std::to_string(r.plans) +
+                    " plans from the autotune cache");
+  std::string noted;
+  for (const std::string& n : notes) noted += (noted.empty() ? " (" : "; ") + n;
+  const std::string how = r.gemms ? ": " + std::to_string(r.fused - r.gemms) + " through cuDNN, " +
+                                         std::to_string(r.gemms) + " as cuBLASLt GEMMs with the BN folded into the filter"
+                                   : " through cuDNN";
+  lines.push_back("fused batch norm: " + std::to_string(r.fused) + " of " + std::to_string(r.tried) +
+                  " conv patterns run fused" + how + (noted.empty() ? "" : noted + ")") +
+                  (r.refused.empty() ? "" : "; the rest run as the plain conv and our BN kernels:"));
+  std::vector<bool> done(r.refused.size(), false);
+  for (size_t i = 0; i < r.refused.size(); ++i) {
+    if (done[i]) continue;
+    std::vector<std::string> layers;
+    for (size_t j = i; j < r.refused.size(); ++j)
+      if (!done[j] && r.refused[j].pattern == r.refused[i].pattern && r.refused[j].why == r.refused[i].why) {
+        layers.push_back(r.refused[j].layer);
+        done[j] = true;
+      }
+    std::string names;
+    for (size_t k = 0; k < layers.size() && k < 3; ++k) names += (k ? ", " : "") + layers[k];
+    if (layers.size() > 3) names += ", ...";
+    lines.push_back("  " + std::string(fused_pattern_name(r.refused[i].pattern)) + " not fused for " +
+                    std::to_string(layers.size()) + (layers.size() == 1 ? " conv (" : " convs (") + names +
+                    "): " + r.refused[i].why);
+  }
+  return lines;
 }

@@ -1,8 +1,6 @@
 // The fusion planner (fusion_planner.h).
 #include "model/fusion_planner.h"
 
-#include "core/check.h"
-
 float total_ms(std::initializer_list<float> parts) {
   float t = 0;
   for (float p : parts) {
@@ -19,10 +17,9 @@ class FusionPlanner::PassTimer {
   PassTimer(size_t largest, DType t, Layout l, float* bn_scratch, cudaStream_t stream)
       : t_(t), l_(l), bn_scratch_(bn_scratch), stream_(stream) {
     const size_t es = dtype_size(t);
-    tx_ = DeviceBuffer(largest * es, "fusion timing");
-    ty_ = DeviceBuffer(largest * es, "fusion timing");
-    tv_ = DeviceBuffer(9 * kWidest * sizeof(float), "fusion timing");
-    for (DeviceBuffer* d : {&tx_, &ty_, &tv_}) CUDA_CHECK(cudaMemset(d->get(), 0x3C, d->bytes()));
+    tx_ = scratch_buffer(largest * es, "fusion timing");
+    ty_ = scratch_buffer(largest * es, "fusion timing");
+    tv_ = scratch_buffer(9 * kWidest * sizeof(float), "fusion timing");
     float* v = tv_.as<float>();
     bn_ = {v, v + kWidest, v + 2 * kWidest, v + 3 * kWidest, v + 4 * kWidest, v + 5 * kWidest, v + 6 * kWidest,
            v + 7 * kWidest, v + 8 * kWidest};
@@ -98,26 +95,21 @@ const Plan& FusionPlanner::plan_once(std::map<std::string, std::shared_ptr<Plan>
 
 const FusedConv* FusionPlanner::fuse(const ConvUnit& u, FusedPattern p, float unfused_ms) {
   ++report_.tried;
-  if (cfg_.unfused_patterns & fused_pattern_bit(p)) {  // not even planned: nothing to measure or cache
-    report_.refused.push_back({u.name, p, kSwitchedOff});
+  auto refuse = [&](const std::string& why) {
+    report_.refused.push_back({u.name, p, why});
     return nullptr;
-  }
+  };
+  // Switched off: not even planned, nothing to measure or cache.
+  if (cfg_.unfused_patterns & fused_pattern_bit(p)) return refuse(kSwitchedOff);
   const std::string key = fused_cache_key(p, u.geometry());
   const FusedChoice* cached = measure_ ? cache_.find_fused(key) : nullptr;
   const FusedConv& f = plan_once(fused_, key, cached, unfused_ms, [&] {
     return std::make_shared<FusedConv>(ctx_.cudnn, p, u.geometry(), options_, cached);
   });
-  if (!f.ok()) {
-    report_.refused.push_back({u.name, p, f.why()});
-    return nullptr;
-  }
-  if (!run_fused({true, f.ms(), unfused_ms})) {
-    report_.refused.push_back({u.name, p, kSlowerThanUnfused});
-    return nullptr;
-  }
+  if (!f.ok()) return refuse(f.why());
+  if (!run_fused(f.ms(), unfused_ms)) return refuse(kSlowerThanUnfused);
   ++report_.fused;
   report_.half_coefficients += has_scale_bias(p) && f.scale_type() == DType::F16;
-  workspace_ = std::max(workspace_, f.workspace());
   return &f;
 }
 
@@ -132,6 +124,5 @@ const GemmConv* FusionPlanner::gemm(const ConvUnit& u, FusedPattern p, float alt
     return std::make_shared<GemmConv>(ctx_.cublas_lt, p, g, cfg_.conv.workspace_limit, ctx_.stream, cached);
   });
   if (!m.ok() || alternative_ms < 0 || m.ms() >= alternative_ms) return nullptr;
-  workspace_ = std::max(workspace_, m.workspace());
   return &m;
 }

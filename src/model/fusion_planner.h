@@ -17,7 +17,7 @@
 #include "core/handles.h"
 #include "model/autotune_cache.h"
 #include "model/fused_conv.h"
-#include "model/fusion_report.h"
+#include "model/fused_patterns.h"
 #include "model/gemm_conv.h"
 #include "model/network.h"
 #include "model/resnet50_layers.h"
@@ -35,7 +35,6 @@ class FusionPlanner {
                 size_t largest_activation, float* bn_scratch);
   ~FusionPlanner();
 
-  bool measures() const { return measure_; }
   // The pattern for conv u where it runs fused, else null (a refusal in the report). unfused_ms is
   // the time of the alternative (the plain conv and our BN passes), -1 when not measured.
   const FusedConv* fuse(const ConvUnit& u, FusedPattern p, float unfused_ms);
@@ -44,8 +43,9 @@ class FusionPlanner {
   const GemmConv* gemm(const ConvUnit& u, FusedPattern p, float alternative_ms);
   // The time of one pass of our BN kernels at a shape, on scratch memory; -1 when not measuring.
   float pass_ms(BnPass p, Shape4 s);
-  // The most workspace any plan taken needs.
-  size_t workspace() const { return workspace_; }
+  // The plans taken, kept alive by the network that runs them.
+  std::map<std::string, std::shared_ptr<FusedConv>> take_fused() { return std::move(fused_); }
+  std::map<std::string, std::shared_ptr<GemmConv>> take_gemms() { return std::move(gemms_); }
 
  private:
   template <class Plan, class Make>
@@ -62,10 +62,4 @@ class FusionPlanner {
   std::unique_ptr<PassTimer> timer_;
   std::map<std::string, std::shared_ptr<FusedConv>> fused_;
   std::map<std::string, std::shared_ptr<GemmConv>> gemms_;
-  size_t workspace_ = 0;
-
- public:
-  // The plans taken, kept alive by the network that runs them.
-  std::map<std::string, std::shared_ptr<FusedConv>> take_fused() { return std::move(fused_); }
-  std::map<std::string, std::shared_ptr<GemmConv>> take_gemms() { return std::move(gemms_); }
 };

@@ -25,14 +25,6 @@ void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void* v
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, a, v, bytes));
 }
 
-// A cached choice's algorithm: "lt<index>", the index in cuBLASLt's heuristics' list; -1 otherwise.
-int algorithm_index(const std::string& engine) {
-  if (engine.size() < 3 || engine.size() > 4 || engine.compare(0, 2, "lt") != 0 ||
-      engine.find_first_not_of("0123456789", 2) != std::string::npos)
-    return -1;
-  return std::stoi(engine.substr(2));
-}
-
 }  // namespace
 
 struct GemmConv::Plan {
@@ -49,7 +41,7 @@ struct GemmConv::Plan {
 
 GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, size_t workspace_limit,
                    cudaStream_t stream, const FusedChoice* cached)
-    : pattern_(p), g_(g), plan_(std::make_unique<Plan>()) {
+    : FusedPlan(p, g), plan_(std::make_unique<Plan>()) {
   if (!applies(g)) {
     why_ = "not a 1x1 stride-1 conv with channels in multiples of 8";
     return;
@@ -85,24 +77,23 @@ GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, s
   }
   // A cached index that still names an algorithm with the same workspace is taken as it is: the
   // choice stays as it was made. Otherwise every algorithm offered is timed.
-  const int cached_index = cached ? algorithm_index(cached->engine) : -1;
+  const int cached_index = cached ? algorithm_number(cached->engine, "lt") : -1;
   if (std::find(usable.begin(), usable.end(), cached_index) != usable.end() &&
       found[cached_index].workspaceSize == cached->workspace) {
     pl.algo = found[cached_index].algo;
-    workspace_ = cached->workspace;
     choice_ = *cached;
     from_cache_ = ok_ = true;
     return;
   }
   size_t ws_bytes = 0;
   for (int i : usable) ws_bytes = std::max(ws_bytes, found[i].workspaceSize);
-  // Scratch operands of non-zero bytes (0x3C: about 1.06 in fp16), as FusedConv times its plans.
   const size_t es = 2, xs = size_t(M) * g.c * es, fs = size_t(g.k) * g.c * es, ys = size_t(M) * g.k * es;
-  DeviceBuffer x(xs, "cuBLASLt conv autotune input"), w(fs, "cuBLASLt conv autotune filter"),
-      y(ys, "cuBLASLt conv autotune output"), z(add_z ? ys : 0, "cuBLASLt conv autotune residual"),
-      b(size_t(g.k) * es, "cuBLASLt conv autotune bias"), ws(ws_bytes + 256, "cuBLASLt conv autotune workspace");
-  for (DeviceBuffer* d : {&x, &w, &y, &z, &b})
-    if (d->bytes()) CUDA_CHECK(cudaMemset(d->get(), 0x3C, d->bytes()));
+  auto scratch = [](size_t bytes, const char* what) {
+    return scratch_buffer(bytes, std::string("cuBLASLt conv autotune ") + what);
+  };
+  const DeviceBuffer x = scratch(xs, "input"), w = scratch(fs, "filter"), y = scratch(ys, "output"),
+                     z = scratch(add_z ? ys : 0, "residual"), b = scratch(size_t(g.k) * es, "bias");
+  DeviceBuffer ws(ws_bytes + 256, "cuBLASLt conv autotune workspace");
   int best = -1;
   for (int i : usable) {
     pl.algo = found[i].algo;
@@ -113,18 +104,15 @@ GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, s
   }
   // Each forward folds the BN's scale into the filter before the GEMM (fold_bn_into_filters): that
   // pass is part of what the GEMM costs against cuDNN's kernel, which reads the scale as it is.
-  DeviceBuffer folded(fs, "cuBLASLt conv autotune folded filter"), scale(size_t(g.k) * 4, "cuBLASLt conv autotune scale"),
+  const DeviceBuffer folded(fs, "cuBLASLt conv autotune folded filter"), scale = scratch(size_t(g.k) * 4, "scale"),
       target(sizeof(FilterFold), "cuBLASLt conv autotune fold");
-  CUDA_CHECK(cudaMemset(scale.get(), 0x3C, scale.bytes()));
   const FilterFold fold{w.get(), scale.as<float>(), folded.get(), g.k, g.c};
   CUDA_CHECK(cudaMemcpy(target.get(), &fold, sizeof fold, cudaMemcpyHostToDevice));
   choice_.ms += fastest_ms(stream, kTimedRuns,
                            [&] { fold_bn_into_filters(target.as<FilterFold>(), 1, g.filter_count(), stream); });
   pl.algo = found[best].algo;
-  workspace_ = found[best].workspaceSize;
   choice_.engine = "lt" + std::to_string(best);
-  choice_.types = 0;
-  choice_.workspace = workspace_;
+  choice_.workspace = found[best].workspaceSize;
   ok_ = true;
 }
 
@@ -136,10 +124,10 @@ void GemmConv::run(cublasLtHandle_t lt, const void* x, const void* w_folded, con
   const bool add_z = pattern_ == FusedPattern::GemmBnAddRelu;
   if (add_z != (z != nullptr))
     throw Fatal(std::string(fused_pattern_name(pattern_)) + ": the residual is " + (add_z ? "missing" : "not read"));
-  if (workspace_ > ws_bytes)
+  if (workspace() > ws_bytes)
     throw Fatal(std::string(fused_pattern_name(pattern_)) + " for conv " + g_.key() + " needs " +
-                format_bytes(workspace_) + " of workspace, given " + format_bytes(ws_bytes));
-  launch(lt, x, w_folded, bias, z, y, ws, workspace_, stream);
+                format_bytes(workspace()) + " of workspace, given " + format_bytes(ws_bytes));
+  launch(lt, x, w_folded, bias, z, y, ws, workspace(), stream);
 }
 
 void GemmConv::launch(cublasLtHandle_t lt, const void* x, const void* w_folded, const void* bias, const void* z,

@@ -12,32 +12,38 @@
 #include "model/resnet50_layers.h"
 
 // One conv: what writes its BN's output (a cuDNN epilogue pattern, a cuBLASLt GEMM, or neither: the
-// plain conv and our apply pass), and the fp16 coefficients the one that reads them so takes.
+// plain conv and our apply pass), which may read the BN's coefficients in fp16 (wants_half).
 struct InferenceNetwork::ConvRun {
   const ConvUnit* conv = nullptr;
-  const Bn* bn = nullptr;
+  Bn* bn = nullptr;
   Shape4 out;
+  FusedPattern pattern, as_gemm;  // its BN in cuDNN's epilogue pattern, or in a cuBLASLt GEMM's
+  int x = -1, z = -1;           // the runs whose outputs it reads as input (-1: the images) and residual
+  DeviceBuffer y{};             // its output: no conv output is stored apart from its BN's
   const FusedConv* fused = nullptr;
   const GemmConv* gemm = nullptr;
   void* gemm_filter = nullptr;  // the filter with the BN's scale folded in
-  void* scale_h = nullptr;
-  void* shift_h = nullptr;
   bool wants_half() const { return gemm || (fused && fused->scale_type() == DType::F16); }
 };
 
 InferenceNetwork::InferenceNetwork(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache)
-    : Network(cfg, ctx, cache, false), outputs_(layers_->blocks.size()) {
-  // In the order of convs(): the stem's, then each block's c1, c2, c3 and down.
-  runs_.push_back({&layers_->stem, &layers_->stem_bn, layers_->stem_out});
-  for (const Block& b : layers_->blocks) {
-    runs_.push_back({&b.c1, &b.b1, b.mid1});
-    runs_.push_back({&b.c2, &b.b2, b.mid2});
-    runs_.push_back({&b.c3, &b.b3, b.out});
-    if (b.down) runs_.push_back({&*b.down, &*b.bdown, b.out});
+    : Network(cfg, ctx, cache, false) {
+  using P = FusedPattern;
+  auto add = [&](const ConvUnit& c, Bn& bn, Shape4 out, P pattern, P as_gemm, int x, int z = -1) {
+    runs_.push_back({&c, &bn, out, pattern, as_gemm, x, z});
+    return int(runs_.size()) - 1;
+  };
+  int cur = add(layers_->stem, layers_->stem_bn, layers_->stem_out, P::ConvBnRelu, P::GemmBnRelu, -1);
+  for (Block& b : layers_->blocks) {
+    const int a1 = add(b.c1, b.b1, b.mid1, P::ConvBnRelu, P::GemmBnRelu, cur);
+    const int a2 = add(b.c2, b.b2, b.mid2, P::ConvBnRelu, P::GemmBnRelu, a1);
+    // The projection shortcut's BN has no ReLU: the join's comes after the add, in conv3's epilogue.
+    const int shortcut = b.down ? add(*b.down, *b.bdown, b.out, P::ConvBn, P::GemmBn, cur) : cur;
+    cur = add(b.c3, b.b3, b.out, P::ConvBnAddRelu, P::GemmBnAddRelu, a2, shortcut);
   }
   const size_t es = dtype_size(cfg.dtype);
-  size_t act = layers_->stem_out.count();  // each conv writes its BN's output: no conv output is stored apart
-  for (const Block& b : layers_->blocks) act += b.mid1.count() + b.mid2.count() + (b.down ? 2 : 1) * b.out.count();
+  size_t act = 0;
+  for (const ConvRun& r : runs_) act += r.out.count();
   activation_bytes_ = act * es;
   check_memory(activation_bytes_);
   if (cfg.fuses()) plan_convs(cache);
@@ -47,54 +53,32 @@ InferenceNetwork::InferenceNetwork(const NetConfig& cfg, GpuContext& ctx, Autotu
   workspace_ = DeviceBuffer(ws, "cuDNN workspace (--workspace-mb)");
   algo_report_.workspace = ws;
   const std::string batch = " (batch " + std::to_string(cfg.batch) + ")";
-  stem_y_ = DeviceBuffer(layers_->stem_out.count() * es, "stem output" + batch);
-  for (size_t i = 0; i < outputs_.size(); ++i) {
-    const Block& b = layers_->blocks[i];
-    BlockOutputs& o = outputs_[i];
-    o.a1 = DeviceBuffer(b.mid1.count() * es, "activations" + batch);
-    o.a2 = DeviceBuffer(b.mid2.count() * es, "activations" + batch);
-    if (b.down) o.ad = DeviceBuffer(b.out.count() * es, "activations" + batch);
-    o.out = DeviceBuffer(b.out.count() * es, "activations" + batch);
-  }
+  for (ConvRun& r : runs_) r.y = DeviceBuffer(r.out.count() * es, (r.x < 0 ? "stem output" : "activations") + batch);
   allocate_coefficients();
 }
 
 InferenceNetwork::~InferenceNetwork() = default;
 
 // The table of decisions: each BN in the epilogue of the conv that writes its input, which saves
-// our apply pass (conv3's also reads the residual); the projection shortcut's BN has no ReLU (the
-// join's comes after the add). A 1x1 conv runs as a GEMM where measured faster than what cuDNN runs
-// for it (nothing is chosen without measuring).
+// our apply pass (conv3's also reads the residual). A 1x1 conv runs as a GEMM where measured faster
+// than what cuDNN runs for it (nothing is chosen without measuring).
 void InferenceNetwork::plan_convs(AutotuneCache& cache) {
   const auto start = std::chrono::steady_clock::now();
   size_t largest = layers_->stem_out.count();
   for (const ConvRun& r : runs_) largest = std::max(largest, r.out.count());
   FusionPlanner planner(cfg_, ctx_, cache, fusion_report_, largest, nullptr);
-  auto epilogue = [&](ConvRun& r, FusedPattern p, FusedPattern as_gemm) {
-    const BnPass saved = p == FusedPattern::ConvBnAddRelu ? BnPass::ApplyAdd : BnPass::Apply;
+  for (ConvRun& r : runs_) {
+    const BnPass saved = r.pattern == FusedPattern::ConvBnAddRelu ? BnPass::ApplyAdd : BnPass::Apply;
     const float unfused = total_ms({r.conv->conv->algorithms().fwd.ms, planner.pass_ms(saved, r.out)});
-    r.fused = planner.fuse(*r.conv, p, unfused);
-    r.gemm = planner.gemm(*r.conv, as_gemm, r.fused ? r.fused->ms() : unfused);
-    if (!r.gemm) return;
+    r.fused = planner.fuse(*r.conv, r.pattern, unfused);
+    r.gemm = planner.gemm(*r.conv, r.as_gemm, r.fused ? r.fused->ms() : unfused);
+    if (!r.gemm) continue;
     ++fusion_report_.gemms;
-    if (r.fused) {
-      r.fused = nullptr;
-      return;
+    if (!r.fused) {  // the BN is fused after all: not a refusal
+      ++fusion_report_.fused;
+      std::erase_if(fusion_report_.refused, [&](const FusionRefusal& f) { return f.layer == r.conv->name; });
     }
-    ++fusion_report_.fused;  // the BN is fused after all: not a refusal
-    auto& refused = fusion_report_.refused;
-    refused.erase(std::remove_if(refused.begin(), refused.end(),
-                                 [&](const FusionRefusal& f) { return f.layer == r.conv->name; }),
-                  refused.end());
-  };
-  epilogue(runs_[0], FusedPattern::ConvBnRelu, FusedPattern::GemmBnRelu);
-  for (size_t k = 1, i = 0; i < layers_->blocks.size(); ++i) {
-    const bool down = layers_->blocks[i].down.has_value();
-    epilogue(runs_[k], FusedPattern::ConvBnRelu, FusedPattern::GemmBnRelu);
-    epilogue(runs_[k + 1], FusedPattern::ConvBnRelu, FusedPattern::GemmBnRelu);
-    if (down) epilogue(runs_[k + 3], FusedPattern::ConvBn, FusedPattern::GemmBn);
-    epilogue(runs_[k + 2], FusedPattern::ConvBnAddRelu, FusedPattern::GemmBnAddRelu);
-    k += down ? 4 : 3;
+    r.fused = nullptr;
   }
   fused_plans_ = planner.take_fused();
   gemm_plans_ = planner.take_gemms();
@@ -114,13 +98,15 @@ void InferenceNetwork::allocate_coefficients() {
   gemm_filters_ = DeviceBuffer(folded * sizeof(uint16_t), "filters with the BN folded in");
   uint16_t* half = coefficients_half_.as<uint16_t>();
   uint16_t* filter = gemm_filters_.as<uint16_t>();
+  std::vector<BnEvalTarget> targets;  // every BN, each applied by one conv
   std::vector<FilterFold> folds;
   for (ConvRun& r : runs_) {
     if (r.wants_half()) {
-      r.scale_h = half;
-      r.shift_h = half + r.bn->channels;
+      r.bn->scale_h = half;
+      r.bn->shift_h = half + r.bn->channels;
       half += 2 * r.bn->channels;
     }
+    targets.push_back({r.bn->st, r.bn->channels, r.bn->scale_h, r.bn->shift_h});
     if (!r.gemm) continue;
     const ConvGeometry& g = r.conv->geometry();
     r.gemm_filter = filter;
@@ -131,60 +117,39 @@ void InferenceNetwork::allocate_coefficients() {
   fold_targets_ = DeviceBuffer(folds.size() * sizeof(FilterFold), "filter folds");
   if (!folds.empty())
     CUDA_CHECK(cudaMemcpy(fold_targets_.get(), folds.data(), fold_targets_.bytes(), cudaMemcpyHostToDevice));
-  fold_count_ = static_cast<int>(folds.size());
-  // In running_stats() order, as bns() lists them.
-  std::vector<BnEvalTarget> targets;
-  for (const Bn* bn : layers_->bns()) {
-    const auto r = std::find_if(runs_.begin(), runs_.end(), [&](const ConvRun& c) { return c.bn == bn; });
-    targets.push_back({bn->st, bn->channels, r->scale_h, r->shift_h});
-  }
   eval_targets_ = DeviceBuffer(targets.size() * sizeof(BnEvalTarget), "BN evaluation targets");
   CUDA_CHECK(cudaMemcpy(eval_targets_.get(), targets.data(), eval_targets_.bytes(), cudaMemcpyHostToDevice));
-  eval_target_count_ = static_cast<int>(targets.size());
 }
 
-void InferenceNetwork::conv_bn(const ConvRun& r, const void* x, void* y, bool relu, const void* z) {
+void InferenceNetwork::conv_bn(const ConvRun& r, const void* images) {
   const cudaStream_t stream = ctx_.stream;
+  const void* x = r.x < 0 ? images : runs_[r.x].y.get();
+  const void* z = r.z < 0 ? nullptr : runs_[r.z].y.get();
+  void* y = r.y.get();
   if (r.gemm) {
-    r.gemm->run(ctx_.cublas_lt, x, r.gemm_filter, r.shift_h, z, y, workspace_.get(), workspace_.bytes(), stream);
+    r.gemm->run(ctx_.cublas_lt, x, r.gemm_filter, r.bn->shift_h, z, y, workspace_.get(), workspace_.bytes(), stream);
     return;
   }
   const BnChannelState& st = r.bn->st;
   if (r.fused) {
-    const bool half = r.fused->scale_type() == DType::F16;
-    r.fused->run(ctx_.cudnn,
-                 {.x = x, .w = params_.working(r.conv->weight), .y = y, .scale = half ? r.scale_h : st.scale,
-                  .bias = half ? r.shift_h : st.shift, .z = z},
-                 workspace_.get(), workspace_.bytes());
+    FusedArgs a{.x = x, .w = params_.working(r.conv->weight), .y = y, .z = z};
+    r.bn->set_coefficients(a, *r.fused);
+    r.fused->run(ctx_.cudnn, a, workspace_.get(), workspace_.bytes());
     return;
   }
   conv_forward(*r.conv, x, y);
+  const bool relu = r.pattern != FusedPattern::ConvBn;
   bn_apply({y, st.scale, st.shift, z ? Residual::Tensor : Residual::None, z, nullptr, nullptr, relu, y}, r.out,
            cfg_.dtype, cfg_.layout, stream);
 }
 
-// out = relu(bn3(conv3(a2)) + shortcut) per block, the shortcut bn_down(conv_down(in)) or in itself;
-// a1 and a2 hold the BN + ReLU outputs (no conv output is stored that is not read again).
+// Per block: out = relu(bn3(conv3(a2)) + shortcut), the shortcut bn_down(conv_down(in)) or in itself.
 void InferenceNetwork::forward(const void* images) {
   // The weights and running statistics may have changed since the last forward (a checkpoint
   // restored into the network).
-  bn_forward_eval_coefs_all(eval_targets_.as<BnEvalTarget>(), eval_target_count_, widest_bn_, ctx_.stream);
-  fold_bn_into_filters(fold_targets_.as<FilterFold>(), fold_count_, largest_fold_, ctx_.stream);
-  conv_bn(runs_[0], images, stem_y_.get(), true, nullptr);
-  const void* cur = stem_y_.get();
-  for (size_t k = 1, i = 0; i < outputs_.size(); ++i) {
-    const bool down = layers_->blocks[i].down.has_value();
-    BlockOutputs& o = outputs_[i];
-    conv_bn(runs_[k], cur, o.a1.get(), true, nullptr);
-    conv_bn(runs_[k + 1], o.a1.get(), o.a2.get(), true, nullptr);
-    const void* shortcut = cur;
-    if (down) {
-      conv_bn(runs_[k + 3], cur, o.ad.get(), false, nullptr);
-      shortcut = o.ad.get();
-    }
-    conv_bn(runs_[k + 2], o.a2.get(), o.out.get(), true, shortcut);
-    cur = o.out.get();
-    k += down ? 4 : 3;
-  }
-  classify(cur);
+  bn_forward_eval_coefs_all(eval_targets_.as<BnEvalTarget>(), int(runs_.size()), widest_bn_, ctx_.stream);
+  const int folds = int(fold_targets_.bytes() / sizeof(FilterFold));
+  fold_bn_into_filters(fold_targets_.as<FilterFold>(), folds, largest_fold_, ctx_.stream);
+  for (const ConvRun& r : runs_) conv_bn(r, images);
+  classify(runs_.back().y.get());
 }

@@ -18,23 +18,23 @@ constexpr int kStateVectors = 7;  // save_mean, save_invstd, scale, shift, 3 bac
 }  // namespace
 
 // ---- the layers ---------------------------------------------------------------------------------
-// Registered through the same conv_weight / bn_params / fc_params that resnet50_params() lists, in
-// the same order: a checkpoint's model signature computed from that listing (before the GPU is
-// touched) is the one of these parameters.
+// The parameters registered are resnet50_params()'s, so that a checkpoint's model signature computed
+// from that listing (before the GPU is touched) is the one of these parameters; the layers take
+// their ids walking the spec in the listing's order.
 ResNetLayers build_layers(const NetConfig& cfg, ParamStore& params) {
+  for (const ParamSpec& p : resnet50_params(cfg).tensors) params.add(p.name, p.kind, p.shape);
   const NetSpec spec = resnet50_spec(cfg);
   ResNetLayers L;
-  auto add = [&](const ParamSpec& p) { return params.add(p.name, p.kind, p.shape); };
+  int id = 0;
   auto conv_unit = [&](const ConvSpec& c) {
-    return ConvUnit{make_conv(cfg.conv_api, c.g, cfg.dtype, cfg.layout, cfg.tf32), add(conv_weight(c)), c.name};
+    return ConvUnit{make_conv(cfg.conv_api, c.g, cfg.dtype, cfg.layout, cfg.tf32), id++, c.name};
   };
   auto make_bn = [&](const BnSpec& s) {
     Bn b;
     b.name = s.name;
     b.channels = s.channels;
-    const auto [gamma, beta] = bn_params(s);
-    b.gamma = add(gamma);
-    b.beta = add(beta);
+    b.gamma = id++;
+    b.beta = id++;
     b.running_off = L.running_count;
     L.running_count += 2 * size_t(b.channels);
     b.state_off = L.state_floats;
@@ -60,37 +60,21 @@ ResNetLayers build_layers(const NetConfig& cfg, ParamStore& params) {
     L.blocks.push_back(std::move(b));
   }
   L.features = spec.features;
-  const auto [fc_weight, fc_bias] = fc_params(spec);
-  L.fc_weight = add(fc_weight);
-  L.fc_bias = add(fc_bias);
+  L.fc_weight = id++;
+  L.fc_bias = id++;
   return L;
 }
 
 std::vector<Bn*> ResNetLayers::bns() {
   std::vector<Bn*> v{&stem_bn};
-  for (Block& b : blocks) {
-    v.insert(v.end(), {&b.b1, &b.b2, &b.b3});
-    if (b.bdown) v.push_back(&*b.bdown);
-  }
+  for (Block& b : blocks) for_each_layer(b, [](ConvUnit&) {}, [&](Bn& bn) { v.push_back(&bn); });
   return v;
 }
 
 std::vector<ConvUnit*> ResNetLayers::convs() {
   std::vector<ConvUnit*> v{&stem};
-  for (Block& b : blocks) {
-    v.insert(v.end(), {&b.c1, &b.c2, &b.c3});
-    if (b.down) v.push_back(&*b.down);
-  }
+  for (Block& b : blocks) for_each_layer(b, [&](ConvUnit& c) { v.push_back(&c); }, [](Bn&) {});
   return v;
-}
-
-void bind_bn_state(ResNetLayers& layers, const ParamStore& params, float* running, float* state) {
-  for (Bn* b : layers.bns()) {
-    const int C = b->channels;
-    float* run = running + b->running_off;
-    float* st = state + b->state_off;
-    b->st = {params.master(b->gamma), params.master(b->beta), run, run + C, st, st + C, st + 2 * C, st + 3 * C, st + 4 * C};
-  }
 }
 
 // ---- the network --------------------------------------------------------------------------------
@@ -100,10 +84,14 @@ Network::Network(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache, bo
     throw Fatal("ResNet-50: image side " + std::to_string(cfg.image_side) + " is not a positive multiple of 8");
   layers_ = std::make_unique<ResNetLayers>(build_layers(cfg, params_));
   params_.allocate(cfg.dtype, training);
-  running_count_ = layers_->running_count;
-  running_ = DeviceBuffer(running_count_ * sizeof(float), "BN running statistics");
+  running_ = DeviceBuffer(layers_->running_count * sizeof(float), "BN running statistics");
   bn_state_ = DeviceBuffer(layers_->state_floats * sizeof(float), "BN per-channel state");
-  bind_bn_state(*layers_, params_, running_.as<float>(), bn_state_.as<float>());
+  for (Bn* b : layers_->bns()) {  // each BN's state in the buffers
+    const int C = b->channels;
+    float* run = running_.as<float>() + b->running_off;
+    float* st = bn_state_.as<float>() + b->state_off;
+    b->st = {params_.master(b->gamma), params_.master(b->beta), run, run + C, st, st + C, st + 2 * C, st + 3 * C, st + 4 * C};
+  }
   const size_t es = dtype_size(cfg.dtype);
   feat_ = DeviceBuffer(size_t(cfg.batch) * layers_->features * es, "pooled features");
   logits_ = DeviceBuffer(size_t(cfg.batch) * cfg.classes * sizeof(float), "logits");
@@ -169,11 +157,10 @@ void Network::init_params(uint64_t seed) {
   }
   CUDA_CHECK(cudaMemcpy(params_.master_all(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
   if (params_.momentum_all()) CUDA_CHECK(cudaMemset(params_.momentum_all(), 0, params_.total() * sizeof(float)));
-  std::vector<float> run(running_count_);
-  for (const Bn* bn : layers_->bns()) {  // running mean 0, running var 1
-    float* r = run.data() + bn->running_off;
-    std::fill(r, r + bn->channels, 0.f);
-    std::fill(r + bn->channels, r + 2 * bn->channels, 1.f);
+  std::vector<float> run(running_stats_count());  // running mean 0, running var 1
+  for (const Bn* bn : layers_->bns()) {
+    float* var = run.data() + bn->running_off + bn->channels;
+    std::fill(var, var + bn->channels, 1.f);
   }
   CUDA_CHECK(cudaMemcpy(running_.get(), run.data(), run.size() * sizeof(float), cudaMemcpyHostToDevice));
   params_.refresh_working_copy(ctx_.stream);
@@ -207,29 +194,23 @@ void Network::init_params_for_parity(uint64_t seed) {
   CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
 }
 
-// The registration order of build_layers(), without building: a stem conv + BN, the blocks' conv +
-// BN pairs (the projection shortcut's after conv3's), then the classifier.
+// What build_layers() registers (resnet50_params()), without building; the BNs read off their gammas
+// ("<bn>.weight"), in registration order, which is running_stats() order.
 TensorLayout Network::tensor_layout(int classes) {
   NetConfig cfg;
   cfg.classes = classes;
   ParamStore store;
   for (const ParamSpec& p : resnet50_params(cfg).tensors) store.add(p.name, p.kind, p.shape);
   store.assign_offsets();
-  TensorLayout layout;
-  layout.params = store.tensors();
-  const NetSpec spec = resnet50_spec(cfg);
-  layout.bns.emplace_back(spec.stem_bn.name, spec.stem_bn.channels);
-  for (const BlockSpec& b : spec.blocks)
-    for (const BnSpec* bn : {&b.b1, &b.b2, &b.b3, b.bdown ? &*b.bdown : nullptr})
-      if (bn) layout.bns.emplace_back(bn->name, bn->channels);
+  TensorLayout layout{store.tensors(), {}};
+  for (const ParamTensor& t : layout.params)
+    if (t.kind == ParamKind::BnGamma) layout.bns.emplace_back(t.name.substr(0, t.name.rfind('.')), t.shape[0]);
   return layout;
 }
 
 std::vector<std::string> Network::running_stats_names() const {
   std::vector<std::string> names;
-  for (const Bn* b : layers_->bns()) {
-    names.push_back(b->name + ".running_mean");
-    names.push_back(b->name + ".running_var");
-  }
+  for (const Bn* b : layers_->bns())
+    names.insert(names.end(), {b->name + ".running_mean", b->name + ".running_var"});
   return names;
 }

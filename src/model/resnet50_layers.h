@@ -4,13 +4,14 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "kernels/batchnorm.h"
 #include "model/conv.h"
+#include "model/fused_conv.h"
 #include "model/params.h"
+#include "model/resnet50_spec.h"
 
 struct NetConfig;
 
@@ -19,7 +20,19 @@ struct Bn {
   int channels = 0;
   int gamma = -1, beta = -1;     // parameter ids
   size_t running_off = 0, state_off = 0;
-  BnChannelState st{};           // set once the buffers exist (bind_bn_state)
+  BnChannelState st{};           // set once the buffers exist (the Network constructor)
+  // Fused: the fp16 copies of scale and shift where a pattern's engine reads them so (else null),
+  // and, training, the per-channel sum and sum of squares its conv accumulates (fp32).
+  void* scale_h = nullptr;
+  void* shift_h = nullptr;
+  float* sum = nullptr;
+  float* sqsum = nullptr;
+  // Sets a's scale and bias to this BN's coefficients in the type f's engine reads.
+  void set_coefficients(FusedArgs& a, const FusedConv& f) const {
+    const bool half = f.scale_type() == DType::F16;
+    a.scale = half ? scale_h : st.scale;
+    a.bias = half ? shift_h : st.shift;
+  }
 };
 
 struct ConvUnit {
@@ -29,15 +42,7 @@ struct ConvUnit {
   const ConvGeometry& geometry() const { return conv->geometry(); }
 };
 
-// A bottleneck: 1x1 conv, 3x3 conv (the stride), 1x1 conv, each with its BN, and the projection
-// shortcut where the shape changes.
-struct Block {
-  ConvUnit c1, c2, c3;
-  std::optional<ConvUnit> down;
-  Bn b1, b2, b3;
-  std::optional<Bn> bdown;
-  Shape4 in, mid1, mid2, out;
-};
+struct Block : Bottleneck<ConvUnit, Bn> {};
 
 struct ResNetLayers {
   ConvUnit stem;
@@ -55,5 +60,3 @@ struct ResNetLayers {
 
 // The layers of `cfg`'s network, their parameters registered in `params`.
 ResNetLayers build_layers(const NetConfig& cfg, ParamStore& params);
-// Points each BN's state at the allocated buffers.
-void bind_bn_state(ResNetLayers& layers, const ParamStore& params, float* running, float* state);

@@ -44,51 +44,25 @@ NetSpec resnet50_spec(const NetConfig& cfg) {
   return n;
 }
 
-ParamSpec conv_weight(const ConvSpec& c) {
-  return {c.name + ".weight", ParamKind::ConvWeight, {c.g.k, c.g.c, c.g.r, c.g.r}};
-}
-
-std::pair<ParamSpec, ParamSpec> bn_params(const BnSpec& b) {
-  return {{b.name + ".weight", ParamKind::BnGamma, {b.channels}}, {b.name + ".bias", ParamKind::BnBeta, {b.channels}}};
-}
-
-std::pair<ParamSpec, ParamSpec> fc_params(const NetSpec& n) {
-  return {{"fc.weight", ParamKind::LinearWeight, {n.classes, n.features}},
-          {"fc.bias", ParamKind::LinearBias, {n.classes}}};
-}
-
 ParamListing resnet50_params(const NetConfig& cfg) {
   const NetSpec n = resnet50_spec(cfg);
   ParamListing l;
-  auto add = [&](const ParamSpec& p) {
+  auto add = [&](std::string name, ParamKind kind, std::vector<int> shape) {
     size_t count = 1;
-    for (int d : p.shape) count *= static_cast<size_t>(d);
+    for (int d : shape) count *= static_cast<size_t>(d);
     l.total += count;
-    l.tensors.push_back(p);
+    l.tensors.push_back({std::move(name), kind, std::move(shape)});
   };
-  auto conv = [&](const ConvSpec& c) { add(conv_weight(c)); };
+  auto conv = [&](const ConvSpec& c) { add(c.name + ".weight", ParamKind::ConvWeight, {c.g.k, c.g.c, c.g.r, c.g.r}); };
   auto bn = [&](const BnSpec& b) {
-    const auto [gamma, beta] = bn_params(b);
-    add(gamma);
-    add(beta);
+    add(b.name + ".weight", ParamKind::BnGamma, {b.channels});
+    add(b.name + ".bias", ParamKind::BnBeta, {b.channels});
     l.running += 2 * size_t(b.channels);
   };
   conv(n.stem);
   bn(n.stem_bn);
-  for (const BlockSpec& b : n.blocks) {
-    conv(b.c1);
-    bn(b.b1);
-    conv(b.c2);
-    bn(b.b2);
-    conv(b.c3);
-    bn(b.b3);
-    if (b.down) {
-      conv(*b.down);
-      bn(*b.bdown);
-    }
-  }
-  const auto [weight, bias] = fc_params(n);
-  add(weight);
-  add(bias);
+  for (const BlockSpec& b : n.blocks) for_each_layer(b, conv, bn);
+  add("fc.weight", ParamKind::LinearWeight, {n.classes, n.features});
+  add("fc.bias", ParamKind::LinearBias, {n.classes});
   return l;
 }

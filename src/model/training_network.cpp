@@ -16,16 +16,6 @@
 #include "model/linear.h"
 #include "model/resnet50_layers.h"
 
-// Per BN of a block: the statistics its fused conv accumulates (fp32 sum, sum of squares), and its
-// scale/shift in fp16 for the patterns whose engines read them so.
-struct TrainingNetwork::FusedBn {
-  float* sum = nullptr;
-  float* sqsum = nullptr;
-  void* scale_h = nullptr;
-  void* shift_h = nullptr;
-  bool wants_half = false;  // a fused pattern reads scale_h/shift_h: refresh them with scale/shift
-};
-
 // One block: the fused pattern each of its convs runs (null: the plain conv and our BN kernels),
 // and what its forward stores for backward. y1 and y2, the inner BN outputs, are stored only where
 // conv2 or conv3 reads them plain. relu_bits: where the join's ReLU (after the add) passed; its
@@ -36,7 +26,6 @@ struct TrainingNetwork::BlockRun {
     const FusedConv *fwd = nullptr, *wgrad = nullptr, *dgrad = nullptr;  // SbrConvStats, SbrWgrad, DgradDreluDbn
   } c2, c3;
   const FusedConv* down_stats = nullptr;                                 // ConvStats
-  FusedBn b1, b2, b3, bdown;
   DeviceBuffer a1, y1, a2, y2, a3, ad, out, relu_bits;
   bool stores_y1() const { return !c2.fwd || !c2.wgrad; }
   bool stores_y2() const { return !c3.fwd || !c3.wgrad; }
@@ -51,20 +40,6 @@ struct TrainingNetwork::Lane {
   Event forked{false}, done{false};
   DeviceBuffer workspace;  // the main stream's convs keep workspace_: both run at once
 };
-
-namespace {
-
-// The prologue's scale and bias: bn's coefficients in the type the pattern's engine takes.
-template <class FusedBn>
-void set_coefficients(FusedArgs& a, const FusedConv& f, const Bn& bn, const FusedBn& fb) {
-  const bool half = f.scale_type() == DType::F16;
-  a.scale = half ? fb.scale_h : bn.st.scale;
-  a.bias = half ? fb.shift_h : bn.st.shift;
-}
-
-bool reads_half(const FusedConv* f) { return f && f->scale_type() == DType::F16; }
-
-}  // namespace
 
 // ---- construction -------------------------------------------------------------------------------
 TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache)
@@ -87,7 +62,7 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
   check_memory(activation_bytes_ + 4 * largest * dtype_size(t) + bits);
   bn_scratch_ = DeviceBuffer(scratch * sizeof(float), "BN partial sums");
   size_t ws = conv_workspace_;
-  if (cfg.fuses()) plan_blocks(cache);
+  if (cfg.fuses()) plan_blocks(cache, largest);
   for (const auto& [key, plan] : plans_) ws = std::max(ws, plan->workspace());
   allocate(largest);
   workspace_ = DeviceBuffer(ws, "cuDNN workspace (--workspace-mb)");
@@ -109,10 +84,8 @@ TrainingNetwork::~TrainingNetwork() = default;
 
 // The table of decisions: each pattern a block's convs need, kept where cuDNN accepts it and, when
 // autotuning, where it measures no slower than the plain conv with the BN passes it saves.
-void TrainingNetwork::plan_blocks(AutotuneCache& cache) {
+void TrainingNetwork::plan_blocks(AutotuneCache& cache, size_t largest) {
   const auto start = std::chrono::steady_clock::now();
-  size_t largest = layers_->stem_out.count();
-  for (const Block& b : layers_->blocks) largest = std::max({largest, b.mid1.count(), b.mid2.count(), b.out.count()});
   FusionPlanner planner(cfg_, ctx_, cache, fusion_report_, largest, bn_scratch_.as<float>());
   auto pass = [&](BnPass p, Shape4 s) { return planner.pass_ms(p, s); };
   for (size_t i = 0; i < runs_.size(); ++i) {
@@ -175,25 +148,21 @@ void TrainingNetwork::allocate(size_t largest) {
   float* sums = fused_sums_.as<float>();
   uint16_t* halves = fused_half_.as<uint16_t>();
   for (size_t i = 0; i < runs_.size(); ++i) {
-    const Block& b = layers_->blocks[i];
-    BlockRun& r = runs_[i];
-    for (auto [bn, fb] : {std::pair{&b.b1, &r.b1}, std::pair{&b.b2, &r.b2}, std::pair{&b.b3, &r.b3},
-                          std::pair{b.bdown ? &*b.bdown : nullptr, &r.bdown}}) {
-      if (!bn) continue;
-      const int C = bn->channels;
-      *fb = {sums, sums + C, halves, halves + C, false};
-      sums += 2 * C;
-      halves += 2 * C;
-    }
+    Block& b = layers_->blocks[i];
+    for_each_layer(b, [](ConvUnit&) {}, [&](Bn& bn) {
+      bn.sum = sums;
+      bn.sqsum = sums + bn.channels;
+      sums += 2 * bn.channels;
+    });
     // conv2 and conv3 read the previous BN's coefficients in their prologue
-    r.b1.wants_half = reads_half(r.c2.fwd) || reads_half(r.c2.wgrad);
-    r.b2.wants_half = reads_half(r.c3.fwd) || reads_half(r.c3.wgrad);
+    auto reads_half = [](const FusedConv* f) { return f && f->scale_type() == DType::F16; };
+    for (auto [bn, inner] : {std::pair{&b.b1, &runs_[i].c2}, std::pair{&b.b2, &runs_[i].c3}}) {
+      if (!reads_half(inner->fwd) && !reads_half(inner->wgrad)) continue;
+      bn->scale_h = halves;
+      bn->shift_h = halves + bn->channels;
+      halves += 2 * bn->channels;
+    }
   }
-}
-
-ZeroedRange TrainingNetwork::statistics_kept_zero() const {
-  if (!cfg_.fuses()) return {};
-  return {fused_sums_.get(), fused_sums_.bytes()};
 }
 
 // ---- forward ------------------------------------------------------------------------------------
@@ -219,20 +188,18 @@ void TrainingNetwork::forward(const void* images, bool train) {
 }
 
 void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedConv* fused, const void* x, void* y, const Bn& bn,
-                                 FusedBn& fb, Shape4 s, bool train, const Bn* prologue, const FusedBn* prologue_fb,
-                                 void* stored, Shape4 s_prev) {
+                                 Shape4 s, bool train, const Bn* prologue, void* stored, Shape4 s_prev) {
   const cudaStream_t stream = ctx_.stream;
   if (fused) {
-    FusedArgs a{.x = x, .w = params_.working(c.weight), .y = y, .sum = fb.sum, .sqsum = fb.sqsum};
-    if (prologue) set_coefficients(a, *fused, *prologue, *prologue_fb);
+    FusedArgs a{.x = x, .w = params_.working(c.weight), .y = y, .sum = bn.sum, .sqsum = bn.sqsum};
+    if (prologue) prologue->set_coefficients(a, *fused);  // the previous BN, applied as x is read
     fused->run(ctx_.cudnn, a, workspace_.get(), workspace_.bytes());
     if (train) {  // the fp16 copies are written with the rest
-      bn_finalize_sums(fb.sum, fb.sqsum, s.per_channel(), bn.st, bn.channels, fb.wants_half ? fb.scale_h : nullptr,
-                       fb.shift_h, stream);
+      bn_finalize_sums(bn.sum, bn.sqsum, s.per_channel(), bn.st, bn.channels, bn.scale_h, bn.shift_h, stream);
       return;
     }
     // The sums are not read in evaluation; zeroed as bn_finalize_sums leaves them (statistics_kept_zero).
-    CUDA_CHECK(cudaMemsetAsync(fb.sum, 0, 2 * size_t(bn.channels) * sizeof(float), stream));
+    CUDA_CHECK(cudaMemsetAsync(bn.sum, 0, 2 * size_t(bn.channels) * sizeof(float), stream));
     bn_forward_eval_coefs(bn.st, bn.channels, stream);
   } else {
     const void* in = x;
@@ -244,18 +211,17 @@ void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedConv* fused, cons
     conv_forward(c, in, y);
     bn_forward(bn, y, s, train);
   }
-  if (fb.wants_half) {  // for the next conv's prologue
-    cast_f32_to_f16(bn.st.scale, fb.scale_h, bn.channels, stream);
-    cast_f32_to_f16(bn.st.shift, fb.shift_h, bn.channels, stream);
+  if (bn.scale_h) {  // for the next conv's prologue
+    cast_f32_to_f16(bn.st.scale, bn.scale_h, bn.channels, stream);
+    cast_f32_to_f16(bn.st.shift, bn.shift_h, bn.channels, stream);
   }
 }
 
 void TrainingNetwork::block_forward(const Block& b, BlockRun& r, const void* in, bool train) {
-  conv_stats(b.c1, r.c1_stats, in, r.a1.get(), b.b1, r.b1, b.mid1, train, nullptr, nullptr, nullptr, {});
-  conv_stats(b.c2, r.c2.fwd, r.a1.get(), r.a2.get(), b.b2, r.b2, b.mid2, train, &b.b1, &r.b1, r.y1.get(), b.mid1);
-  conv_stats(b.c3, r.c3.fwd, r.a2.get(), r.a3.get(), b.b3, r.b3, b.out, train, &b.b2, &r.b2, r.y2.get(), b.mid2);
-  if (b.down)
-    conv_stats(*b.down, r.down_stats, in, r.ad.get(), *b.bdown, r.bdown, b.out, train, nullptr, nullptr, nullptr, {});
+  conv_stats(b.c1, r.c1_stats, in, r.a1.get(), b.b1, b.mid1, train, nullptr, nullptr, {});
+  conv_stats(b.c2, r.c2.fwd, r.a1.get(), r.a2.get(), b.b2, b.mid2, train, &b.b1, r.y1.get(), b.mid1);
+  conv_stats(b.c3, r.c3.fwd, r.a2.get(), r.a3.get(), b.b3, b.out, train, &b.b2, r.y2.get(), b.mid2);
+  if (b.down) conv_stats(*b.down, r.down_stats, in, r.ad.get(), *b.bdown, b.out, train, nullptr, nullptr, {});
   join_forward(b, r, in, train);
 }
 
@@ -343,8 +309,8 @@ void TrainingNetwork::block_backward(const Block& b, BlockRun& r, const void* in
   void *g0 = grad_[0].get(), *g1 = grad_[1].get(), *g2 = grad_[2].get(), *g3 = grad_[3].get();
   join_backward(b, r, dy2);  // g1: the gradient of a3; g3: of the shortcut conv's output
   if (b.down) conv_backward(*b.down, in, g3, g0);
-  inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, r.c3.fwd, r.a2.get(), b.b2, r.b2, r.y2.get(), b.mid2, g1, g3);
-  inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, r.c2.fwd, r.a1.get(), b.b1, r.b1, r.y1.get(), b.mid1, g3, g1);
+  inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, r.c3.fwd, r.a2.get(), b.b2, r.y2.get(), b.mid2, g1, g3);
+  inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, r.c2.fwd, r.a1.get(), b.b1, r.y1.get(), b.mid1, g3, g1);
   conv_backward(b.c1, in, g1, g2);
 }
 
@@ -380,15 +346,15 @@ void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void
 }
 
 void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedConv* wgrad, const FusedConv* dgrad,
-                                     bool fwd_fused, const void* x, const Bn& bn, const FusedBn& fb, void* stored,
-                                     Shape4 s_in, void* dy, void* dx) {
+                                     bool fwd_fused, const void* x, const Bn& bn, void* stored, Shape4 s_in, void* dy,
+                                     void* dx) {
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
   const cudaStream_t stream = ctx_.stream;
   wgrad_beside([&](cudaStream_t lane, void* lane_ws, size_t lane_wsb) {
     if (wgrad) {
       FusedArgs a{.x = x, .dy = dy, .dw = params_.weight_grad(c.weight)};
-      set_coefficients(a, *wgrad, bn, fb);
+      bn.set_coefficients(a, *wgrad);
       wgrad->run(ctx_.cudnn, a, lane_ws, lane_wsb);
       return;
     }

@@ -13,7 +13,6 @@
 #include <tuple>
 
 #include "model/conv.h"
-#include "model/conv_graph.h"
 #include "model/linear.h"
 #include "support/bn_data.h"
 #include "support/gpu_test_util.h"

@@ -1,11 +1,11 @@
 // Convolutions through cuDNN's graph API (cudnn-frontend), with execution plans built once.
-#include "model/conv_graph.h"
+#include "model/conv.h"
 
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 
-#include "core/check.h"
 #include "core/errors.h"
 #include "core/memory.h"
 #include "model/cudnn/plan_picker.h"
@@ -16,48 +16,30 @@ namespace {
 // output (y or dy).
 enum Uid : int64_t { kUidX = 1, kUidW, kUidY };
 
-const char* op_name(ConvGraph::Op op) {
-  switch (op) {
-    case ConvGraph::kForward: return "forward";
-    case ConvGraph::kBackwardData: return "backward-data";
-    default: return "backward-filter";
-  }
-}
-
 // One direction as a graph of one operation, x, w and y as the forward pass sees them.
-GraphRecipe direction_recipe(ConvGraph::Op op, const ConvGeometry& g, DType t, Layout l) {
+GraphRecipe direction_recipe(ConvLayer::Op op, const ConvGeometry& g, DType t, Layout l) {
   return [=](fe::graph::Graph& gr) {
     const std::array<int64_t, 4> in{g.n, g.c, g.h, g.w}, out{g.n, g.k, g.out_h(), g.out_w()},
         filt{g.k, g.c, g.r, g.r};
-    const std::vector<int64_t> pad{g.pad, g.pad}, stride{g.stride, g.stride}, dilation{1, 1};
     gr.set_io_data_type(fe_type(t)).set_intermediate_data_type(fe::DataType_t::FLOAT);
-    if (op == ConvGraph::kForward) {
+    if (op == ConvLayer::kForward) {
       const TensorPtr y = gr.conv_fprop(graph_tensor(gr, kUidX, t, in, l), graph_tensor(gr, kUidW, t, filt, l),
-                                        fe::graph::Conv_fprop_attributes().set_padding(pad).set_stride(stride).set_dilation(dilation));
+                                        fprop_attributes(g));
       set_stored(y, kUidY, t, out, l);
-    } else if (op == ConvGraph::kBackwardData) {
+    } else if (op == ConvLayer::kBackwardData) {
       const TensorPtr dx = gr.conv_dgrad(graph_tensor(gr, kUidY, t, out, l), graph_tensor(gr, kUidW, t, filt, l),
-                                         fe::graph::Conv_dgrad_attributes().set_padding(pad).set_stride(stride).set_dilation(dilation));
+                                         dgrad_attributes(g));
       set_stored(dx, kUidX, t, in, l);
     } else {
       const TensorPtr dw = gr.conv_wgrad(graph_tensor(gr, kUidY, t, out, l), graph_tensor(gr, kUidX, t, in, l),
-                                         fe::graph::Conv_wgrad_attributes().set_padding(pad).set_stride(stride).set_dilation(dilation));
+                                         wgrad_attributes(g));
       set_stored(dw, kUidW, t, filt, l);
     }
   };
 }
 
 PlanRules rules_of(const ConvPolicy& p, bool fma_only, bool measure) {
-  PlanRules r;
-  r.measure = measure;
-  r.deterministic = p.deterministic;
-  r.fma_only = fma_only;
-  r.workspace_limit = p.workspace_limit;
-  return r;
-}
-
-AlgoChoice& choice_for(ConvAlgos& a, ConvGraph::Op op) {
-  return op == ConvGraph::kForward ? a.fwd : op == ConvGraph::kBackwardData ? a.bwd_data : a.bwd_filter;
+  return {.measure = measure, .deterministic = p.deterministic, .fma_only = fma_only, .workspace_limit = p.workspace_limit};
 }
 
 // The plans built from an engine, shared by every layer of the same shape (ResNet-50 has 53 convs
@@ -78,46 +60,43 @@ std::shared_ptr<const PlannedGraph> shared_plan(const std::string& key, const st
 
 }  // namespace
 
-ConvGraph::ConvGraph(const ConvGeometry& g, DType t, Layout l, bool tf32) : ConvLayer(g, t, tf32), layout_(l) {}
-
-ConvGraph::~ConvGraph() = default;
-
 ConvAlgos ConvGraph::search(cudnnHandle_t h, const ConvPolicy& p) {
   const bool measure = p.policy == AlgoPolicy::Autotune;
   const PlanRules rules = rules_of(p, fma_only(), measure);
-  // Measured on non-zero data (0x3C bytes: about 1.06 in fp16, 0.0115 in fp32), never on zeros.
-  const size_t es = dtype_size(t_);
-  DeviceBuffer x, w, y;
-  if (measure) {
-    x = DeviceBuffer(g_.input().count() * es, "autotune input " + g_.key());
-    w = DeviceBuffer(g_.filter_count() * es, "autotune filter " + g_.key());
-    y = DeviceBuffer(g_.output().count() * es, "autotune output " + g_.key());
-    for (DeviceBuffer* b : {&x, &w, &y}) CUDA_CHECK(cudaMemset(b->get(), 0x3C, b->bytes()));
-  }
+  const size_t es = measure ? dtype_size(t_) : 0;  // nothing to time on without measuring
+  const DeviceBuffer x = scratch_buffer(g_.input().count() * es, "autotune input " + g_.key());
+  const DeviceBuffer w = scratch_buffer(g_.filter_count() * es, "autotune filter " + g_.key());
+  const DeviceBuffer y = scratch_buffer(g_.output().count() * es, "autotune output " + g_.key());
   const ScratchPointers scratch{{kUidX, x.get()}, {kUidW, w.get()}, {kUidY, y.get()}};
   ConvAlgos a;
   for (int op = 0; op < kOps; ++op) {
-    const PlannedGraph plan = pick_plan(direction_recipe(Op(op), g_, t_, layout_), h, rules, scratch);
+    PlannedGraph plan = pick_plan(direction_recipe(Op(op), g_, t_, layout_), h, rules, scratch);
     if (!plan)
       throw Fatal(std::string("cuDNN offers no usable ") + op_name(Op(op)) + " engine for conv " + g_.key() + ": " +
                   plan.why + "; try a larger --workspace-mb");
-    choice_for(a, Op(op)) = {plan.engine, 0, plan.workspace, plan.ms};
+    a[op] = {plan.engine, 0, plan.workspace, plan.ms};
+    // Held until use() takes it, so that the plan just built is the one kept, not built again.
+    searched_[op] = shared_plan(plan_key(Op(op), h, plan.engine), [&] { return std::move(plan); });
   }
   return a;
 }
 
+std::string ConvGraph::plan_key(Op op, cudnnHandle_t h, const std::string& engine) const {
+  return g_.key() + "/" + dtype_name(t_) + "/" + layout_name(layout_) + "/" + op_name(op) + "/" +
+         (fma_only() ? "fma" : "any") + "/" + engine + "/" + std::to_string(reinterpret_cast<uintptr_t>(h));
+}
+
 bool ConvGraph::use(cudnnHandle_t h, const ConvAlgos& a) {
+  const auto searched = std::exchange(searched_, {});  // kept alive while the plans are looked up
   // Deterministic runs keep no cache (autotune-cache.txt is not written under --deterministic), so
   // a choice handed here met the rules it was made under.
   const PlanRules rules = rules_of(ConvPolicy{}, fma_only(), false);
   std::array<std::shared_ptr<const PlannedGraph>, kOps> plans;
   ConvAlgos chosen = a;
   for (int op = 0; op < kOps; ++op) {
-    AlgoChoice& c = choice_for(chosen, Op(op));
-    const std::string key = g_.key() + "/" + dtype_name(t_) + "/" + layout_name(layout_) + "/" + op_name(Op(op)) +
-                            "/" + (fma_only() ? "fma" : "any") + "/" + c.algo + "/" +
-                            std::to_string(reinterpret_cast<uintptr_t>(h));
-    plans[op] = shared_plan(key, [&] { return plan_engine(direction_recipe(Op(op), g_, t_, layout_), h, rules, c.algo); });
+    AlgoChoice& c = chosen[op];
+    plans[op] = shared_plan(plan_key(Op(op), h, c.algo),
+                            [&] { return plan_engine(direction_recipe(Op(op), g_, t_, layout_), h, rules, c.algo); });
     if (!plans[op]) return false;  // a stale choice: the caller searches again
     c.workspace = plans[op]->workspace;
     c.math = 0;
@@ -137,18 +116,4 @@ void ConvGraph::run(Op op, cudnnHandle_t h, const void* x, const void* w, const 
   std::unordered_map<int64_t, void*> pointers{
       {kUidX, const_cast<void*>(x)}, {kUidW, const_cast<void*>(w)}, {kUidY, const_cast<void*>(y)}};
   execute_plan(*p, h, pointers, ws, std::string("conv ") + g_.key() + " " + op_name(op));
-}
-
-void ConvGraph::forward(cudnnHandle_t h, const void* x, const void* w, void* y, void* ws, size_t ws_bytes) const {
-  run(kForward, h, x, w, y, ws, ws_bytes);
-}
-
-void ConvGraph::backward_data(cudnnHandle_t h, const void* dy, const void* w, void* dx, void* ws,
-                              size_t ws_bytes) const {
-  run(kBackwardData, h, dx, w, dy, ws, ws_bytes);
-}
-
-void ConvGraph::backward_filter(cudnnHandle_t h, const void* x, const void* dy, void* dw, void* ws,
-                                size_t ws_bytes) const {
-  run(kBackwardFilter, h, x, dw, dy, ws, ws_bytes);
 }

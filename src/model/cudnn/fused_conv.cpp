@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <optional>
 
-#include "core/check.h"
 #include "core/errors.h"
+#include "core/memory.h"
 #include "model/cudnn/plan_picker.h"
 
 namespace {
@@ -30,10 +30,6 @@ bool try_applies(FusedPattern p, std::pair<DType, DType> t) {
   return !(p == FusedPattern::ConvStats && t.second != DType::F32);  // no intermediate tensors either
 }
 
-bool is_epilogue(FusedPattern p) {
-  return p == FusedPattern::ConvBn || p == FusedPattern::ConvBnRelu || p == FusedPattern::ConvBnAddRelu;
-}
-
 fe::graph::Pointwise_attributes pointwise(fe::PointwiseMode_t mode) {
   return fe::graph::Pointwise_attributes().set_mode(mode).set_compute_data_type(fe::DataType_t::FLOAT);
 }
@@ -49,33 +45,25 @@ struct PatternGraph {
   std::array<int64_t, 4> out() const { return {g.n, g.k, g.out_h(), g.out_w()}; }
   std::array<int64_t, 4> filt() const { return {g.k, g.c, g.r, g.r}; }
   std::array<int64_t, 4> per_channel(int c) const { return {1, c, 1, 1}; }
-  std::vector<int64_t> pad() const { return {g.pad, g.pad}; }
-  std::vector<int64_t> stride() const { return {g.stride, g.stride}; }
 
   void operator()(fe::graph::Graph& gr) const {
     gr.set_io_data_type(fe_type(io)).set_intermediate_data_type(fe_type(inter));
-    if (is_epilogue(p)) return epilogue(gr);
+    if (p == FusedPattern::ConvBn || p == FusedPattern::ConvBnRelu || p == FusedPattern::ConvBnAddRelu)
+      return epilogue(gr);
     if (p == FusedPattern::DgradDreluDbn) return dgrad_drelu_dbn(gr);
     // The conv's input: x itself, or relu(x * s + b) computed as it is read (the previous BN applied).
     TensorPtr x = graph_tensor(gr, kX, io, in(), l);
     if (p != FusedPattern::ConvStats) x = scale_bias_relu(gr, x, g.c);
     if (p == FusedPattern::SbrWgrad) {
-      const TensorPtr dw = gr.conv_wgrad(graph_tensor(gr, kDy, io, out(), l), x, wgrad_attributes());
+      const TensorPtr dw = gr.conv_wgrad(graph_tensor(gr, kDy, io, out(), l), x, wgrad_attributes(g));
       return set_stored(dw, kDw, io, filt(), l);
     }
-    const TensorPtr y = gr.conv_fprop(x, graph_tensor(gr, kW, io, filt(), l), fprop_attributes());
+    const TensorPtr y = gr.conv_fprop(x, graph_tensor(gr, kW, io, filt(), l), fprop_attributes(g));
     set_stored(y, kY, io, out(), l);
     // Statistics in the activation type's precision, as the engines of this pattern take them.
     const auto [sum, sqsum] = gr.genstats(y, fe::graph::Genstats_attributes().set_compute_data_type(fe_type(io)));
     set_stored(sum, kSum, DType::F32, per_channel(g.k), l);
     set_stored(sqsum, kSqSum, DType::F32, per_channel(g.k), l);
-  }
-
-  fe::graph::Conv_fprop_attributes fprop_attributes() const {
-    return fe::graph::Conv_fprop_attributes().set_padding(pad()).set_stride(stride()).set_dilation({1, 1});
-  }
-  fe::graph::Conv_wgrad_attributes wgrad_attributes() const {
-    return fe::graph::Conv_wgrad_attributes().set_padding(pad()).set_stride(stride()).set_dilation({1, 1});
   }
 
   TensorPtr scale_bias_relu(fe::graph::Graph& gr, const TensorPtr& x, int c) const {
@@ -89,7 +77,7 @@ struct PatternGraph {
   // coefficients of dx = eq_dy * g + eq_x * x + eq_b.
   void dgrad_drelu_dbn(fe::graph::Graph& gr) const {
     const TensorPtr dx = gr.conv_dgrad(graph_tensor(gr, kDy, io, out(), l), graph_tensor(gr, kW, io, filt(), l),
-                                       fe::graph::Conv_dgrad_attributes().set_padding(pad()).set_stride(stride()).set_dilation({1, 1}));
+                                       dgrad_attributes(g));
     set_virtual(dx, in(), l);
     const TensorPtr x = graph_tensor(gr, kX, io, in(), l);
     const TensorPtr mean = graph_tensor(gr, kMean, DType::F32, per_channel(g.c), l);
@@ -112,7 +100,7 @@ struct PatternGraph {
   // y = relu?(conv(x) * s + b + z?): the BN (running statistics), the residual and the ReLU applied
   // to each output value before it is written.
   void epilogue(fe::graph::Graph& gr) const {
-    TensorPtr y = gr.conv_fprop(graph_tensor(gr, kX, io, in(), l), graph_tensor(gr, kW, io, filt(), l), fprop_attributes());
+    TensorPtr y = gr.conv_fprop(graph_tensor(gr, kX, io, in(), l), graph_tensor(gr, kW, io, filt(), l), fprop_attributes(g));
     y = gr.pointwise(y, graph_tensor(gr, kScale, sb, per_channel(g.k), l), pointwise(fe::PointwiseMode_t::MUL));
     y = gr.pointwise(y, graph_tensor(gr, kBias, sb, per_channel(g.k), l), pointwise(fe::PointwiseMode_t::ADD));
     if (p == FusedPattern::ConvBnAddRelu)
@@ -122,8 +110,8 @@ struct PatternGraph {
   }
 };
 
-// Every tensor a pattern may have, in scratch memory of non-zero bytes (0x3C: about 1.06 in fp16,
-// 0.0115 in fp32), never zeros: the plan picker times the engines on it.
+// Every tensor a pattern may have, in scratch memory (scratch_buffer): the plan picker times the
+// engines on it.
 struct Scratch {
   DeviceBuffer memory;
   ScratchPointers pointers;
@@ -137,8 +125,7 @@ struct Scratch {
     auto round_up = [](size_t b) { return (b + 255) / 256 * 256; };
     size_t total = 0;
     for (const auto& [uid, bytes] : sizes) total += round_up(bytes);
-    memory = DeviceBuffer(total, "fused conv autotune tensors " + g.key());
-    CUDA_CHECK(cudaMemset(memory.get(), 0x3C, total));
+    memory = scratch_buffer(total, "fused conv autotune tensors " + g.key());
     char* at = memory.as<char>();
     for (const auto& [uid, bytes] : sizes) pointers[uid] = at, at += round_up(bytes);
   }
@@ -156,7 +143,7 @@ bool has_scale_bias(FusedPattern p) {
 
 FusedConv::FusedConv(cudnnHandle_t h, FusedPattern p, const ConvGeometry& g, const FusedOptions& o,
                      const FusedChoice* cached)
-    : pattern_(p), g_(g), o_(o) {
+    : FusedPlan(p, g), o_(o) {
   if (o.measure && cached && !cached->engine.empty() && cached->types >= 0 && cached->types < kTypeTries &&
       try_applies(p, type_try(cached->types, o.io)) && try_types(h, cached->types, cached))
     return;
@@ -165,37 +152,27 @@ FusedConv::FusedConv(cudnnHandle_t h, FusedPattern p, const ConvGeometry& g, con
     if (try_applies(p, type_try(i, o.io)) && try_types(h, i, nullptr)) return;
 }
 
-FusedConv::~FusedConv() = default;
-
 bool FusedConv::try_types(cudnnHandle_t h, int types, const FusedChoice* cached) {
   const auto [scale_type, intermediate] = type_try(types, o_.io);
   const PatternGraph recipe{pattern_, g_, o_.io, scale_type, intermediate, o_.layout};
-  PlanRules rules;
-  rules.measure = o_.measure;
-  rules.deterministic = o_.deterministic;
-  rules.runtime_compiled = true;
-  rules.workspace_limit = o_.workspace_limit;
-  PlannedGraph plan;
-  if (cached) {
-    plan = plan_engine(recipe, h, rules, cached->engine);
-  } else {
-    std::optional<Scratch> scratch;
-    if (o_.measure) scratch.emplace(g_, o_.io);
-    plan = pick_plan(recipe, h, rules, scratch ? scratch->pointers : ScratchPointers{});
-  }
+  const PlanRules rules{.measure = o_.measure, .deterministic = o_.deterministic, .runtime_compiled = true,
+                        .workspace_limit = o_.workspace_limit};
+  std::optional<Scratch> scratch;
+  if (o_.measure && !cached) scratch.emplace(g_, o_.io);
+  PlannedGraph plan = cached ? plan_engine(recipe, h, rules, cached->engine)
+                             : pick_plan(recipe, h, rules, scratch ? scratch->pointers : ScratchPointers{});
   if (!plan) {
     if (why_.empty()) why_ = plan.why;  // the first reason: later tries usually fail for the same one
     return false;
   }
   choice_ = {plan.engine, types, plan.workspace, cached ? cached->ms : plan.ms, -1};
+  ok_ = true;
   from_cache_ = cached != nullptr;
   scale_type_ = scale_type;
   plan_ = std::make_shared<const PlannedGraph>(std::move(plan));
   why_.clear();
   return true;
 }
-
-size_t FusedConv::workspace() const { return plan_ ? plan_->workspace : 0; }
 
 bool FusedConv::runtime_compiled() const { return plan_ && plan_->runtime_compiled; }
 

@@ -1,4 +1,4 @@
-// The plan picker (plan_picker.h) and the frontend helpers of frontend.h.
+// The frontend helpers and the plan picker of plan_picker.h.
 #include "model/cudnn/plan_picker.h"
 
 #include <algorithm>
@@ -13,36 +13,23 @@
 // ---- frontend helpers ---------------------------------------------------------------------------
 fe::DataType_t fe_type(DType t) { return t == DType::F32 ? fe::DataType_t::FLOAT : fe::DataType_t::HALF; }
 
-std::array<int64_t, 4> strides_of(const std::array<int64_t, 4>& d, Layout l) {
-  const auto [n, c, h, w] = d;
-  (void)n;
-  if (l == Layout::NCHW) return {c * h * w, h * w, w, 1};
-  return {h * w * c, 1, w * c, c};
+void set_virtual(const TensorPtr& t, const std::array<int64_t, 4>& dims, Layout l) {
+  const int64_t c = dims[1], h = dims[2], w = dims[3];
+  const std::vector<int64_t> strides = l == Layout::NCHW ? std::vector{c * h * w, h * w, w, int64_t(1)}
+                                                         : std::vector{h * w * c, int64_t(1), w * c, c};
+  t->set_dim({dims.begin(), dims.end()}).set_stride(strides);
 }
 
 TensorPtr graph_tensor(fe::graph::Graph& g, int64_t uid, DType t, const std::array<int64_t, 4>& dims, Layout l) {
-  const std::array<int64_t, 4> s = strides_of(dims, l);
-  return g.tensor(fe::graph::Tensor_attributes()
-                      .set_uid(uid)
-                      .set_name("t" + std::to_string(uid))
-                      .set_data_type(fe_type(t))
-                      .set_dim({dims.begin(), dims.end()})
-                      .set_stride({s.begin(), s.end()}));
+  const TensorPtr p = g.tensor(fe::graph::Tensor_attributes().set_uid(uid).set_name("t" + std::to_string(uid)));
+  set_virtual(p, dims, l);
+  p->set_data_type(fe_type(t));
+  return p;
 }
 
 void set_stored(const TensorPtr& t, int64_t uid, DType type, const std::array<int64_t, 4>& dims, Layout l) {
-  const std::array<int64_t, 4> s = strides_of(dims, l);
-  t->set_output(true).set_uid(uid).set_data_type(fe_type(type)).set_dim({dims.begin(), dims.end()});
-  t->set_stride({s.begin(), s.end()});
-}
-
-void set_virtual(const TensorPtr& t, const std::array<int64_t, 4>& dims, Layout l) {
-  const std::array<int64_t, 4> s = strides_of(dims, l);
-  t->set_dim({dims.begin(), dims.end()}).set_stride({s.begin(), s.end()});
-}
-
-void fe_check(fe::error_t e, const std::string& what) {
-  if (e.is_bad()) throw Fatal("cuDNN (frontend): " + what + ": " + e.get_message());
+  t->set_output(true).set_uid(uid).set_data_type(fe_type(type));
+  set_virtual(t, dims, l);
 }
 
 // ---- the picker ---------------------------------------------------------------------------------
@@ -83,13 +70,6 @@ bool runtime_compiled(const fe::graph::Graph& g, int64_t i) {
 std::string engine_at(const fe::graph::Graph& g, int64_t i) {
   std::string name;
   return g.get_plan_name_at_index(i, name).is_good() ? name : std::string();
-}
-
-// The rules' reason for an empty list, for the refusal message.
-std::string nothing_allowed(const PlanRules& r) {
-  std::string why = "no engine configuration could be built";
-  if (r.deterministic) why += " (deterministic)";
-  return why + " within a workspace of " + format_bytes(r.workspace_limit);
 }
 
 // Times the built configurations on scratch memory; returns the fastest's index and time.
@@ -151,22 +131,28 @@ int64_t add_engine(fe::graph::Graph& g, const std::string& engine) {
   return -1;
 }
 
+// The built plan at index i of g (add_engine's engine tag is the plan's name).
+PlannedGraph built_plan(std::shared_ptr<fe::graph::Graph> g, int64_t i) {
+  const std::string engine = engine_at(*g, i);
+  const size_t workspace = size_t(g->get_workspace_size_plan_at_index(i));
+  const bool compiled = runtime_compiled(*g, i);
+  return {.graph = std::move(g), .index = i, .engine = engine, .workspace = workspace, .runtime_compiled = compiled};
+}
+
 }  // namespace
 
 PlannedGraph pick_plan(const GraphRecipe& recipe, cudnnHandle_t h, const PlanRules& rules,
                        const ScratchPointers& scratch) {
-  PlannedGraph p;
-  std::shared_ptr<fe::graph::Graph> g = operation_graph(recipe, h, p.why);
-  if (!g) return p;
+  std::string why;
+  std::shared_ptr<fe::graph::Graph> g = operation_graph(recipe, h, why);
+  if (!g) return {.why = why};
   // Mode B ranks engines otherwise than A, and the fastest was in B's list for 42 of ResNet-50's 69
   // conv directions (H100, cuDNN 9.14); asked only when measuring (its query costs host time).
   fe::error_t st = g->create_execution_plans(rules.measure ? std::vector{fe::HeurMode_t::A, fe::HeurMode_t::B}
                                                            : std::vector{fe::HeurMode_t::A});
   if (st.is_bad() || g->get_execution_plan_count() == 0) st = g->create_execution_plans({fe::HeurMode_t::FALLBACK});
-  if (st.is_bad() || g->get_execution_plan_count() == 0) {
-    p.why = "cuDNN has no engine for it on this GPU" + (st.is_bad() ? " (" + st.get_message() + ")" : "");
-    return p;
-  }
+  if (st.is_bad() || g->get_execution_plan_count() == 0)
+    return {.why = "cuDNN has no engine for it on this GPU" + (st.is_bad() ? " (" + st.get_message() + ")" : "")};
   apply_rules(*g, rules);
   const int64_t count = g->get_execution_plan_count();
   std::vector<int64_t> built;
@@ -176,58 +162,31 @@ PlannedGraph pick_plan(const GraphRecipe& recipe, cudnnHandle_t h, const PlanRul
     built.push_back(i);
     if (!rules.measure) break;  // the heuristics' first that builds
   }
-  if (built.empty()) {
-    p.why = nothing_allowed(rules);
-    return p;
-  }
-  if (!rules.measure) {  // the heuristics' first that builds, in this graph
-    p.index = built.front();
-    p.engine = engine_at(*g, p.index);
-    p.workspace = size_t(g->get_workspace_size_plan_at_index(p.index));
-    p.runtime_compiled = runtime_compiled(*g, p.index);
-    p.graph = std::move(g);
-    return p;
-  }
+  if (built.empty())
+    return {.why = std::string("no engine configuration could be built") +
+                   (rules.deterministic ? " (deterministic)" : "") + " within a workspace of " +
+                   format_bytes(rules.workspace_limit)};
+  if (!rules.measure) return built_plan(std::move(g), built.front());  // the heuristics' first that builds
   const auto [chosen, ms] = fastest(*g, h, built, scratch);
-  if (chosen < 0) {
-    p.why = "every engine configuration failed to run";
-    return p;
-  }
+  if (chosen < 0) return {.why = "every engine configuration failed to run"};
   // The chosen engine again, alone in a fresh graph (this one holds every plan built to time it),
   // as a later start builds it from the cache.
-  p = plan_engine(recipe, h, rules, engine_at(*g, chosen));
+  PlannedGraph p = plan_engine(recipe, h, rules, engine_at(*g, chosen));
   p.ms = ms;
   return p;
 }
 
 PlannedGraph plan_engine(const GraphRecipe& recipe, cudnnHandle_t h, const PlanRules& rules, const std::string& engine) {
-  PlannedGraph p;
-  if (engine.rfind("eng", 0) != 0) {
-    p.why = "'" + engine + "' names no engine";
-    return p;
-  }
-  std::shared_ptr<fe::graph::Graph> g = operation_graph(recipe, h, p.why);
-  if (!g) return p;
+  if (engine.rfind("eng", 0) != 0) return {.why = "'" + engine + "' names no engine"};
+  std::string why;
+  std::shared_ptr<fe::graph::Graph> g = operation_graph(recipe, h, why);
+  if (!g) return {.why = why};
   const int64_t i = add_engine(*g, engine);
-  if (i < 0) {
-    p.why = "engine " + engine + " is not offered for it";
-    return p;
-  }
+  if (i < 0) return {.why = "engine " + engine + " is not offered for it"};
   apply_rules(*g, rules);
-  p.runtime_compiled = runtime_compiled(*g, i);
-  if (p.runtime_compiled && !rules.runtime_compiled) {
-    p.why = "engine " + engine + " is compiled at run time";
-    return p;
-  }
-  if (g->build_plan_at_index(i).is_bad()) {
-    p.why = "engine " + engine + " does not build for it";
-    return p;
-  }
-  p.index = i;
-  p.workspace = size_t(g->get_workspace_size_plan_at_index(i));
-  p.engine = engine;
-  p.graph = std::move(g);
-  return p;
+  if (!rules.runtime_compiled && runtime_compiled(*g, i)) return {.why = "engine " + engine + " is compiled at run time"};
+  if (g->build_plan_at_index(i).is_bad()) return {.why = "engine " + engine + " does not build for it"};
+  return built_plan(std::move(g), i);
 }
 
 void execute_plan(const PlannedGraph& p, cudnnHandle_t h, std::unordered_map<int64_t, void*>& pointers, void* ws,
@@ -236,5 +195,6 @@ void execute_plan(const PlannedGraph& p, cudnnHandle_t h, std::unordered_map<int
     if (reinterpret_cast<uintptr_t>(ptr) % kCudnnAlignment != 0)
       throw Fatal(what + ": tensor " + std::to_string(uid) + " is not " + std::to_string(kCudnnAlignment) +
                   "-byte aligned, as its graph promises");
-  fe_check(p.graph->execute_plan_at_index(h, pointers, ws, p.index), what);
+  fe::error_t e = p.graph->execute_plan_at_index(h, pointers, ws, p.index);
+  if (e.is_bad()) throw Fatal("cuDNN (frontend): " + what + ": " + e.get_message());
 }
