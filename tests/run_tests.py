@@ -101,6 +101,15 @@ class _Result(unittest.TextTestResult):
         super().addError(test, err)
         self.tally.add("python", test.id(), "fail", f"{err[0].__name__}: {err[1]}")
 
+    def addSubTest(self, test, subtest, err):
+        # A failing subTest is reported here alone (the test then gets no addFailure or addSuccess):
+        # without this, a test that fails only in its subTests would count nowhere and exit 0.
+        super().addSubTest(test, subtest, err)
+        if err is not None:
+            first = str(err[1]).splitlines()[0] if str(err[1]) else "failed"
+            self.tally.add("python", subtest.id(), "fail", first if issubclass(err[0], AssertionError)
+                           else f"{err[0].__name__}: {err[1]}")
+
     def addSkip(self, test, reason):
         super().addSkip(test, reason)
         self.tally.add("python", test.id(), "skip", reason)
