@@ -43,7 +43,7 @@ class SetUp {
                                        std::to_string(ranks_.global_batch(opt_.batch)) + ")").c_str()
                                     : "",
                 s_.steps_per_epoch);
-    if (lr_line_shown(s_.lr, ranks_.launch().world * opt_.accumulate)) std::printf("%s\n", lr_line(s_.lr).c_str());
+    if (lr_line_shown(s_.lr, step_batches())) std::printf("%s\n", lr_line(s_.lr).c_str());
   }
 
  private:
@@ -65,6 +65,8 @@ class SetUp {
   void make_step_graphs();
   // Images per optimizer step: --batch x ranks x --accumulate.
   int step_images() const { return ranks_.global_batch(opt_.batch) * opt_.accumulate; }
+  // Batches a step is made of: one per rank and micro-batch (the learning-rate rule's `parts`).
+  int step_batches() const { return ranks_.launch().world * opt_.accumulate; }
 
   TrainingSession& s_;
   const BuildSettings& build_;
@@ -174,12 +176,12 @@ void SetUp::check_resume() {
   check_checkpoint_position(resume_->meta, s_.steps_per_epoch, opt_.resume);
 }
 
-// The rates and warm-up follow the images of a step, over all GPUs and micro-batches (train/lr_scaling.h),
-// wherever a step is made of several batches; a resume keeps
-// the rule its checkpoint was trained under, which the checkpoints of this run record in turn.
+// The rates and warm-up follow the images of a step, over all GPUs and micro-batches, wherever a step
+// is made of several batches (train/lr_scaling.h); a resume keeps the rule its checkpoint was trained
+// under, which the checkpoints of this run record in turn.
 void SetUp::choose_learning_rate() {
   const bool* resumed_scaled = resume_ ? &resume_->meta.lr_scaled : nullptr;
-  s_.lr = choose_lr({opt_.lr, opt_.min_lr, opt_.warmup_epochs}, step_images(), ranks_.launch().world * opt_.accumulate,
+  s_.lr = choose_lr({opt_.lr, opt_.min_lr, opt_.warmup_epochs}, step_images(), step_batches(),
                     opt_.lr_scaling, opt_.warmup_cap, resumed_scaled);
   CheckpointMeta& m = s_.meta;
   m.lr_recorded = true;
