@@ -84,6 +84,14 @@ def echo_failures_and_collect_skips(output):
     return reasons
 
 
+def failure_message(err):
+    """The summary's line for a failed check (its message's first line) or an error (type: value)."""
+    kind, value = err[0], err[1]
+    if issubclass(kind, AssertionError):
+        return str(value).splitlines()[0] if str(value) else "failed"
+    return f"{kind.__name__}: {value}"
+
+
 class _Result(unittest.TextTestResult):
     def __init__(self, *a, tally=None, **k):
         super().__init__(*a, **k)
@@ -95,20 +103,18 @@ class _Result(unittest.TextTestResult):
 
     def addFailure(self, test, err):
         super().addFailure(test, err)
-        self.tally.add("python", test.id(), "fail", str(err[1]).splitlines()[0] if str(err[1]) else "failed")
+        self.tally.add("python", test.id(), "fail", failure_message(err))
 
     def addError(self, test, err):
         super().addError(test, err)
-        self.tally.add("python", test.id(), "fail", f"{err[0].__name__}: {err[1]}")
+        self.tally.add("python", test.id(), "fail", failure_message(err))
 
     def addSubTest(self, test, subtest, err):
         # A failing subTest is reported here alone (the test then gets no addFailure or addSuccess):
         # without this, a test that fails only in its subTests would count nowhere and exit 0.
         super().addSubTest(test, subtest, err)
         if err is not None:
-            first = str(err[1]).splitlines()[0] if str(err[1]) else "failed"
-            self.tally.add("python", subtest.id(), "fail", first if issubclass(err[0], AssertionError)
-                           else f"{err[0].__name__}: {err[1]}")
+            self.tally.add("python", subtest.id(), "fail", failure_message(err))
 
     def addSkip(self, test, reason):
         super().addSkip(test, reason)
