@@ -137,7 +137,10 @@ TEST_P(GpuSoftmaxXent, LabelSmoothingMatchesReference) {
     const XentInputs in = random_xent(rng, 40, 10, 4);
     const ref::XentResult r = ref::softmax_xent(40, 10, in.logits, in.bias, in.labels, 1.0, smoothing);
     const ref::XentResult plain = ref::softmax_xent(40, 10, in.logits, in.bias, in.labels, 1.0);
-    EXPECT_GT(std::abs(r.loss - plain.loss), 100 * kTolF32 * r.loss) << "smoothing " << smoothing;
+    // The kernel is held to kTolF32 of the reference; ten times that apart, a kernel that dropped the
+    // smoothing could not pass. (100 times was asked before, and random logits of this seed put smoothing
+    // 0.1 only 22 times apart: a test of the random draw, not of the kernel.)
+    EXPECT_GT(std::abs(r.loss - plain.loss), 10 * kTolF32 * r.loss) << "smoothing " << smoothing;
     EXPECT_EQ(r.correct, plain.correct) << "smoothing changes the target, not the prediction";
   }
 }
