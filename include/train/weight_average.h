@@ -15,8 +15,9 @@
 class WeightAverage {
  public:
   // An average of `params`' weights (not yet started: start_from or load).
-  WeightAverage(const ParamStore& params, float decay);
-  float decay() const { return decay_; }
+  // decay is kept as the flag gave it: the checkpoint records it, and a resume compares it with --ema.
+  WeightAverage(const ParamStore& params, double decay);
+  double decay() const { return decay_; }
   float* device() const { return average_.as<float>(); }
   size_t count() const { return count_; }
   // It starts from the network's weights as they are now (a fresh run, or a resume without one) ...
@@ -29,7 +30,7 @@ class WeightAverage {
   void swap_with(ParamStore& params, cudaStream_t stream);
 
  private:
-  float decay_;
+  double decay_;
   size_t count_;
   DeviceBuffer average_;
 };

@@ -294,7 +294,7 @@ void SetUp::build_network() {
   s_.params = static_cast<unsigned long>(s_.net->params().total());
   s_.autotune_s = s_.net->algo_report().search_s;
   kept_zero_ = s_.net->statistics_kept_zero();
-  if (opt_.ema > 0) s_.average = std::make_unique<WeightAverage>(s_.net->params(), static_cast<float>(opt_.ema));
+  if (opt_.ema > 0) s_.average = std::make_unique<WeightAverage>(s_.net->params(), opt_.ema);
   if (opt_.tta_flip) s_.flip = std::make_unique<FlipEvaluation>(cfg);
   if (opt_.accumulate > 1) s_.sums = std::make_unique<GradAccumulation>(s_.net->params(), opt_.accumulate);
   if (s_.dp) {

@@ -7,7 +7,7 @@
 #include "core/check.h"
 #include "kernels/ema.h"
 
-WeightAverage::WeightAverage(const ParamStore& params, float decay)
+WeightAverage::WeightAverage(const ParamStore& params, double decay)
     : decay_(decay), count_(params.total()), average_(params.total() * sizeof(float), "weight average (--ema)") {}
 
 void WeightAverage::start_from(const ParamStore& params, cudaStream_t stream) {

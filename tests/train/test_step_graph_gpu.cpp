@@ -243,7 +243,7 @@ struct TrainingRun {
     const StepTargets targets{&c()->train, &c()->scaler, params.device(), history.as<float>(),
                               average ? average->device() : nullptr};
     const StepSettings sgd{0.9f, 5e-4f, true, net->config().dtype == DType::F16, 1000, smoothing,
-                           average ? average->decay() : 0.f};
+                           average ? static_cast<float>(average->decay()) : 0.f};
     graph.run(i, {kBatch, images.get(), labels.get()},
               [&] { enqueue_train_step(*net, batch, targets, sgd, ctx.stream); });
   }
