@@ -310,9 +310,11 @@ class TrainingRuns:
             self.assertNotEqual(saved, step, context)
 
         # It is good: the trainer takes it up at the step its header says, and the one step it runs
-        # from it (the one that ran fine in the diverged run: --deterministic recomputes it exactly;
-        # --lr only acts on the update after it) has a finite loss and is not skipped.
-        r = self.run_train("--epochs", epochs, "--lr", "0.01", "--resume", ck, "--steps", saved + 1, "--json")
+        # from it (the one that ran fine in the diverged run: --deterministic recomputes it exactly)
+        # has a finite loss and is not skipped. The resume keeps the diverged run's rate and warm-up:
+        # another --lr would be right to warn that it changes the checkpoint's schedule.
+        r = self.run_train("--epochs", epochs, "--warmup-epochs", "0", "--lr", "100", "--wd", "1",
+                           "--resume", ck, "--steps", saved + 1, "--json")
         self.assertRegex(r.stdout, rf"(?m)^resumed from {re.escape(str(ck))} at step {saved} ")
         events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
         summaries = [e for e in events if e.get("event") == "summary"]
