@@ -11,6 +11,7 @@
 #include "core/file_io.h"
 #include "core/format.h"
 #include "core/late_notice.h"
+#include "core/phase_clock.h"
 #include "dist/comm_stats.h"
 #include "dist/grad_compression.h"
 #include "kernels/loss.h"
@@ -29,14 +30,20 @@ class SetUp {
       : s_(s), build_(b), opt_(o), ranks_(r), workers_(workers) {}
 
   void run() {
+    phases_.begin("data");
     check_output_paths();
     read_data();
     check_resume();
     choose_learning_rate();
     normalise();
-    if (ranks_.several()) join_ranks();
+    if (ranks_.several()) {
+      phases_.begin("ranks");
+      join_ranks();
+    }
     set_up_gpu();
+    phases_.begin("start state");
     start_point();
+    phases_.end();
     std::printf("model: ResNet-50 (CIFAR stem), %s parameters; batch %d%s, %d steps per epoch\n",
                 with_commas(static_cast<long long>(s_.params)).c_str(), step_images(),
                 opt_.accumulate > 1 ? (" (" + std::to_string(opt_.accumulate) + " micro-batches of " +
@@ -44,6 +51,12 @@ class SetUp {
                                     : "",
                 s_.steps_per_epoch);
     if (lr_line_shown(s_.lr, step_batches())) std::printf("%s\n", lr_line(s_.lr).c_str());
+    // Before the first step, whose warm-up and graph capture the first_step line's time holds.
+    const double age = seconds_since_process_start();
+    if (age < 0)
+      std::printf("start-up: %s\n", phases_.line().c_str());
+    else
+      std::printf("start-up: %s; %.2f s since the process began\n", phases_.line().c_str(), age);
   }
 
  private:
@@ -77,6 +90,7 @@ class SetUp {
   ZeroedRange kept_zero_{};             // the network's statistics_kept_zero(), for the step graph
   bool cache_saved_ = true;             // the autotune cache's file can be written
   std::unique_ptr<DecodeProgress> decoding_;  // while images are decoded at start
+  PhaseClock phases_;                         // what each part of the start took, for its last line
 };
 
 // Every file the run will write is checked before the data is loaded and the GPU is touched: a path
@@ -220,6 +234,7 @@ NetConfig SetUp::net_config() const {
 }
 
 void SetUp::set_up_gpu() {
+  phases_.begin("GPU");
   require_cuda_device();
   int device = 0;
   cudaDeviceProp prop{};
@@ -231,7 +246,9 @@ void SetUp::set_up_gpu() {
   CUDA_CHECK(cudaMemGetInfo(&s_.free_before, &total));
   std::printf("gpu: %s (sm_%d%d, %d SMs, %s), cuDNN %zu\n", prop.name, prop.major, prop.minor,
               prop.multiProcessorCount, format_bytes(total).c_str(), cudnnGetVersion());
+  phases_.begin("network");
   build_network();
+  phases_.begin("loader and step graphs");
   if (s_.dp) {
     std::printf("data parallel: %s; --batch %d per GPU, %d per step\n", s_.dp->describe().c_str(), opt_.batch,
                 step_images());

@@ -158,6 +158,10 @@ class MultiGpuRuns(unittest.TestCase):
         self.assertIn("data parallel: 2 ranks", p.stdout)
         # the rates follow the global batch of 64 (src/train/lr_scaling.cpp), and the checkpoint says so
         self.assertIn("\nlr: 0.01 for global batch 64 (0.02 x 64/128), warm-up 1 epoch\n", p.stdout)
+        # where rank 0's start went, NCCL's set-up ("ranks") among it
+        self.assertRegex(p.stdout, r"(?m)^start-up: data \d+\.\d\d s, ranks \d+\.\d\d s, GPU \d+\.\d\d s, "
+                                   r"network \d+\.\d\d s, loader and step graphs \d+\.\d\d s, start state "
+                                   r"\d+\.\d\d s; \d+\.\d\d s since the process began$")
         self.assertAlmostEqual(events[2]["lr"], 0.01, msg="the first epoch's last step ends the warm-up at the peak")
         header = checkpoint_header(ck)
         self.assertEqual((header["lr_scaled"], header["lr"], header["warmup_epochs"]), ("1", "0.01", "1"), header)

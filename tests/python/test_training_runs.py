@@ -185,8 +185,11 @@ class TrainingRuns:
 
     def test_two_deterministic_runs_give_identical_losses(self):
         a, b = self.dir / "a.log", self.dir / "b.log"
-        self.run_train("--epochs", "2", "--steps", 12, "--loss-log", a)
+        p = self.run_train("--epochs", "2", "--steps", 12, "--loss-log", a)
         self.run_train("--epochs", "2", "--steps", 12, "--loss-log", b)
+        self.assertRegex(p.stdout, r"(?m)^start-up: data \d+\.\d\d s, GPU \d+\.\d\d s, network \d+\.\d\d s, "
+                                   r"loader and step graphs \d+\.\d\d s, start state \d+\.\d\d s; "
+                                   r"\d+\.\d\d s since the process began$", "where the start went")
         first, second = self.loss_log(a, 0, 12), self.loss_log(b, 0, 12)
         self.assertEqual(first, second, "two --deterministic runs gave different losses")
         self.assertGreater(len({line.split()[1] for line in first.splitlines()}), 1,
