@@ -7,7 +7,8 @@ each rung of --pytorch as bench/pytorch_train.py with bin/train's recipe, on sev
 DistributedDataParallel under torchrun. Every line a run prints is stamped with the seconds since
 the process was started. The first epoch line whose test_acc reaches --target gives the time to it:
 start-up, data loading, autotuning, training and every evaluation up to that one included. The
-first_step line gives the start-up time (process start to the first step done), reported apart. A
+first_step line gives the start-up time (process start to the first step done), reported apart, and
+bin/train's `start-up:` line where it went (each set-up phase, NCCL's among them on several GPUs). A
 run goes on to its end: its final accuracy is reported too.
 
     python3 bench/time_to_accuracy.py --target 0.94 --gpus 1,2 --seeds 0,1,2 \\
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -84,6 +86,31 @@ def json_events(stamped: list[tuple[float, str]]) -> list[tuple[float, dict]]:
 def startup_seconds(stamped: list[tuple[float, str]]) -> float | None:
     """Seconds from process start to the first_step line (None: the run printed none)."""
     return next((t for t, j in json_events(stamped) if j.get("event") == "first_step"), None)
+
+
+# bin/train's last set-up line: `start-up: data 0.41 s, GPU 0.35 s, ...; 2.10 s since the process began`.
+STARTUP_LINE = re.compile(r"start-up: (?P<phases>.+?)(?:; (?P<age>\d+(?:\.\d+)?) s since the process began)?")
+PHASE = re.compile(r"(?P<name>.+) (?P<seconds>\d+(?:\.\d+)?) s")
+AGE = "process age"  # the key of the process's age at the end of its set-up
+
+
+def startup_phases(stamped: list[tuple[float, str]]) -> dict[str, float] | None:
+    """bin/train's `start-up:` line as {phase: seconds}, in its order, with AGE where it says it; None
+    where the run printed no such line (PyTorch's runs, older builds) or a malformed one."""
+    for _, line in stamped:
+        m = STARTUP_LINE.fullmatch(line)
+        if m is None:
+            continue
+        phases = {}
+        for part in m["phases"].split(", "):
+            pm = PHASE.fullmatch(part)
+            if pm is None:
+                return None
+            phases[pm["name"]] = float(pm["seconds"])
+        if m["age"] is not None:
+            phases[AGE] = float(m["age"])
+        return phases
+    return None
 
 
 def accuracy_curve(stamped: list[tuple[float, str]]) -> list[tuple[float, float]]:
@@ -204,7 +231,41 @@ def report(rows: list[RowResult], target: float, gpu: str, date: str, flags: lis
     lines += ["", "## Every run", "", f"| row | seed | seconds to {pct} | epoch | final accuracy | start-up seconds | "
               "run seconds |", "| --- | --- | --- | --- | --- | --- | --- |"]
     lines += [run_line(r, run, target) for r in rows for run in r.runs]
+    lines += startup_section(rows)
     return "\n".join(lines) + "\n"
+
+
+def startup_section(rows: list[RowResult]) -> list[str]:
+    """Where each row's start-up went, from its runs' `start-up:` lines (medians over the seeds); no
+    section where no run printed one."""
+    per_row = []
+    for row in rows:
+        found = [(p, startup_seconds(r.stamped)) for r in row.runs if r.failure is None
+                 for p in [startup_phases(r.stamped)] if p is not None]
+        if found:
+            per_row.append((row, found))
+    if not per_row:
+        return []
+    names = []  # every phase, in the order the runs print them (a phase of some rows only, such as
+    for _, found in per_row:  # ranks, goes after the phase it follows there); the age apart
+        for p, _ in found:
+            before = -1
+            for n in (n for n in p if n != AGE):
+                if n not in names:
+                    names.insert(before + 1, n)
+                before = names.index(n)
+    lines = ["", "## Where the start-up went", "",
+             "From bin/train's `start-up:` line (medians over the seeds, seconds): each set-up phase, the "
+             "process's age at the end of its set-up, and from there to the first step done (the first steps "
+             "and their graph capture; with --gpus, also the launcher's time before it started the rank).", "",
+             "| row | " + " | ".join(names) + f" | {AGE} | then to the first step |",
+             "| --- |" + " ---: |" * (len(names) + 2)]
+    for row, found in per_row:
+        cells = [median_range([p[n] for p, _ in found if n in p], "{:.2f}") for n in names]
+        cells.append(median_range([p[AGE] for p, _ in found if AGE in p], "{:.2f}"))
+        cells.append(median_range([first - p[AGE] for p, first in found if AGE in p and first is not None], "{:.2f}"))
+        lines.append(f"| {row.spec.name} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def curves(rows: list[RowResult]) -> list[tuple[str, list[list[tuple[float, float]]]]]:

@@ -74,6 +74,17 @@ class RecordedRuns(unittest.TestCase):
         self.assertEqual(tta.first_at_target(stamped, 0.94, 83.0).epoch, 4)
         self.assertIsNone(tta.startup_seconds([(1.0, epoch(1, 0.9))]))
 
+    def test_the_start_up_line_gives_each_phase_and_the_process_age(self):
+        self.assertEqual(tta.startup_phases(recorded("train-2gpu.seed0")),
+                         {"data": 1.1, "ranks": 0.8, "GPU": 0.4, "network": 0.41, "loader and step graphs": 0.06,
+                          "start state": 0.03, tta.AGE: 3.4})
+        self.assertEqual(tta.startup_phases([(1.0, "start-up: data 0.20 s, GPU 1.50 s")]), {"data": 0.2, "GPU": 1.5},
+                         "without /proc the line has no age")
+        self.assertIsNone(tta.startup_phases(recorded("pytorch-1gpu.seed0")), "PyTorch's runs print none")
+        self.assertIsNone(tta.startup_phases([(1.0, "start-up: data 0.20 s, GPU soon")]), "a malformed line")
+        self.assertEqual(tta.startup_section([tta.RowResult(tta.RowSpec("p", 1, []), [recorded_run("pytorch-1gpu.seed0", 0)])]),
+                         [], "no section where no run printed the line")
+
     def rows(self):
         one = tta.RowResult(tta.RowSpec("bin/train", 1, ["bin/train"]),
                             [recorded_run(f"train-1gpu.seed{s}", s) for s in range(3)])
@@ -117,7 +128,20 @@ class RecordedRuns(unittest.TestCase):
             "| bin/train, 2 GPUs | 1 | failed (exit 1): error: rank 1: stopping: rank 0 failed | | | | |",
             "| pytorch: resident-amp-cl-graphs, 1 GPU | 0 | 74.3 | 4 | 94.40% | 41.3 | 83.0 |",
             "| pytorch: resident-amp-cl-graphs (DDP), 2 GPUs | 0 | failed (exit 1): pytorch_train: rank 0: no GPU | | | "
-            "| |"])
+            "| |",
+            "",
+            "## Where the start-up went",
+            "",
+            "From bin/train's `start-up:` line (medians over the seeds, seconds): each set-up phase, the process's age "
+            "at the end of its set-up, and from there to the first step done (the first steps and their graph capture; "
+            "with --gpus, also the launcher's time before it started the rank).",
+            "",
+            "| row | data | ranks | GPU | network | loader and step graphs | start state | process age | "
+            "then to the first step |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| bin/train, 1 GPU | 1.10 (1.00–1.20) | — | 0.52 (0.50–0.55) | 0.41 (0.40–0.45) | 0.06 (0.05–0.07) | "
+            "0.01 (0.01–0.02) | 2.60 (2.45–2.80) | 3.60 (3.55–3.60) |",
+            "| bin/train, 2 GPUs | 1.10 | 0.80 | 0.40 | 0.41 | 0.06 | 0.03 | 3.40 | 6.40 |"])
 
     def test_the_chart_draws_every_run_that_printed_an_accuracy(self):
         names = [(name, len(runs)) for name, runs in tta.curves(self.rows())]
