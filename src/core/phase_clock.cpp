@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "core/elapsed.h"
@@ -41,9 +42,9 @@ double seconds_since_process_start() {
   const size_t close = stat.rfind(')');
   if (close == std::string::npos) return -1;
   std::istringstream fields(stat.substr(close + 1));
-  std::string field;
-  for (int i = 3; i < 22 && fields >> field; ++i) {
-  }
+  std::string skipped;
+  for (int field = 3; field < 22; ++field)
+    if (!(fields >> skipped)) return -1;
   unsigned long long start_ticks = 0;
   if (!(fields >> start_ticks)) return -1;  // field 22: start time, in clock ticks after boot
   const long ticks_per_s = sysconf(_SC_CLK_TCK);
