@@ -8,7 +8,8 @@ DistributedDataParallel under torchrun. Every line a run prints is stamped with 
 the process was started. The first epoch line whose test_acc reaches --target gives the time to it:
 start-up, data loading, autotuning, training and every evaluation up to that one included. The
 first_step line gives the start-up time (process start to the first step done), reported apart, and
-bin/train's `start-up:` line where it went (each set-up phase, NCCL's among them on several GPUs). A
+bin/train's `start-up:` line where it went (each set-up phase; on several GPUs
+`ranks`: the rendezvous, the CUDA context and NCCL's communicator). A
 run goes on to its end: its final accuracy is reported too.
 
     python3 bench/time_to_accuracy.py --target 0.94 --gpus 1,2 --seeds 0,1,2 \\
@@ -240,8 +241,11 @@ def startup_section(rows: list[RowResult]) -> list[str]:
     section where no run printed one."""
     per_row = []
     for row in rows:
-        found = [(p, startup_seconds(r.stamped)) for r in row.runs if r.failure is None
-                 for p in [startup_phases(r.stamped)] if p is not None]
+        found = []  # (phases, seconds to the first step) of each run that printed the line
+        for r in row.runs:
+            phases = startup_phases(r.stamped) if r.failure is None else None
+            if phases is not None:
+                found.append((phases, startup_seconds(r.stamped)))
         if found:
             per_row.append((row, found))
     if not per_row:

@@ -37,7 +37,7 @@ class SetUp {
     choose_learning_rate();
     normalise();
     if (ranks_.several()) {
-      phases_.begin("ranks");
+      phases_.begin("ranks");  // the rendezvous, this rank's CUDA context (cudaSetDevice) and NCCL's set-up
       join_ranks();
     }
     set_up_gpu();

@@ -158,7 +158,7 @@ class MultiGpuRuns(unittest.TestCase):
         self.assertIn("data parallel: 2 ranks", p.stdout)
         # the rates follow the global batch of 64 (src/train/lr_scaling.cpp), and the checkpoint says so
         self.assertIn("\nlr: 0.01 for global batch 64 (0.02 x 64/128), warm-up 1 epoch\n", p.stdout)
-        # where rank 0's start went, NCCL's set-up ("ranks") among it
+        # where rank 0's start went; "ranks" holds the rendezvous, the CUDA context and NCCL's set-up
         self.assertRegex(p.stdout, r"(?m)^start-up: data \d+\.\d\d s, ranks \d+\.\d\d s, GPU \d+\.\d\d s, "
                                    r"network \d+\.\d\d s, loader and step graphs \d+\.\d\d s, start state "
                                    r"\d+\.\d\d s; \d+\.\d\d s since the process began$")
