@@ -64,8 +64,9 @@ int device_for_local_rank(int local_rank);
 
 class DataParallel {
  public:
-  // Meets the other ranks (rendezvous.h), makes this rank's GPU current, joins the NCCL
-  // communicator and starts the watch (peer_watch.h).
+  // Meets the other ranks (rendezvous.h), makes this rank's GPU current, begins joining the NCCL
+  // communicator (its set-up goes on beside the caller's until attach) and starts the watch
+  // (peer_watch.h).
   DataParallel(const LaunchInfo& launch, const Fingerprint& fingerprint, const DataParallelConfig& cfg);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
@@ -75,7 +76,8 @@ class DataParallel {
   int world() const { return launch_.world; }
   bool is_root() const { return launch_.rank == 0; }
 
-  // The parameters whose gradients it averages, the stream backward runs on, and with --accumulate
+  // Waits for NCCL's set-up (InputError when a rank never joins within the timeout), then takes
+  // the parameters whose gradients it averages, the stream backward runs on, and with --accumulate
   // the micro-batches' sums (folded into each bucket before its all-reduce; nullptr: none).
   void attach(ParamStore& params, cudaStream_t compute, GradAccumulation* sums = nullptr);
   // The loss scale the gradients carry (device memory): int8 compression keeps its residuals

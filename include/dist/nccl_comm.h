@@ -24,13 +24,17 @@ std::string nccl_unique_id();
 
 class NcclComm {
  public:
-  // Joins rank `rank` of `world` to the communicator of `id`, on the current CUDA device. Throws
-  // InputError when set-up does not finish within timeout_s (a rank never joined).
-  NcclComm(const std::string& id, int rank, int world, double timeout_s);
+  // Begins joining rank `rank` of `world` to the communicator of `id`, on the current CUDA device.
+  // NCCL goes on with the set-up on a thread of its own (0.3-0.5 s on an H100 host), beside the
+  // caller's (building the network): wait_ready() before the first call on it.
+  NcclComm(const std::string& id, int rank, int world);
   ~NcclComm();
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
 
+  // Until the set-up has finished; throws InputError when it does not within timeout_s (a rank never
+  // joined), Fatal when it failed. Once done, returns at once.
+  void wait_ready(double timeout_s);
   ncclComm_t get() const { return comm_; }
   // Completes a call on this communicator (or ncclGroupEnd of calls on it): waits while NCCL
   // reports it in progress, throws Fatal when it failed.
@@ -42,6 +46,7 @@ class NcclComm {
 
  private:
   ncclComm_t comm_ = nullptr;
+  bool ready_ = false;
   std::atomic<bool> aborted_{false};
 };
 #define NCCL_COMM_CHECK(comm, call) (comm).check((call), #call, __FILE__, __LINE__)

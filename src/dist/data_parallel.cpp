@@ -83,7 +83,7 @@ DataParallel::DataParallel(const LaunchInfo& launch, const Fingerprint& fingerpr
       });
   try {
     CUDA_CHECK(cudaSetDevice(device));
-    comm_ = std::make_unique<NcclComm>(met.shared, launch.rank, launch.world, cfg.timeout_s);
+    comm_ = std::make_unique<NcclComm>(met.shared, launch.rank, launch.world);  // attach() waits for it
   } catch (const std::exception& e) {
     watch_->fail(e.what());  // not a goodbye: the others must not wait for this rank
     throw;
@@ -108,6 +108,13 @@ void DataParallel::stop_now(const std::string& reason) {
 }
 
 void DataParallel::attach(ParamStore& params, cudaStream_t compute, GradAccumulation* sums) {
+  // NCCL's set-up ran beside the network's build; everything from here on calls it.
+  try {
+    comm_->wait_ready(cfg_.timeout_s);
+  } catch (const std::exception& e) {
+    watch_->fail(e.what());  // as a failed set-up in the constructor: the others must not wait
+    throw;
+  }
   params_ = &params;
   compute_ = compute;
   sums_ = sums;

@@ -54,7 +54,7 @@ std::string nccl_unique_id() {
   return std::string(id.internal, sizeof(id.internal));
 }
 
-NcclComm::NcclComm(const std::string& id, int rank, int world, double timeout_s) {
+NcclComm::NcclComm(const std::string& id, int rank, int world) {
   if (id.size() != sizeof(ncclUniqueId)) throw Fatal("NCCL unique id of " + std::to_string(id.size()) + " bytes");
   prepare_nccl_environment();
   ncclUniqueId uid;
@@ -63,6 +63,10 @@ NcclComm::NcclComm(const std::string& id, int rank, int world, double timeout_s)
   config.blocking = 0;
   const ncclResult_t r = ncclCommInitRankConfig(&comm_, world, uid, rank, &config);
   if (r != ncclSuccess && r != ncclInProgress) throw Fatal(failure(r, "ncclCommInitRankConfig", __FILE__, __LINE__, comm_));
+}
+
+void NcclComm::wait_ready(double timeout_s) {
+  if (ready_) return;
   const ncclResult_t state = settle(comm_, deadline_in(timeout_s));
   if (state == ncclInProgress) {
     ncclCommAbort(comm_);
@@ -76,10 +80,15 @@ NcclComm::NcclComm(const std::string& id, int rank, int world, double timeout_s)
     comm_ = nullptr;
     throw Fatal(msg);
   }
+  ready_ = true;
 }
 
 NcclComm::~NcclComm() {
   if (!comm_ || aborted_) return;
+  if (!ready_) {  // the run failed before its first call: nothing is queued, and a set-up may never end
+    ncclCommAbort(comm_);
+    return;
+  }
   // Finalize flushes this rank's queued operations; if that cannot finish, abort instead of hanging.
   const ncclResult_t r = ncclCommFinalize(comm_);
   if ((r == ncclSuccess || r == ncclInProgress) && settle(comm_, deadline_in(kTeardownSeconds)) == ncclSuccess)

@@ -10,6 +10,7 @@
 #include "core/elapsed.h"
 #include "core/file_io.h"
 #include "core/format.h"
+#include "core/gpu_warm_up.h"
 #include "core/late_notice.h"
 #include "core/phase_clock.h"
 #include "dist/comm_stats.h"
@@ -27,7 +28,7 @@ namespace {
 class SetUp {
  public:
   SetUp(TrainingSession& s, const BuildSettings& b, const Options& o, const Ranks& r, int workers)
-      : s_(s), build_(b), opt_(o), ranks_(r), workers_(workers) {}
+      : s_(s), build_(b), opt_(o), ranks_(r), workers_(workers), gpu_warm_up_(r.launch().local_rank) {}
 
   void run() {
     phases_.begin("data");
@@ -37,7 +38,8 @@ class SetUp {
     choose_learning_rate();
     normalise();
     if (ranks_.several()) {
-      phases_.begin("ranks");  // the rendezvous, this rank's CUDA context (cudaSetDevice) and NCCL's set-up
+      phases_.begin("ranks");  // the rendezvous, the rest of making the CUDA context, and NCCL's set-up
+      gpu_warm_up_.wait();
       join_ranks();
     }
     set_up_gpu();
@@ -91,6 +93,7 @@ class SetUp {
   bool cache_saved_ = true;             // the autotune cache's file can be written
   std::unique_ptr<DecodeProgress> decoding_;  // while images are decoded at start
   PhaseClock phases_;                         // what each part of the start took, for its last line
+  GpuWarmUp gpu_warm_up_;                     // the CUDA context, made while the data is read
 };
 
 // Every file the run will write is checked before the data is loaded and the GPU is touched: a path
@@ -235,6 +238,7 @@ NetConfig SetUp::net_config() const {
 
 void SetUp::set_up_gpu() {
   phases_.begin("GPU");
+  gpu_warm_up_.wait();
   require_cuda_device();
   int device = 0;
   cudaDeviceProp prop{};
