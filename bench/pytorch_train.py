@@ -9,8 +9,9 @@ a cosine decay to --min-lr; batch 128, the last partial batch dropped; after eve
 set, with batch norm's running statistics. The optimizations are those of one rung of
 bench/pytorch_reference.py (--rung; its fastest, resident-amp-cl-graphs, by default). bin/train's
 recipe flags mean the same here: --label-smoothing, --ema (with its decay warm-up), --tta-flip (the
-mean of the logits of each test image and its mirror), and on several GPUs the learning rate scaled
-with the global batch (--no-lr-scaling, --warmup-cap; src/train/lr_scaling.cpp).
+mean of the logits of each test image and its mirror), --zero-init-residual (each block's last BN
+scale starts at 0), and on several GPUs the learning rate scaled with the global batch
+(--no-lr-scaling, --warmup-cap; src/train/lr_scaling.cpp).
 
     python3 bench/pytorch_train.py --data fashion-mnist --epochs 15 --json
     torchrun --standalone --nproc-per-node 2 bench/pytorch_train.py --data fashion-mnist --json
@@ -147,6 +148,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--label-smoothing", type=float, default=0.0)
     p.add_argument("--ema", type=float, default=0.0, help="decay of the weight average evaluated (0: none)")
     p.add_argument("--tta-flip", action="store_true", help="score the mean logits of each test image and its mirror")
+    p.add_argument("--zero-init-residual", action="store_true",
+                   help="start each residual block as its shortcut: its last BN's scale (bn3.weight) 0 instead of 1")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rung", default="resident-amp-cl-graphs", choices=names, metavar="RUNG",
                    help="the optimizations, a rung of bench/pytorch_reference.py: " + ", ".join(names))
@@ -201,7 +204,7 @@ def train(args: argparse.Namespace, ranks: Ranks) -> dict:
     torch.manual_seed(args.seed)
     torch.backends.cudnn.benchmark = rung.cudnn_benchmark
     memory_format = torch.channels_last if rung.channels_last else torch.contiguous_format
-    model = ResNet50Cifar(CLASSES).to(device, memory_format=memory_format)
+    model = ResNet50Cifar(CLASSES, args.zero_init_residual).to(device, memory_format=memory_format)
     decay = [p for p in model.parameters() if p.ndim > 1]      # conv and linear weights
     no_decay = [p for p in model.parameters() if p.ndim <= 1]  # BN's scale and shift, the linear bias
     peak, low, warmup_epochs = scaled_schedule(args.lr, args.min_lr, args.warmup_epochs, global_batch, ranks.world,

@@ -45,7 +45,7 @@ class Bottleneck(nn.Module):
 
 
 class ResNet50Cifar(nn.Module):
-    def __init__(self, num_classes: int = 10):
+    def __init__(self, num_classes: int = 10, zero_init_residual: bool = False):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64),
                                   nn.ReLU(inplace=True))
@@ -65,6 +65,12 @@ class ResNet50Cifar(nn.Module):
             elif isinstance(m, nn.BatchNorm2d):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
+        # bin/train --zero-init-residual (torchvision's zero_init_residual, Goyal et al. 2017): each
+        # block's last BN scale 0, so that every block starts as its shortcut.
+        if zero_init_residual:
+            for m in self.modules():
+                if isinstance(m, Bottleneck):
+                    nn.init.zeros_(m.bn3.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.blocks(self.stem(x))

@@ -83,8 +83,14 @@ class Network {
   // order the constructor registers; a GPU test holds the two together).
   static TensorLayout tensor_layout(int classes);
 
-  // Kaiming-normal (fan_out) convs, BN gamma 1 / beta 0, linear as PyTorch's default.
-  void init_params(uint64_t seed);
+  // A fresh start: the parameters initial_params(config(), seed, zero_init_residual) computes,
+  // momentum 0, BN running means 0 and variances 1.
+  void init_params(uint64_t seed, bool zero_init_residual = false);
+  // The parameters of `cfg`'s network at a fresh start, in the flat layout its ParamStore assigns,
+  // computed on the CPU: Kaiming-normal (fan_out) convs, BN gamma 1 / beta 0, linear as PyTorch's
+  // default. zero_init_residual (--zero-init-residual; torchvision's zero_init_residual, Goyal et al.
+  // 2017): each block's last BN gamma 0, so that every block starts as its shortcut.
+  static std::vector<float> initial_params(const NetConfig& cfg, uint64_t seed, bool zero_init_residual);
   // A deterministic pseudo-random init that a PyTorch script can reproduce (tests/parity).
   void init_params_for_parity(uint64_t seed);
 

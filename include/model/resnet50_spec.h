@@ -68,5 +68,8 @@ struct ParamListing {
   std::vector<ParamSpec> tensors;
   size_t total = 0;     // parameter values in all
   size_t running = 0;
+  // Index in `tensors` (its parameter id) of each block's last BN gamma, the b3 before the residual
+  // add, in block order: the gammas --zero-init-residual starts at 0.
+  std::vector<int> block_last_gammas;
 };
 ParamListing resnet50_params(const NetConfig& cfg);

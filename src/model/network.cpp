@@ -132,9 +132,11 @@ void Network::classify(const void* last_out) {
 }
 
 // ---- initialisation -----------------------------------------------------------------------------
-void Network::init_params(uint64_t seed) {
-  std::vector<float> host(params_.total());
-  const auto& ts = params_.tensors();
+std::vector<float> Network::initial_params(const NetConfig& cfg, uint64_t seed, bool zero_init_residual) {
+  const ParamListing listing = resnet50_params(cfg);
+  const std::vector<ParamTensor> ts = tensor_layout(cfg.classes).params;  // with the network's offsets
+  const double linear_bound = 1.0 / std::sqrt(double(resnet50_spec(cfg).features));
+  std::vector<float> host(listing.total);
   for (size_t i = 0; i < ts.size(); ++i) {
     const ParamTensor& t = ts[i];
     Rng rng(mix(seed, 0x1417u, i));
@@ -146,15 +148,21 @@ void Network::init_params(uint64_t seed) {
         break;
       }
       case ParamKind::LinearWeight:  // PyTorch's default: U(-1/sqrt(in), 1/sqrt(in)) for both
-      case ParamKind::LinearBias: {
-        const double bound = 1.0 / std::sqrt(double(layers_->features));
-        for (size_t e = 0; e < t.count; ++e) p[e] = static_cast<float>((2 * rng.uniform() - 1) * bound);
+      case ParamKind::LinearBias:
+        for (size_t e = 0; e < t.count; ++e) p[e] = static_cast<float>((2 * rng.uniform() - 1) * linear_bound);
         break;
-      }
       case ParamKind::BnGamma: std::fill(p, p + t.count, 1.f); break;
       case ParamKind::BnBeta: std::fill(p, p + t.count, 0.f); break;
     }
   }
+  if (zero_init_residual)
+    for (int id : listing.block_last_gammas) std::fill_n(host.data() + ts[id].offset, ts[id].count, 0.f);
+  return host;
+}
+
+void Network::init_params(uint64_t seed, bool zero_init_residual) {
+  // The same layout as params_: build_layers() registered resnet50_params(cfg_) (Resnet50SpecGpu).
+  const std::vector<float> host = initial_params(cfg_, seed, zero_init_residual);
   CUDA_CHECK(cudaMemcpy(params_.master_all(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
   if (params_.momentum_all()) CUDA_CHECK(cudaMemset(params_.momentum_all(), 0, params_.total() * sizeof(float)));
   std::vector<float> run(running_stats_count());  // running mean 0, running var 1

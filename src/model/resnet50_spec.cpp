@@ -61,7 +61,11 @@ ParamListing resnet50_params(const NetConfig& cfg) {
   };
   conv(n.stem);
   bn(n.stem_bn);
-  for (const BlockSpec& b : n.blocks) for_each_layer(b, conv, bn);
+  for (const BlockSpec& b : n.blocks)
+    for_each_layer(b, conv, [&](const BnSpec& s) {
+      if (&s == &b.b3) l.block_last_gammas.push_back(static_cast<int>(l.tensors.size()));  // the gamma bn() adds next
+      bn(s);
+    });
   add("fc.weight", ParamKind::LinearWeight, {n.classes, n.features});
   add("fc.bias", ParamKind::LinearBias, {n.classes});
   return l;

@@ -51,6 +51,8 @@ const std::vector<Flag>& flags() {
        [](Options& o, const std::string& v) { o.ema = parse_double("--ema", v, 0.0, 0.999999); }},
       {"--tta-flip", "", "evaluate each test image and its horizontal mirror, scoring the mean of their logits", [](const Options&) { return std::string("off"); },
        [](Options& o, const std::string&) { o.tta_flip = true; }},
+      {"--zero-init-residual", "", "start each residual block as its shortcut: its last BN's scale (gamma) 0 instead of 1 (a fresh start; a resume loads the checkpoint's)", [](const Options&) { return std::string("off"); },
+       [](Options& o, const std::string&) { o.zero_init_residual = true; }},
       {"--workers", "N", "loader threads of the pinned loader", [](const Options&) { return std::to_string(default_workers()) + " (min(cores - 1, 8))"; },
        [](Options& o, const std::string& v) { o.workers = (int)parse_long("--workers", v, 1, 256); }},
       {"--workspace-mb", "N", "cuDNN workspace limit in MiB", [](const Options& o) { return std::to_string(o.workspace_mb); },

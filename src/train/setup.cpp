@@ -366,7 +366,7 @@ void SetUp::start_point() {
                 p.step_in_epoch);
     resume_.reset();
   } else {
-    s_.net->init_params(opt_.seed);
+    s_.net->init_params(opt_.seed, opt_.zero_init_residual);
   }
   if (s_.dp) share_start_state(*s_.dp, *s_.net, s_.ctx->stream);  // every rank starts from rank 0's state, bit for bit
   if (s_.average && !resumed_average) s_.average->start_from(s_.net->params(), s_.ctx->stream);

@@ -10,7 +10,7 @@ from tests.python.cli_harness import SYNTHETIC, TRAIN, TrainCliHarness
 FLAGS = ["--data", "--data-dir", "--synthetic-size", "--image-size", "--skip-bad-images", "--cache-decoded",
          "--epochs", "--steps", "--batch", "--lr", "--min-lr", "--warmup-epochs", "--no-lr-scaling", "--warmup-cap",
          "--momentum", "--wd", "--no-nesterov", "--seed", "--no-eval", "--label-smoothing", "--ema", "--tta-flip",
-         "--workers", "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic",
+         "--zero-init-residual", "--workers", "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic",
          "--no-fuse", "--no-cuda-graph", "--loss-scale", "--loss-scale-window", "--warmup-steps", "--profile-steps", "--trace",
          "--progress-every", "--json", "--loss-log", "--sample-png", "--save", "--save-every", "--resume", "--gpus",
          "--bucket-mb", "--last-bucket-mb", "--allreduce-dtype", "--grad-compression", "--accumulate",

@@ -112,11 +112,34 @@ class Flags(unittest.TestCase):
             self.assertEqual(r.returncode, 2, flags)
             self.assertIn(said, r.stderr)
 
+    def test_zero_init_residual_is_off_unless_given_and_takes_no_value(self):
+        self.assertFalse(pt.parse_args([]).zero_init_residual)
+        self.assertTrue(pt.parse_args(["--zero-init-residual"]).zero_init_residual)
+        r = self.run_flags("--zero-init-residual=1")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--zero-init-residual: ignored explicit argument '1'", r.stderr)
+
     def test_time_to_accuracy_refuses_an_unknown_pytorch_rung_before_running_anything(self):
         r = subprocess.run([sys.executable, str(BENCH / "time_to_accuracy.py"), "--pytorch", "fastest"],
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 2)
         self.assertIn("--pytorch: unknown rung fastest", r.stderr)
+
+
+@unittest.skipUnless(importlib.util.find_spec("torch"),
+                     "PyTorch is not installed here: the model of bench/lib/pytorch_resnet.py needs it")
+class ZeroInitResidual(unittest.TestCase):
+    def test_only_each_blocks_last_bn_scale_starts_at_zero(self):
+        from lib.pytorch_resnet import ResNet50Cifar
+        plain, zeroed = ResNet50Cifar(10), ResNet50Cifar(10, zero_init_residual=True)
+        bn_scales = {n: p for n, p in zeroed.named_parameters() if n.endswith(".weight") and p.ndim == 1}
+        last = {n for n in bn_scales if n.endswith(".bn3.weight")}
+        self.assertEqual(len(bn_scales), 53)
+        self.assertEqual(len(last), 16)
+        for name, p in bn_scales.items():
+            self.assertEqual(float(p.abs().max() if name in last else (p - 1).abs().max()), 0.0, name)
+        self.assertTrue(all(float((p - 1).abs().max()) == 0.0
+                            for n, p in plain.named_parameters() if n in bn_scales), "without the flag: every scale 1")
 
 
 @unittest.skipUnless(importlib.util.find_spec("torch"),
@@ -154,7 +177,7 @@ class TinyRun(unittest.TestCase):
         return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")], r.stdout
 
     def test_the_recipe_flags_train_and_evaluate(self):
-        events, _ = self.run_tiny("--label-smoothing", "0.1", "--ema", "0.9", "--tta-flip")
+        events, _ = self.run_tiny("--label-smoothing", "0.1", "--ema", "0.9", "--tta-flip", "--zero-init-residual")
         self.assertEqual([j["event"] for j in events], ["first_step", "epoch", "epoch", "summary"])
         self.assertTrue(all(0 <= j["test_acc"] <= 1 for j in events[1:3]), events)
 

@@ -196,12 +196,14 @@ class TrainingRuns:
                            f"every step logged the same loss: the log does not follow training\n{first}")
 
     def test_the_recipe_resumes_bit_for_bit_weight_average_included(self):
-        # --ema (its average evaluated after each epoch and saved), --label-smoothing and --tta-flip:
+        # --ema (its average evaluated after each epoch and saved), --label-smoothing, --tta-flip and
+        # --zero-init-residual (the fresh start's only; the resume takes the checkpoint's weights):
         # 20 steps (2 epochs, an evaluation after each) straight, against 8, a save, and a resume for
         # 12 more. The checkpoints at the end hold the same bytes (weights, momentum, BN statistics,
         # the average), and the losses and test results are the same.
         with_eval = [a for a in SMALL if a != "--no-eval"]
-        recipe = [*with_eval, "--epochs", "2", "--ema", "0.9", "--label-smoothing", "0.1", "--tta-flip", "--json"]
+        recipe = [*with_eval, "--epochs", "2", "--ema", "0.9", "--label-smoothing", "0.1", "--tta-flip",
+                  "--zero-init-residual", "--json"]
         full, full_log = self.dir / "full.ckpt", self.dir / "full.log"
         a = self.run_train(*recipe, "--save", full, "--loss-log", full_log, small=False)
         half, end = self.dir / "half.ckpt", self.dir / "end.ckpt"

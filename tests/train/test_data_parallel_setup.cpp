@@ -67,6 +67,10 @@ TEST(DataParallelSetup, FlagsThatShapeTheComputationDiffer) {
   EXPECT_EQ(differences(f0, run_fingerprint(kTrain, o, 2, d, norm(), nullptr)),
             "--accumulate is '1' on rank 0 but '4' on rank 1");
   o = base;
+  o.zero_init_residual = true;  // rank 0's start state is broadcast, but the ranks must agree on the recipe
+  EXPECT_EQ(differences(f0, run_fingerprint(kTrain, o, 2, d, norm(), nullptr)),
+            "--zero-init-residual is 'off' on rank 0 but 'on' on rank 1");
+  o = base;
   o.batch = 64;
   EXPECT_NE(differences(f0, run_fingerprint(kTrain, o, 2, d, norm(), nullptr)).find("--batch"), std::string::npos);
   o = base;

@@ -56,7 +56,7 @@ const std::vector<std::string> kFlags = {
     "--data", "--data-dir", "--synthetic-size", "--image-size", "--skip-bad-images", "--cache-decoded",
     "--epochs", "--steps", "--batch", "--lr", "--min-lr", "--warmup-epochs", "--no-lr-scaling", "--warmup-cap",
     "--momentum", "--wd", "--no-nesterov", "--seed", "--no-eval", "--label-smoothing", "--ema", "--tta-flip",
-    "--workers", "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic",
+    "--zero-init-residual", "--workers", "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic",
     "--no-fuse", "--no-cuda-graph", "--loss-scale",
     "--loss-scale-window", "--warmup-steps", "--profile-steps", "--trace", "--progress-every", "--json",
     "--loss-log", "--sample-png", "--save", "--save-every", "--resume", "--gpus", "--bucket-mb",
@@ -391,15 +391,18 @@ TEST(Options, RecipeFlags) {
   EXPECT_EQ(d.label_smoothing, 0.0);
   EXPECT_EQ(d.ema, 0.0);
   EXPECT_FALSE(d.tta_flip);
-  const Options o = parse({"--label-smoothing", "0.1", "--ema", "0.999", "--tta-flip"});
+  EXPECT_FALSE(d.zero_init_residual);
+  const Options o = parse({"--label-smoothing", "0.1", "--ema", "0.999", "--tta-flip", "--zero-init-residual"});
   EXPECT_DOUBLE_EQ(o.label_smoothing, 0.1);
   EXPECT_DOUBLE_EQ(o.ema, 0.999);
   EXPECT_TRUE(o.tta_flip);
+  EXPECT_TRUE(o.zero_init_residual);
   for (const char* bad : {"-0.1", "1", "1.5"}) {
     EXPECT_HAS(usage_error({"--label-smoothing", bad}), "out of range");
     EXPECT_HAS(usage_error({"--ema", bad}), "--ema");
   }
   EXPECT_HAS(usage_error({"--tta-flip=1"}), "--tta-flip");
+  EXPECT_HAS(usage_error({"--zero-init-residual=1"}), "--zero-init-residual");
 }
 
 // Several GPUs scale the learning rate with the global batch unless told not to (train/lr_scaling.h).
