@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <thread>
 
 #include "core/check.h"
+#include "core/parallel.h"
 #include "core/rng.h"
 #include "kernels/pooling.h"
 #include "model/linear.h"
@@ -137,7 +139,15 @@ std::vector<float> Network::initial_params(const NetConfig& cfg, uint64_t seed, 
   const std::vector<ParamTensor> ts = tensor_layout(cfg.classes).params;  // with the network's offsets
   const double linear_bound = 1.0 / std::sqrt(double(resnet50_spec(cfg).features));
   std::vector<float> host(listing.total);
-  for (size_t i = 0; i < ts.size(); ++i) {
+  // Each tensor has a generator of its own, so the tensors fill on threads in any order with the same
+  // values: 23.5M normal draws took 0.8 s of the start-up on one thread. Largest first, so that the
+  // last one started is small.
+  std::vector<int> order(ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return ts[a].count > ts[b].count; });
+  const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
+  parallel_for(static_cast<int>(order.size()), threads, [&](int k) {
+    const size_t i = static_cast<size_t>(order[k]);
     const ParamTensor& t = ts[i];
     Rng rng(mix(seed, 0x1417u, i));
     float* p = host.data() + t.offset;
@@ -154,7 +164,7 @@ std::vector<float> Network::initial_params(const NetConfig& cfg, uint64_t seed, 
       case ParamKind::BnGamma: std::fill(p, p + t.count, 1.f); break;
       case ParamKind::BnBeta: std::fill(p, p + t.count, 0.f); break;
     }
-  }
+  });
   if (zero_init_residual)
     for (int id : listing.block_last_gammas) std::fill_n(host.data() + ts[id].offset, ts[id].count, 0.f);
   return host;

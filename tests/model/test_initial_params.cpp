@@ -3,11 +3,13 @@
 // changes nothing else; on a GPU: init_params puts those values in the network.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "core/check.h"
+#include "core/rng.h"
 #include "model/autotune_cache.h"
 #include "model/resnet50_spec.h"
 #include "model/training_network.h"
@@ -60,6 +62,26 @@ TEST(InitialParams, ZeroInitResidualZeroesOnlyTheBlocksLastGammas) {
   }
   EXPECT_EQ(gammas, 53);
   EXPECT_EQ(zero_gammas, 16);
+}
+
+// The tensors fill on threads, each from a generator of its own seeded by its index: whatever the
+// threads' order, a conv's values are its own generator's draws, as when they filled one by one.
+TEST(InitialParams, EachConvIsItsOwnGeneratorsDraws) {
+  const NetConfig cfg;
+  const std::vector<float> host = Network::initial_params(cfg, 11, false);
+  const std::vector<ParamTensor> ts = Network::tensor_layout(cfg.classes).params;
+  int convs = 0;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const ParamTensor& t = ts[i];
+    if (t.kind != ParamKind::ConvWeight) continue;
+    ++convs;
+    Rng rng(mix(11, 0x1417u, i));
+    const double stdev = std::sqrt(2.0 / (double(t.shape[0]) * t.shape[2] * t.shape[3]));
+    for (size_t e = 0; e < t.count; ++e)
+      ASSERT_EQ(host[t.offset + e], static_cast<float>(rng.normal() * stdev)) << t.name << "[" << e << "]";
+  }
+  EXPECT_EQ(convs, 53);
+  EXPECT_EQ(host, Network::initial_params(cfg, 11, false)) << "a second fill differs";
 }
 
 TEST(InitialParamsGpu, InitParamsPutsThemInTheNetwork) {
