@@ -1,6 +1,7 @@
 // bin/train --gpus N (local_launch.h).
 #include "dist/local_launch.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -152,12 +153,40 @@ int run_local_ranks(const LocalLaunch& l) {
   return code;
 }
 
+int gpus_without_cuda(const std::string& gpus_dir, const char* visible) {
+  DIR* dir = opendir(gpus_dir.c_str());
+  if (!dir) return -1;
+  int present = 0;
+  while (const dirent* e = readdir(dir))
+    if (e->d_name[0] != '.') ++present;  // one entry per GPU, named by its PCI address
+  closedir(dir);
+  if (present == 0) return -1;
+  if (!visible) return present;
+  // CUDA takes the list up to its first entry that names no device: an index below the count, or a
+  // GPU-/MIG- UUID (taken on trust here: a rank that finds it wrong says so itself).
+  int shown = 0;
+  std::string list(visible);
+  for (size_t i = 0; i <= list.size();) {
+    const size_t end = std::min(list.find(',', i), list.size());
+    const std::string item = list.substr(i, end - i);
+    const bool uuid = item.rfind("GPU-", 0) == 0 || item.rfind("MIG-", 0) == 0;
+    const bool index = !item.empty() && item.size() < 4 && item.find_first_not_of("0123456789") == std::string::npos &&
+                       std::stoi(item) < present;
+    if (!uuid && !index) break;
+    ++shown;
+    i = end + 1;
+  }
+  return shown;
+}
+
 int launch_local_ranks(int argc, const char* const* argv, int gpus, double timeout_s) {
   const EnvLookup env = [](const char* name) { return static_cast<const char*>(std::getenv(name)); };
   check_gpus_flag_allowed(env);
-  require_cuda_device();
-  int devices = 0;
-  CUDA_CHECK(cudaGetDeviceCount(&devices));
+  int devices = gpus_without_cuda("/proc/driver/nvidia/gpus", env("CUDA_VISIBLE_DEVICES"));
+  if (devices <= 0) {  // no driver, or nothing visible: CUDA's own words for it
+    require_cuda_device();
+    CUDA_CHECK(cudaGetDeviceCount(&devices));
+  }
   if (devices < gpus)
     throw InputError("--gpus " + std::to_string(gpus) + ": this machine shows only " + std::to_string(devices) +
                      " CUDA device" + (devices == 1 ? "" : "s") + " (check CUDA_VISIBLE_DEVICES)");

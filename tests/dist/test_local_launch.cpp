@@ -111,3 +111,22 @@ TEST(LocalLaunch, FreePortIsFree) {
   EXPECT_GT(port, 0);
   EXPECT_NO_THROW(listen_on(port));
 }
+
+// The launcher counts the GPUs the ranks will see without CUDA (whose set-up in the launcher would
+// delay every rank): the driver's entries, cut by CUDA_VISIBLE_DEVICES as CUDA cuts it.
+TEST(LocalLaunch, GpusAreCountedFromTheDriversEntriesAndTheVisibleList) {
+  test_files::TempDir proc("gpus");
+  EXPECT_EQ(gpus_without_cuda(proc / "missing", nullptr), -1) << "no driver: CUDA says why";
+  EXPECT_EQ(gpus_without_cuda(proc.path, nullptr), -1) << "a driver without GPUs: CUDA says why";
+  for (const char* pci : {"0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0"})
+    std::filesystem::create_directory(proc / pci);
+  EXPECT_EQ(gpus_without_cuda(proc.path, nullptr), 4);
+  EXPECT_EQ(gpus_without_cuda(proc.path, "2,3"), 2);
+  EXPECT_EQ(gpus_without_cuda(proc.path, "3"), 1);
+  EXPECT_EQ(gpus_without_cuda(proc.path, "GPU-8f2c,MIG-1a"), 2);
+  EXPECT_EQ(gpus_without_cuda(proc.path, "0,1,7,2"), 2) << "CUDA stops at the first device that does not exist";
+  EXPECT_EQ(gpus_without_cuda(proc.path, "0,x"), 1);
+  EXPECT_EQ(gpus_without_cuda(proc.path, "-1"), 0);
+  EXPECT_EQ(gpus_without_cuda(proc.path, ""), 0);
+  EXPECT_EQ(gpus_without_cuda(proc.path, "99999999"), 0);
+}
