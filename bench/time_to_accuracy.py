@@ -21,6 +21,11 @@ it, the epoch, the final accuracy, the start-up; then every run. The table goes 
 bench/results/time-to-<target>-<gpu>-<date>.md, and a PNG of test accuracy against wall seconds for
 every run beside it (where matplotlib is installed). Without PyTorch the --pytorch rows are left out,
 with a note.
+
+--record FILE also keeps every run's stamped lines as JSON; --combine FILE... makes one table and one
+chart of several such records without running anything, as when the rows of bin/train and of
+PyTorch ran at the same time on different GPUs of one host (two runs of the tool, CUDA_VISIBLE_DEVICES
+apart): the records must agree on the target, the flags and the GPU.
 """
 
 from __future__ import annotations
@@ -303,6 +308,46 @@ def run_stamped(cmd: list[str], timeout_s: float) -> tuple[list[tuple[float, str
         return stamped, code, err.read()
 
 
+def record_of(rows: list[RowResult], target: float, gpu: str, date: str, flags: list[str], notes: list[str]) -> dict:
+    """What --record keeps: enough to make the report and the chart again (--combine)."""
+    return {"tool": TOOL, "target": target, "gpu": gpu, "date": date, "flags": flags, "notes": notes,
+            "rows": [{"program": r.spec.program, "gpus": r.spec.gpus, "base": r.spec.base, "pytorch": r.spec.pytorch,
+                      "runs": [{"seed": run.seed, "stamped": run.stamped, "code": run.code, "err": run.err,
+                                "total_s": run.total_s} for run in r.runs]} for r in rows]}
+
+
+def load_record(path: Path) -> dict:
+    """A --record file, checked: one line and exit 2 for one that is not (runner.die)."""
+    try:
+        rec = json.loads(path.read_text())
+        rows = [RowResult(RowSpec(r["program"], int(r["gpus"]), list(r["base"]), bool(r["pytorch"])),
+                          [Run(int(x["seed"]), [(float(t), str(line)) for t, line in x["stamped"]], x["code"],
+                               str(x["err"]), float(x["total_s"])) for x in r["runs"]]) for r in rec["rows"]]
+        if rec.get("tool") != TOOL:
+            raise ValueError(f"not a record of {TOOL}")
+        return {"target": float(rec["target"]), "gpu": str(rec["gpu"]), "date": str(rec["date"]),
+                "flags": [str(f) for f in rec["flags"]], "notes": [str(n) for n in rec["notes"]], "rows": rows}
+    except OSError as e:
+        runner.die(TOOL, f"--combine: cannot read {path}: {e.strerror}", code=2)
+    except (ValueError, KeyError, TypeError) as e:  # json.JSONDecodeError is a ValueError
+        runner.die(TOOL, f"--combine: {path} is not a record of --record ({e})", code=2)
+
+
+def combine_records(paths: list[Path]) -> dict:
+    """The records of --combine as one: their rows in order; they must agree on what was measured."""
+    recs = [load_record(p) for p in paths]
+    first = recs[0]
+    for path, rec in zip(paths[1:], recs[1:]):
+        for key in ("target", "flags", "gpu"):
+            if rec[key] != first[key]:
+                runner.die(TOOL, f"--combine: {path} has {key} {rec[key]!r}, {paths[0]} has {first[key]!r}: "
+                                 "the rows would not measure the same thing", code=2)
+    notes = [n for rec in recs for n in rec["notes"]]
+    notes.append("rows combined from " + ", ".join(p.name for p in paths) + " (--combine): each a run of this tool; "
+                 "the records' dates: " + ", ".join(rec["date"] for rec in recs))
+    return {**first, "notes": notes, "rows": [row for rec in recs for row in rec["rows"]]}
+
+
 def check_flags(p: argparse.ArgumentParser, flags: list[str]) -> None:
     """The flags after -- may not set what the tool sets for each run."""
     for f in flags:
@@ -323,6 +368,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str], list, li
     p.add_argument("--out", type=Path, default=runner.REPO_ROOT / "bench" / "results")
     p.add_argument("--pytorch", default="", metavar="RUNGS",
                    help="a comma list of PyTorch reference rungs to time too (bench/pytorch_train.py)")
+    p.add_argument("--record", type=Path, metavar="FILE", help="also keep every run's stamped lines here (JSON)")
+    p.add_argument("--combine", type=Path, nargs="+", metavar="FILE",
+                   help="run nothing: one table and chart of these --record files")
     p.add_argument("binaries", nargs="*", help="the programs to run, each with the flags after --")
     args = p.parse_args(argv[:args_end])
     flags = argv[args_end + 1:]
@@ -343,13 +391,19 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str], list, li
         rungs = pytorch_rungs.parse_rungs(args.pytorch) if args.pytorch else []
     except ValueError as e:
         p.error(f"--pytorch: {e}")
-    if not args.binaries and not rungs:
+    if args.combine and (args.binaries or rungs or flags or args.record):
+        p.error("--combine runs nothing: give it no programs, --pytorch, --record or flags after --")
+    if not args.binaries and not rungs and not args.combine:
         p.error("nothing to run: give binaries, --pytorch RUNGS or both")
     return args, flags, rungs, gpus, seeds
 
 
 def main(argv: list[str]) -> int:
     args, flags, rungs, gpu_counts, seeds = parse_args(argv)
+    if args.combine:
+        rec = combine_records(args.combine)
+        runner.prepare_out_dir(TOOL, args.out)
+        return write_report(rec["rows"], rec["target"], rec["gpu"], rec["date"], rec["flags"], rec["notes"], args.out)
     notes = []
     if rungs and importlib.util.find_spec("torch") is None:
         notes.append(f"PyTorch is not installed here, so no rows for --pytorch {args.pytorch}")
@@ -373,11 +427,21 @@ def main(argv: list[str]) -> int:
     failures = [run.failure for row in rows for run in row.runs]
     if all(failures):  # a table of failures is no result: it must not overwrite a good one of the same name
         runner.die(TOOL, f"every run failed (the last: {failures[-1]}); no results written", code=1)
-    text = report(rows, args.target, gpus[0], runner.today(), flags, notes)
-    stem = f"time-to-{round(100 * args.target)}-{runner.slug(gpus[0])}-{runner.today()}"
-    runner.write_files(TOOL, {args.out / f"{stem}.md": text})
-    why_not = chart.write_accuracy_chart(curves(rows), args.out / f"{stem}.png", args.target,
-                                         f"Test accuracy against wall seconds, {gpus[0]}, {runner.today()}")
+    code = write_report(rows, args.target, gpus[0], runner.today(), flags, notes, args.out)
+    if args.record:  # after the report: a path that cannot be written loses the record, not the table
+        record = record_of(rows, args.target, gpus[0], runner.today(), flags, notes)
+        runner.write_files(TOOL, {args.record: json.dumps(record) + "\n"})
+    return code
+
+
+def write_report(rows: list[RowResult], target: float, gpu: str, date: str, flags: list[str], notes: list[str],
+                 out: Path) -> int:
+    """The results file and its chart, named by the target, the GPU and the date; the table to stdout."""
+    text = report(rows, target, gpu, date, flags, notes)
+    stem = f"time-to-{round(100 * target)}-{runner.slug(gpu)}-{date}"
+    runner.write_files(TOOL, {out / f"{stem}.md": text})
+    why_not = chart.write_accuracy_chart(curves(rows), out / f"{stem}.png", target,
+                                         f"Test accuracy against wall seconds, {gpu}, {date}")
     print(text, end="")
     if why_not:
         print(f"{TOOL}: {why_not}", file=sys.stderr)

@@ -196,7 +196,9 @@ print(json.dumps({{"event": "summary", "final_test_acc": 0.94 + 0.001 * gpus + 0
 '''
 
 
-class WholeRuns(unittest.TestCase):
+class FakeTrainerCase(unittest.TestCase):
+    """A fake machine with one H100 and the fake trainer above as self.prog."""
+
     def setUp(self):
         self._tmp = tempfile.TemporaryDirectory()
         self.addCleanup(self._tmp.cleanup)
@@ -206,6 +208,8 @@ class WholeRuns(unittest.TestCase):
         self.prog = self.tmp / "fake-train"
         _write_executable(self.prog, f"#!{sys.executable}\n" + FAKE.format(log=str(self.machine.log)))
 
+
+class WholeRuns(FakeTrainerCase):
     def two_gpus(self):
         _write_executable(self.machine.tools / "nvidia-smi", "#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: a)'\n"
                                                              "echo 'GPU 1: NVIDIA H100 80GB HBM3 (UUID: b)'\n")
@@ -263,6 +267,57 @@ class WholeRuns(unittest.TestCase):
         self.assertIn("nothing left to run", r.stderr)
 
 
+class RecordAndCombine(FakeTrainerCase):
+    """--record keeps the runs; --combine makes one table and chart of several records, running nothing."""
+
+    def setUp(self):
+        super().setUp()
+        self.progs = [self.prog, self.tmp / "other-train"]
+        _write_executable(self.progs[1], self.prog.read_text())
+
+    def tool(self, *args):
+        return self.machine.run_script("time_to_accuracy.py", *args)
+
+    def record(self, name, prog, *flags):
+        r = self.tool("--out", str(self.tmp / name), "--seeds", "0,1", "--record", str(self.tmp / f"{name}.json"),
+                      str(prog), "--", *flags)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return self.tmp / f"{name}.json"
+
+    def test_two_records_make_one_table_with_every_row(self):
+        a, b = self.record("a", self.progs[0], "--epochs", "3"), self.record("b", self.progs[1], "--epochs", "3")
+        calls = len(self.machine.calls())
+        r = self.tool("--out", str(self.tmp / "both"), "--combine", str(a), str(b))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(self.machine.calls()), calls, "--combine runs nothing")
+        [md] = (self.tmp / "both").glob("time-to-94-nvidia-h100-80gb-hbm3-*.md")
+        text = md.read_text()
+        alone = next((self.tmp / "a").glob("*.md")).read_text()
+        for prog in self.progs:
+            self.assertIn(f"| {prog} | 1 | ", text)
+            self.assertEqual(text.count(f"| {prog}, 1 GPU | "), 2)
+        self.assertIn("Note: rows combined from a.json, b.json (--combine)", text)
+        self.assertIn(alone.split("## Every run")[1].splitlines()[4], text)  # a's first run, as a's own table has it
+        self.assertTrue(list((self.tmp / "both").glob("*.png")) or "matplotlib is not installed" in r.stderr, r.stderr)
+
+    def test_records_of_other_flags_or_not_records_are_one_line(self):
+        a, b = self.record("a", self.progs[0], "--epochs", "3"), self.record("b", self.progs[1], "--epochs", "4")
+        r = self.tool("--combine", str(a), str(b))
+        self.assertEqual(r.returncode, 2)
+        self.assertRegex(r.stderr.strip(), r"^time-to-accuracy: --combine: .*b\.json has flags \['--epochs', '4'\], "
+                                           r".*a\.json has \['--epochs', '3'\]: the rows would not measure")
+        bad = self.tmp / "bad.json"
+        for text in ("not json", '{"tool": "time-to-accuracy"}', '{"rows": []}'):
+            bad.write_text(text)
+            r = self.tool("--combine", str(bad))
+            self.assertEqual(r.returncode, 2, text)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+            self.assertIn(f"--combine: {bad} is not a record of --record", r.stderr)
+        r = self.tool("--combine", str(self.tmp / "missing.json"))
+        self.assertEqual((r.returncode, r.stderr.count("\n")), (2, 1), r.stderr)
+        self.assertIn("cannot read", r.stderr)
+
+
 class ArgumentsBeforeTheGpu(unittest.TestCase):
     """Every argument the tool can check alone is one line and exit 2 on a machine without a GPU,
     before anything runs (bench/lib/runner.py's rule for every bench tool)."""
@@ -281,7 +336,8 @@ class ArgumentsBeforeTheGpu(unittest.TestCase):
                                                              "(use --seeds)"),
                      ([sys.executable, "--", "--gpus=2"], "--gpus after -- is set by the tool for each run"),
                      ([sys.executable, "--", "--json"], "--json after -- is set by the tool for each run"),
-                     ([], "nothing to run: give binaries, --pytorch RUNGS or both")]
+                     ([], "nothing to run: give binaries, --pytorch RUNGS or both"),
+                     (["--combine", "a.json", "--pytorch", "resident-amp-cl-graphs"], "--combine runs nothing")]
             for args, fragment in cases:
                 with self.subTest(args=args):
                     r = machine.run_script("time_to_accuracy.py", *args)
