@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Dumps what PyTorch computes for one ResNet-50 training step, for tests/model/test_parity_gpu.cpp.
 
-The C++ side (Network::init_params_for_parity) and this script fill every parameter and the batch
+The C++ side (init_params_for_parity (tests/model/test_parity_gpu.cpp)) and this script fill every parameter and the batch
 from the same hash of (seed, tensor index, element index), so neither side ships 94 MB of weights:
 the fixture holds only what PyTorch computed. BN in training mode, no augmentation.
 
@@ -103,7 +103,7 @@ class ResNet50(nn.Module):
 
 
 def parity_values(seed, index, name, shape, features):
-    """What Network::init_params_for_parity puts in tensor `index` (PyTorch element order)."""
+    """What init_params_for_parity (tests/model/test_parity_gpu.cpp) puts in tensor `index` (PyTorch element order)."""
     count = int(np.prod(shape))
     u = 2.0 * to_unit(mix(mix(seed, index), np.arange(count, dtype=np.uint64))) - 1.0
     if len(shape) == 4:  # conv: uniform with the variance of Kaiming normal (fan_out)

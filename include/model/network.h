@@ -91,8 +91,6 @@ class Network {
   // default. zero_init_residual (--zero-init-residual; torchvision's zero_init_residual, Goyal et al.
   // 2017): each block's last BN gamma 0, so that every block starts as its shortcut.
   static std::vector<float> initial_params(const NetConfig& cfg, uint64_t seed, bool zero_init_residual);
-  // A deterministic pseudo-random init that a PyTorch script can reproduce (tests/parity).
-  void init_params_for_parity(uint64_t seed);
 
   // BN running statistics: [mean, var] of every BN in order, fp32 (for checkpoints).
   float* running_stats() const { return running_.as<float>(); }

@@ -185,33 +185,6 @@ void Network::init_params(uint64_t seed, bool zero_init_residual) {
   CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
 }
 
-void Network::init_params_for_parity(uint64_t seed) {
-  init_params(seed);  // running statistics and momentum as usual
-  // Every value is a hash of (seed, tensor index, element index in PyTorch order), uniform with the
-  // variance of the usual init; tests/make_parity_fixture.py computes the same numbers.
-  std::vector<float> host(params_.total());
-  const auto& ts = params_.tensors();
-  for (size_t i = 0; i < ts.size(); ++i) {
-    const ParamTensor& t = ts[i];
-    for (size_t e = 0; e < t.count; ++e) {
-      const double u = 2 * to_unit(mix(seed, i, e)) - 1;  // [-1, 1)
-      double v = 0;
-      switch (t.kind) {
-        case ParamKind::ConvWeight: v = u * std::sqrt(3.0 * 2.0 / (double(t.shape[0]) * t.shape[2] * t.shape[3])); break;
-        case ParamKind::LinearWeight:
-        case ParamKind::LinearBias: v = u / std::sqrt(double(layers_->features)); break;
-        case ParamKind::BnGamma: v = 1 + 0.1 * u; break;
-        // shifted from 0 so that few ReLU inputs lie within rounding of 0 (tests/make_parity_fixture.py)
-        case ParamKind::BnBeta: v = 0.5 + 0.1 * u; break;
-      }
-      host[t.offset + filter_storage_index(t, e, cfg_.layout)] = static_cast<float>(v);
-    }
-  }
-  CUDA_CHECK(cudaMemcpy(params_.master_all(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
-  params_.refresh_working_copy(ctx_.stream);
-  CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-}
-
 // What build_layers() registers (resnet50_params()), without building; the BNs read off their gammas
 // ("<bn>.weight"), in registration order, which is running_stats() order.
 TensorLayout Network::tensor_layout(int classes) {

@@ -110,6 +110,35 @@ struct Counters {
 
 // A build of the network the step runs in. fp16 builds scale the loss (as training does) so that
 // small gradients survive in fp16; their gradients are unscaled before comparing.
+// The parity weights: every value a hash of (seed, tensor index, element index in PyTorch order),
+// uniform with the variance of the usual init; tests/make_parity_fixture.py computes the same numbers.
+// Momentum and the BN running statistics as a fresh start has them (init_params).
+void init_params_for_parity(Network& net, uint64_t seed, cudaStream_t stream) {
+  net.init_params(seed);
+  ParamStore& params = net.params();
+  std::vector<float> host(params.total());
+  const auto& ts = params.tensors();
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const ParamTensor& t = ts[i];
+    for (size_t e = 0; e < t.count; ++e) {
+      const double u = 2 * to_unit(mix(seed, i, e)) - 1;  // [-1, 1)
+      double v = 0;
+      switch (t.kind) {
+        case ParamKind::ConvWeight: v = u * std::sqrt(3.0 * 2.0 / (double(t.shape[0]) * t.shape[2] * t.shape[3])); break;
+        case ParamKind::LinearWeight:
+        case ParamKind::LinearBias: v = u / std::sqrt(double(net.feature_count())); break;
+        case ParamKind::BnGamma: v = 1 + 0.1 * u; break;
+        // shifted from 0 so that few ReLU inputs lie within rounding of 0 (tests/make_parity_fixture.py)
+        case ParamKind::BnBeta: v = 0.5 + 0.1 * u; break;
+      }
+      host[t.offset + filter_storage_index(t, e, net.config().layout)] = static_cast<float>(v);
+    }
+  }
+  CUDA_CHECK(cudaMemcpy(params.master_all(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  params.refresh_working_copy(stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
 struct Build {
   const char* name;
   ConvApi api;
@@ -147,7 +176,7 @@ class ParityNet {
     cfg.fused_bn = b.fused;
     cfg.wgrad_beside = b.wgrad_beside;
     net_ = std::make_unique<TrainingNetwork>(cfg, ctx_, *cache_);
-    net_->init_params_for_parity(f.seed);
+    init_params_for_parity(*net_, f.seed, ctx_.stream);
 
     // The batch, from the same hash as the script's batch(), NCHW, then in the build's type and layout.
     const ref::Dims d{f.batch, 3, 32, 32};
