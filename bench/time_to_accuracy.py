@@ -325,7 +325,14 @@ def load_record(path: Path) -> dict:
                                str(x["err"]), float(x["total_s"])) for x in r["runs"]]) for r in rec["rows"]]
         if rec.get("tool") != TOOL:
             raise ValueError(f"not a record of {TOOL}")
-        return {"target": float(rec["target"]), "gpu": str(rec["gpu"]), "date": str(rec["date"]),
+        target, date = float(rec["target"]), str(rec["date"])
+        if not 0 < target <= 1:  # also refuses nan
+            raise ValueError(f"target {target!r} is not a test accuracy")
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", date):  # it names the results file
+            raise ValueError(f"date {date!r} is not YYYY-MM-DD")
+        if not any(run for row in rows for run in row.runs):
+            raise ValueError("it holds no runs")
+        return {"target": target, "gpu": str(rec["gpu"]), "date": date,
                 "flags": [str(f) for f in rec["flags"]], "notes": [str(n) for n in rec["notes"]], "rows": rows}
     except OSError as e:
         runner.die(TOOL, f"--combine: cannot read {path}: {e.strerror}", code=2)
@@ -391,8 +398,13 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str], list, li
         rungs = pytorch_rungs.parse_rungs(args.pytorch) if args.pytorch else []
     except ValueError as e:
         p.error(f"--pytorch: {e}")
-    if args.combine and (args.binaries or rungs or flags or args.record):
-        p.error("--combine runs nothing: give it no programs, --pytorch, --record or flags after --")
+    given = {a.split("=", 1)[0] for a in argv[:args_end]}
+    if args.combine and (args.binaries or rungs or flags or args.record or
+                         given & {"--target", "--gpus", "--seeds", "--timeout"}):
+        p.error("--combine runs nothing: give it no programs, --pytorch, --record, --target, --gpus, --seeds, "
+                "--timeout or flags after --")
+    if args.record and args.record.is_dir():  # here, not after the runs
+        p.error(f"--record {args.record} is a directory")
     if not args.binaries and not rungs and not args.combine:
         p.error("nothing to run: give binaries, --pytorch RUNGS or both")
     return args, flags, rungs, gpus, seeds
@@ -417,6 +429,8 @@ def main(argv: list[str]) -> int:
     if max(gpu_counts) > len(gpus):
         runner.die(TOOL, f"--gpus {args.gpus}: this machine has {len(gpus)} GPU{'s' if len(gpus) > 1 else ''}")
     runner.prepare_out_dir(TOOL, args.out)
+    if args.record:
+        runner.prepare_out_dir(TOOL, args.record.parent, "--record")
     rows = [RowResult(spec) for spec in row_specs(args.binaries, rungs, gpu_counts)]
     for row in rows:
         for seed in seeds:

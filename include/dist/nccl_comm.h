@@ -35,6 +35,7 @@ class NcclComm {
   // Until the set-up has finished; throws InputError when it does not within timeout_s (a rank never
   // joined), Fatal when it failed. Once done, returns at once.
   void wait_ready(double timeout_s);
+  bool ready() const { return ready_; }
   ncclComm_t get() const { return comm_; }
   // Completes a call on this communicator (or ncclGroupEnd of calls on it): waits while NCCL
   // reports it in progress, throws Fatal when it failed.

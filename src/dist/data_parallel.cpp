@@ -88,11 +88,13 @@ DataParallel::DataParallel(const LaunchInfo& launch, const Fingerprint& fingerpr
     watch_->fail(e.what());  // not a goodbye: the others must not wait for this rank
     throw;
   }
-  comm_for_watch_ = comm_.get();
+  // comm_for_watch_ stays null until attach() finds the set-up done: the watch thread must not poll
+  // or abort a communicator that wait_ready() may still abort and drop on this thread.
 }
 
 DataParallel::~DataParallel() {
   if (comm_stream_ && comm_for_watch_.load()) cudaStreamSynchronize(*comm_stream_);  // the last stop vote
+  if (comm_ && !comm_->ready()) exit_if_abort_hangs();  // ~NcclComm aborts a set-up still running
   watch_.reset();  // goodbye first, so that no rank mistakes this one's exit for a death
   comm_for_watch_ = nullptr;
 }
@@ -115,6 +117,7 @@ void DataParallel::attach(ParamStore& params, cudaStream_t compute, GradAccumula
     watch_->fail(e.what());  // as a failed set-up in the constructor: the others must not wait
     throw;
   }
+  comm_for_watch_ = comm_.get();
   params_ = &params;
   compute_ = compute;
   sums_ = sums;

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -162,17 +163,22 @@ int gpus_without_cuda(const std::string& gpus_dir, const char* visible) {
   closedir(dir);
   if (present == 0) return -1;
   if (!visible) return present;
-  // CUDA takes the list up to its first entry that names no device: an index below the count, or a
-  // GPU-/MIG- UUID (taken on trust here: a rank that finds it wrong says so itself).
+  // Counted here only where CUDA's reading is plain: distinct indices, spaces aside, taken up to the
+  // first that names no device. UUIDs, MIG instances and repeats (CUDA then shows none) go to CUDA.
+  std::vector<bool> seen(size_t(present), false);
   int shown = 0;
-  std::string list(visible);
+  const std::string list(visible);
   for (size_t i = 0; i <= list.size();) {
     const size_t end = std::min(list.find(',', i), list.size());
-    const std::string item = list.substr(i, end - i);
-    const bool uuid = item.rfind("GPU-", 0) == 0 || item.rfind("MIG-", 0) == 0;
-    const bool index = !item.empty() && item.size() < 4 && item.find_first_not_of("0123456789") == std::string::npos &&
-                       std::stoi(item) < present;
-    if (!uuid && !index) break;
+    std::string item = list.substr(i, end - i);
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (item.rfind("GPU-", 0) == 0 || item.rfind("MIG-", 0) == 0) return -1;
+    if (item.empty() || item.size() > 3 || item.find_first_not_of("0123456789") != std::string::npos) break;
+    const int index = std::stoi(item);
+    if (index >= present) break;
+    if (seen[size_t(index)]) return -1;
+    seen[size_t(index)] = true;
     ++shown;
     i = end + 1;
   }

@@ -123,7 +123,10 @@ TEST(LocalLaunch, GpusAreCountedFromTheDriversEntriesAndTheVisibleList) {
   EXPECT_EQ(gpus_without_cuda(proc.path, nullptr), 4);
   EXPECT_EQ(gpus_without_cuda(proc.path, "2,3"), 2);
   EXPECT_EQ(gpus_without_cuda(proc.path, "3"), 1);
-  EXPECT_EQ(gpus_without_cuda(proc.path, "GPU-8f2c,MIG-1a"), 2);
+  EXPECT_EQ(gpus_without_cuda(proc.path, "0, 1"), 2) << "spaces aside";
+  EXPECT_EQ(gpus_without_cuda(proc.path, "GPU-8f2c"), -1) << "UUIDs: CUDA counts";
+  EXPECT_EQ(gpus_without_cuda(proc.path, "MIG-1a,MIG-2b"), -1) << "MIG: CUDA shows one instance";
+  EXPECT_EQ(gpus_without_cuda(proc.path, "0,0"), -1) << "a repeat: CUDA shows none, and says so";
   EXPECT_EQ(gpus_without_cuda(proc.path, "0,1,7,2"), 2) << "CUDA stops at the first device that does not exist";
   EXPECT_EQ(gpus_without_cuda(proc.path, "0,x"), 1);
   EXPECT_EQ(gpus_without_cuda(proc.path, "-1"), 0);

@@ -2,6 +2,7 @@
 recorded runs (tests/fixtures/bench/tta/), the rows and commands of bin/train and PyTorch on 1 and N
 GPUs, argument errors before any GPU is looked for, and whole runs of the tool against a fake trainer."""
 
+import json
 import os
 import sys
 import tempfile
@@ -307,7 +308,10 @@ class RecordAndCombine(FakeTrainerCase):
         self.assertRegex(r.stderr.strip(), r"^time-to-accuracy: --combine: .*b\.json has flags \['--epochs', '4'\], "
                                            r".*a\.json has \['--epochs', '3'\]: the rows would not measure")
         bad = self.tmp / "bad.json"
-        for text in ("not json", '{"tool": "time-to-accuracy"}', '{"rows": []}'):
+        good = json.loads(a.read_text())
+        odd = [dict(good, target=float("nan")), dict(good, target=2), dict(good, date="../x"),
+               dict(good, rows=[]), dict(good, tool="other")]
+        for text in ("not json", '{"tool": "time-to-accuracy"}', '{"rows": []}', *map(json.dumps, odd)):
             bad.write_text(text)
             r = self.tool("--combine", str(bad))
             self.assertEqual(r.returncode, 2, text)
@@ -337,7 +341,9 @@ class ArgumentsBeforeTheGpu(unittest.TestCase):
                      ([sys.executable, "--", "--gpus=2"], "--gpus after -- is set by the tool for each run"),
                      ([sys.executable, "--", "--json"], "--json after -- is set by the tool for each run"),
                      ([], "nothing to run: give binaries, --pytorch RUNGS or both"),
-                     (["--combine", "a.json", "--pytorch", "resident-amp-cl-graphs"], "--combine runs nothing")]
+                     (["--combine", "a.json", "--pytorch", "resident-amp-cl-graphs"], "--combine runs nothing"),
+                     (["--target", "0.9", "--combine", "a.json"], "--combine runs nothing"),
+                     (["--record", d, sys.executable], f"--record {d} is a directory")]
             for args, fragment in cases:
                 with self.subTest(args=args):
                     r = machine.run_script("time_to_accuracy.py", *args)
