@@ -185,6 +185,17 @@ class RowResult:
     runs: list[Run] = field(default_factory=list)
 
 
+@dataclass
+class Results:
+    """What a report is made of: measured now, or read back from --record files (--combine)."""
+    rows: list[RowResult]
+    target: float
+    gpu: str
+    date: str
+    flags: list[str]
+    notes: list[str]
+
+
 def median_range(values: list[float], fmt: str) -> str:
     """"12.3 (11.0–13.9)", or the value alone when there is one; "—" for none."""
     if not values:
@@ -308,15 +319,16 @@ def run_stamped(cmd: list[str], timeout_s: float) -> tuple[list[tuple[float, str
         return stamped, code, err.read()
 
 
-def record_of(rows: list[RowResult], target: float, gpu: str, date: str, flags: list[str], notes: list[str]) -> dict:
+def record_of(res: Results) -> dict:
     """What --record keeps: enough to make the report and the chart again (--combine)."""
-    return {"tool": TOOL, "target": target, "gpu": gpu, "date": date, "flags": flags, "notes": notes,
+    return {"tool": TOOL, "target": res.target, "gpu": res.gpu, "date": res.date, "flags": res.flags,
+            "notes": res.notes,
             "rows": [{"program": r.spec.program, "gpus": r.spec.gpus, "base": r.spec.base, "pytorch": r.spec.pytorch,
                       "runs": [{"seed": run.seed, "stamped": run.stamped, "code": run.code, "err": run.err,
-                                "total_s": run.total_s} for run in r.runs]} for r in rows]}
+                                "total_s": run.total_s} for run in r.runs]} for r in res.rows]}
 
 
-def load_record(path: Path) -> dict:
+def load_record(path: Path) -> Results:
     """A --record file, checked: one line and exit 2 for one that is not (runner.die)."""
     try:
         rec = json.loads(path.read_text())
@@ -332,27 +344,27 @@ def load_record(path: Path) -> dict:
             raise ValueError(f"date {date!r} is not YYYY-MM-DD")
         if not any(run for row in rows for run in row.runs):
             raise ValueError("it holds no runs")
-        return {"target": target, "gpu": str(rec["gpu"]), "date": date,
-                "flags": [str(f) for f in rec["flags"]], "notes": [str(n) for n in rec["notes"]], "rows": rows}
+        return Results(rows, target, str(rec["gpu"]), date, [str(f) for f in rec["flags"]],
+                       [str(n) for n in rec["notes"]])
     except OSError as e:
         runner.die(TOOL, f"--combine: cannot read {path}: {e.strerror}", code=2)
     except (ValueError, KeyError, TypeError) as e:  # json.JSONDecodeError is a ValueError
         runner.die(TOOL, f"--combine: {path} is not a record of --record ({e})", code=2)
 
 
-def combine_records(paths: list[Path]) -> dict:
+def combine_records(paths: list[Path]) -> Results:
     """The records of --combine as one: their rows in order; they must agree on what was measured."""
     recs = [load_record(p) for p in paths]
     first = recs[0]
     for path, rec in zip(paths[1:], recs[1:]):
         for key in ("target", "flags", "gpu"):
-            if rec[key] != first[key]:
-                runner.die(TOOL, f"--combine: {path} has {key} {rec[key]!r}, {paths[0]} has {first[key]!r}: "
-                                 "the rows would not measure the same thing", code=2)
-    notes = [n for rec in recs for n in rec["notes"]]
+            if getattr(rec, key) != getattr(first, key):
+                runner.die(TOOL, f"--combine: {path} has {key} {getattr(rec, key)!r}, {paths[0]} has "
+                                 f"{getattr(first, key)!r}: the rows would not measure the same thing", code=2)
+    notes = [n for rec in recs for n in rec.notes]
     notes.append("rows combined from " + ", ".join(p.name for p in paths) + " (--combine): each a run of this tool; "
-                 "the records' dates: " + ", ".join(rec["date"] for rec in recs))
-    return {**first, "notes": notes, "rows": [row for rec in recs for row in rec["rows"]]}
+                 "the records' dates: " + ", ".join(rec.date for rec in recs))
+    return Results([row for rec in recs for row in rec.rows], first.target, first.gpu, first.date, first.flags, notes)
 
 
 def check_flags(p: argparse.ArgumentParser, flags: list[str]) -> None:
@@ -413,9 +425,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str], list, li
 def main(argv: list[str]) -> int:
     args, flags, rungs, gpu_counts, seeds = parse_args(argv)
     if args.combine:
-        rec = combine_records(args.combine)
+        combined = combine_records(args.combine)
         runner.prepare_out_dir(TOOL, args.out)
-        return write_report(rec["rows"], rec["target"], rec["gpu"], rec["date"], rec["flags"], rec["notes"], args.out)
+        write_report(combined, args.out)
+        return 0
     notes = []
     if rungs and importlib.util.find_spec("torch") is None:
         notes.append(f"PyTorch is not installed here, so no rows for --pytorch {args.pytorch}")
@@ -441,25 +454,23 @@ def main(argv: list[str]) -> int:
     failures = [run.failure for row in rows for run in row.runs]
     if all(failures):  # a table of failures is no result: it must not overwrite a good one of the same name
         runner.die(TOOL, f"every run failed (the last: {failures[-1]}); no results written", code=1)
-    code = write_report(rows, args.target, gpus[0], runner.today(), flags, notes, args.out)
+    measured = Results(rows, args.target, gpus[0], runner.today(), flags, notes)  # one date for both files
+    write_report(measured, args.out)
     if args.record:  # after the report: a path that cannot be written loses the record, not the table
-        record = record_of(rows, args.target, gpus[0], runner.today(), flags, notes)
-        runner.write_files(TOOL, {args.record: json.dumps(record) + "\n"})
-    return code
+        runner.write_files(TOOL, {args.record: json.dumps(record_of(measured)) + "\n"})
+    return 0
 
 
-def write_report(rows: list[RowResult], target: float, gpu: str, date: str, flags: list[str], notes: list[str],
-                 out: Path) -> int:
+def write_report(res: Results, out: Path) -> None:
     """The results file and its chart, named by the target, the GPU and the date; the table to stdout."""
-    text = report(rows, target, gpu, date, flags, notes)
-    stem = f"time-to-{round(100 * target)}-{runner.slug(gpu)}-{date}"
+    text = report(res.rows, res.target, res.gpu, res.date, res.flags, res.notes)
+    stem = f"time-to-{round(100 * res.target)}-{runner.slug(res.gpu)}-{res.date}"
     runner.write_files(TOOL, {out / f"{stem}.md": text})
-    why_not = chart.write_accuracy_chart(curves(rows), out / f"{stem}.png", target,
-                                         f"Test accuracy against wall seconds, {gpu}, {date}")
+    why_not = chart.write_accuracy_chart(curves(res.rows), out / f"{stem}.png", res.target,
+                                         f"Test accuracy against wall seconds, {res.gpu}, {res.date}")
     print(text, end="")
     if why_not:
         print(f"{TOOL}: {why_not}", file=sys.stderr)
-    return 0
 
 
 if __name__ == "__main__":

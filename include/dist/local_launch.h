@@ -30,8 +30,9 @@ void check_gpus_flag_allowed(const EnvLookup& env);
 // The GPUs the ranks will be shown, counted without CUDA: the driver's entries in `gpus_dir`
 // (/proc/driver/nvidia/gpus), or as many as `visible` (CUDA_VISIBLE_DEVICES, nullptr: unset) names
 // before its first entry CUDA would refuse. -1 where the driver lists none, or `visible` holds what
-// only CUDA reads for sure (UUIDs, MIG instances, a repeated index): then CUDA counts, and says why. (CUDA's own count, in this process, would cost 0.5-1 s of driver set-up that every rank,
-// started after it, waits out: measured 1.1 s on a 4-GPU H100 host, 2026-11-27.)
+// only CUDA reads for sure (UUIDs, MIG instances, a repeated index): then CUDA counts, and says why.
+// (CUDA's own count, in this process, would cost 0.5-1 s of driver set-up that every rank, started
+// after it, waits out: measured 1.1 s on a 4-GPU H100 host, 2026-11-27.)
 int gpus_without_cuda(const std::string& gpus_dir, const char* visible);
 
 // Starts the ranks and waits for them; returns the exit code the launcher should exit with.
