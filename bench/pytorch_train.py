@@ -98,16 +98,14 @@ def load_split(data_dir: Path, prefix: str):
     return images, y
 
 
-REFERENCE_BATCH = 128  # the batch --lr and --warmup-epochs are the recipe of (src/train/lr_scaling.h)
-
-
 def scaled_schedule(lr: float, min_lr: float, warmup_epochs: float, global_batch: int, world: int,
                     scaling: bool, warmup_cap: float) -> tuple[float, float, float]:
-    """bin/train's rule (src/train/lr_scaling.cpp): on several GPUs, unless --no-lr-scaling, the rates
-    times global/128 and the warm-up grown in proportion up to the cap, never below --warmup-epochs."""
+    """bin/train's rule (src/train/lr_scaling.cpp): the flags are the recipe of one GPU's --batch
+    (global/world); on several GPUs, unless --no-lr-scaling, the rates times world (global over that
+    batch) and the warm-up grown in proportion up to the cap, never below --warmup-epochs."""
     if world <= 1 or not scaling:
         return lr, min_lr, warmup_epochs
-    k = global_batch / REFERENCE_BATCH
+    k = world
     return lr * k, min_lr * k, max(warmup_epochs, min(warmup_epochs * k, warmup_cap))
 
 
@@ -226,7 +224,7 @@ def train(args: argparse.Namespace, ranks: Ranks) -> dict:
     total_steps = args.epochs * steps_per_epoch
     warmup = round(warmup_epochs * steps_per_epoch)
     if several and ranks.rank == 0:  # bin/train's start line
-        why = "--no-lr-scaling: --lr as given" if args.no_lr_scaling else f"{args.lr:g} x {global_batch}/{REFERENCE_BATCH}"
+        why = "--no-lr-scaling: --lr as given" if args.no_lr_scaling else f"{args.lr:g} x {global_batch}/{args.batch}"
         print(f"lr: {peak:g} for global batch {global_batch} ({why}), warm-up {warmup_epochs:g} "
               f"epoch{'' if warmup_epochs == 1 else 's'}", flush=True)
     if rung.resident:

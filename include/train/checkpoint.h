@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "train/lr_scaling.h"
+
 struct CheckpointMeta {
   // build and model: a resume needs the same ones
   std::string precision;       // "fp32" / "fp16"
@@ -32,9 +34,11 @@ struct CheckpointMeta {
   int step_in_epoch = 0;       // index of the next step within that epoch
   float loss_scale = 1.f;
   int good_steps = 0, skipped_steps = 0;
-  // the learning-rate rule (train/lr_scaling.h): whether the run was scaled and the schedule it used.
-  // Files written before the rule lack these: lr_recorded false, a run that was not scaled.
+  // the learning-rate rule (train/lr_scaling.h): whether the run was scaled, from which reference
+  // batch, and the schedule it used. Files written before the rule lack these: lr_recorded false, a
+  // run that was not scaled; those written before the reference was recorded were scaled from 128.
   bool lr_recorded = false, lr_scaled = false;
+  int lr_reference_batch = kLegacyReferenceBatch;
   double lr = 0, min_lr = 0, warmup_epochs = 0;
   double ema_decay = 0;        // the weight average's (--ema), where the file holds one
 };

@@ -86,7 +86,7 @@ std::string header_text(const CheckpointMeta& m, bool with_ema) {
     << "\nstep=" << m.step << "\nepoch=" << m.epoch << "\nstep_in_epoch=" << m.step_in_epoch
     << "\nloss_scale=" << scale << "\ngood_steps=" << m.good_steps << "\nskipped_steps=" << m.skipped_steps << "\n";
   if (m.lr_recorded)
-    h << "lr_scaled=" << m.lr_scaled << "\nlr=" << exact(m.lr) << "\nmin_lr=" << exact(m.min_lr)
+    h << "lr_scaled=" << m.lr_scaled << "\nlr_reference_batch=" << m.lr_reference_batch << "\nlr=" << exact(m.lr) << "\nmin_lr=" << exact(m.min_lr)
       << "\nwarmup_epochs=" << exact(m.warmup_epochs) << "\n";
   if (with_ema) h << "ema_decay=" << exact(m.ema_decay) << "\n";
   return h.str();
@@ -158,7 +158,7 @@ std::string parse_string(const std::map<std::string, std::string>& kv, const std
 // step_in_epoch < steps_per_epoch; check_checkpoint_position checks it against this run's).
 void check_header_values(const CheckpointMeta& m, const std::string& file) {
   if (m.step < 0 || m.epoch < 0 || m.step_in_epoch < 0 || m.batch <= 0 || m.epochs <= 0 || !(m.loss_scale > 0) ||
-      m.good_steps < 0 || m.skipped_steps < 0 || m.skipped_steps > m.step || m.image_side <= 0 ||
+      m.good_steps < 0 || m.skipped_steps < 0 || m.skipped_steps > m.step || m.image_side <= 0 || m.lr_reference_batch <= 0 ||
       !(m.lr >= 0 && m.min_lr >= 0 && m.warmup_epochs >= 0 && m.ema_decay >= 0 && m.ema_decay < 1))
     throw InputError(file + ": header holds out-of-range values");
   const int64_t before_epoch = m.step - m.step_in_epoch;  // steps of the epochs done
@@ -232,6 +232,7 @@ Checkpoint parse_checkpoint(const uint8_t* bytes, size_t size, const std::string
   m.lr_recorded = kv.count("lr_scaled") > 0;  // older files: a run not scaled, its schedule not recorded
   if (m.lr_recorded) {
     m.lr_scaled = parse_number<int>(kv, "lr_scaled", file) != 0;
+    if (kv.count("lr_reference_batch")) m.lr_reference_batch = parse_number<int>(kv, "lr_reference_batch", file);
     m.lr = parse_number<double>(kv, "lr", file);
     m.min_lr = parse_number<double>(kv, "min_lr", file);
     m.warmup_epochs = parse_number<double>(kv, "warmup_epochs", file);

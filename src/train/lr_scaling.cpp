@@ -21,22 +21,23 @@ std::string plan_text(const LrPlan& p) {
 
 }  // namespace
 
-LrPlan linear_lr_scaling(const LrPlan& base, int global_batch, double warmup_cap) {
-  const double k = double(global_batch) / kReferenceBatch;
+LrPlan linear_lr_scaling(const LrPlan& base, int reference_batch, int global_batch, double warmup_cap) {
+  const double k = double(global_batch) / reference_batch;
   const double warmup = std::max(base.warmup_epochs, std::min(base.warmup_epochs * k, warmup_cap));
   return {base.peak * k, base.min * k, warmup};
 }
 
 LrChoice choose_lr(const LrPlan& flags, int global_batch, int parts, bool scaling_on, double warmup_cap,
-                   const bool* resumed_scaled) {
-  const bool rule_applies = resumed_scaled ? *resumed_scaled : parts > 1;  // this run is (or was) one the rule scales
+                   const ResumedLrRule* resumed) {
+  const bool rule_applies = resumed ? resumed->scaled : parts > 1;  // this run is (or was) one the rule scales
   LrChoice c;
   c.base = c.used = flags;
   c.global_batch = global_batch;
+  c.reference_batch = resumed ? resumed->reference_batch : global_batch / parts;
   if (!scaling_on) c.how = parts > 1 || rule_applies ? LrScaling::Off : LrScaling::OneGpu;
   else if (rule_applies) c.how = LrScaling::Scaled;
   else c.how = parts > 1 ? LrScaling::AsCheckpointed : LrScaling::OneGpu;
-  if (c.scaled()) c.used = linear_lr_scaling(flags, global_batch, warmup_cap);
+  if (c.scaled()) c.used = linear_lr_scaling(flags, c.reference_batch, global_batch, warmup_cap);
   return c;
 }
 
@@ -44,7 +45,7 @@ std::string lr_line(const LrChoice& c) {
   std::string why;
   switch (c.how) {
     case LrScaling::Scaled:
-      why = number(c.base.peak) + " x " + std::to_string(c.global_batch) + "/" + std::to_string(kReferenceBatch);
+      why = number(c.base.peak) + " x " + std::to_string(c.global_batch) + "/" + std::to_string(c.reference_batch);
       break;
     case LrScaling::OneGpu: why = "one GPU: --lr as given"; break;
     case LrScaling::Off: why = "--no-lr-scaling: --lr as given"; break;

@@ -31,7 +31,7 @@ const std::vector<Flag>& flags() {
        [](Options& o, const std::string& v) { o.min_lr = parse_double("--min-lr", v, 0.0, 100.0); }},
       {"--warmup-epochs", "F", "epochs of linear learning-rate warm-up before the cosine decay", [](const Options& o) { return show(o.warmup_epochs); },
        [](Options& o, const std::string& v) { o.warmup_epochs = parse_double("--warmup-epochs", v, 0.0, 100000.0); }},
-      {"--no-lr-scaling", "", "on several GPUs or with --accumulate, take --lr, --min-lr and --warmup-epochs as given instead of scaling them with the global batch (docs/multi-gpu.md)", [](const Options&) { return std::string("scaled: the rates x global batch/128"); },
+      {"--no-lr-scaling", "", "on several GPUs or with --accumulate, take --lr, --min-lr and --warmup-epochs as given instead of scaling them with the global batch (docs/multi-gpu.md)", [](const Options&) { return std::string("scaled: the rates x global batch/--batch, i.e. x GPUs x --accumulate"); },
        [](Options& o, const std::string&) { o.lr_scaling = false; }},
       {"--warmup-cap", "F", "on several GPUs or with --accumulate, the warm-up grows with the global batch from --warmup-epochs up to F epochs", [](const Options& o) { return show(o.warmup_cap); },
        [](Options& o, const std::string& v) { o.warmup_cap = parse_double("--warmup-cap", v, 0.0, 100000.0); }},

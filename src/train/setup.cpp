@@ -197,12 +197,14 @@ void SetUp::check_resume() {
 // is made of several batches (train/lr_scaling.h); a resume keeps the rule its checkpoint was trained
 // under, which the checkpoints of this run record in turn.
 void SetUp::choose_learning_rate() {
-  const bool* resumed_scaled = resume_ ? &resume_->meta.lr_scaled : nullptr;
+  const ResumedLrRule resumed = resume_ ? ResumedLrRule{resume_->meta.lr_scaled, resume_->meta.lr_reference_batch}
+                                        : ResumedLrRule{};
   s_.lr = choose_lr({opt_.lr, opt_.min_lr, opt_.warmup_epochs}, step_images(), step_batches(),
-                    opt_.lr_scaling, opt_.warmup_cap, resumed_scaled);
+                    opt_.lr_scaling, opt_.warmup_cap, resume_ ? &resumed : nullptr);
   CheckpointMeta& m = s_.meta;
   m.lr_recorded = true;
   m.lr_scaled = s_.lr.scaled();
+  m.lr_reference_batch = s_.lr.reference_batch;
   m.lr = s_.lr.used.peak;
   m.min_lr = s_.lr.used.min;
   m.warmup_epochs = s_.lr.used.warmup_epochs;

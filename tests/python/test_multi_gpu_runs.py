@@ -156,15 +156,17 @@ class MultiGpuRuns(unittest.TestCase):
         self.assertEqual(summary["global_batch"], 64)
         self.assertEqual(summary["steps"], 10)  # 320 images / 64 a step, 2 epochs
         self.assertIn("data parallel: 2 ranks", p.stdout)
-        # the rates follow the global batch of 64 (src/train/lr_scaling.cpp), and the checkpoint says so
-        self.assertIn("\nlr: 0.01 for global batch 64 (0.02 x 64/128), warm-up 1 epoch\n", p.stdout)
+        # the rates follow the global batch of 64 from one GPU's 32 (src/train/lr_scaling.cpp), and the
+        # checkpoint says so
+        self.assertIn("\nlr: 0.04 for global batch 64 (0.02 x 64/32), warm-up 2 epochs\n", p.stdout)
         # where rank 0's start went; "ranks" holds the rendezvous, the CUDA context and NCCL's set-up
         self.assertRegex(p.stdout, r"(?m)^start-up: data \d+\.\d\d s, ranks \d+\.\d\d s, GPU \d+\.\d\d s, "
                                    r"network \d+\.\d\d s, loader and step graphs \d+\.\d\d s, start state "
                                    r"\d+\.\d\d s; \d+\.\d\d s since the process began$")
-        self.assertAlmostEqual(events[2]["lr"], 0.01, msg="the first epoch's last step ends the warm-up at the peak")
+        self.assertAlmostEqual(events[2]["lr"], 0.02, msg="the first epoch's last step is half-way up the warm-up")
         header = checkpoint_header(ck)
-        self.assertEqual((header["lr_scaled"], header["lr"], header["warmup_epochs"]), ("1", "0.01", "1"), header)
+        self.assertEqual((header["lr_scaled"], header["lr_reference_batch"], header["lr"], header["warmup_epochs"]),
+                         ("1", "32", "0.04", "2"), header)
         self.assertTrue(ck.exists())
         self.assertEqual(sorted(x.name for x in self.dir.iterdir()), ["two.ckpt"])  # no .tmp, no other rank's file
 
@@ -236,7 +238,7 @@ class MultiGpuRuns(unittest.TestCase):
         self.assertEqual(right.returncode, 0, right.stderr)
         self.assertIn("at step 5 (epoch 2, step 0 of it)", right.stdout)
         # the run was scaled on two GPUs: on one, at the same global batch, it keeps its rates
-        self.assertIn("\nlr: 0.01 for global batch 64 (0.02 x 64/128), warm-up 1 epoch\n", right.stdout)
+        self.assertIn("\nlr: 0.04 for global batch 64 (0.02 x 64/32), warm-up 2 epochs\n", right.stdout)
         self.assertNotIn("warning:", right.stderr)
 
 
@@ -316,7 +318,7 @@ class MultiGpuRuns(unittest.TestCase):
             if name == "accumulate":
                 self.assertIn("batch 64 (2 micro-batches of 32), 5 steps per epoch", p.stdout)
             # the same rate on both: the rule counts micro-batches as it counts GPUs
-            self.assertIn("lr: 0.01 for global batch 64 (0.02 x 64/128), warm-up 1 epoch", p.stdout)
+            self.assertIn("lr: 0.04 for global batch 64 (0.02 x 64/32), warm-up 2 epochs", p.stdout)
             logs[name] = log.read_text()
         self.assertEqual(len(logs["gpus"].splitlines()), 10)
         return logs
@@ -343,7 +345,7 @@ class MultiGpuRuns(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("once every 2 micro-batches", p.stdout)
         self.assertIn("--batch 32 per GPU, 128 per step", p.stdout)
-        self.assertIn("lr: 0.02 for global batch 128 (0.02 x 128/128), warm-up 1 epoch", p.stdout)
+        self.assertIn("lr: 0.08 for global batch 128 (0.02 x 128/32), warm-up 2 epochs", p.stdout)
         summary = [json.loads(line) for line in p.stdout.splitlines() if '"event":"summary"' in line][-1]
         self.assertEqual((summary["global_batch"], summary["steps"], summary["accumulate"]), (128, 2, 2))
 

@@ -51,10 +51,12 @@ class Recipe(unittest.TestCase):
             return tuple(round(v, 12) for v in pt.scaled_schedule(*lr, batch * world, world, scaling, cap))
         self.assertEqual(rule(128, 4), (0.08, 0.0, 2.0))            # lr: 0.08 for global batch 512, warm-up 2
         self.assertEqual(rule(128, 2), (0.04, 0.0, 2.0))
-        self.assertEqual(rule(96, 2), (0.03, 0.0, 1.5))             # the warm-up in proportion below the cap
-        self.assertEqual(rule(32, 2), (0.01, 0.0, 1.0))             # never below --warmup-epochs
+        self.assertEqual(rule(32, 2), (0.04, 0.0, 2.0))             # from one GPU's --batch, whatever it is
+        self.assertEqual(rule(256, 2, lr=(0.08, 0.0, 1.0)), (0.16, 0.0, 2.0))  # lr: 0.16 for 512 (0.08 x 512/256)
+        self.assertEqual(rule(128, 2, cap=1.5), (0.04, 0.0, 1.5))   # the warm-up in proportion up to the cap
+        self.assertEqual(rule(128, 2, lr=(0.02, 0.0, 3.0)), (0.04, 0.0, 3.0))  # never below --warmup-epochs
         self.assertEqual(rule(128, 4, cap=3.0), (0.08, 0.0, 3.0))
-        self.assertEqual(rule(192, 2, lr=(0.02, 0.002, 1.0)), (0.06, 0.006, 2.0))  # the whole schedule
+        self.assertEqual(rule(64, 3, lr=(0.02, 0.002, 1.0)), (0.06, 0.006, 2.0))  # the whole schedule
         self.assertEqual(rule(512, 1), (0.02, 0.0, 1.0))            # one GPU: the flags as given
         self.assertEqual(rule(128, 4, scaling=False), (0.02, 0.0, 1.0))
 
@@ -182,11 +184,11 @@ class TinyRun(unittest.TestCase):
         self.assertTrue(all(0 <= j["test_acc"] <= 1 for j in events[1:3]), events)
 
     def test_two_ranks_under_torchrun_split_each_global_batch(self):
-        # 64 images, 8 per rank: 4 steps an epoch; rank 0 alone prints; the rates scaled for 16 images
+        # 64 images, 8 per rank: 4 steps an epoch; rank 0 alone prints; the rates scaled from 8 images to 16
         events, stdout = self.run_tiny(ranks=2)
         self.assertEqual([j["event"] for j in events], ["first_step", "epoch", "epoch", "summary"], stdout)
         self.assertEqual((events[1]["step"], events[-1]["gpus"], events[-1]["global_batch"]), (4, 2, 16))
-        self.assertIn("lr: 0.0025 for global batch 16 (0.02 x 16/128), warm-up 1 epoch", stdout)
+        self.assertIn("lr: 0.04 for global batch 16 (0.02 x 16/8), warm-up 2 epochs", stdout)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ inline Checkpoint sample(size_t params = 1000, size_t running = 100, int version
   m.skipped_steps = 3;
   m.lr_recorded = true;
   m.lr_scaled = true;
+  m.lr_reference_batch = 64;
   m.lr = 0.1 * 3;  // 0.30000000000000004: must survive exactly
   m.min_lr = 1e-300;
   m.warmup_epochs = 2.0 / 3;
@@ -78,6 +79,7 @@ inline void expect_same(const Checkpoint& a, const Checkpoint& b) {
   EXPECT_EQ(a.meta.skipped_steps, b.meta.skipped_steps);
   EXPECT_EQ(a.meta.lr_recorded, b.meta.lr_recorded);
   EXPECT_EQ(a.meta.lr_scaled, b.meta.lr_scaled);
+  EXPECT_EQ(a.meta.lr_reference_batch, b.meta.lr_reference_batch);
   EXPECT_EQ(a.meta.lr, b.meta.lr);
   EXPECT_EQ(a.meta.min_lr, b.meta.min_lr);
   EXPECT_EQ(a.meta.warmup_epochs, b.meta.warmup_epochs);

@@ -73,6 +73,11 @@ TEST(Checkpoint, TheLearningRateRuleIsRecordedAndOlderFilesLackIt) {
   EXPECT_TRUE(c.meta.lr_scaled);
   EXPECT_EQ(c.meta.lr, 0.08);
   EXPECT_EQ(c.meta.warmup_epochs, 2.0);
+  EXPECT_EQ(c.meta.lr_reference_batch, 128) << "written before the reference was recorded: scaled from 128";
+  c = parse(build_file(std::string(kHeader) + "lr_scaled=1\nlr_reference_batch=256\nlr=0.16\nmin_lr=0\nwarmup_epochs=2\n", arrays));
+  EXPECT_EQ(c.meta.lr_reference_batch, 256);
+  const std::string no_reference = std::string(kHeader) + "lr_scaled=1\nlr_reference_batch=0\nlr=0.16\nmin_lr=0\nwarmup_epochs=2\n";
+  EXPECT_HAS(input_error_of([&] { parse(build_file(no_reference, arrays), "ref.ck"); }), "ref.ck: header holds out-of-range values");
   const std::string partial = std::string(kHeader) + "lr_scaled=1\nlr=0.08\n";
   EXPECT_HAS(input_error_of([&] { parse(build_file(partial, arrays), "lr.ck"); }), "lr.ck: header lacks 'min_lr'");
   const std::string negative = std::string(kHeader) + "lr_scaled=0\nlr=-0.1\nmin_lr=0\nwarmup_epochs=1\n";

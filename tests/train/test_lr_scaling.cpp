@@ -14,20 +14,22 @@ void expect_plan(const LrPlan& got, double peak, double min, double warmup) {
   EXPECT_DOUBLE_EQ(got.warmup_epochs, warmup);
 }
 
-TEST(LinearLrScaling, RatesFollowTheGlobalBatchFrom128) {
-  expect_plan(linear_lr_scaling(kRecipe, 128, 2.0), 0.02, 0.0, 1.0);
-  expect_plan(linear_lr_scaling(kRecipe, 256, 2.0), 0.04, 0.0, 2.0);
-  expect_plan(linear_lr_scaling(kRecipe, 512, 2.0), 0.08, 0.0, 2.0);   // warm-up 4 epochs, capped at 2
-  expect_plan(linear_lr_scaling(kRecipe, 1024, 2.0), 0.16, 0.0, 2.0);
-  expect_plan(linear_lr_scaling({0.02, 0.002, 1.0}, 384, 2.0), 0.06, 0.006, 2.0);  // the whole schedule scales
+TEST(LinearLrScaling, RatesFollowTheGlobalBatchFromTheReference) {
+  expect_plan(linear_lr_scaling(kRecipe, 128, 128, 2.0), 0.02, 0.0, 1.0);
+  expect_plan(linear_lr_scaling(kRecipe, 128, 256, 2.0), 0.04, 0.0, 2.0);
+  expect_plan(linear_lr_scaling(kRecipe, 128, 512, 2.0), 0.08, 0.0, 2.0);   // warm-up 4 epochs, capped at 2
+  expect_plan(linear_lr_scaling(kRecipe, 128, 1024, 2.0), 0.16, 0.0, 2.0);
+  expect_plan(linear_lr_scaling({0.02, 0.002, 1.0}, 128, 384, 2.0), 0.06, 0.006, 2.0);  // the whole schedule scales
+  expect_plan(linear_lr_scaling({0.08, 0.0, 1.0}, 256, 512, 2.0), 0.16, 0.0, 2.0);      // a recipe of 256 images
+  expect_plan(linear_lr_scaling({0.08, 0.0, 1.0}, 256, 1024, 3.0), 0.32, 0.0, 3.0);
 }
 
 TEST(LinearLrScaling, TheWarmUpGrowsUpToTheCapAndNeverShrinks) {
-  expect_plan(linear_lr_scaling(kRecipe, 192, 2.0), 0.03, 0.0, 1.5);   // in proportion below the cap
-  expect_plan(linear_lr_scaling(kRecipe, 512, 3.0), 0.08, 0.0, 3.0);   // another cap
-  expect_plan(linear_lr_scaling(kRecipe, 64, 2.0), 0.01, 0.0, 1.0);    // smaller batch: smaller rate, same warm-up
-  expect_plan(linear_lr_scaling({0.02, 0, 3.0}, 512, 2.0), 0.08, 0.0, 3.0);  // a warm-up above the cap is kept
-  expect_plan(linear_lr_scaling({0.02, 0, 0.0}, 512, 2.0), 0.08, 0.0, 0.0);  // no warm-up stays none
+  expect_plan(linear_lr_scaling(kRecipe, 128, 192, 2.0), 0.03, 0.0, 1.5);   // in proportion below the cap
+  expect_plan(linear_lr_scaling(kRecipe, 128, 512, 3.0), 0.08, 0.0, 3.0);   // another cap
+  expect_plan(linear_lr_scaling(kRecipe, 128, 64, 2.0), 0.01, 0.0, 1.0);    // smaller batch: smaller rate, same warm-up
+  expect_plan(linear_lr_scaling({0.02, 0, 3.0}, 128, 512, 2.0), 0.08, 0.0, 3.0);  // a warm-up above the cap is kept
+  expect_plan(linear_lr_scaling({0.02, 0, 0.0}, 128, 512, 2.0), 0.08, 0.0, 0.0);  // no warm-up stays none
 }
 
 TEST(ChooseLr, SeveralGpusScaleOneGpuKeepsTheFlags) {
@@ -48,8 +50,15 @@ TEST(ChooseLr, SeveralGpusScaleOneGpuKeepsTheFlags) {
     EXPECT_EQ(c.how, LrScaling::OneGpu) << batch;
     expect_plan(c.used, 0.02, 0.0, 1.0);
   }
-  // Four GPUs of 32: the one-GPU recipe's global batch, and its rate.
-  expect_plan(choose_lr(kRecipe, 128, 4, true, 2.0, nullptr).used, 0.02, 0.0, 1.0);
+  // --batch is the recipe's batch, whatever it is: --gpus 2 --batch 256 --lr 0.08 takes 0.16 for 512.
+  const LrChoice b256 = choose_lr({0.08, 0.0, 1.0}, 512, 2, true, 2.0, nullptr);
+  EXPECT_EQ(b256.reference_batch, 256);
+  expect_plan(b256.used, 0.16, 0.0, 2.0);
+  // Four GPUs of 32: four times the rate of one GPU's --batch 32 (the one-GPU recipe of 128 images a
+  // step on four GPUs is --no-lr-scaling, or --lr / 4).
+  const LrChoice b32 = choose_lr(kRecipe, 128, 4, true, 2.0, nullptr);
+  EXPECT_EQ(b32.reference_batch, 32);
+  expect_plan(b32.used, 0.08, 0.0, 2.0);
 }
 
 TEST(ChooseLr, NoLrScalingTakesTheFlagsAsGiven) {
@@ -62,13 +71,18 @@ TEST(ChooseLr, NoLrScalingTakesTheFlagsAsGiven) {
 // A resume keeps the rule its checkpoint recorded, on any number of GPUs: the checkpoint fixes the
 // global batch, so the rates go on as they were.
 TEST(ChooseLr, AResumeKeepsTheCheckpointsRule) {
-  const bool scaled = true, not_scaled = false;
-  // Trained on 4 GPUs x 128 (scaled), resumed on one GPU with --batch 512: still 0.08.
+  const ResumedLrRule scaled{true, 128}, not_scaled{false, 128};
+  // Trained on 4 GPUs x 128 (scaled from 128), resumed on one GPU with --batch 512: still 0.08.
   LrChoice c = choose_lr(kRecipe, 512, 1, true, 2.0, &scaled);
   EXPECT_EQ(c.how, LrScaling::Scaled);
+  EXPECT_EQ(c.reference_batch, 128);
   expect_plan(c.used, 0.08, 0.0, 2.0);
-  // ... or on 2 GPUs x 256: the same.
+  // ... or on 2 GPUs x 256, or 8 x 64: the same, the reference is the checkpoint's, not this --batch.
   expect_plan(choose_lr(kRecipe, 512, 2, true, 2.0, &scaled).used, 0.08, 0.0, 2.0);
+  expect_plan(choose_lr(kRecipe, 512, 8, true, 2.0, &scaled).used, 0.08, 0.0, 2.0);
+  // Trained on 2 GPUs x 256 (scaled from 256), resumed on 4 x 128: 0.16 as trained.
+  const ResumedLrRule from_256{true, 256};
+  expect_plan(choose_lr({0.08, 0.0, 1.0}, 512, 4, true, 2.0, &from_256).used, 0.16, 0.0, 2.0);
   // Trained on one GPU with --batch 512 (or before the rule: a file without it), resumed on 4 x 128:
   // still 0.02, as trained.
   c = choose_lr(kRecipe, 512, 4, true, 2.0, &not_scaled);
@@ -87,12 +101,17 @@ TEST(LrLine, SaysTheRateTheGlobalBatchAndTheWarmUp) {
   EXPECT_EQ(lr_line(choose_lr(kRecipe, 256, 2, true, 2.0, nullptr)),
             "lr: 0.04 for global batch 256 (0.02 x 256/128), warm-up 2 epochs");
   EXPECT_EQ(lr_line(choose_lr(kRecipe, 192, 2, true, 2.0, nullptr)),
+            "lr: 0.04 for global batch 192 (0.02 x 192/96), warm-up 2 epochs");
+  const ResumedLrRule legacy{true, 128};  // a checkpoint of 2 x 96 written when the rule scaled from 128
+  EXPECT_EQ(lr_line(choose_lr(kRecipe, 192, 2, true, 2.0, &legacy)),
             "lr: 0.03 for global batch 192 (0.02 x 192/128), warm-up 1.5 epochs");
   EXPECT_EQ(lr_line(choose_lr(kRecipe, 128, 4, true, 2.0, nullptr)),
-            "lr: 0.02 for global batch 128 (0.02 x 128/128), warm-up 1 epoch");
+            "lr: 0.08 for global batch 128 (0.02 x 128/32), warm-up 2 epochs");
+  EXPECT_EQ(lr_line(choose_lr({0.08, 0.0, 1.0}, 512, 2, true, 2.0, nullptr)),
+            "lr: 0.16 for global batch 512 (0.08 x 512/256), warm-up 2 epochs");
   EXPECT_EQ(lr_line(choose_lr(kRecipe, 512, 4, false, 2.0, nullptr)),
             "lr: 0.02 for global batch 512 (--no-lr-scaling: --lr as given), warm-up 1 epoch");
-  const bool not_scaled = false;
+  const ResumedLrRule not_scaled{false, 128};
   EXPECT_EQ(lr_line(choose_lr(kRecipe, 512, 4, true, 2.0, &not_scaled)),
             "lr: 0.02 for global batch 512 (--lr as given: the checkpoint's run was not scaled), warm-up 1 epoch");
   EXPECT_EQ(lr_line(choose_lr(kRecipe, 256, 1, true, 2.0, nullptr)),
@@ -100,7 +119,7 @@ TEST(LrLine, SaysTheRateTheGlobalBatchAndTheWarmUp) {
 }
 
 TEST(LrLine, ShownOnSeveralGpusAndWhereverTheRuleScaled) {
-  const bool scaled = true;
+  const ResumedLrRule scaled{true, 128};
   EXPECT_FALSE(lr_line_shown(choose_lr(kRecipe, 128, 1, true, 2.0, nullptr), 1));  // one GPU prints what it did
   EXPECT_TRUE(lr_line_shown(choose_lr(kRecipe, 256, 2, true, 2.0, nullptr), 2));
   EXPECT_TRUE(lr_line_shown(choose_lr(kRecipe, 256, 2, false, 2.0, nullptr), 2));
