@@ -288,4 +288,16 @@ TEST(ImageSizeGpu, LoadersDeliverTheNormalisedBatchAt64) {
   loaders_deliver_the_normalised_batch(make_synthetic(24, 8, 9, 64).train);
 }
 
+// Fashion-MNIST at --image-size 28: grey, unpadded, cropped with a pad of 3 (crop_pad_for).
+TEST(ImageSizeGpu, LoadersDeliverTheNormalisedBatchOfGreyImagesAt28) {
+  SKIP_WITHOUT_GPU("the loaders' copies");
+  const int n = 24;
+  std::vector<uint8_t> images{0, 0, 8, 3, 0, 0, 0, n, 0, 0, 0, 28, 0, 0, 0, 28}, labels{0, 0, 8, 1, 0, 0, 0, n};
+  for (int i = 0; i < n * 28 * 28; ++i) images.push_back(static_cast<uint8_t>(mix(7, uint64_t(i)) >> 56));
+  for (int i = 0; i < n; ++i) labels.push_back(static_cast<uint8_t>(i % 10));
+  const Dataset train = parse_idx(images.data(), images.size(), "images", labels.data(), labels.size(), "labels", 28);
+  ASSERT_EQ(train_plan(train, 8, 4, 0).crop_pad, 3);
+  loaders_deliver_the_normalised_batch(train);
+}
+
 }  // namespace
