@@ -35,9 +35,10 @@ from typing import NamedTuple
 DATA = Path(__file__).resolve().parent.parent / "data"
 if str(DATA) not in sys.path:
     sys.path.insert(0, str(DATA))
-from dataset_files import (CIFAR_RECORD, MNIST_SIDE, DataError,  # noqa: E402  (data/, shared with make_folder.py)
-                           check_regular_file, fashion_mnist_dirs, find_fashion_mnist_dir, read_cifar_batch,
-                           read_file, read_idx_pair)
+from dataset_files import (CIFAR_RECORD, CIFAR_SIDE, MNIST_MAX_SIDE, MNIST_SIDE, DataError,  # noqa: E402  (data/,
+                           centre_on_canvas, check_regular_file, fashion_mnist_canvas_fits,  # shared with
+                           fashion_mnist_dirs, find_fashion_mnist_dir, read_cifar_batch, read_file,  # make_folder.py)
+                           read_idx_pair)
 
 STAGE_BLOCKS = (3, 4, 6, 3)  # bottleneck blocks per stage, as lib/pytorch_resnet.py builds them
 DTYPES = {"F32": ("f", 4), "F16": ("e", 2), "I64": ("q", 8)}
@@ -154,13 +155,16 @@ class ModelMeta(NamedTuple):
     data: str
     mean: list[float]
     std: list[float]
+    side: int = 32  # the side of the images it was trained on (bin/train --image-size)
 
 
 def model_metadata(path: str | Path, meta: dict[str, str], tensors: dict | None = None) -> ModelMeta:
     """What evaluating takes from the __metadata__ that bin/predict --export writes, parsed and checked:
     classes a whole number of at least 1 (the size of fc: the rows of the file's fc tensors, when
     `tensors` are given), input_mean and input_std JSON lists of one finite number per model channel,
-    each std above 0 (the inputs are divided by it). A problem raises SafetensorsError naming the file."""
+    each std above 0 (the inputs are divided by it), input_side (32 where the file has none) a side
+    its data set is served at: 32 for CIFAR-10, 28 plus an even number up to 64 for Fashion-MNIST (its
+    28x28 images centred on a zero canvas). A problem raises SafetensorsError naming the file."""
     for key in ("classes", "data", "input_mean", "input_std"):
         if key not in meta:
             raise SafetensorsError(path, f"no {key!r} in __metadata__ (not written by bin/predict --export?)")
@@ -174,7 +178,20 @@ def model_metadata(path: str | Path, meta: dict[str, str], tensors: dict | None 
     mean, std = _channel_values(path, meta, "input_mean"), _channel_values(path, meta, "input_std")
     if min(std) <= 0:
         raise SafetensorsError(path, f"__metadata__ input_std {meta['input_std']!r}: every std must be above 0")
-    return ModelMeta(int(meta["classes"]), meta["data"], mean, std)
+    return ModelMeta(int(meta["classes"]), meta["data"], mean, std, _input_side(path, meta))
+
+
+def _input_side(path: str | Path, meta: dict[str, str]) -> int:
+    side = meta.get("input_side", str(CIFAR_SIDE))
+    if not re.fullmatch(r"[0-9]+", side) or int(side) < 8:
+        raise SafetensorsError(path, f"__metadata__ input_side {side!r} is not a whole number of at least 8")
+    side = int(side)
+    if meta["data"] == "cifar10" and side != CIFAR_SIDE:
+        raise SafetensorsError(path, f"__metadata__ input_side {side}: CIFAR-10's images are {CIFAR_SIDE}x{CIFAR_SIDE}")
+    if meta["data"] == "fashion-mnist" and not fashion_mnist_canvas_fits(side):
+        raise SafetensorsError(path, f"__metadata__ input_side {side}: Fashion-MNIST is served at 28 plus an even "
+                                     f"number, up to {MNIST_MAX_SIDE}")
+    return side
 
 
 def _channel_values(path: str | Path, meta: dict[str, str], key: str) -> list[float]:
@@ -189,11 +206,12 @@ def _channel_values(path: str | Path, meta: dict[str, str], key: str) -> list[fl
     return [float(x) for x in v]
 
 
-def read_test_set(data: str, data_dir: str | None) -> tuple[bytes, list[int], int]:
-    """uint8 images (count x channels x 32 x 32), labels and channels of the test split, read from
+def read_test_set(data: str, data_dir: str | None, side: int = 32) -> tuple[bytes, list[int], int]:
+    """uint8 images (count x channels x side x side), labels and channels of the test split, read from
     the same files bin/train reads and checked as it checks them (a problem raises DataError, or
     OSError, naming the file): Fashion-MNIST's t10k files from --data-dir, else from the directory
-    bin/train --data auto trains on (find_fashion_mnist_dir)."""
+    bin/train --data auto trains on (find_fashion_mnist_dir), each image centred on a side x side zero
+    canvas as bin/train --image-size serves it (CIFAR-10's are 32x32)."""
     if data == "cifar10":
         raw = read_cifar_batch(Path(data_dir or "data/cifar-10-batches-bin") / "test_batch.bin")
         records = [raw[i:i + CIFAR_RECORD] for i in range(0, len(raw), CIFAR_RECORD)]
@@ -203,7 +221,7 @@ def read_test_set(data: str, data_dir: str | None) -> tuple[bytes, list[int], in
         if directory is None:
             raise InputError(f"Fashion-MNIST not found in {', '.join(fashion_mnist_dirs())}")
         _, images, labels = read_idx_pair(directory, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
-        return _pad_to_32(images[16:], MNIST_SIDE), list(labels[8:]), 1
+        return centre_on_canvas(images[16:], MNIST_SIDE, side), list(labels[8:]), 1
     raise no_test_set(data)
 
 
@@ -212,18 +230,6 @@ def no_test_set(data: str) -> SystemExit:
     callers have always had it (tests/python/test_predict_files.py catches it), in the same format."""
     return SystemExit(f"load_safetensors: error: the model was trained on {data!r}; only {' and '.join(TEST_SETS)} "
                       "have a test set to evaluate on (synthetic data is random)")
-
-
-def _pad_to_32(images: bytes, side: int) -> bytes:
-    """Each side x side image at the centre of a 32 x 32 zero canvas, as the trainer stores it."""
-    pad, out = (32 - side) // 2, bytearray()
-    for i in range(0, len(images), side * side):
-        canvas = bytearray(32 * 32)
-        for y in range(side):
-            row = (y + pad) * 32 + pad
-            canvas[row:row + side] = images[i + y * side:i + (y + 1) * side]
-        out += canvas
-    return bytes(out)
 
 
 def predicted_column(path: str) -> list[int]:
@@ -254,7 +260,7 @@ def evaluate(args: argparse.Namespace) -> int:
     # of data with no test set is refused after the torch check, as it always was).
     tensors, raw_meta = read_safetensors(args.model)
     meta = model_metadata(args.model, raw_meta, tensors)
-    test_set = read_test_set(meta.data, args.data_dir) if meta.data in TEST_SETS else None
+    test_set = read_test_set(meta.data, args.data_dir, meta.side) if meta.data in TEST_SETS else None
     theirs = predicted_column(args.compare_csv) if args.compare_csv else None
     if test_set is not None and theirs is not None and len(theirs) != len(test_set[1]):
         raise InputError(f"{args.compare_csv} has {len(theirs)} rows, the test set {len(test_set[1])}")
@@ -294,7 +300,7 @@ def evaluate(args: argparse.Namespace) -> int:
     model.to(device).eval()
 
     images, labels, channels = test_set
-    x = torch.frombuffer(bytearray(images), dtype=torch.uint8).reshape(len(labels), channels, 32, 32)
+    x = torch.frombuffer(bytearray(images), dtype=torch.uint8).reshape(len(labels), channels, meta.side, meta.side)
     mean = torch.tensor(meta.mean).view(1, MODEL_CHANNELS, 1, 1)
     std = torch.tensor(meta.std).view(1, MODEL_CHANNELS, 1, 1)
     predictions = []

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """The PyTorch reference trained to an accuracy: Fashion-MNIST with bin/train's recipe, one epoch line each.
 
-The same recipe as `bin/train --data fashion-mnist`: the 28x28 images zero-padded to 32x32, the grey
-channel given to all three inputs of the CIFAR stem, normalized with the padded training set's mean and
-standard deviation; pad-4 random crop and horizontal flip; SGD with momentum 0.9 (Nesterov), weight
+The same recipe as `bin/train --data fashion-mnist`: the 28x28 images zero-padded to 32x32 (--image-size
+N: centred on an N x N canvas, 28 to 64 with N - 28 even; 28: no padding), the grey channel given to all
+three inputs of the CIFAR stem, normalized with the mean and standard deviation of the training set as
+the model sees it (padding included); a random crop padded by N/8 (4 at 32, 3 at 28; bin/train's
+crop_pad_for) and horizontal flip; SGD with momentum 0.9 (Nesterov), weight
 decay 5e-4 on conv and linear weights only; peak lr 0.02 with a linear warm-up over the first epoch and
 a cosine decay to --min-lr; batch 128, the last partial batch dropped; after every epoch the whole test
 set, with batch norm's running statistics. The optimizations are those of one rung of
@@ -43,8 +45,12 @@ from pathlib import Path
 
 from lib.pytorch_rungs import RUNGS, look_here_last, optimizer_step
 
+DATA = Path(__file__).resolve().parent.parent / "data"
+if str(DATA) not in sys.path:
+    sys.path.insert(0, str(DATA))
+from dataset_files import MNIST_MAX_SIDE, MNIST_SIDE, fashion_mnist_canvas_fits  # noqa: E402  (bin/train's rule)
+
 TOOL = "pytorch_train"
-SIDE, MNIST_SIDE = 32, 28
 CLASSES = 10
 
 
@@ -81,16 +87,25 @@ def read_idx(path_base: Path, magic: int, dims: int) -> tuple[bytes, list[int]]:
     return raw[header:], shape
 
 
-def load_split(data_dir: Path, prefix: str):
-    """uint8 images N x 3 x 32 x 32 (padded, grey in all channels) and int64 labels of one split."""
+def input_statistics(images) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """bin/train's normalisation (src/data/normalization.cpp): the mean and population standard deviation
+    of every pixel of the training images as the model sees them, the zero border included, in [0, 1];
+    the grey channel's for all three."""
+    scaled = images[:, 0].float().div_(255)
+    return (scaled.mean().item(),) * 3, (scaled.std(unbiased=False).item(),) * 3
+
+
+def load_split(data_dir: Path, prefix: str, side: int = 32):
+    """uint8 images N x 3 x side x side (each 28x28 image centred on a zero canvas, grey in all channels)
+    and int64 labels of one split."""
     import torch
     pixels, shape = read_idx(data_dir / f"{prefix}-images-idx3-ubyte", 0x803, 3)
     labels, (n_labels,) = read_idx(data_dir / f"{prefix}-labels-idx1-ubyte", 0x801, 1)
     if shape[1:] != [MNIST_SIDE, MNIST_SIDE] or shape[0] != n_labels:
         raise ValueError(f"{data_dir}: {prefix} images {shape} and {n_labels} labels, expected N x 28 x 28 and N")
     grey = torch.frombuffer(bytearray(pixels), dtype=torch.uint8).view(shape[0], 1, MNIST_SIDE, MNIST_SIDE)
-    pad = (SIDE - MNIST_SIDE) // 2
-    images = torch.zeros(shape[0], 3, SIDE, SIDE, dtype=torch.uint8)
+    pad = (side - MNIST_SIDE) // 2
+    images = torch.zeros(shape[0], 3, side, side, dtype=torch.uint8)
     images[:, :, pad:pad + MNIST_SIDE, pad:pad + MNIST_SIDE] = grey
     y = torch.frombuffer(bytearray(labels), dtype=torch.uint8).long()
     if int(y.max()) >= CLASSES:
@@ -131,6 +146,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="the data set (Fashion-MNIST only: the accuracy comparisons are made on it)")
     p.add_argument("--data-dir", help="the idx files [bin/train's search: $FASHION_MNIST_DIR, data/fashion-mnist, "
                                       "/usr/share/datasets/fashion-mnist]")
+    p.add_argument("--image-size", type=int, default=32, metavar="N",
+                   help=f"side of the images the model sees: the 28x28 images centred on an N x N zero canvas, "
+                        f"28 to {MNIST_MAX_SIDE} with N - 28 even (28: no padding; bin/train's --image-size) [32]")
     p.add_argument("--epochs", type=int, default=15)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--lr", type=float, default=0.02)
@@ -159,6 +177,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--epochs and --batch must be at least 1, --lr positive, --warmup-epochs not negative")
     if not (0 <= args.label_smoothing < 1 and 0 <= args.ema < 1 and args.warmup_cap >= 0):
         p.error("--label-smoothing and --ema must be in [0, 1), --warmup-cap not negative")
+    if not fashion_mnist_canvas_fits(args.image_size):
+        p.error(f"--image-size {args.image_size}: Fashion-MNIST's 28x28 images are centred, never cropped: give 28 "
+                f"plus an even number, up to {MNIST_MAX_SIDE} (28, 30, 32, ...)")
     args.rung_spec = next(r for r in RUNGS if r.name == args.rung)
     return args
 
@@ -191,13 +212,12 @@ def train(args: argparse.Namespace, ranks: Ranks) -> dict:
     amp = on_gpu and rung.amp is not None
     compile_mode = rung.compile_mode if on_gpu else None
     data_dir = find_data_dir(args.data_dir)
-    train_x, train_y = load_split(data_dir, "train")
-    test_x, test_y = load_split(data_dir, "t10k")
+    train_x, train_y = load_split(data_dir, "train", args.image_size)
+    test_x, test_y = load_split(data_dir, "t10k", args.image_size)
     global_batch = args.batch * ranks.world
     if len(train_y) < global_batch:
         raise ValueError(f"{data_dir}: {len(train_y)} training images, fewer than a global batch of {global_batch}")
-    scaled = train_x[:, 0].float().div_(255)
-    mean, std = (scaled.mean().item(),) * 3, (scaled.std(unbiased=False).item(),) * 3
+    mean, std = input_statistics(train_x)
 
     torch.manual_seed(args.seed)
     torch.backends.cudnn.benchmark = rung.cudnn_benchmark

@@ -26,7 +26,9 @@ from pathlib import Path
 
 FASHION_MNIST_PACKAGE_DIR = "/usr/share/datasets/fashion-mnist"  # the Debian package dataset-fashion-mnist
 MNIST_SIDE = 28
-CIFAR_RECORD = 1 + 3 * 32 * 32
+MNIST_MAX_SIDE = 64  # the largest canvas bin/train --image-size puts Fashion-MNIST on (kFashionMnistMaxSide)
+CIFAR_SIDE = 32
+CIFAR_RECORD = 1 + 3 * CIFAR_SIDE * CIFAR_SIDE
 CLASSES = 10  # both data sets' labels are 0..9, as bin/train's readers require (kArrayClasses)
 
 
@@ -54,6 +56,25 @@ def find_fashion_mnist_dir(local: str | Path = "data/fashion-mnist") -> Path | N
     """The first of fashion_mnist_dirs(local) that holds the training images, or None: the directory
     bin/train --data auto trains on."""
     return next((Path(d) for d in fashion_mnist_dirs(local) if holds_fashion_mnist(d)), None)
+
+
+def fashion_mnist_canvas_fits(side: int) -> bool:
+    """Whether bin/train serves Fashion-MNIST at --image-size `side` (src/data/data_flags.cpp): its
+    28x28 images centred, never cropped, on a canvas at most MNIST_MAX_SIDE wide."""
+    return MNIST_SIDE <= side <= MNIST_MAX_SIDE and (side - MNIST_SIDE) % 2 == 0
+
+
+def centre_on_canvas(images: bytes, side: int, canvas: int) -> bytes:
+    """Each side x side image of `images` at the centre of a canvas x canvas zero image, (canvas - side)
+    / 2 pixels from each edge: Fashion-MNIST as bin/train serves it at --image-size `canvas`."""
+    pad, out = (canvas - side) // 2, bytearray()
+    for i in range(0, len(images), side * side):
+        image = bytearray(canvas * canvas)
+        for y in range(side):
+            row = (y + pad) * canvas + pad
+            image[row:row + side] = images[i + y * side:i + (y + 1) * side]
+        out += image
+    return bytes(out)
 
 
 def check_regular_file(path: str | Path) -> None:

@@ -39,8 +39,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO / "data") not in sys.path:  # for dataset_files when this file is imported, not run
     sys.path.insert(0, str(REPO / "data"))
-from dataset_files import (CIFAR_RECORD, MNIST_SIDE, DataError, find_fashion_mnist_dir,  # noqa: E402  (data/,
-                           holds_fashion_mnist, read_cifar_batch, read_idx_pair)  # shared with bench/)
+from dataset_files import (CIFAR_RECORD, MNIST_SIDE, DataError, centre_on_canvas,  # noqa: E402  (data/,
+                           find_fashion_mnist_dir, holds_fashion_mnist, read_cifar_batch,  # shared with bench/)
+                           read_idx_pair)
 
 FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
                    "Ankle boot"]
@@ -71,13 +72,9 @@ def fashion_split(directory: Path, images: str, labels: str, limit: int | None):
 
 
 def _fashion_images(img: bytes, lab: bytes, count: int):
-    pad = (SIDE - MNIST_SIDE) // 2
     for i in range(count):
         src = img[16 + i * MNIST_SIDE * MNIST_SIDE:16 + (i + 1) * MNIST_SIDE * MNIST_SIDE]
-        canvas = bytearray(SIDE * SIDE)
-        for y in range(MNIST_SIDE):
-            canvas[(y + pad) * SIDE + pad:(y + pad) * SIDE + pad + MNIST_SIDE] = src[y * MNIST_SIDE:(y + 1) * MNIST_SIDE]
-        yield lab[8 + i], bytes(canvas)
+        yield lab[8 + i], centre_on_canvas(src, MNIST_SIDE, SIDE)
 
 
 def cifar_split(directory: Path, files: list[str], limit: int | None):

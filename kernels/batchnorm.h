@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include <cuda_runtime.h>
 
@@ -31,6 +32,20 @@ struct BnChannelState {     // per-channel fp32 vectors of one BN layer, each of
   float* shift;             // beta - mean * scale
   float* bwd_coef;          // 3*C: dx = k_dz * dz + k_x * x + k_c
 };
+
+// Why the batch-norm kernels cannot take a tensor of shape s in t and l, "" when they can. Each
+// 16-byte vector they move holds values of one channel only: NHWC needs C, NCHW H*W, a multiple of
+// 16 / sizeof(t). In NCHW that depends on the image side (ResNet-50 at 28 has a 7x7 stage), so the
+// network asks before it is built (model/network.h); every launcher below throws it as Fatal.
+inline std::string bn_layout_refusal(Shape4 s, DType t, Layout l) {
+  const int v = static_cast<int>(16 / dtype_size(t));
+  if (l == Layout::NHWC && s.c % v != 0)
+    return "batch norm: NHWC needs channels divisible by " + std::to_string(v) + ", got " + std::to_string(s.c);
+  if (l == Layout::NCHW && (s.h * s.w) % v != 0)
+    return "batch norm: NCHW needs H*W divisible by " + std::to_string(v) + ", got " + std::to_string(s.h * s.w) +
+           " (" + std::to_string(s.h) + "x" + std::to_string(s.w) + ")";
+  return "";
+}
 
 // Scratch for the partial sums: at least bn_scratch_floats(shape) floats.
 size_t bn_scratch_floats(Shape4 s, DType t, Layout l);

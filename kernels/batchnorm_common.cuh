@@ -77,10 +77,7 @@ ReduceGrid reduce_grid(Shape4 s, Layout l) {
 
 inline void check_supported(Shape4 s, DType t, Layout l) {
   const int V = static_cast<int>(16 / dtype_size(t));
-  if (l == Layout::NHWC && s.c % V != 0)
-    throw Fatal("batch norm: NHWC needs channels divisible by " + std::to_string(V) + ", got " + std::to_string(s.c));
-  if (l == Layout::NCHW && (s.h * s.w) % V != 0)
-    throw Fatal("batch norm: NCHW needs H*W divisible by " + std::to_string(V) + ", got " + std::to_string(s.h * s.w));
+  if (const std::string why = bn_layout_refusal(s, t, l); !why.empty()) throw Fatal(why);
   // The elementwise kernels index vectors with 32 bits (a grid-stride step added on top must fit).
   if (s.count() / V >= (size_t(1) << 31))
     throw Fatal("batch norm: a tensor of " + std::to_string(s.count()) + " elements is too large (at most 2^31 " +

@@ -1,11 +1,12 @@
 """Random CIFAR-shaped data for the PyTorch reference, fed the two ways the rungs compare.
 
-- HostDataset: uint8 images in host memory, augmented one image at a time on the CPU (pad-4 random
-  crop, horizontal flip, normalize), batched by a DataLoader: the usual PyTorch input pipeline.
+- HostDataset: uint8 images in host memory, augmented one image at a time on the CPU (random crop,
+  horizontal flip, normalize), batched by a DataLoader: the usual PyTorch input pipeline.
 - GpuResidentData: the whole set as uint8 on the GPU, a batch drawn and augmented with a handful of
   batched tensor ops: no loader, no host-to-device copy per step.
 Both produce float32 NCHW batches of the images' own side, normalized with given channel statistics
-(CIFAR-10's by default; bench/pytorch_train.py passes Fashion-MNIST's).
+(CIFAR-10's by default; bench/pytorch_train.py passes Fashion-MNIST's). The random crop pads each edge
+by crop_pad(side) zero pixels and takes a window of the image's side: pad-4 at 32x32.
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ import torch.nn.functional as F
 
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)
-PAD = 4
+
+
+def crop_pad(side: int) -> int:
+    """bin/train's crop_pad_for (include/data/augment.h): side / 8, 4 at 32x32 (the CIFAR recipe's
+    pad-4 crop) and the same shift relative to the image at any other side (3 at 28x28)."""
+    return side // 8
 
 
 def random_images(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,6 +45,7 @@ class HostDataset(torch.utils.data.Dataset):
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, mean=MEAN, std=STD):
         self.images, self.labels = images, labels
         self.side = images.shape[-1]
+        self.pad = crop_pad(self.side)
         self.mean = torch.tensor(mean).view(3, 1, 1)
         self.std = torch.tensor(std).view(3, 1, 1)
 
@@ -47,8 +54,9 @@ class HostDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         # DataLoader seeds `random` per worker, so workers do not repeat each other's crops.
-        x = F.pad(self.images[i].float().div_(255), (PAD, PAD, PAD, PAD))
-        dy, dx = random.randint(0, 2 * PAD), random.randint(0, 2 * PAD)
+        pad = self.pad
+        x = F.pad(self.images[i].float().div_(255), (pad, pad, pad, pad))
+        dy, dx = random.randint(0, 2 * pad), random.randint(0, 2 * pad)
         x = x[:, dy:dy + self.side, dx:dx + self.side]
         if random.random() < 0.5:
             x = x.flip(2)
@@ -68,6 +76,7 @@ class GpuResidentData:
         self.rank, self.world = rank, world
         self.device = device
         self.side = images.shape[-1]
+        self.pad = crop_pad(self.side)
         self.mean = torch.tensor(mean, device=device).view(1, 3, 1, 1)
         self.std = torch.tensor(std, device=device).view(1, 3, 1, 1)
         self.order = torch.randperm(len(labels), device=device)
@@ -82,11 +91,12 @@ class GpuResidentData:
         first = self.pos + self.rank * self.batch
         idx = self.order[first:first + self.batch]
         self.pos += step
-        x = F.pad(self.images[idx].float().div_(255), (PAD, PAD, PAD, PAD))
+        pad = self.pad
+        x = F.pad(self.images[idx].float().div_(255), (pad, pad, pad, pad))
         b = len(idx)
         # Random crop and flip of each image as one gather: row and column indices per image.
-        dy = torch.randint(0, 2 * PAD + 1, (b, 1), device=self.device)
-        dx = torch.randint(0, 2 * PAD + 1, (b, 1), device=self.device)
+        dy = torch.randint(0, 2 * pad + 1, (b, 1), device=self.device)
+        dx = torch.randint(0, 2 * pad + 1, (b, 1), device=self.device)
         flip = torch.rand(b, 1, device=self.device) < 0.5
         s = self.side
         rows = dy + self.base

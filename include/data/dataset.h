@@ -1,5 +1,6 @@
-// Data sets as side x side uint8 images (CHW) with labels 0..K-1: held in host memory (CIFAR-10,
-// Fashion-MNIST and synthetic data at 32x32 with 10 classes; an image folder with --cache-decoded),
+// Data sets as side x side uint8 images (CHW) with labels 0..K-1: held in host memory (CIFAR-10 at
+// 32x32, Fashion-MNIST at 32x32 or --image-size, synthetic data at --image-size, each with 10
+// classes; an image folder with --cache-decoded),
 // or decoded from their files whenever a batch needs them (an image folder, image_folder.h).
 //
 // Readers validate everything before the GPU is touched: a missing, unreadable, truncated or
@@ -12,7 +13,12 @@
 #include <string>
 #include <vector>
 
-constexpr int kDefaultImageSide = 32;  // CIFAR-10 and Fashion-MNIST are served at 32x32
+constexpr int kDefaultImageSide = 32;  // CIFAR-10's side, and every data set's unless --image-size says
+// Fashion-MNIST's images are 28x28. Served at side N they sit at the centre of an N x N zero canvas,
+// (N - 28) / 2 pixels from each edge: N - 28 must be even, and N at most 64 (the canvas is held for
+// every image, and a wider border is only padding for the convolutions to work on).
+constexpr int kFashionMnistSide = 28;
+constexpr int kFashionMnistMaxSide = 64;
 constexpr int kModelChannels = 3;      // the model's stem takes 3 channels; grey is replicated
 constexpr int kArrayClasses = 10;      // classes of CIFAR-10, Fashion-MNIST and synthetic data
 
@@ -69,11 +75,13 @@ void parse_cifar10_batch(const uint8_t* bytes, size_t size, const std::string& f
                          int records = kCifarRecordsPerFile);
 
 // Fashion-MNIST idx files, gzip-compressed (the .gz files are read directly) or plain.
-// 28x28 grey images are placed at the centre of a 32x32 zero canvas (2 pixels of padding).
-DataSplit load_fashion_mnist(const std::string& dir);
+// The 28x28 grey images are placed at the centre of a side x side zero canvas (at 32, 2 pixels of
+// padding on each edge; at 28, none); an InputError for a side the canvas rule above refuses.
+DataSplit load_fashion_mnist(const std::string& dir, int side = kDefaultImageSide);
 // Parses one idx image file and its label file held in memory (already decompressed).
 Dataset parse_idx(const uint8_t* images, size_t images_size, const std::string& images_file,
-                  const uint8_t* labels, size_t labels_size, const std::string& labels_file);
+                  const uint8_t* labels, size_t labels_size, const std::string& labels_file,
+                  int side = kDefaultImageSide);
 
 // Random uint8 images (side x side) and labels for throughput runs (never for accuracy claims).
 DataSplit make_synthetic(int train_count, int test_count, uint64_t seed, int side = kDefaultImageSide);

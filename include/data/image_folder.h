@@ -29,7 +29,7 @@
 #include "data/dataset.h"
 #include "data/image_decode.h"
 
-// How images are served (--image-size also sets the side of synthetic data).
+// How images are served (--image-size also sets the side of synthetic data and Fashion-MNIST's canvas).
 struct ImageOptions {
   int side = kDefaultImageSide;   // --image-size
   bool skip_bad = false;          // --skip-bad-images

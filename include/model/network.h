@@ -1,8 +1,10 @@
 // ResNet-50 with the CIFAR stem (../shared/anchors.md): 3x3 conv 3->64 + BN + ReLU, no max-pool,
 // bottleneck stages [3, 4, 6, 3] of widths 64/128/256/512 (x4 expansion), stride 2 on the 3x3 conv
 // of the first block of stages 2-4, projection shortcut (1x1 conv + BN) where the shape changes,
-// global average pool, linear 2048 -> classes (23,520,842 parameters with 10). Any image side that is
-// a multiple of 8 (32 for CIFAR-10; the global pool makes the parameters independent of it).
+// global average pool, linear 2048 -> classes (23,520,842 parameters with 10). Any image side from 8
+// (32 for CIFAR-10; the global pool makes the parameters independent of it): each stride-2 stage runs
+// at ceil(side / 2) of the one before (28: 28, 14, 7, 4). The NCHW builds take only the sides whose
+// every stage suits their batch-norm kernels (kernels/batchnorm.h; the constructor says which).
 //
 // Two networks share this description: the training network (model/training_network.h), which
 // also runs the evaluation forward, and the inference network of bin/predict
@@ -32,7 +34,7 @@ struct NetConfig {
   ConvPolicy conv;
   ConvApi conv_api = ConvApi::Legacy;
   int classes = 10;
-  int image_side = 32;  // a multiple of 8: the stages run at side, side/2, side/4, side/8
+  int image_side = 32;  // at least 8: the stages run at side and three times ceil(half) of it (resnet50_spec.h)
   // Batch norm fused into the convolutions where cuDNN accepts the patterns (model/fused_conv.h; how
   // each network fuses: model/training_network.h, model/inference_network.h).
   bool fused_bn = false;
@@ -83,6 +85,10 @@ class Network {
   // order the constructor registers; a GPU test holds the two together).
   static TensorLayout tensor_layout(int classes);
 
+  // Throws Fatal where the network cannot run at cfg.image_side in cfg's precision and layout: below
+  // 8, or (NCHW) a stage whose H*W its batch-norm kernels cannot take, naming it. No GPU needed; the
+  // constructor checks it first.
+  static void check_image_side(const NetConfig& cfg);
   // A fresh start: the parameters initial_params(config(), seed, zero_init_residual) computes,
   // momentum 0, BN running means 0 and variances 1.
   void init_params(uint64_t seed, bool zero_init_residual = false);

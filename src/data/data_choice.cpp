@@ -134,7 +134,7 @@ ChosenData load_data_set(const std::string& which_flag, const std::string& dir, 
     d.split = load_cifar10(d.dir);
   } else if (which == "fashion-mnist") {
     d.dir = dir.empty() ? fashion_mnist_dir() : dir;
-    d.split = load_fashion_mnist(d.dir);
+    d.split = load_fashion_mnist(d.dir, images.side);
   } else if (which == "folder") {
     load_folder(dir, images, d);
   } else {

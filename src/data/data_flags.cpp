@@ -1,6 +1,8 @@
 // The rows of the shared data flags (data/data_flags.h).
 #include "data/data_flags.h"
 
+#include "data/dataset.h"  // Fashion-MNIST's canvas
+
 // One row per flag: a table, read row by row.
 const std::vector<FlagRow<DataOptions>>& data_flag_rows() {
   using Row = FlagRow<DataOptions>;
@@ -16,7 +18,7 @@ const std::vector<FlagRow<DataOptions>>& data_flag_rows() {
        [](DataOptions& o, const std::string& v) { o.data_dir = v; }},
       {"--synthetic-size", "N", "training images of --data synthetic (the test set is a fifth)", [](const DataOptions& o) { return std::to_string(o.synthetic_size); },
        [](DataOptions& o, const std::string& v) { o.synthetic_size = (int)parse_long("--synthetic-size", v, 1, 10000000); }},
-      {"--image-size", "N", "side of the images the model sees, a multiple of 8 from 8 to 1024 (--data folder: resized and centre-cropped; synthetic)", [](const DataOptions& o) { return std::to_string(o.image_size); },
+      {"--image-size", "N", "side of the images the model sees: --data folder (resized and centre-cropped) and synthetic a multiple of 8 from 8 to 1024; fashion-mnist 28 to 64 with N - 28 even (the 28x28 images centred on a zero canvas; 28: no padding); cifar10 32", [](const DataOptions& o) { return std::to_string(o.image_size); },
        [](DataOptions& o, const std::string& v) { o.image_size = (int)parse_long("--image-size", v, 8, 1024); }},
       {"--skip-bad-images", "", "--data folder: leave out files that fail the header check or do not decode (each file is decoded once at start; a warning gives their count) instead of stopping", [](const DataOptions&) { return std::string("a bad file is an error"); },
        [](DataOptions& o, const std::string&) { o.skip_bad_images = true; }},
@@ -28,11 +30,39 @@ const std::vector<FlagRow<DataOptions>>& data_flag_rows() {
   return rows;
 }
 
+namespace {
+
+// Folder and synthetic data are served at any side; multiples of 8 keep every stage of the network
+// at exactly half the side before it.
+void check_multiple_of_8(int n) {
+  if (n % 8 != 0) throw UsageError("--image-size " + std::to_string(n) + " is not a multiple of 8");
+}
+
+// Fashion-MNIST's images are padded, never cropped or resized (data/dataset.h).
+void check_fashion_mnist_size(int n) {
+  const std::string flag = "--image-size " + std::to_string(n) + ": ";
+  if (n < kFashionMnistSide)
+    throw UsageError(flag + "Fashion-MNIST's images are 28x28 and are not cropped: give 28 (no padding) or more");
+  if ((n - kFashionMnistSide) % 2 != 0)
+    throw UsageError(flag + "Fashion-MNIST's 28x28 images are centred, with as many zero pixels on every edge: give 28 "
+                     "plus an even number (28, 30, 32, ...)");
+  if (n > kFashionMnistMaxSide)
+    throw UsageError(flag + "Fashion-MNIST is served at most at " + std::to_string(kFashionMnistMaxSide) + "x" +
+                     std::to_string(kFashionMnistMaxSide) + " (a wider zero border only costs time and memory)");
+}
+
+}  // namespace
+
 void check_data_options(const DataOptions& o) {
-  if (o.image_size % 8 != 0) throw UsageError("--image-size " + std::to_string(o.image_size) + " is not a multiple of 8");
-  if (o.image_size != 32 && o.data != "folder" && o.data != "synthetic")
-    throw UsageError("--image-size applies to --data folder and synthetic: CIFAR-10 and Fashion-MNIST are 32x32 "
-                     "(`make data-folder` writes them as image folders)");
+  const int n = o.image_size;
+  if (o.data == "folder" || o.data == "synthetic")
+    check_multiple_of_8(n);
+  else if (o.data == "fashion-mnist")
+    check_fashion_mnist_size(n);
+  else if (n != kDefaultImageSide)  // cifar10, or auto (which may choose it)
+    throw UsageError("--image-size " + std::to_string(n) + " applies to --data fashion-mnist, folder and synthetic" +
+                     (o.data == "auto" ? " (name the data set: --data auto may choose CIFAR-10)" : "") +
+                     ": CIFAR-10 is 32x32 (`make data-folder` writes it as an image folder)");
   if (o.data == "folder" && o.data_dir.empty())
     throw UsageError("--data folder needs --data-dir DIR (DIR/train/<class>/..., DIR/test/<class>/...)");
 }

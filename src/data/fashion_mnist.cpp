@@ -13,8 +13,7 @@ namespace {
 
 constexpr uint32_t kIdxImagesMagic = 0x00000803;  // unsigned byte, 3 dimensions
 constexpr uint32_t kIdxLabelsMagic = 0x00000801;  // unsigned byte, 1 dimension
-constexpr int kMnistSide = 28;
-constexpr int kPad = (kDefaultImageSide - kMnistSide) / 2;
+constexpr int kMnistSide = kFashionMnistSide;
 // The largest idx file read (decompressed): 340,000 images of 28x28, over five times Fashion-MNIST's
 // training set. A .gz may be slightly larger than its content (stored blocks add 5 bytes per 64 KiB).
 constexpr size_t kMaxIdxBytes = size_t(256) << 20;
@@ -50,17 +49,26 @@ std::vector<uint8_t> read_maybe_gz(const std::string& dir, const std::string& ba
                    "); install the Debian package dataset-fashion-mnist or pass --data-dir");
 }
 
-Dataset load_pair(const std::string& dir, const std::string& images, const std::string& labels) {
+Dataset load_pair(const std::string& dir, const std::string& images, const std::string& labels, int side) {
   std::string ipath, lpath;
   const std::vector<uint8_t> ib = read_maybe_gz(dir, images, ipath);
   const std::vector<uint8_t> lb = read_maybe_gz(dir, labels, lpath);
-  return parse_idx(ib.data(), ib.size(), ipath, lb.data(), lb.size(), lpath);
+  return parse_idx(ib.data(), ib.size(), ipath, lb.data(), lb.size(), lpath, side);
+}
+
+// bin/train's options refuse such a side (data/data_flags.h); bin/predict takes the side from a
+// checkpoint, which may have been damaged.
+void check_canvas_side(int side) {
+  if (side < kMnistSide || side > kFashionMnistMaxSide || (side - kMnistSide) % 2 != 0)
+    throw InputError("Fashion-MNIST is not served at image side " + std::to_string(side) + ": its 28x28 images are "
+                     "centred on a canvas of 28 to " + std::to_string(kFashionMnistMaxSide) + " with an even border");
 }
 
 }  // namespace
 
 Dataset parse_idx(const uint8_t* images, size_t images_size, const std::string& images_file,
-                  const uint8_t* labels, size_t labels_size, const std::string& labels_file) {
+                  const uint8_t* labels, size_t labels_size, const std::string& labels_file, int side) {
+  check_canvas_side(side);
   if (images_size < 16) throw InputError(images_file + ": truncated idx header (" + std::to_string(images_size) + " bytes)");
   if (labels_size < 8) throw InputError(labels_file + ": truncated idx header (" + std::to_string(labels_size) + " bytes)");
   const uint32_t imagic = big_endian_u32(images), lmagic = big_endian_u32(labels);
@@ -90,29 +98,32 @@ Dataset parse_idx(const uint8_t* images, size_t images_size, const std::string& 
                    "Ankle boot"};
   d.count = static_cast<int>(n);
   d.channels = 1;
+  d.side = side;
   d.labels.assign(labels + 8, labels + 8 + n);
   for (uint32_t i = 0; i < n; ++i)
     if (d.labels[i] >= kArrayClasses)
       throw InputError(labels_file + ": label " + std::to_string(d.labels[i]) + " at index " + std::to_string(i) + ", expected 0..9");
+  const int pad = (side - kMnistSide) / 2;
   d.images.assign(d.image_bytes() * n, 0);
   for (uint32_t i = 0; i < n; ++i) {
     const uint8_t* src = images + 16 + pix * i;
     uint8_t* dst = d.images.data() + d.image_bytes() * i;
     for (int y = 0; y < kMnistSide; ++y)
-      std::memcpy(dst + (y + kPad) * kDefaultImageSide + kPad, src + y * kMnistSide, kMnistSide);
+      std::memcpy(dst + size_t(y + pad) * side + pad, src + y * kMnistSide, kMnistSide);
   }
   return d;
 }
 
-DataSplit load_fashion_mnist(const std::string& dir) {
+DataSplit load_fashion_mnist(const std::string& dir, int side) {
+  check_canvas_side(side);  // before the files are read
   struct stat st{};
   if (dir.empty() || stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw InputError("Fashion-MNIST directory '" + dir +
                      "' not found: install the Debian package dataset-fashion-mnist "
                      "(sudo apt-get install dataset-fashion-mnist) or pass --data-dir");
   DataSplit s;
-  s.train = load_pair(dir, "train-images-idx3-ubyte", "train-labels-idx1-ubyte");
-  s.test = load_pair(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte");
+  s.train = load_pair(dir, "train-images-idx3-ubyte", "train-labels-idx1-ubyte", side);
+  s.test = load_pair(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", side);
   return s;
 }
 

@@ -22,7 +22,7 @@ struct BlockDims {
   int stage, index;
   int in_c, width, out_c;
   int side, stride;
-  int out_side() const { return side / stride; }
+  int out_side() const { return (side + stride - 1) / stride; }  // what the strided conv gives
 };
 
 std::vector<BlockDims> blocks() {
@@ -33,7 +33,7 @@ std::vector<BlockDims> blocks() {
       const int stride = (s > 0 && i == 0) ? 2 : 1, w = kStageWidths[s];
       b.push_back({s + 1, i, in_c, w, w * kExpansion, side, stride});
       in_c = w * kExpansion;
-      side /= stride;
+      side = b.back().out_side();
     }
   return b;
 }

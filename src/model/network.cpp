@@ -80,10 +80,31 @@ std::vector<ConvUnit*> ResNetLayers::convs() {
 }
 
 // ---- the network --------------------------------------------------------------------------------
+void Network::check_image_side(const NetConfig& cfg) {
+  // Three stride-2 stages take the side to ceil(side / 8): at 8 the last stage is 1x1, the smallest
+  // side --image-size takes.
+  if (cfg.image_side < 8) throw Fatal("ResNet-50: image side " + std::to_string(cfg.image_side) + " is below 8");
+  // Every BN's tensor against the batch-norm kernels' layout rule (kernels/batchnorm.h): in NCHW it
+  // depends on the side, and a side they cannot take is then one message at start rather than a
+  // failure in the first step.
+  const NetSpec spec = resnet50_spec(cfg);
+  std::vector<std::pair<std::string, Shape4>> bns{{spec.stem_bn.name, spec.stem.g.output()}};
+  std::string sides = std::to_string(cfg.image_side);
+  for (const BlockSpec& b : spec.blocks) {
+    bns.insert(bns.end(), {{b.b1.name, b.mid1}, {b.b2.name, b.mid2}, {b.b3.name, b.out}});  // bdown's is b3's
+    if (b.out.h != b.in.h) sides += ", " + std::to_string(b.out.h);
+  }
+  for (const auto& [name, shape] : bns) {
+    const std::string why = bn_layout_refusal(shape, cfg.dtype, cfg.layout);
+    if (why.empty()) continue;
+    throw Fatal("ResNet-50 at image side " + std::to_string(cfg.image_side) + " (stages at " + sides + "): " + name +
+                ": " + why + "; this " + layout_name(cfg.layout) + " build takes a side whose every stage qualifies "
+                "(32 does)" + (cfg.layout == Layout::NCHW ? ", the NHWC builds (bin/train) any side" : ""));
+  }
+}
+
 Network::Network(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache, bool training) : cfg_(cfg), ctx_(ctx) {
-  // Three stride-2 stages: the side must halve exactly three times.
-  if (cfg.image_side < 8 || cfg.image_side % 8 != 0)
-    throw Fatal("ResNet-50: image side " + std::to_string(cfg.image_side) + " is not a positive multiple of 8");
+  check_image_side(cfg);
   layers_ = std::make_unique<ResNetLayers>(build_layers(cfg, params_));
   params_.allocate(cfg.dtype, training);
   running_ = DeviceBuffer(layers_->running_count * sizeof(float), "BN running statistics");

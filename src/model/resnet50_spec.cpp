@@ -17,16 +17,18 @@ NetSpec resnet50_spec(const NetConfig& cfg) {
   for (int s = 0; s < 4; ++s) {
     for (int i = 0; i < kStageBlocks[s]; ++i) {
       const int stride = (s > 0 && i == 0) ? 2 : 1, w = kStageWidths[s], out_c = w * kExpansion;
-      const int out_side = side / stride;
       const std::string p = "layer" + std::to_string(s + 1) + "." + std::to_string(i) + ".";
       BlockSpec b;
+      b.c2 = {p + "conv2", {N, w, side, side, w, 3, stride, 1}};
+      // The side the stride-2 conv gives, ceil(side / 2) (28 -> 14 -> 7 -> 4): its pad-1 3x3 windows
+      // and the shortcut's pad-0 1x1 windows both start at every other pixel, so the two agree.
+      const int out_side = b.c2.g.out_h();
       b.in = {N, in_c, side, side};
       b.mid1 = {N, w, side, side};
       b.mid2 = {N, w, out_side, out_side};
       b.out = {N, out_c, out_side, out_side};
       b.c1 = {p + "conv1", {N, in_c, side, side, w, 1, 1, 0}};
       b.b1 = {p + "bn1", w};
-      b.c2 = {p + "conv2", {N, w, side, side, w, 3, stride, 1}};
       b.b2 = {p + "bn2", w};
       b.c3 = {p + "conv3", {N, w, out_side, out_side, out_c, 1, 1, 0}};
       b.b3 = {p + "bn3", out_c};

@@ -164,8 +164,9 @@ void SetUp::print_data_lines() const {
   const Normalization& n = s_.norm;
   const char* channels = train.channels == 1 ? "grey (replicated to 3 channels)" : "3 channels";
   if (train.name != "folder") {
-    std::printf("data: %s from %s: %d train, %d test images, %s, mean %.4f std %.4f\n", train.name.c_str(),
-                s_.data.dir.c_str(), train.count, s_.data.split.test.count, channels, n.mean[0], n.stdev[0]);
+    std::printf("data: %s from %s: %d train, %d test images, %dx%d, %s, mean %.4f std %.4f\n", train.name.c_str(),
+                s_.data.dir.c_str(), train.count, s_.data.split.test.count, train.side, train.side, channels, n.mean[0],
+                n.stdev[0]);
     return;
   }
   std::printf("data: folder %s: %s train, %s test images, %d classes, %dx%d, %s, %s\n", s_.data.dir.c_str(),

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -234,19 +235,22 @@ void write_mnist_dir(const TempDir& dir, bool gz) {
   put("t10k-labels-idx1-ubyte", idx_labels(kTestN));
 }
 
-// Every 28x28 image sits at offset (2, 2) of a zero 32x32 canvas, one channel.
-void expect_mnist_set(const Dataset& d, int n) {
+// Every 28x28 image sits at offset (p, p) of a zero canvas of `side` = 28 + 2p (32 by default: p = 2),
+// one channel.
+void expect_mnist_set(const Dataset& d, int n, int side = 32) {
+  const int p = (side - 28) / 2;
   EXPECT_EQ(d.name, "fashion-mnist");
   ASSERT_EQ(d.count, n);
   ASSERT_EQ(d.channels, 1);
-  ASSERT_EQ(d.images.size(), size_t(n) * 32 * 32);
+  ASSERT_EQ(d.side, side);
+  ASSERT_EQ(d.images.size(), size_t(n) * side * side);
   for (int i = 0; i < n; ++i) {
     EXPECT_EQ(d.labels[i], (i * 3) % kArrayClasses);
-    for (int y = 0; y < 32; ++y)
-      for (int x = 0; x < 32; ++x) {
-        const bool inside = y >= 2 && y < 30 && x >= 2 && x < 30;
-        const uint8_t want = inside ? mnist_pixel(i, y - 2, x - 2) : 0;
-        ASSERT_EQ(d.image(i)[y * 32 + x], want) << "image " << i << " at (" << x << ", " << y << ")";
+    for (int y = 0; y < side; ++y)
+      for (int x = 0; x < side; ++x) {
+        const bool inside = y >= p && y < p + 28 && x >= p && x < p + 28;
+        const uint8_t want = inside ? mnist_pixel(i, y - p, x - p) : 0;
+        ASSERT_EQ(d.image(i)[y * side + x], want) << "image " << i << " at (" << x << ", " << y << ")";
       }
   }
 }
@@ -265,6 +269,46 @@ TEST(FashionMnistReader, LoadsPlainFiles) {
   const DataSplit s = load_fashion_mnist(dir.path);
   expect_mnist_set(s.train, kTrainN);
   expect_mnist_set(s.test, kTestN);
+}
+
+// --image-size N: the same images on an N x N canvas; 28 is the images as the files hold them.
+TEST(FashionMnistReader, ServesTheImagesCentredAtTheSideAskedFor) {
+  TempDir dir;
+  write_mnist_dir(dir, true);
+  for (const int side : {28, 30, 64}) {
+    SCOPED_TRACE("side " + std::to_string(side));
+    const DataSplit s = load_fashion_mnist(dir.path, side);
+    expect_mnist_set(s.train, kTrainN, side);
+    expect_mnist_set(s.test, kTestN, side);
+  }
+}
+
+// bin/train's options refuse such sides first; bin/predict's come from a checkpoint.
+TEST(FashionMnistReader, RefusesASideItCannotCentreTheImagesOn) {
+  TempDir dir;
+  write_mnist_dir(dir, true);
+  for (const int side : {26, 27, 29, 66})
+    EXPECT_HAS(input_error_of([&] { load_fashion_mnist(dir.path, side); }),
+               "Fashion-MNIST is not served at image side " + std::to_string(side));
+  const std::vector<uint8_t> images = idx_images(2), labels = idx_labels(2);
+  EXPECT_HAS(input_error_of([&] { parse_idx(images.data(), images.size(), "img", labels.data(), labels.size(), "lab", 31); }),
+             "centred on a canvas of 28 to 64 with an even border");
+}
+
+// The statistics are those of the images as the model sees them (src/data/normalization.cpp), the
+// zero border included, as bench/pytorch_train.py computes them: at 32 the same pixel sums as at 28,
+// over (32/28)^2 times as many pixels.
+TEST(FashionMnistReader, NormalisationCountsTheBorderAsTheModelSeesIt) {
+  TempDir dir;
+  write_mnist_dir(dir, true);
+  const Normalization at28 = compute_normalization(load_fashion_mnist(dir.path, 28).train);
+  const Normalization at32 = compute_normalization(load_fashion_mnist(dir.path, 32).train);
+  const double area = 28.0 * 28.0 / (32.0 * 32.0);
+  EXPECT_NEAR(at32.mean[0], at28.mean[0] * area, 1e-6);
+  const double sq28 = double(at28.stdev[0]) * at28.stdev[0] + double(at28.mean[0]) * at28.mean[0];  // E[x^2]
+  const double sq32 = double(at32.stdev[0]) * at32.stdev[0] + double(at32.mean[0]) * at32.mean[0];
+  EXPECT_NEAR(sq32, sq28 * area, 1e-6);
+  EXPECT_GT(at28.mean[0], at32.mean[0]) << "no zero border to pull the mean down";
 }
 
 TEST(FashionMnistReader, WrongMagicNamesFile) {
@@ -422,9 +466,14 @@ TEST(FashionMnistReader, RealDataSetHasBalancedClasses) {
     EXPECT_EQ(train_hist[c], 6000) << "class " << c;
     EXPECT_EQ(test_hist[c], 1000) << "class " << c;
   }
-  // The 2-pixel border of the canvas is padding, never image.
+  // The 2-pixel border of the canvas is padding, never image; at 28 there is none.
   for (int i = 0; i < s.train.count; i += 997)
     for (int x = 0; x < 32; ++x) ASSERT_EQ(s.train.image(i)[x], 0) << "image " << i;
+  const DataSplit unpadded = load_fashion_mnist(dir, 28);
+  ASSERT_EQ(unpadded.test.count, 10000);
+  for (int i = 0; i < 10000; i += 997)
+    for (int y = 0; y < 28; ++y)
+      ASSERT_EQ(std::memcmp(unpadded.test.image(i) + y * 28, s.test.image(i) + (y + 2) * 32 + 2, 28), 0) << "image " << i;
 }
 
 // ---- normalization and synthetic data -------------------------------------------------------------

@@ -42,6 +42,12 @@ const ConvCase kConvCases[] = {
     {"3x3s2", {4, 16, 16, 16, 32, 3, 2, 1}},    // first 3x3 of stages 2-4
     {"1x1s2", {4, 32, 16, 16, 64, 1, 2, 0}},    // projection shortcut
     {"stem", {4, 3, 16, 16, 64, 3, 1, 1}},      // 3 -> 64 stem
+    // Odd sides, as at --image-size 28 (stages 28, 14, 7, 4): a 7x7 stage, and the stride-2 convs
+    // into it (14 -> 7) and out of it (7 -> 4), where the last window reaches into the padding.
+    {"3x3_7x7", {4, 16, 7, 7, 16, 3, 1, 1}},
+    {"3x3s2_14to7", {4, 16, 14, 14, 32, 3, 2, 1}},
+    {"3x3s2_7to4", {4, 16, 7, 7, 32, 3, 2, 1}},
+    {"1x1s2_7to4", {4, 32, 7, 7, 64, 1, 2, 0}},
 };
 
 using ConvParam = std::tuple<ConvCase, Precision, Layout, AlgoPolicy, ConvApi>;

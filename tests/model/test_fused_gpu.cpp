@@ -33,10 +33,16 @@ struct Case {
   const char* name;
   ConvGeometry g;
 };
+// The last four: the odd sides of --image-size 28 (stages 28, 14, 7, 4), where N*H*W is odd per
+// image and the stride-2 conv's last window reaches into the padding.
 const Case kCases[] = {{"3x3", {8, 64, 8, 8, 64, 3, 1, 1}},
                        {"1x1_expand", {8, 64, 8, 8, 256, 1, 1, 0}},
                        {"1x1_reduce", {8, 256, 8, 8, 64, 1, 1, 0}},
-                       {"3x3_stride2", {8, 128, 8, 8, 128, 3, 2, 1}}};
+                       {"3x3_stride2", {8, 128, 8, 8, 128, 3, 2, 1}},
+                       {"3x3_7x7", {8, 64, 7, 7, 64, 3, 1, 1}},
+                       {"1x1_expand_7x7", {8, 64, 7, 7, 256, 1, 1, 0}},
+                       {"3x3_stride2_14to7", {8, 128, 14, 14, 128, 3, 2, 1}},
+                       {"3x3_stride2_7to4", {8, 128, 7, 7, 128, 3, 2, 1}}};
 
 // The fp16 values the GPU holds, in NCHW, and the device copy in NHWC.
 struct Act {
@@ -264,8 +270,8 @@ TEST_P(GemmGpu, GemmBnReluAppliesTheReluInTheEpilogue) { check_gemm(FusedPattern
 
 TEST_P(GemmGpu, GemmBnAddReluReadsTheResidualAsC) { check_gemm(FusedPattern::GemmBnAddRelu, GetParam().g); }
 
-// The network's 1x1 convs: a GEMM runs no other.
-const Case kGemmCases[] = {kCases[1], kCases[2]};
+// The network's 1x1 convs: a GEMM runs no other (the last at 7x7: M = N*H*W odd per image).
+const Case kGemmCases[] = {kCases[1], kCases[2], kCases[5]};
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmGpu, testing::ValuesIn(kGemmCases),
                          [](const testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 

@@ -223,7 +223,14 @@ class BadMetadata(Base):
                        ("[NaN,0.5,0.5]", "finite numbers"), ("[true,0.5,0.5]", "finite numbers")],
         "input_std": [("[0.25,0,0.25]", "__metadata__ input_std '[0.25,0,0.25]': every std must be above 0"),
                       ("[-1,1,1]", "must be above 0"), ("[0.25,0.25,0.25,0.25]", "not a JSON list of 3")],
+        "input_side": [("thirty", "__metadata__ input_side 'thirty' is not a whole number of at least 8"),
+                       ("4", "at least 8"), ("-32", "at least 8"), ("", "at least 8")],
     }
+    # The side a data set's test images are served at, as bin/train --image-size takes it.
+    BAD_SIDES = [("fashion-mnist", "29", "__metadata__ input_side 29: Fashion-MNIST is served at 28 plus an even "
+                                         "number, up to 64"),
+                 ("fashion-mnist", "26", "28 plus an even number"), ("fashion-mnist", "66", "up to 64"),
+                 ("cifar10", "28", "__metadata__ input_side 28: CIFAR-10's images are 32x32")]
 
     def test_each_bad_value_is_one_line_naming_the_file(self):
         for key, cases in self.BAD.items():
@@ -232,9 +239,17 @@ class BadMetadata(Base):
                     path = self.model(**{key: value})
                     self.assertOneLineError(self.run_script(str(path)), path, problem)
 
+    def test_a_side_its_data_set_is_not_served_at_is_one_line_naming_the_file(self):
+        for data, side, problem in self.BAD_SIDES:
+            with self.subTest(data=data, side=side):
+                path = self.model(data=data, input_side=side)
+                self.assertOneLineError(self.run_script(str(path)), path, problem)
+
     def test_good_metadata_is_parsed(self):
         self.assertEqual(load_safetensors.model_metadata("f", META),
-                         load_safetensors.ModelMeta(10, "synthetic", [0.5] * 3, [0.25] * 3))
+                         load_safetensors.ModelMeta(10, "synthetic", [0.5] * 3, [0.25] * 3, 32))
+        for data, side in (("fashion-mnist", "28"), ("fashion-mnist", "30"), ("synthetic", "64"), ("cifar10", "32")):
+            self.assertEqual(load_safetensors.model_metadata("f", dict(META, data=data, input_side=side)).side, int(side))
 
 
 class BadTestSet(Base):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tests.python import BENCH
 from tests.python.predict_samples import PREDICT, UNIT_TESTS, sample_running, sample_value, samples
+from tests.python.test_data_scripts import write_fashion_mnist
 
 import load_safetensors  # bench/, on sys.path through tests/python/__init__.py
 
@@ -203,6 +204,19 @@ class LoadScriptData(unittest.TestCase):
         border = [first[y * 32 + x] for y in range(32) for x in range(32) if min(x, y) < 2 or max(x, y) > 29]
         self.assertEqual(set(border), {0}, "the 2-pixel border is empty")
         self.assertGreater(sum(first), 0)
+
+    def test_fashion_mnist_at_the_side_the_model_was_trained_at(self):
+        with tempfile.TemporaryDirectory() as d:
+            write_fashion_mnist(Path(d), test=3)
+            images28, labels, channels = load_safetensors.read_test_set("fashion-mnist", d, 28)
+            images30, _, _ = load_safetensors.read_test_set("fashion-mnist", d, 30)
+        self.assertEqual((labels, channels, len(images28), len(images30)), ([0, 1, 2], 1, 3 * 28 * 28, 3 * 30 * 30))
+        self.assertEqual(images28, bytes((i * 7) % 256 for i in range(3 * 28 * 28)), "28: the images as the files hold them")
+        second = images30[900:1800]
+        self.assertEqual([second[(y + 1) * 30 + 1:(y + 1) * 30 + 29] for y in range(28)],
+                         [images28[784 + y * 28:784 + (y + 1) * 28] for y in range(28)], "30: one zero pixel each edge")
+        self.assertEqual(sum(second[:30]) + sum(second[-30:]) + sum(second[y * 30] + second[y * 30 + 29] for y in range(30)),
+                         0)
 
     def test_cifar10_test_batch(self):
         with tempfile.TemporaryDirectory() as d:

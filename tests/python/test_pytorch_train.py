@@ -109,10 +109,18 @@ class Flags(unittest.TestCase):
                             (["--data", "cifar10"], "invalid choice: 'cifar10'"),
                             (["--epochs", "0"], "--epochs and --batch must be at least 1"),
                             (["--ema", "1"], "--label-smoothing and --ema must be in [0, 1)"),
-                            (["--label-smoothing", "-0.1"], "--label-smoothing and --ema must be in [0, 1)")):
+                            (["--label-smoothing", "-0.1"], "--label-smoothing and --ema must be in [0, 1)"),
+                            (["--image-size", "29"], "--image-size 29: Fashion-MNIST's 28x28 images are centred"),
+                            (["--image-size", "26"], "give 28 plus an even number, up to 64"),
+                            (["--image-size", "66"], "give 28 plus an even number, up to 64")):
             r = self.run_flags(*flags)
             self.assertEqual(r.returncode, 2, flags)
             self.assertIn(said, r.stderr)
+
+    def test_image_size_is_bin_trains_fashion_mnist_sides(self):
+        self.assertEqual(pt.parse_args([]).image_size, 32)  # as bin/train: nothing changes unless asked
+        for n in (28, 30, 32, 64):
+            self.assertEqual(pt.parse_args(["--image-size", str(n)]).image_size, n)
 
     def test_zero_init_residual_is_off_unless_given_and_takes_no_value(self):
         self.assertFalse(pt.parse_args([]).zero_init_residual)
@@ -142,6 +150,31 @@ class ZeroInitResidual(unittest.TestCase):
             self.assertEqual(float(p.abs().max() if name in last else (p - 1).abs().max()), 0.0, name)
         self.assertTrue(all(float((p - 1).abs().max()) == 0.0
                             for n, p in plain.named_parameters() if n in bn_scales), "without the flag: every scale 1")
+
+
+@unittest.skipUnless(importlib.util.find_spec("torch"),
+                     "PyTorch is not installed here: the images are read into torch tensors")
+class ImageSize(unittest.TestCase):
+    """--image-size as bin/train serves Fashion-MNIST: the 28x28 images centred on the canvas, the statistics
+    over what the model sees (border included), the crop padded by side / 8."""
+
+    def test_the_images_statistics_and_crop_pad_follow_the_side(self):
+        import torch
+        from lib.pytorch_data import crop_pad
+        with tempfile.TemporaryDirectory() as d:
+            tiny_fashion_mnist(Path(d), 12, 4)
+            x28, y28 = pt.load_split(Path(d), "train", 28)
+            x32, y32 = pt.load_split(Path(d), "train", 32)
+        self.assertEqual((tuple(x28.shape), tuple(x32.shape)), ((12, 3, 28, 28), (12, 3, 32, 32)))
+        self.assertTrue(torch.equal(x32[:, :, 2:30, 2:30], x28) and torch.equal(y28, y32))
+        self.assertEqual(int(x32.sum()), int(x28.sum()), "the border is zero")
+        self.assertEqual((crop_pad(28), crop_pad(32), crop_pad(64)), (3, 4, 8))  # bin/train's crop_pad_for
+        # bin/train's statistics at 32 (tests/data/test_data_readers.cpp): the same sums over (32/28)^2 the pixels.
+        (m28, *_), (s28, *_) = pt.input_statistics(x28)
+        (m32, *_), (s32, *_) = pt.input_statistics(x32)
+        area = 28 * 28 / (32 * 32)
+        self.assertAlmostEqual(m32, m28 * area, places=5)
+        self.assertAlmostEqual(s32 ** 2 + m32 ** 2, (s28 ** 2 + m28 ** 2) * area, places=5)
 
 
 @unittest.skipUnless(importlib.util.find_spec("torch"),
@@ -180,6 +213,11 @@ class TinyRun(unittest.TestCase):
 
     def test_the_recipe_flags_train_and_evaluate(self):
         events, _ = self.run_tiny("--label-smoothing", "0.1", "--ema", "0.9", "--tta-flip", "--zero-init-residual")
+        self.assertEqual([j["event"] for j in events], ["first_step", "epoch", "epoch", "summary"])
+        self.assertTrue(all(0 <= j["test_acc"] <= 1 for j in events[1:3]), events)
+
+    def test_image_size_28_trains_on_the_unpadded_images(self):
+        events, _ = self.run_tiny("--image-size", "28")
         self.assertEqual([j["event"] for j in events], ["first_step", "epoch", "epoch", "summary"])
         self.assertTrue(all(0 <= j["test_acc"] <= 1 for j in events[1:3]), events)
 

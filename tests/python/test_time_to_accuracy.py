@@ -176,6 +176,16 @@ class Rows(unittest.TestCase):
         self.assertEqual(specs[3].command(1, [])[:7], [sys.executable, "-m", "torch.distributed.run", "--standalone",
                                                        "--nproc-per-node", "2", script])
 
+    def test_image_size_reaches_both_programs_and_means_the_same_to_pytorch_train(self):
+        import pytorch_train
+        flags = ["--data", "fashion-mnist", "--image-size", "28"]
+        for spec in tta.row_specs(["bin/train"], [GRAPHS], [1, 2]):
+            command = spec.command(0, flags)
+            self.assertEqual(command[command.index("--image-size") + 1], "28", spec.name)
+            if spec.pytorch:  # what the script's own parser makes of its part of the command
+                args = pytorch_train.parse_args(command[command.index(str(tta.PYTORCH_TRAIN)) + 1:])
+                self.assertEqual((args.image_size, args.data, args.seed, args.json), (28, "fashion-mnist", 0, True))
+
 
 # A trainer that prints bin/train's --json lines at once: 3 epochs, the accuracy rising with --gpus and
 # the seed, its command line appended to calls.log; --seed 13 fails as a rank would.

@@ -61,11 +61,30 @@ void check_conv_gradients(const ref::ConvDims& g, uint64_t seed) {
 TEST(ReferenceConv, Stride2Pad1MatchesFiniteDifferences) {
   check_conv_gradients({2, 3, 5, 5, 4, 3, 3, 2, 1}, 1);  // odd side: the last window hits the padding
   check_conv_gradients({2, 3, 6, 6, 4, 3, 3, 2, 1}, 2);
+  check_conv_gradients({2, 3, 7, 7, 4, 3, 3, 2, 1}, 9);  // ResNet-50's last stage at --image-size 28: 7x7 -> 4x4
+}
+
+// What the network's spec relies on (model/resnet50_spec.h): at an odd side the 3x3 stride-2 pad-1
+// conv and the 1x1 stride-2 pad-0 projection both give ceil(side / 2), windows at the same pixels.
+TEST(ReferenceConv, BothStride2ConvsGiveHalfTheSideRoundedUp) {
+  for (const int side : {6, 7, 14, 3}) {
+    const ref::ConvDims three{1, 1, side, side, 1, 3, 3, 2, 1}, one{1, 1, side, side, 1, 1, 1, 2, 0};
+    EXPECT_EQ(three.out_h(), (side + 1) / 2) << side;
+    EXPECT_EQ(one.out_h(), (side + 1) / 2) << side;
+  }
+  // A 1 at pixel (6, 6) of a 7x7 image reaches output (3, 3) of both: the centre tap of the 3x3 and the 1x1.
+  ref::Vec x(49, 0.0);
+  x[48] = 1;
+  const ref::Vec y3 = ref::conv2d_forward({1, 1, 7, 7, 1, 3, 3, 2, 1}, x, ref::Vec{0, 0, 0, 0, 1, 0, 0, 0, 0});
+  const ref::Vec y1 = ref::conv2d_forward({1, 1, 7, 7, 1, 1, 1, 2, 0}, x, ref::Vec{1});
+  EXPECT_EQ(y3, y1);
+  EXPECT_EQ(y1[15], 1);
 }
 
 TEST(ReferenceConv, OtherShapesMatchFiniteDifferences) {
   check_conv_gradients({2, 4, 4, 4, 3, 1, 1, 1, 0}, 3);  // 1x1
   check_conv_gradients({2, 4, 6, 6, 3, 1, 1, 2, 0}, 4);  // 1x1 stride 2 (projection shortcut)
+  check_conv_gradients({2, 4, 7, 7, 3, 1, 1, 2, 0}, 8);  // the projection at an odd side: 7x7 -> 4x4 (--image-size 28)
   check_conv_gradients({1, 2, 5, 4, 3, 3, 2, 1, 1}, 5);  // rectangular filter and input
   check_conv_gradients({1, 3, 7, 7, 2, 7, 7, 2, 3}, 6);  // a 7x7 stem
 }

@@ -231,17 +231,40 @@ TEST(Options, FolderDataNeedsItsDirectory) {
   EXPECT_EQ(parse({"--data", "folder", "--data-dir", "imgs"}).data, "folder");
 }
 
-// --image-size: a multiple of 8 (the model halves the side three times), for the data sets that can
-// be served at any size (an image folder is resized, synthetic data generated at it).
+// --image-size: a multiple of 8 (every stage of the model at exactly half the side before it) for
+// the data sets that can be served at any size (an image folder is resized, synthetic data generated
+// at it).
 TEST(Options, ImageSizeIsAMultipleOfEightForFolderOrSyntheticData) {
   EXPECT_EQ(parse({"--data", "folder", "--data-dir", "d", "--image-size", "224"}).image_size, 224);
   EXPECT_EQ(parse({"--data", "synthetic", "--image-size", "8"}).image_size, 8);
   EXPECT_HAS(usage_error({"--data", "folder", "--data-dir", "d", "--image-size", "100"}), "--image-size 100 is not a multiple of 8");
+  EXPECT_HAS(usage_error({"--data", "synthetic", "--image-size", "28"}), "--image-size 28 is not a multiple of 8");
   EXPECT_HAS(usage_error({"--data", "synthetic", "--image-size", "0"}), "--image-size");
   EXPECT_HAS(usage_error({"--data", "synthetic", "--image-size", "1032"}), "out of range");
-  for (const char* data : {"auto", "cifar10", "fashion-mnist"})
-    EXPECT_HAS(usage_error({"--data", data, "--image-size", "64"}), "--image-size applies to --data folder and synthetic");
+}
+
+// Fashion-MNIST's 28x28 images are centred on a zero canvas of the side asked for: 28 (none) to 64,
+// as many zero pixels on every edge.
+TEST(Options, ImageSizeOfFashionMnistIsItsSidePlusAnEvenBorder) {
+  for (const int n : {28, 30, 32, 64})
+    EXPECT_EQ(parse({"--data", "fashion-mnist", "--image-size", std::to_string(n)}).image_size, n) << n;
+  EXPECT_EQ(parse({"--data", "fashion-mnist"}).image_size, 32) << "the default: nothing changes unless asked";
+  for (const char* n : {"27", "26", "8"})
+    EXPECT_HAS(usage_error({"--data", "fashion-mnist", "--image-size", n}),
+               "--image-size " + std::string(n) + ": Fashion-MNIST's images are 28x28 and are not cropped");
+  for (const char* n : {"29", "31", "33"})
+    EXPECT_HAS(usage_error({"--data", "fashion-mnist", "--image-size", n}), "give 28 plus an even number (28, 30, 32, ...)");
+  EXPECT_HAS(usage_error({"--data", "fashion-mnist", "--image-size", "66"}), "served at most at 64x64");
+}
+
+// CIFAR-10 is 32x32 only; --data auto may choose it, so another side needs the data set named.
+TEST(Options, ImageSizeOfCifar10IsThirtyTwo) {
   EXPECT_EQ(parse({"--data", "cifar10", "--image-size", "32"}).image_size, 32);
+  EXPECT_HAS(usage_error({"--data", "cifar10", "--image-size", "64"}),
+             "--image-size 64 applies to --data fashion-mnist, folder and synthetic: CIFAR-10 is 32x32");
+  const std::string m = usage_error({"--image-size", "28"});
+  EXPECT_HAS(m, "name the data set: --data auto may choose CIFAR-10");
+  EXPECT_EQ(m.find('\n'), std::string::npos) << "one line";
 }
 
 TEST(Options, BadDataNameIsNamed) {

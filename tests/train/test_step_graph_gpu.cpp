@@ -223,7 +223,7 @@ struct TrainingRun {
       average->start_from(net->params(), ctx.stream);
     }
     graph.drop_memsets_into(net->statistics_kept_zero());  // as the trainer does
-    images = DeviceBuffer(size_t(cfg.batch) * 3 * 32 * 32 * dtype_size(cfg.dtype), "test images");
+    images = DeviceBuffer(size_t(cfg.batch) * 3 * cfg.image_side * cfg.image_side * dtype_size(cfg.dtype), "test images");
     labels = DeviceBuffer(size_t(cfg.batch) * sizeof(int32_t), "test labels");
     counters = DeviceBuffer(sizeof(DeviceCounters), "test counters");
     history = DeviceBuffer(kSteps * sizeof(float), "test loss history");
@@ -256,11 +256,11 @@ struct TrainingRun {
   }
 };
 
-// A random batch of normalized pixels in the network's element type, and labels.
-void make_batch(int i, DType t, std::vector<uint8_t>& image_bytes, std::vector<int32_t>& y) {
+// A random batch of normalized side x side pixels in the network's element type, and labels.
+void make_batch(int i, DType t, int side, std::vector<uint8_t>& image_bytes, std::vector<int32_t>& y) {
   std::mt19937_64 rng(1234 + i);
   std::normal_distribution<float> pixel(0.f, 1.f);
-  const size_t n = size_t(kBatch) * 3 * 32 * 32;
+  const size_t n = size_t(kBatch) * 3 * side * side;
   image_bytes.resize(n * dtype_size(t));
   for (size_t e = 0; e < n; ++e) {
     const float v = pixel(rng);
@@ -291,7 +291,7 @@ void train_side_by_side(TrainingRun& a, TrainingRun& b, DType t, double peak) {
   std::vector<uint8_t> image_bytes;
   std::vector<int32_t> y;
   for (int i = 0; i < kSteps; ++i) {
-    make_batch(i, t, image_bytes, y);
+    make_batch(i, t, a.net->config().image_side, image_bytes, y);
     a.step(i, image_bytes, y, schedule);
     b.step(i, image_bytes, y, schedule);
     if (i + 1 == kEvalAfter) {
@@ -394,7 +394,7 @@ TEST(GpuStepGraphRecipe, WeightAverageAndLabelSmoothingReplayBitForBit) {
   // One more step, replayed: average after = d * average before + (1 - d) * the weights after.
   std::vector<uint8_t> image_bytes;
   std::vector<int32_t> y;
-  make_batch(kSteps, cfg.dtype, image_bytes, y);
+  make_batch(kSteps, cfg.dtype, cfg.image_side, image_bytes, y);
   const std::vector<float> b = replayed.average->download();
   const Vec before(b.begin(), b.end());
   replayed.step(kSteps, image_bytes, y, {0.05, 0.0, kSteps, 2 * kSteps});
@@ -415,10 +415,12 @@ TEST(GpuStepGraphRecipe, WeightAverageAndLabelSmoothingReplayBitForBit) {
 // step's loss and BN statistics depend on its batch alone: statistics accumulated over two steps, or
 // not zeroed after the evaluation, would move them far more.
 // The same with the weight gradients on their own stream in the replayed run (bin/train's step): the
-// fused weight-gradient patterns then run beside the fused data-gradient patterns.
-void fused_replay_tracks_eager(bool wgrad_beside) {
+// fused weight-gradient patterns then run beside the fused data-gradient patterns; and that step at
+// --image-size 28, whose stages (28, 14, 7, 4) do not all halve evenly.
+void fused_replay_tracks_eager(bool wgrad_beside, int side = 32) {
   NetConfig cfg;
   cfg.batch = kBatch;
+  cfg.image_side = side;
   cfg.dtype = DType::F16;
   cfg.layout = Layout::NHWC;
   cfg.tf32 = false;
@@ -455,6 +457,11 @@ TEST(GpuStepGraphFused, ReplayWithoutTheStatisticsMemsetsTracksEagerExecution) {
 TEST(GpuStepGraphFused, ReplayOnTwoStreamsTracksEagerExecution) {
   SKIP_WITHOUT_GPU("the training step as a CUDA graph on two streams");
   fused_replay_tracks_eager(true);
+}
+
+TEST(GpuStepGraphFused, ReplayAtSide28TracksEagerExecution) {
+  SKIP_WITHOUT_GPU("the training step at 28x28 as a CUDA graph on two streams");
+  fused_replay_tracks_eager(true, 28);
 }
 
 INSTANTIATE_TEST_SUITE_P(Builds, GpuStepGraphReplay,
