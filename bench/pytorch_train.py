@@ -5,7 +5,7 @@ The same recipe as `bin/train --data fashion-mnist`: the 28x28 images zero-padde
 N: centred on an N x N canvas, 28 to 64 with N - 28 even; 28: no padding), the grey channel given to all
 three inputs of the CIFAR stem, normalized with the mean and standard deviation of the training set as
 the model sees it (padding included); a random crop padded by N/8 (4 at 32, 3 at 28; bin/train's
-crop_pad_for) and horizontal flip; SGD with momentum 0.9 (Nesterov), weight
+crop_pad_for) or --crop-pad, and horizontal flip; SGD with momentum 0.9 (Nesterov), weight
 decay 5e-4 on conv and linear weights only; peak lr 0.02 with a linear warm-up over the first epoch and
 a cosine decay to --min-lr; batch 128, the last partial batch dropped; after every epoch the whole test
 set, with batch norm's running statistics. The optimizations are those of one rung of
@@ -163,6 +163,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="on several GPUs, the scaled warm-up's most epochs (2)")
     p.add_argument("--label-smoothing", type=float, default=0.0)
     p.add_argument("--ema", type=float, default=0.0, help="decay of the weight average evaluated (0: none)")
+    p.add_argument("--crop-pad", type=int, default=None,
+                   help="the random crop's shift in pixels each way (0: flips only; bin/train's --crop-pad) [side/8]")
     p.add_argument("--tta-flip", action="store_true", help="score the mean logits of each test image and its mirror")
     p.add_argument("--zero-init-residual", action="store_true",
                    help="start each residual block as its shortcut: its last BN's scale (bn3.weight) 0 instead of 1")
@@ -177,6 +179,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--epochs and --batch must be at least 1, --lr positive, --warmup-epochs not negative")
     if not (0 <= args.label_smoothing < 1 and 0 <= args.ema < 1 and args.warmup_cap >= 0):
         p.error("--label-smoothing and --ema must be in [0, 1), --warmup-cap not negative")
+    if args.crop_pad is not None and not 0 <= args.crop_pad <= args.image_size // 2:
+        p.error(f"--crop-pad {args.crop_pad}: from 0 to half the image side ({args.image_size // 2})")
     if not fashion_mnist_canvas_fits(args.image_size):
         p.error(f"--image-size {args.image_size}: Fashion-MNIST's 28x28 images are centred, never cropped: give 28 "
                 f"plus an even number, up to {MNIST_MAX_SIDE} (28, 30, 32, ...)")
@@ -248,10 +252,11 @@ def train(args: argparse.Namespace, ranks: Ranks) -> dict:
         print(f"lr: {peak:g} for global batch {global_batch} ({why}), warm-up {warmup_epochs:g} "
               f"epoch{'' if warmup_epochs == 1 else 's'}", flush=True)
     if rung.resident:
-        source = GpuResidentData(train_x, train_y, args.batch, device, mean, std, rank=ranks.rank, world=ranks.world)
+        source = GpuResidentData(train_x, train_y, args.batch, device, mean, std, rank=ranks.rank, world=ranks.world,
+                                 pad=args.crop_pad)
         epoch_batches = lambda epoch: (source.next_batch() for _ in range(steps_per_epoch))  # noqa: E731
     else:
-        dataset = HostDataset(train_x, train_y, mean, std)
+        dataset = HostDataset(train_x, train_y, mean, std, pad=args.crop_pad)
         sampler = torch.utils.data.DistributedSampler(dataset, ranks.world, ranks.rank, shuffle=True, seed=args.seed,
                                                       drop_last=True) if several else None
         loader = torch.utils.data.DataLoader(

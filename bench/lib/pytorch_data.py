@@ -42,10 +42,10 @@ def random_images(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class HostDataset(torch.utils.data.Dataset):
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor, mean=MEAN, std=STD):
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, mean=MEAN, std=STD, pad: int | None = None):
         self.images, self.labels = images, labels
         self.side = images.shape[-1]
-        self.pad = crop_pad(self.side)
+        self.pad = crop_pad(self.side) if pad is None else pad  # bin/train's --crop-pad
         self.mean = torch.tensor(mean).view(3, 1, 1)
         self.std = torch.tensor(std).view(3, 1, 1)
 
@@ -69,14 +69,14 @@ class GpuResidentData:
     global batch of batch x world images, as bin/train shards an epoch."""
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch: int, device: torch.device,
-                 mean=MEAN, std=STD, rank: int = 0, world: int = 1):
+                 mean=MEAN, std=STD, rank: int = 0, world: int = 1, pad: int | None = None):
         self.images = images.to(device)
         self.labels = labels.to(device)
         self.batch = batch
         self.rank, self.world = rank, world
         self.device = device
         self.side = images.shape[-1]
-        self.pad = crop_pad(self.side)
+        self.pad = crop_pad(self.side) if pad is None else pad
         self.mean = torch.tensor(mean, device=device).view(1, 3, 1, 1)
         self.std = torch.tensor(std, device=device).view(1, 3, 1, 1)
         self.order = torch.randperm(len(labels), device=device)

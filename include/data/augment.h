@@ -10,8 +10,8 @@
 #include "data/dataset.h"
 #include "core/types.h"
 
-// The random crop pads by side / 8 on each side: 4 at 32x32 (the CIFAR recipe's pad-4 crop), and
-// the same shift relative to the image at any other size.
+// The random crop pads by side / 8 on each side unless --crop-pad says: 4 at 32x32 (the CIFAR
+// recipe's pad-4 crop), and the same shift relative to the image at any other size.
 inline int crop_pad_for(int side) { return side / 8; }
 
 struct EpochPlan {
@@ -30,8 +30,9 @@ struct EpochPlan {
   size_t slot(int k, int i) const { return (size_t(k) * shards + shard) * batch + i; }
 };
 
-// Training pass: a fresh permutation from (seed, epoch); the last partial batch is dropped.
-EpochPlan train_plan(const Dataset& d, int batch, uint64_t seed, int epoch);
+// Training pass: a fresh permutation from (seed, epoch); the last partial batch is dropped. The crop
+// pads by `crop_pad`, or by crop_pad_for(d.side) where it is negative.
+EpochPlan train_plan(const Dataset& d, int batch, uint64_t seed, int epoch, int crop_pad = -1);
 // Evaluation pass: samples in order; the last batch is padded to full size with label -1.
 EpochPlan eval_plan(const Dataset& d, int batch);
 // Rank `shard` of `shards`' part of a plan made for the global batch (plan.batch, a multiple of

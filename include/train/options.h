@@ -38,6 +38,7 @@ struct Options : DataOptions {
   double label_smoothing = 0.0;     // of the training loss's target
   double ema = 0.0;                 // decay of the weight average evaluated and saved (0: none)
   bool tta_flip = false;            // evaluation scores each image with its horizontal mirror
+  int crop_pad = -1;                // the random crop's shift, at most this many pixels (-1: side / 8)
   bool zero_init_residual = false;  // a fresh start's blocks begin as their shortcuts (last BN gamma 0)
   // performance
   int workers = -1;                 // loader threads; -1 = min(cores - 1, 8)

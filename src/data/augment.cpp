@@ -12,14 +12,14 @@
 
 #include "core/rng.h"
 
-EpochPlan train_plan(const Dataset& d, int batch, uint64_t seed, int epoch) {
+EpochPlan train_plan(const Dataset& d, int batch, uint64_t seed, int epoch, int crop_pad) {
   EpochPlan p;
   p.batch = batch;
   p.steps = d.count / batch;
   p.valid_last = batch;
   p.augment = true;
   p.aug_seed = mix(seed, 0xA06u, static_cast<uint64_t>(epoch));
-  p.crop_pad = crop_pad_for(d.side);
+  p.crop_pad = crop_pad < 0 ? crop_pad_for(d.side) : crop_pad;
   p.order.resize(d.count);
   for (int i = 0; i < d.count; ++i) p.order[i] = static_cast<uint32_t>(i);
   Rng rng(mix(seed, 0x5EEDu, static_cast<uint64_t>(epoch)));

@@ -63,7 +63,7 @@ Fingerprint run_fingerprint(const BuildSettings& b, const Options& o, int world,
   f.add("--wd", number(o.weight_decay)).add("--no-nesterov", o.nesterov ? "off" : "on");
   f.add("--seed", std::to_string(o.seed)).add("--no-eval", o.eval ? "off" : "on");
   f.add("--label-smoothing", number(o.label_smoothing)).add("--ema", number(o.ema));
-  f.add("--tta-flip", o.tta_flip ? "on" : "off").add("--zero-init-residual", o.zero_init_residual ? "on" : "off");
+  f.add("--crop-pad", std::to_string(o.crop_pad)).add("--tta-flip", o.tta_flip ? "on" : "off").add("--zero-init-residual", o.zero_init_residual ? "on" : "off");
   f.add("--workspace-mb", std::to_string(o.workspace_mb)).add("--no-tf32", o.tf32 ? "off" : "on");
   f.add("--deterministic", o.deterministic ? "on" : "off").add("--no-cuda-graph", o.cuda_graph ? "off" : "on");
   f.add("--no-fuse", fused_pattern_list_text(o.no_fuse_patterns));

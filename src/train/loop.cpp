@@ -123,7 +123,7 @@ std::vector<float> TrainLoop::losses(long first_step, long count) const {
 // This rank's batches of an epoch, in micro-batches of --batch (dist/grad_accumulation.h says which
 // slice of each step's images each micro-batch takes).
 EpochPlan TrainLoop::micro_batch_plan(const Dataset& train, int epoch) const {
-  const EpochPlan plan = ranks_.my_part(train_plan(train, ranks_.global_batch(opt_.batch), opt_.seed, epoch));
+  const EpochPlan plan = ranks_.my_part(train_plan(train, ranks_.global_batch(opt_.batch), opt_.seed, epoch, opt_.crop_pad));
   return ::micro_batch_plan(plan, s_.steps_per_epoch, opt_.accumulate);
 }
 

@@ -3,6 +3,7 @@
 
 #include <thread>
 
+#include "data/augment.h"
 #include "data/data_choice.h"
 #include "model/fused_patterns.h"
 
@@ -49,6 +50,8 @@ const std::vector<Flag>& flags() {
        [](Options& o, const std::string& v) { o.label_smoothing = parse_double("--label-smoothing", v, 0.0, 0.999); }},
       {"--ema", "F", "evaluate and save an exponential moving average of the weights with decay F (min(F, (1 + step)/(10 + step)) at each step; 0: none)", [](const Options& o) { return show(o.ema); },
        [](Options& o, const std::string& v) { o.ema = parse_double("--ema", v, 0.0, 0.999999); }},
+      {"--crop-pad", "N", "the training augmentation's random crop shifts each image by up to N pixels each way (0: flips only); at most half the image side", [](const Options& o) { return o.crop_pad < 0 ? std::to_string(crop_pad_for(o.image_size)) + " (--image-size/8)" : std::to_string(o.crop_pad); },
+       [](Options& o, const std::string& v) { o.crop_pad = (int)parse_long("--crop-pad", v, 0, 512); }},
       {"--tta-flip", "", "evaluate each test image and its horizontal mirror, scoring the mean of their logits", [](const Options&) { return std::string("off"); },
        [](Options& o, const std::string&) { o.tta_flip = true; }},
       {"--zero-init-residual", "", "start each residual block as its shortcut: its last BN's scale (gamma) 0 instead of 1 (a fresh start; a resume loads the checkpoint's)", [](const Options&) { return std::string("off"); },
@@ -136,6 +139,9 @@ Options parse_options(int argc, const char* const* argv) {
     throw UsageError("--allreduce-dtype " + o.allreduce_dtype + " and --grad-compression " + o.grad_compression +
                      " both choose what the weight gradients are reduced in: give one");
   check_data_options(o);
+  if (o.crop_pad > o.image_size / 2)
+    throw UsageError("--crop-pad " + std::to_string(o.crop_pad) + " is over half the image side (" +
+                     std::to_string(o.image_size / 2) + " at --image-size " + std::to_string(o.image_size) + ")");
   check_files_distinct(o, false);
   return o;
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <set>
@@ -133,6 +134,21 @@ TEST(Augment, EveryCropOffsetAndBothFlipsOccurAndFollowTheRule) {
   check_every_sample(d, plan, offsets, flips);
   EXPECT_EQ(offsets.size(), 81u) << "every (dx, dy) in [-4, 4]^2 should occur over 2000 samples";
   EXPECT_EQ(flips.size(), 2u);
+}
+
+// --crop-pad: the offsets span exactly [-pad, pad]; 0 leaves flips alone.
+TEST(Augment, AGivenCropPadBoundsTheOffsets) {
+  const Dataset d = coordinate_images(2000);
+  for (int pad : {0, 2}) {
+    const EpochPlan plan = train_plan(d, 100, 42, 0, pad);
+    ASSERT_EQ(plan.crop_pad, pad);
+    std::set<std::pair<int, int>> offsets;
+    std::set<bool> flips;
+    check_every_sample(d, plan, offsets, flips);
+    EXPECT_EQ(offsets.size(), size_t((2 * pad + 1) * (2 * pad + 1))) << pad;
+    for (const auto& [dx, dy] : offsets) EXPECT_TRUE(std::abs(dx) <= pad && std::abs(dy) <= pad) << pad;
+    EXPECT_EQ(flips.size(), 2u);
+  }
 }
 
 // --image-size: the crop pads by side / 8 (5 at 40, 8 at 64), every sample follows the rule, and the

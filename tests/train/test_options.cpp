@@ -55,7 +55,7 @@ std::string usage_error(std::initializer_list<const char*> args) {
 const std::vector<std::string> kFlags = {
     "--data", "--data-dir", "--synthetic-size", "--image-size", "--skip-bad-images", "--cache-decoded",
     "--epochs", "--steps", "--batch", "--lr", "--min-lr", "--warmup-epochs", "--no-lr-scaling", "--warmup-cap",
-    "--momentum", "--wd", "--no-nesterov", "--seed", "--no-eval", "--label-smoothing", "--ema", "--tta-flip",
+    "--momentum", "--wd", "--no-nesterov", "--seed", "--no-eval", "--label-smoothing", "--ema", "--crop-pad", "--tta-flip",
     "--zero-init-residual", "--workers", "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic",
     "--no-fuse", "--no-cuda-graph", "--loss-scale",
     "--loss-scale-window", "--warmup-steps", "--profile-steps", "--trace", "--progress-every", "--json",
@@ -426,6 +426,16 @@ TEST(Options, RecipeFlags) {
   }
   EXPECT_HAS(usage_error({"--tta-flip=1"}), "--tta-flip");
   EXPECT_HAS(usage_error({"--zero-init-residual=1"}), "--zero-init-residual");
+}
+
+// The random crop's shift: side / 8 unless given, from 0 (flips only) to half the side.
+TEST(Options, CropPad) {
+  EXPECT_EQ(parse({}).crop_pad, -1);
+  EXPECT_EQ(parse({"--crop-pad", "0"}).crop_pad, 0);
+  EXPECT_EQ(parse({"--crop-pad", "16"}).crop_pad, 16);
+  EXPECT_EQ(parse({"--data", "synthetic", "--image-size", "64", "--crop-pad", "32"}).crop_pad, 32);
+  EXPECT_HAS(usage_error({"--crop-pad", "17"}), "--crop-pad 17 is over half the image side (16 at --image-size 32)");
+  EXPECT_HAS(usage_error({"--crop-pad", "-1"}), "--crop-pad");
 }
 
 // Several GPUs scale the learning rate with the global batch unless told not to (train/lr_scaling.h).
