@@ -352,8 +352,26 @@ def load_record(path: Path) -> Results:
         runner.die(TOOL, f"--combine: {path} is not a record of --record ({e})", code=2)
 
 
+def merged_rows(rows: list[RowResult], paths: list[Path]) -> list[RowResult]:
+    """Rows of the same program on as many GPUs are one row of all their runs (seeds run on the GPUs of a
+    host side by side, one record each), in the order each first came; a seed twice in one row is an error."""
+    merged: dict[tuple, RowResult] = {}
+    for row in rows:
+        key = (row.spec.program, row.spec.gpus, row.spec.pytorch)
+        if key not in merged:
+            merged[key] = RowResult(row.spec, list(row.runs))
+            continue
+        seeds = {run.seed for run in merged[key].runs}
+        if any(run.seed in seeds for run in row.runs):
+            runner.die(TOOL, f"--combine: {row.spec.name} has a seed in two of {', '.join(p.name for p in paths)}: "
+                             "each seed of a row once", code=2)
+        merged[key].runs.extend(row.runs)
+    return list(merged.values())
+
+
 def combine_records(paths: list[Path]) -> Results:
-    """The records of --combine as one: their rows in order; they must agree on what was measured."""
+    """The records of --combine as one: their rows in order, those of one program and GPU count merged;
+    they must agree on what was measured."""
     recs = [load_record(p) for p in paths]
     first = recs[0]
     for path, rec in zip(paths[1:], recs[1:]):
@@ -364,7 +382,8 @@ def combine_records(paths: list[Path]) -> Results:
     notes = [n for rec in recs for n in rec.notes]
     notes.append("rows combined from " + ", ".join(p.name for p in paths) + " (--combine): each a run of this tool; "
                  "the records' dates: " + ", ".join(rec.date for rec in recs))
-    return Results([row for rec in recs for row in rec.rows], first.target, first.gpu, first.date, first.flags, notes)
+    rows = merged_rows([row for rec in recs for row in rec.rows], paths)
+    return Results(rows, first.target, first.gpu, first.date, first.flags, notes)
 
 
 def check_flags(p: argparse.ArgumentParser, flags: list[str]) -> None:

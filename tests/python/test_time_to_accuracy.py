@@ -289,8 +289,8 @@ class RecordAndCombine(FakeTrainerCase):
     def tool(self, *args):
         return self.machine.run_script("time_to_accuracy.py", *args)
 
-    def record(self, name, prog, *flags):
-        r = self.tool("--out", str(self.tmp / name), "--seeds", "0,1", "--record", str(self.tmp / f"{name}.json"),
+    def record(self, name, prog, *flags, seeds="0,1"):
+        r = self.tool("--out", str(self.tmp / name), "--seeds", seeds, "--record", str(self.tmp / f"{name}.json"),
                       str(prog), "--", *flags)
         self.assertEqual(r.returncode, 0, r.stderr)
         return self.tmp / f"{name}.json"
@@ -310,6 +310,18 @@ class RecordAndCombine(FakeTrainerCase):
         self.assertIn("Note: rows combined from a.json, b.json (--combine)", text)
         self.assertIn(alone.split("## Every run")[1].splitlines()[4], text)  # a's first run, as a's own table has it
         self.assertTrue(list((self.tmp / "both").glob("*.png")) or "matplotlib is not installed" in r.stderr, r.stderr)
+
+    def test_the_seeds_of_one_row_in_several_records_are_one_row(self):
+        a, c = self.record("a", self.progs[0], "--epochs", "3"), self.record("c", self.progs[0], "--epochs", "3", seeds="2")
+        r = self.tool("--out", str(self.tmp / "both"), "--combine", str(a), str(c))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        text = next((self.tmp / "both").glob("*.md")).read_text()
+        self.assertEqual(text.count(f"| {self.progs[0]} | 1 | "), 1, text)
+        self.assertRegex(text, r"\| \d of 3 \|")  # one row of the three seeds
+        self.assertEqual(text.count(f"| {self.progs[0]}, 1 GPU | "), 3)
+        r = self.tool("--combine", str(a), str(a))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("has a seed in two of a.json, a.json", r.stderr)
 
     def test_records_of_other_flags_or_not_records_are_one_line(self):
         a, b = self.record("a", self.progs[0], "--epochs", "3"), self.record("b", self.progs[1], "--epochs", "4")
