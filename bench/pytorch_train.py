@@ -113,11 +113,12 @@ def load_split(data_dir: Path, prefix: str, side: int = 32):
     return images, y
 
 
-def scaled_schedule(lr: float, min_lr: float, warmup_epochs: float, global_batch: int, world: int,
-                    scaling: bool, warmup_cap: float) -> tuple[float, float, float]:
-    """bin/train's rule (src/train/lr_scaling.cpp): the flags are the recipe of one GPU's --batch
-    (global/world); on several GPUs, unless --no-lr-scaling, the rates times world (global over that
-    batch) and the warm-up grown in proportion up to the cap, never below --warmup-epochs."""
+def scaled_schedule(lr: float, min_lr: float, warmup_epochs: float, world: int, scaling: bool,
+                    warmup_cap: float) -> tuple[float, float, float]:
+    """bin/train's rule (src/train/lr_scaling.cpp): the flags are the recipe of one GPU's --batch; on
+    several GPUs, unless --no-lr-scaling, the rates times world (the global batch over that batch: this
+    twin has no --accumulate) and the warm-up grown in proportion up to the cap, never below
+    --warmup-epochs."""
     if world <= 1 or not scaling:
         return lr, min_lr, warmup_epochs
     k = world
@@ -229,7 +230,7 @@ def train(args: argparse.Namespace, ranks: Ranks) -> dict:
     model = ResNet50Cifar(CLASSES, args.zero_init_residual).to(device, memory_format=memory_format)
     decay = [p for p in model.parameters() if p.ndim > 1]      # conv and linear weights
     no_decay = [p for p in model.parameters() if p.ndim <= 1]  # BN's scale and shift, the linear bias
-    peak, low, warmup_epochs = scaled_schedule(args.lr, args.min_lr, args.warmup_epochs, global_batch, ranks.world,
+    peak, low, warmup_epochs = scaled_schedule(args.lr, args.min_lr, args.warmup_epochs, ranks.world,
                                                not args.no_lr_scaling, args.warmup_cap)
     optimizer = torch.optim.SGD([{"params": decay, "weight_decay": args.wd},
                                  {"params": no_decay, "weight_decay": 0.0}],

@@ -25,7 +25,8 @@ with a note.
 --record FILE also keeps every run's stamped lines as JSON; --combine FILE... makes one table and one
 chart of several such records without running anything, as when the rows of bin/train and of
 PyTorch ran at the same time on different GPUs of one host (two runs of the tool, CUDA_VISIBLE_DEVICES
-apart): the records must agree on the target, the flags and the GPU.
+apart): the records must agree on the target, the flags and the GPU, and the rows of one program on as
+many GPUs become one row of all their seeds (each seed once).
 """
 
 from __future__ import annotations
@@ -380,8 +381,9 @@ def combine_records(paths: list[Path]) -> Results:
                 runner.die(TOOL, f"--combine: {path} has {key} {getattr(rec, key)!r}, {paths[0]} has "
                                  f"{getattr(first, key)!r}: the rows would not measure the same thing", code=2)
     notes = [n for rec in recs for n in rec.notes]
-    notes.append("rows combined from " + ", ".join(p.name for p in paths) + " (--combine): each a run of this tool; "
-                 "the records' dates: " + ", ".join(rec.date for rec in recs))
+    notes.append("rows combined from " + ", ".join(p.name for p in paths) + " (--combine): each a run of this tool, "
+                 "its runs one after another; the runs of different records may have gone at the same time on "
+                 "other GPUs of one host; the records' dates: " + ", ".join(rec.date for rec in recs))
     rows = merged_rows([row for rec in recs for row in rec.rows], paths)
     return Results(rows, first.target, first.gpu, first.date, first.flags, notes)
 

@@ -51,7 +51,8 @@ struct ResumedLrRule {
 
 // The schedule of a run with `flags` (--lr, --min-lr, --warmup-epochs), `global_batch` images a step
 // made of `parts` batches of global_batch/parts (ranks x micro-batches). `resumed`: the rule of the
-// checkpoint resumed (nullptr: a fresh run, whose reference is its batch of one part).
+// checkpoint resumed (nullptr: a fresh run). The reference is one part's batch, but for the resume of
+// a scaled run, which keeps its checkpoint's.
 LrChoice choose_lr(const LrPlan& flags, int global_batch, int parts, bool scaling_on, double warmup_cap,
                    const ResumedLrRule* resumed);
 

@@ -33,7 +33,8 @@ LrChoice choose_lr(const LrPlan& flags, int global_batch, int parts, bool scalin
   LrChoice c;
   c.base = c.used = flags;
   c.global_batch = global_batch;
-  c.reference_batch = resumed ? resumed->reference_batch : global_batch / parts;
+  // A resume of a scaled run keeps its reference; elsewhere the rule's reference is one part's batch.
+  c.reference_batch = resumed && resumed->scaled ? resumed->reference_batch : global_batch / parts;
   if (!scaling_on) c.how = parts > 1 || rule_applies ? LrScaling::Off : LrScaling::OneGpu;
   else if (rule_applies) c.how = LrScaling::Scaled;
   else c.how = parts > 1 ? LrScaling::AsCheckpointed : LrScaling::OneGpu;

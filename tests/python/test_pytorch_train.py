@@ -48,7 +48,7 @@ class Recipe(unittest.TestCase):
 
     def test_the_learning_rate_follows_the_global_batch_on_several_gpus_only(self):
         def rule(batch, world, scaling=True, cap=2.0, lr=(0.02, 0.0, 1.0)):
-            return tuple(round(v, 12) for v in pt.scaled_schedule(*lr, batch * world, world, scaling, cap))
+            return tuple(round(v, 12) for v in pt.scaled_schedule(*lr, world, scaling, cap))
         self.assertEqual(rule(128, 4), (0.08, 0.0, 2.0))            # lr: 0.08 for global batch 512, warm-up 2
         self.assertEqual(rule(128, 2), (0.04, 0.0, 2.0))
         self.assertEqual(rule(32, 2), (0.04, 0.0, 2.0))             # from one GPU's --batch, whatever it is

@@ -89,6 +89,7 @@ TEST(ChooseLr, AResumeKeepsTheCheckpointsRule) {
   EXPECT_EQ(c.how, LrScaling::AsCheckpointed);
   expect_plan(c.used, 0.02, 0.0, 1.0);
   EXPECT_EQ(choose_lr(kRecipe, 512, 1, true, 2.0, &not_scaled).how, LrScaling::OneGpu);
+  EXPECT_EQ(c.reference_batch, 128) << "not scaled: the reference is one part's batch, 512 / 4";
   // --no-lr-scaling on the resume of a scaled run: the flags, and the warning says what changed.
   c = choose_lr(kRecipe, 512, 1, false, 2.0, &scaled);
   EXPECT_EQ(c.how, LrScaling::Off);
