@@ -9,7 +9,7 @@ from tests.python.cli_harness import SYNTHETIC, TRAIN, TrainCliHarness
 
 FLAGS = ["--data", "--data-dir", "--synthetic-size", "--image-size", "--skip-bad-images", "--cache-decoded",
          "--epochs", "--steps", "--batch", "--lr", "--min-lr", "--warmup-epochs", "--no-lr-scaling", "--warmup-cap",
-         "--momentum", "--wd", "--no-nesterov", "--seed", "--no-eval", "--label-smoothing", "--ema", "--tta-flip",
+         "--momentum", "--wd", "--no-nesterov", "--seed", "--no-eval", "--label-smoothing", "--ema", "--crop-pad", "--tta-flip",
          "--zero-init-residual", "--workers", "--workspace-mb", "--autotune-cache", "--no-tf32", "--deterministic",
          "--no-fuse", "--no-cuda-graph", "--loss-scale", "--loss-scale-window", "--warmup-steps", "--profile-steps", "--trace",
          "--progress-every", "--json", "--loss-log", "--sample-png", "--save", "--save-every", "--resume", "--gpus",
