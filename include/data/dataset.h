@@ -78,6 +78,9 @@ void parse_cifar10_batch(const uint8_t* bytes, size_t size, const std::string& f
 // The 28x28 grey images are placed at the centre of a side x side zero canvas (at 32, 2 pixels of
 // padding on each edge; at 28, none); an InputError for a side the canvas rule above refuses.
 DataSplit load_fashion_mnist(const std::string& dir, int side = kDefaultImageSide);
+// Why Fashion-MNIST cannot be served at `side` (the canvas rule above), "" where it can: the one rule
+// behind --image-size's check and the reader's.
+std::string fashion_mnist_side_refusal(int side);
 // Parses one idx image file and its label file held in memory (already decompressed).
 Dataset parse_idx(const uint8_t* images, size_t images_size, const std::string& images_file,
                   const uint8_t* labels, size_t labels_size, const std::string& labels_file,

@@ -40,15 +40,8 @@ void check_multiple_of_8(int n) {
 
 // Fashion-MNIST's images are padded, never cropped or resized (data/dataset.h).
 void check_fashion_mnist_size(int n) {
-  const std::string flag = "--image-size " + std::to_string(n) + ": ";
-  if (n < kFashionMnistSide)
-    throw UsageError(flag + "Fashion-MNIST's images are 28x28 and are not cropped: give 28 (no padding) or more");
-  if ((n - kFashionMnistSide) % 2 != 0)
-    throw UsageError(flag + "Fashion-MNIST's 28x28 images are centred, with as many zero pixels on every edge: give 28 "
-                     "plus an even number (28, 30, 32, ...)");
-  if (n > kFashionMnistMaxSide)
-    throw UsageError(flag + "Fashion-MNIST is served at most at " + std::to_string(kFashionMnistMaxSide) + "x" +
-                     std::to_string(kFashionMnistMaxSide) + " (a wider zero border only costs time and memory)");
+  if (const std::string why = fashion_mnist_side_refusal(n); !why.empty())
+    throw UsageError("--image-size " + std::to_string(n) + ": " + why);
 }
 
 }  // namespace

@@ -59,12 +59,23 @@ Dataset load_pair(const std::string& dir, const std::string& images, const std::
 // bin/train's options refuse such a side (data/data_flags.h); bin/predict takes the side from a
 // checkpoint, which may have been damaged.
 void check_canvas_side(int side) {
-  if (side < kMnistSide || side > kFashionMnistMaxSide || (side - kMnistSide) % 2 != 0)
+  if (!fashion_mnist_side_refusal(side).empty())
     throw InputError("Fashion-MNIST is not served at image side " + std::to_string(side) + ": its 28x28 images are "
                      "centred on a canvas of 28 to " + std::to_string(kFashionMnistMaxSide) + " with an even border");
 }
 
 }  // namespace
+
+std::string fashion_mnist_side_refusal(int side) {
+  if (side < kMnistSide) return "Fashion-MNIST's images are 28x28 and are not cropped: give 28 (no padding) or more";
+  if ((side - kMnistSide) % 2 != 0)
+    return "Fashion-MNIST's 28x28 images are centred, with as many zero pixels on every edge: give 28 plus an even "
+           "number (28, 30, 32, ...)";
+  if (side > kFashionMnistMaxSide)
+    return "Fashion-MNIST is served at most at " + std::to_string(kFashionMnistMaxSide) + "x" +
+           std::to_string(kFashionMnistMaxSide) + " (a wider zero border only costs time and memory)";
+  return "";
+}
 
 Dataset parse_idx(const uint8_t* images, size_t images_size, const std::string& images_file,
                   const uint8_t* labels, size_t labels_size, const std::string& labels_file, int side) {
