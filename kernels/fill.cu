@@ -52,6 +52,18 @@ __global__ void __launch_bounds__(kThreads) fill_regions_kernel(FillRegions f) {
   for (int i = 0; i < f.count; ++i) fill(f.region[i], first, stride);
 }
 
+// Span blockIdx.y, by the x blocks in a grid-stride loop: 32-bit stores where it is aligned for them.
+__global__ void __launch_bounds__(kThreads) zero_spans_kernel(ZeroSpans s) {
+  char* base = static_cast<char*>(s.dst[blockIdx.y]);
+  const size_t bytes = s.bytes[blockIdx.y];
+  const size_t first = blockIdx.x * size_t(blockDim.x) + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
+  if (reinterpret_cast<uintptr_t>(base) % 4 == 0 && bytes % 4 == 0) {
+    for (size_t i = first; i < bytes / 4; i += stride) reinterpret_cast<uint32_t*>(base)[i] = 0u;
+    return;
+  }
+  for (size_t i = first; i < bytes; i += stride) base[i] = 0;
+}
+
 }  // namespace
 }  // namespace trainer_kernels
 using namespace trainer_kernels;
@@ -63,6 +75,30 @@ unsigned fill_grid(const FillRegions& f) {
   return grid_for(largest, kThreads);
 }
 }  // namespace
+
+namespace {
+dim3 zero_spans_grid(const ZeroSpans& s) {
+  size_t largest = 0;  // words of the largest span: one per thread, at most 64 blocks a span
+  for (int i = 0; i < s.count; ++i) largest = std::max(largest, size_t(s.bytes[i] + 3) / 4);
+  return dim3(std::min(grid_for(std::max<size_t>(largest, 1), kThreads), 64u), static_cast<unsigned>(s.count));
+}
+}  // namespace
+
+cudaKernelNodeParams zero_spans_node(const ZeroSpans& s, void* args[1]) {
+  args[0] = const_cast<ZeroSpans*>(&s);
+  cudaKernelNodeParams p{};
+  p.func = reinterpret_cast<void*>(zero_spans_kernel);
+  p.gridDim = zero_spans_grid(s);
+  p.blockDim = dim3(kThreads);
+  p.kernelParams = args;
+  return p;
+}
+
+void zero_spans(const ZeroSpans& s, cudaStream_t stream) {
+  if (s.count == 0) return;
+  zero_spans_kernel<<<zero_spans_grid(s), kThreads, 0, stream>>>(s);
+  CUDA_CHECK_LAUNCH();
+}
 
 cudaKernelNodeParams fill_regions_node(const FillRegions& f, void* args[1]) {
   args[0] = const_cast<FillRegions*>(&f);

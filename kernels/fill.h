@@ -25,3 +25,15 @@ struct FillRegions {
 // must outlive the call that creates or updates the node (which copies the argument).
 cudaKernelNodeParams fill_regions_node(const FillRegions& f, void* args[1]);
 void fill_regions(const FillRegions& f, cudaStream_t stream);
+
+// Up to kZeroSpans byte ranges zeroed by one kernel, all at once: the memsets a CUDA graph moves to
+// its start (core/graph_memsets.h). Kept small enough to pass by value (under 4 KiB).
+constexpr int kZeroSpans = 192;
+struct ZeroSpans {
+  void* dst[kZeroSpans];
+  unsigned bytes[kZeroSpans];
+  int count = 0;
+};
+// As fill_regions_node: s and args must outlive the call that creates the node.
+cudaKernelNodeParams zero_spans_node(const ZeroSpans& s, void* args[1]);
+void zero_spans(const ZeroSpans& s, cudaStream_t stream);

@@ -11,6 +11,8 @@
 
 #include <cstddef>
 #include <functional>
+#include <utility>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -48,8 +50,11 @@ class CudaGraph {
   size_t nodes() const { return nodes_; }
   // The range whose memsets later captures drop (its owner keeps it zero between uses).
   void drop_memsets_into(ZeroedRange r) { zeroed_ = r; }
-  // Memsets the latest capture dropped (not counted in nodes()).
+  // The ranges whose memsets later captures move to the graph's start (hoist_memsets_to_start).
+  void hoist_memsets_from(std::vector<ZeroedRange> r) { hoisted_ranges_ = std::move(r); }
+  // Memsets the latest capture dropped, and moved to its start (neither counted in nodes()).
   size_t memsets_dropped() const { return memsets_dropped_; }
+  size_t memsets_hoisted() const { return memsets_hoisted_; }
   // Memsets the latest capture runs as kernels, and how many kernels (not counted in nodes()).
   MemsetRewrite memsets_as_kernels() const { return memsets_as_kernels_; }
   // Drops the executable graph; the next capture instantiates anew.
@@ -59,6 +64,7 @@ class CudaGraph {
   cudaGraphExec_t exec_ = nullptr;
   size_t nodes_ = 0;
   ZeroedRange zeroed_;
-  size_t memsets_dropped_ = 0;
+  std::vector<ZeroedRange> hoisted_ranges_;
+  size_t memsets_dropped_ = 0, memsets_hoisted_ = 0;
   MemsetRewrite memsets_as_kernels_;
 };

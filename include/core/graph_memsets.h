@@ -10,14 +10,17 @@
 // Making the memsets siblings instead of links was measured slower (the graph ran them on other
 // streams, with longer hops): removing them is what shortens the chain.
 //
-// The memsets that must stay (cuDNN's counters in its workspace, the BN weight gradients its fused
-// data-gradient pattern accumulates) cost more than their bytes too: on an H100 the GPU waits about
-// 1.5 µs before a memset node and 2.5 µs after it before the next kernel starts, against 0.4 µs
-// between two kernels. A chain of memsets rewritten as one kernel node that fills the same bytes
-// (kernels/fill.cu) keeps the order and the result and pays only a kernel's hops.
+// The other memsets cost more than their bytes too: on an H100 the GPU waits about 1.5 µs before a
+// memset node and 2.5 µs after it before the next kernel starts, against 0.4 µs between two
+// kernels. Those of memory that only the work right after them writes within a step (the counters
+// cuDNN zeroes in a fused conv's workspace, where each conv has its own, and the BN weight gradients
+// its fused data-gradient pattern accumulates) move to the graph's start: one kernel zeroes them
+// all before the step begins. A chain of the rest rewritten as one kernel node that fills the same
+// bytes (kernels/fill.cu) keeps the order and the result and pays only a kernel's hops.
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -31,6 +34,18 @@ struct ZeroedRange {
 // `range`; returns how many. The same captured work gives the same topology, so an executable graph
 // can still be updated in place from a later capture.
 size_t drop_memsets_of_zeroed_range(cudaGraph_t graph, ZeroedRange range);
+
+// Moves to the graph's start every memset node that writes zeros only inside one of `ranges` and
+// whose bytes no other memset node of the graph writes: all of them run as one kernel (or a few,
+// kZeroSpans spans each) before everything else, and each leaves the chain with its predecessors
+// joined to its successors; returns how many moved.
+// A range qualifies when, within one launch of the graph, its bytes are written only by the work
+// each memset precedes: a fused conv's own workspace (cuDNN zeroes its counters there before every
+// run) and the BN weight gradients its fused data-gradient pattern accumulates. Zeroing them once
+// at the start then leaves the same bytes where that work begins, and the chain loses a node per
+// memset. Bytes that two memsets of one launch zero (one range run twice) are left where they are.
+// The same captured work gives the same topology, so updates in place still apply.
+size_t hoist_memsets_to_start(cudaGraph_t graph, const std::vector<ZeroedRange>& ranges);
 
 // Rewrites each chain of memset nodes in `graph` (before it is instantiated) as kernel nodes of
 // fill_regions, up to kFillRegions memsets each, with the chain's dependencies and dependents. A

@@ -63,6 +63,7 @@ struct AlgoReport {
   double search_s = 0;
   size_t workspace = 0;       // bytes of the shared cuDNN workspace
   size_t lane_workspace = 0;  // bytes of the weight gradients' stream's own (0 without it)
+  size_t fused_workspace = 0; // bytes of the fused patterns' own workspaces, one for each conv (0: none fused)
 };
 
 // The layers themselves (src/model/resnet50_layers.h, private to the model).

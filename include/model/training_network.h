@@ -25,6 +25,7 @@ struct LossTotals;
 struct Block;
 struct Bn;
 class FusedConv;
+struct FusedStep;
 
 class TrainingNetwork : public Network {
  public:
@@ -52,6 +53,10 @@ class TrainingNetwork : public Network {
   // forward) leave zero: a step's CUDA graph needs none of cuDNN's memsets into them
   // (core/graph_memsets.h). Empty where nothing is fused (no buffer).
   ZeroedRange statistics_kept_zero() const { return {fused_sums_.get(), fused_sums_.bytes()}; }
+  // What only the work right after cuDNN's memsets of it writes within a step: each fused pattern's
+  // own workspace (its counters) and the BN weight gradients the fused data gradients accumulate. A
+  // step's CUDA graph zeroes it once at its start instead (core/graph_memsets.h).
+  std::vector<ZeroedRange> zeroed_at_step_start() const;
 
   struct BlockRun;  // one block's decisions and stored activations
 
@@ -59,15 +64,16 @@ class TrainingNetwork : public Network {
   struct Lane;
   void plan_blocks(AutotuneCache& cache, size_t largest);  // largest: of the activations, in elements
   void allocate(size_t largest);
+  void give_fused_workspaces();
   void block_forward(const Block& b, BlockRun& r, const void* in, bool train);
   void block_backward(const Block& b, BlockRun& r, const void* in, const void* dy2);
   // y = conv(x), or conv(relu(bn_prev(x))) with `prologue`, then bn's coefficients from y's
   // statistics (training) or its running statistics (evaluation).
-  void conv_stats(const struct ConvUnit& c, const FusedConv* fused, const void* x, void* y, const Bn& bn, Shape4 s,
+  void conv_stats(const struct ConvUnit& c, const FusedStep& fused, const void* x, void* y, const Bn& bn, Shape4 s,
                   bool train, const Bn* prologue, void* stored, Shape4 s_prev);
   // The backward of conv c whose input was relu(bn(x)): its weight gradient, and dx, the gradient of
   // bn's input x, from dy.
-  void inner_backward(const struct ConvUnit& c, const FusedConv* wgrad, const FusedConv* dgrad, bool fwd_fused,
+  void inner_backward(const struct ConvUnit& c, const FusedStep& wgrad, const FusedStep& dgrad, bool fwd_fused,
                       const void* x, const Bn& bn, void* stored, Shape4 s_in, void* dy, void* dx);
   // A conv's plain backward: dw (beside, on the lane) and dx = dgrad(dy).
   void conv_backward(const struct ConvUnit& c, const void* x, const void* dy, void* dx);
@@ -93,6 +99,7 @@ class TrainingNetwork : public Network {
   DeviceBuffer bn_scratch_;
   DeviceBuffer fused_sums_, fused_half_;  // per fused BN: sums (sum, sum of squares); fp16 scale/shift
   DeviceBuffer zeros_;                    // a zero vector (the dx pass after a fused data gradient)
+  DeviceBuffer fused_workspaces_;         // each conv's fused patterns' own workspaces (FusedStep)
   std::unique_ptr<Lane> lane_;
   const void* images_ = nullptr;          // the batch of the last forward (backward's stem input)
 };

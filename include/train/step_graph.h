@@ -125,7 +125,11 @@ class StepGraph {
   // Memory the step's code keeps zero between uses (TrainingNetwork::statistics_kept_zero): the captured
   // graph drops the memsets into it.
   void drop_memsets_into(ZeroedRange r) { graph_.drop_memsets_into(r); }
+  // Memory only the work after each of its memsets writes within a step
+  // (TrainingNetwork::zeroed_at_step_start): the captured graph zeroes it once, at its start.
+  void hoist_memsets_from(std::vector<ZeroedRange> r) { graph_.hoist_memsets_from(std::move(r)); }
   size_t memsets_dropped() const { return graph_.memsets_dropped(); }
+  size_t memsets_hoisted() const { return graph_.memsets_hoisted(); }
   MemsetRewrite memsets_as_kernels() const { return graph_.memsets_as_kernels(); }
   const StepGraphPlan& plan() const { return plan_; }
   // For the start-up line: how this run's steps are run.

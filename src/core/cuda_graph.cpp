@@ -38,6 +38,7 @@ void CudaGraph::reset() {
   exec_ = nullptr;
   nodes_ = 0;
   memsets_dropped_ = 0;
+  memsets_hoisted_ = 0;
   memsets_as_kernels_ = {};
 }
 
@@ -61,6 +62,7 @@ CudaGraph::Instantiation CudaGraph::capture(cudaStream_t stream, const std::func
     throw GraphCaptureError("stream capture failed: cudaStreamEndCapture returned " + cuda_error_text(ended));
   }
   memsets_dropped_ = drop_memsets_of_zeroed_range(graph.get(), zeroed_);
+  memsets_hoisted_ = hoist_memsets_to_start(graph.get(), hoisted_ranges_);
   memsets_as_kernels_ = memsets_to_kernels(graph.get());
   CUDA_CHECK(cudaGraphGetNodes(graph.get(), nullptr, &nodes_));
   if (exec_) {

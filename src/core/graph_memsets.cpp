@@ -12,13 +12,21 @@
 namespace {
 
 // The nodes just before n (cudaGraphNodeGetDependencies) or just after it (cudaGraphNodeGetDependentNodes).
+// Asked with the edges' data: the libraries' kernels launched with programmatic dependencies leave
+// edges whose data a query without it refuses to drop (cudaErrorLossyQuery).
 using NeighbourQuery = cudaError_t (*)(cudaGraphNode_t, cudaGraphNode_t*, cudaGraphEdgeData*, size_t*);
 std::vector<cudaGraphNode_t> neighbours(cudaGraphNode_t n, NeighbourQuery query) {
   size_t count = 0;
   CUDA_CHECK(query(n, nullptr, nullptr, &count));
   std::vector<cudaGraphNode_t> v(count);
-  if (count) CUDA_CHECK(query(n, v.data(), nullptr, &count));
+  std::vector<cudaGraphEdgeData> edges(count);
+  if (count) CUDA_CHECK(query(n, v.data(), edges.data(), &count));
   return v;
+}
+size_t dependency_count(cudaGraphNode_t n) {
+  size_t count = 0;
+  CUDA_CHECK(cudaGraphNodeGetDependencies(n, nullptr, nullptr, &count));
+  return count;
 }
 std::vector<cudaGraphNode_t> dependencies(cudaGraphNode_t n) { return neighbours(n, cudaGraphNodeGetDependencies); }
 std::vector<cudaGraphNode_t> dependents(cudaGraphNode_t n) { return neighbours(n, cudaGraphNodeGetDependentNodes); }
@@ -51,6 +59,27 @@ bool zeroes_only_inside(cudaGraphNode_t n, ZeroedRange range) {
   return first >= begin && last <= begin + range.bytes;
 }
 
+// Takes memset node n out of the graph: what came before it now comes directly before what came after it.
+void unlink_and_destroy(cudaGraph_t graph, cudaGraphNode_t n) {
+  for (cudaGraphNode_t after : dependents(n)) {
+    const std::vector<cudaGraphNode_t> has = dependencies(after);
+    for (cudaGraphNode_t before : dependencies(n))
+      if (std::find(has.begin(), has.end(), before) == has.end())
+        CUDA_CHECK(cudaGraphAddDependencies(graph, &before, &after, nullptr, 1));
+  }
+  CUDA_CHECK(cudaGraphDestroyNode(n));
+}
+
+// The bytes a memset writes, [first, last).
+struct ByteSpan {
+  uintptr_t first, last;
+  bool overlaps(const ByteSpan& o) const { return first < o.last && o.first < last; }
+};
+ByteSpan span_of(const FillRegion& r) {
+  const uintptr_t first = reinterpret_cast<uintptr_t>(r.dst);
+  return {first, first + (r.height - 1) * r.pitch + r.width * r.element_size};
+}
+
 }  // namespace
 
 size_t drop_memsets_of_zeroed_range(cudaGraph_t graph, ZeroedRange range) {
@@ -58,17 +87,46 @@ size_t drop_memsets_of_zeroed_range(cudaGraph_t graph, ZeroedRange range) {
   size_t dropped = 0;
   for (cudaGraphNode_t n : all_nodes(graph)) {
     if (!zeroes_only_inside(n, range)) continue;
-    // What came before the memset now comes directly before what came after it.
-    for (cudaGraphNode_t after : dependents(n)) {
-      const std::vector<cudaGraphNode_t> has = dependencies(after);
-      for (cudaGraphNode_t before : dependencies(n))
-        if (std::find(has.begin(), has.end(), before) == has.end())
-          CUDA_CHECK(cudaGraphAddDependencies(graph, &before, &after, nullptr, 1));
-    }
-    CUDA_CHECK(cudaGraphDestroyNode(n));
+    unlink_and_destroy(graph, n);
     ++dropped;
   }
   return dropped;
+}
+
+size_t hoist_memsets_to_start(cudaGraph_t graph, const std::vector<ZeroedRange>& ranges) {
+  // Every memset's bytes, to find those that another memset writes too.
+  std::vector<std::pair<cudaGraphNode_t, ByteSpan>> memsets;
+  for (cudaGraphNode_t n : all_nodes(graph))
+    if (const std::optional<FillRegion> r = memset_region(n)) memsets.push_back({n, span_of(*r)});
+  std::vector<ZeroSpans> starts(1);
+  size_t hoisted = 0;
+  for (const auto& [n, span] : memsets) {
+    const bool in_range = std::any_of(ranges.begin(), ranges.end(), [&](ZeroedRange r) { return zeroes_only_inside(n, r); });
+    const bool only_one = std::none_of(memsets.begin(), memsets.end(),
+                                       [&](const auto& m) { return m.first != n && m.second.overlaps(span); });
+    const FillRegion r = memset_region(n).value_or(FillRegion{});
+    // One row, or rows that leave no gap: a span of bytes.
+    const bool contiguous = r.height == 1 || r.pitch == r.width * r.element_size;
+    if (!in_range || !only_one || !contiguous || span.last - span.first > 0xFFFFFFFFu) continue;
+    if (starts.back().count == kZeroSpans) starts.emplace_back();
+    ZeroSpans& z = starts.back();
+    z.dst[z.count] = r.dst;
+    z.bytes[z.count++] = static_cast<unsigned>(span.last - span.first);
+    unlink_and_destroy(graph, n);
+    ++hoisted;
+  }
+  if (hoisted == 0) return 0;
+  std::vector<cudaGraphNode_t> roots;
+  for (cudaGraphNode_t n : all_nodes(graph))
+    if (dependency_count(n) == 0) roots.push_back(n);
+  for (const ZeroSpans& z : starts) {
+    void* args[1];
+    const cudaKernelNodeParams params = zero_spans_node(z, args);
+    cudaGraphNode_t kernel = nullptr;
+    CUDA_CHECK(cudaGraphAddKernelNode(&kernel, graph, nullptr, 0, &params));
+    for (cudaGraphNode_t root : roots) CUDA_CHECK(cudaGraphAddDependencies(graph, &kernel, &root, nullptr, 1));
+  }
+  return hoisted;
 }
 
 namespace {

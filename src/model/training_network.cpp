@@ -16,19 +16,32 @@
 #include "model/linear.h"
 #include "model/resnet50_layers.h"
 
-// One block: the fused pattern each of its convs runs (null: the plain conv and our BN kernels),
+// A fused pattern as one conv runs it: the plan (one per pattern and shape, shared by the convs of
+// that shape) and a workspace of this conv's own. cuDNN zeroes counters in the workspace before
+// every run; in a workspace no other conv touches, the step's graph zeroes them once at its start
+// instead (zeroed_at_step_start), a node less in the chain for each.
+struct FusedStep {
+  const FusedConv* plan = nullptr;
+  void* ws = nullptr;
+  size_t ws_bytes = 0;
+  explicit operator bool() const { return plan != nullptr; }
+  void run(cudnnHandle_t h, const FusedArgs& a) const { plan->run(h, a, ws, ws_bytes); }
+};
+
+// One block: the fused pattern each of its convs runs (empty: the plain conv and our BN kernels),
 // and what its forward stores for backward. y1 and y2, the inner BN outputs, are stored only where
 // conv2 or conv3 reads them plain. relu_bits: where the join's ReLU (after the add) passed; its
 // backward reads these bits, not the output (1/16 of the bytes).
 struct TrainingNetwork::BlockRun {
-  const FusedConv* c1_stats = nullptr;                                   // ConvStats
+  FusedStep c1_stats;           // ConvStats
   struct Inner {
-    const FusedConv *fwd = nullptr, *wgrad = nullptr, *dgrad = nullptr;  // SbrConvStats, SbrWgrad, DgradDreluDbn
+    FusedStep fwd, wgrad, dgrad;  // SbrConvStats, SbrWgrad, DgradDreluDbn
   } c2, c3;
-  const FusedConv* down_stats = nullptr;                                 // ConvStats
+  FusedStep down_stats;         // ConvStats
   DeviceBuffer a1, y1, a2, y2, a3, ad, out, relu_bits;
   bool stores_y1() const { return !c2.fwd || !c2.wgrad; }
   bool stores_y2() const { return !c3.fwd || !c3.wgrad; }
+  std::vector<FusedStep*> fused_steps() { return {&c1_stats, &c2.fwd, &c2.wgrad, &c2.dgrad, &c3.fwd, &c3.wgrad, &c3.dgrad, &down_stats}; }
 };
 
 // A conv's weight gradient and its data gradient read the same output gradient and write different
@@ -61,19 +74,16 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
   activation_bytes_ = act * dtype_size(t);
   check_memory(activation_bytes_ + 4 * largest * dtype_size(t) + bits);
   bn_scratch_ = DeviceBuffer(scratch * sizeof(float), "BN partial sums");
-  size_t ws = conv_workspace_;
+  const size_t ws = conv_workspace_;  // the fused patterns have their own (give_fused_workspaces)
   if (cfg.fuses()) plan_blocks(cache, largest);
-  for (const auto& [key, plan] : plans_) ws = std::max(ws, plan->workspace());
   allocate(largest);
+  give_fused_workspaces();
   workspace_ = DeviceBuffer(ws, "cuDNN workspace (--workspace-mb)");
   algo_report_.workspace = ws;
   if (cfg.wgrad_beside) {
-    // Only weight gradients run on the lane: its workspace is the largest weight gradient's need.
+    // Only weight gradients run on the lane: its workspace is the largest plain weight gradient's need.
     size_t lane_ws = 0;
     for (ConvUnit* u : layers_->convs()) lane_ws = std::max(lane_ws, u->conv->algorithms().bwd_filter.workspace);
-    for (const BlockRun& r : runs_)
-      for (const FusedConv* f : {r.c2.wgrad, r.c3.wgrad})
-        if (f) lane_ws = std::max(lane_ws, f->workspace());
     lane_ = std::make_unique<Lane>();
     lane_->workspace = DeviceBuffer(lane_ws, "cuDNN workspace of the weight gradients' stream");
     algo_report_.lane_workspace = lane_ws;
@@ -91,25 +101,60 @@ void TrainingNetwork::plan_blocks(AutotuneCache& cache, size_t largest) {
   for (size_t i = 0; i < runs_.size(); ++i) {
     const Block& b = layers_->blocks[i];
     BlockRun& r = runs_[i];
-    r.c1_stats = planner.fuse(b.c1, FusedPattern::ConvStats,
-                              total_ms({b.c1.conv->algorithms().fwd.ms, pass(BnPass::Stats, b.mid1)}));
+    r.c1_stats.plan = planner.fuse(b.c1, FusedPattern::ConvStats,
+                                   total_ms({b.c1.conv->algorithms().fwd.ms, pass(BnPass::Stats, b.mid1)}));
     for (auto [u, inner, in, out] : {std::tuple{&b.c2, &r.c2, b.mid1, b.mid2}, std::tuple{&b.c3, &r.c3, b.mid2, b.out}}) {
       const ConvAlgos& a = u->conv->algorithms();
-      inner->fwd = planner.fuse(*u, FusedPattern::SbrConvStats,
-                                total_ms({pass(BnPass::Apply, in), a.fwd.ms, pass(BnPass::Stats, out)}));
+      inner->fwd.plan = planner.fuse(*u, FusedPattern::SbrConvStats,
+                                     total_ms({pass(BnPass::Apply, in), a.fwd.ms, pass(BnPass::Stats, out)}));
       // Unfused, the weight gradient reads relu(bn(x)): stored by an unfused forward, else recomputed.
-      inner->wgrad = planner.fuse(*u, FusedPattern::SbrWgrad,
-                                  total_ms({a.bwd_filter.ms, inner->fwd ? pass(BnPass::Apply, in) : 0.f}));
+      inner->wgrad.plan = planner.fuse(*u, FusedPattern::SbrWgrad,
+                                       total_ms({a.bwd_filter.ms, inner->fwd ? pass(BnPass::Apply, in) : 0.f}));
       // Fused, the data gradient still needs our dx pass: it saves the BN backward's other pass.
       const float unfused = total_ms({a.bwd_data.ms, pass(BnPass::Backward, in)}), dx = pass(BnPass::DxApply, in);
-      inner->dgrad = planner.fuse(*u, FusedPattern::DgradDreluDbn, unfused < 0 || dx < 0 ? -1 : unfused - dx);
+      inner->dgrad.plan = planner.fuse(*u, FusedPattern::DgradDreluDbn, unfused < 0 || dx < 0 ? -1 : unfused - dx);
     }
     if (b.down)
-      r.down_stats = planner.fuse(*b.down, FusedPattern::ConvStats,
-                                  total_ms({b.down->conv->algorithms().fwd.ms, pass(BnPass::Stats, b.out)}));
+      r.down_stats.plan = planner.fuse(*b.down, FusedPattern::ConvStats,
+                                       total_ms({b.down->conv->algorithms().fwd.ms, pass(BnPass::Stats, b.out)}));
   }
   plans_ = planner.take_fused();
   fusion_report_.seconds = seconds_since(start);
+}
+
+// One arena, a slice for each fused pattern a conv runs, sized as its plan asks.
+void TrainingNetwork::give_fused_workspaces() {
+  constexpr size_t kAlign = 256;  // as cudaMalloc aligns
+  auto slice = [](const FusedStep& f) { return (f.plan->workspace() + kAlign - 1) / kAlign * kAlign; };
+  size_t total = 0;
+  for (BlockRun& r : runs_)
+    for (FusedStep* f : r.fused_steps())
+      if (*f) total += slice(*f);
+  if (total == 0) return;
+  fused_workspaces_ = DeviceBuffer(total, "cuDNN workspaces of the fused patterns, one for each conv");
+  char* next = static_cast<char*>(fused_workspaces_.get());
+  for (BlockRun& r : runs_)
+    for (FusedStep* f : r.fused_steps())
+      if (*f) {
+        f->ws = next;
+        f->ws_bytes = f->plan->workspace();
+        next += slice(*f);
+      }
+  algo_report_.fused_workspace = total;
+}
+
+std::vector<ZeroedRange> TrainingNetwork::zeroed_at_step_start() const {
+  std::vector<ZeroedRange> r;
+  if (fused_workspaces_.bytes()) r.push_back({fused_workspaces_.get(), fused_workspaces_.bytes()});
+  // The BN weight gradients a fused data gradient accumulates (after cuDNN's memsets): nothing else
+  // writes them before it in a step; data-parallel averaging and the optimizer come after.
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    const Block& b = layers_->blocks[i];
+    for (auto [bn, inner] : {std::pair{&b.b1, &runs_[i].c2}, std::pair{&b.b2, &runs_[i].c3}})
+      if (inner->dgrad)
+        for (int id : {bn->gamma, bn->beta}) r.push_back({params_.vector_grad(id), size_t(bn->channels) * sizeof(float)});
+  }
+  return r;
 }
 
 // The activations each block stores, the gradients, and the fused BNs' state.
@@ -155,7 +200,7 @@ void TrainingNetwork::allocate(size_t largest) {
       sums += 2 * bn.channels;
     });
     // conv2 and conv3 read the previous BN's coefficients in their prologue
-    auto reads_half = [](const FusedConv* f) { return f && f->scale_type() == DType::F16; };
+    auto reads_half = [](const FusedStep& f) { return f && f.plan->scale_type() == DType::F16; };
     for (auto [bn, inner] : {std::pair{&b.b1, &runs_[i].c2}, std::pair{&b.b2, &runs_[i].c3}}) {
       if (!reads_half(inner->fwd) && !reads_half(inner->wgrad)) continue;
       bn->scale_h = halves;
@@ -187,13 +232,13 @@ void TrainingNetwork::forward(const void* images, bool train) {
   classify(cur);
 }
 
-void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedConv* fused, const void* x, void* y, const Bn& bn,
+void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedStep& fused, const void* x, void* y, const Bn& bn,
                                  Shape4 s, bool train, const Bn* prologue, void* stored, Shape4 s_prev) {
   const cudaStream_t stream = ctx_.stream;
   if (fused) {
     FusedArgs a{.x = x, .w = params_.working(c.weight), .y = y, .sum = bn.sum, .sqsum = bn.sqsum};
-    if (prologue) prologue->set_coefficients(a, *fused);  // the previous BN, applied as x is read
-    fused->run(ctx_.cudnn, a, workspace_.get(), workspace_.bytes());
+    if (prologue) prologue->set_coefficients(a, *fused.plan);  // the previous BN, applied as x is read
+    fused.run(ctx_.cudnn, a);
     if (train) {  // the fp16 copies are written with the rest
       bn_finalize_sums(bn.sum, bn.sqsum, s.per_channel(), bn.st, bn.channels, bn.scale_h, bn.shift_h, stream);
       return;
@@ -309,8 +354,8 @@ void TrainingNetwork::block_backward(const Block& b, BlockRun& r, const void* in
   void *g0 = grad_[0].get(), *g1 = grad_[1].get(), *g2 = grad_[2].get(), *g3 = grad_[3].get();
   join_backward(b, r, dy2);  // g1: the gradient of a3; g3: of the shortcut conv's output
   if (b.down) conv_backward(*b.down, in, g3, g0);
-  inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, r.c3.fwd, r.a2.get(), b.b2, r.y2.get(), b.mid2, g1, g3);
-  inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, r.c2.fwd, r.a1.get(), b.b1, r.y1.get(), b.mid1, g3, g1);
+  inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, bool(r.c3.fwd), r.a2.get(), b.b2, r.y2.get(), b.mid2, g1, g3);
+  inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, bool(r.c2.fwd), r.a1.get(), b.b1, r.y1.get(), b.mid1, g3, g1);
   conv_backward(b.c1, in, g1, g2);
 }
 
@@ -345,7 +390,7 @@ void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void
   grad_ready(c.weight);
 }
 
-void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedConv* wgrad, const FusedConv* dgrad,
+void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedStep& wgrad, const FusedStep& dgrad,
                                      bool fwd_fused, const void* x, const Bn& bn, void* stored, Shape4 s_in, void* dy,
                                      void* dx) {
   const DType t = cfg_.dtype;
@@ -354,8 +399,8 @@ void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedConv* wgrad, 
   wgrad_beside([&](cudaStream_t lane, void* lane_ws, size_t lane_wsb) {
     if (wgrad) {
       FusedArgs a{.x = x, .dy = dy, .dw = params_.weight_grad(c.weight)};
-      bn.set_coefficients(a, *wgrad);
-      wgrad->run(ctx_.cudnn, a, lane_ws, lane_wsb);
+      bn.set_coefficients(a, *wgrad.plan);
+      wgrad.run(ctx_.cudnn, a);
       return;
     }
     if (fwd_fused)  // the forward read relu(bn(x)) fused: recompute it
@@ -369,7 +414,7 @@ void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedConv* wgrad, 
                       .invstd = bn.st.save_invstd, .gamma = bn.st.gamma, .beta = bn.st.beta, .g = dx,
                       .dgamma = params_.vector_grad(bn.gamma), .dbeta = params_.vector_grad(bn.beta),
                       .eq_dy = coef, .eq_x = coef + C, .eq_b = coef + 2 * C};
-    dgrad->run(ctx_.cudnn, a, workspace_.get(), workspace_.bytes());
+    dgrad.run(ctx_.cudnn, a);
     // dx = eq_dy * g + eq_b + eq_x * x: the join kernel with x as the "second BN" and no ReLU, in place.
     bn_apply({dx, coef, coef + 2 * C, Residual::BatchNorm, x, coef + C, zeros_.as<float>(), false, dx}, s_in, t, l,
              stream);

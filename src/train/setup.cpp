@@ -90,6 +90,7 @@ class SetUp {
   int workers_;
   std::unique_ptr<Checkpoint> resume_;  // --resume, checked; its state goes into the network at the start
   ZeroedRange kept_zero_{};             // the network's statistics_kept_zero(), for the step graph
+  std::vector<ZeroedRange> zeroed_at_start_;  // its zeroed_at_step_start(), for the step graph
   bool cache_saved_ = true;             // the autotune cache's file can be written
   std::unique_ptr<DecodeProgress> decoding_;  // while images are decoded at start
   PhaseClock phases_;                         // what each part of the start took, for its last line
@@ -285,7 +286,10 @@ void SetUp::make_step_graphs() {
   for (int k = 0; k < kinds; ++k)
     s_.micro_graphs[k] = std::make_unique<StepGraph>(*s_.ctx, opt_.batch, build_.cuda_graph, opt_.cuda_graph);
   for (auto* g : {&s_.step_graph, &s_.micro_graphs[0], &s_.micro_graphs[1]})
-    if (*g) (*g)->drop_memsets_into(kept_zero_);
+    if (*g) {
+      (*g)->drop_memsets_into(kept_zero_);
+      (*g)->hoist_memsets_from(zeroed_at_start_);
+    }
   if (build_.cuda_graph)
     std::printf("step: %s%s\n", s_.step_graph->describe().c_str(),
                 kinds ? (", one graph for each kind of micro-batch (--accumulate " + std::to_string(opt_.accumulate) +
@@ -318,6 +322,7 @@ void SetUp::build_network() {
   s_.params = static_cast<unsigned long>(s_.net->params().total());
   s_.autotune_s = s_.net->algo_report().search_s;
   kept_zero_ = s_.net->statistics_kept_zero();
+  zeroed_at_start_ = s_.net->zeroed_at_step_start();
   if (opt_.ema > 0) s_.average = std::make_unique<WeightAverage>(s_.net->params(), opt_.ema);
   if (opt_.tta_flip) s_.flip = std::make_unique<FlipEvaluation>(cfg);
   if (opt_.accumulate > 1) s_.sums = std::make_unique<GradAccumulation>(s_.net->params(), opt_.accumulate);
@@ -331,6 +336,7 @@ void SetUp::print_conv_line(const AlgoReport& ar, bool measured, double build_s)
   const char* api = conv_api_name(build_.conv_api);
   std::string ws = format_bytes(ar.workspace);
   if (ar.lane_workspace) ws += " + " + format_bytes(ar.lane_workspace) + " for the weight gradients' stream";
+  if (ar.fused_workspace) ws += " + " + format_bytes(ar.fused_workspace) + " for the fused patterns, each its own";
   if (!measured)
     std::printf("convs: %d shapes, algorithms from cuDNN's heuristics%s, %s API, workspace %s\n", ar.shapes,
                 opt_.deterministic ? " (deterministic only)" : "", api, ws.c_str());

@@ -80,9 +80,10 @@ void StepGraph::run(long step, const StepShape& shape, const std::function<void(
       if (graph_.capture(stream_, enqueue) == CudaGraph::Instantiation::New) {
         const MemsetRewrite k = graph_.memsets_as_kernels();
         std::printf("step graph: captured at step %ld, %s nodes (%s memsets dropped: their bytes are zero; "
-                    "%s run as %s kernels), replayed from here on\n",
+                    "%s zeroed at the start; %s run as %s kernels), replayed from here on\n",
                     step, count_text(graph_.nodes()).c_str(), count_text(graph_.memsets_dropped()).c_str(),
-                    count_text(k.memsets).c_str(), count_text(k.kernels).c_str());
+                    count_text(graph_.memsets_hoisted()).c_str(), count_text(k.memsets).c_str(),
+                    count_text(k.kernels).c_str());
       }
     } catch (const GraphCaptureError& e) {
       plan_.disable();

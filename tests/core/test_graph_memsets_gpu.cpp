@@ -1,11 +1,13 @@
 // drop_memsets_of_zeroed_range (core/graph_memsets.h): memsets of zeros wholly inside the range
 // leave the graph, their neighbours joined; every other node stays, in its order. memsets_to_kernels:
 // chains of memsets become fill kernels that write the same bytes, in the same order.
+// hoist_memsets_to_start: memsets of an owned range run once, first.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cuda_graph.h"
@@ -329,4 +331,108 @@ TEST(GraphMemsetsGpu, AMemsetWithSeveralDependentsHandsThemAllToItsKernel) {
   EXPECT_EQ(bytes_at(a.get(), kBytes), want);
   EXPECT_EQ(bytes_at(b.get(), kBytes), want);
   EXPECT_EQ(bytes_at(y.get(), kBytes), std::vector<unsigned char>(kBytes, 8));
+}
+
+// hoist_memsets_to_start: zero memsets wholly inside a range, and no other memset's bytes, leave
+// their place for one kernel that runs before everything else.
+TEST(GraphMemsetsGpu, MemsetsOfARangeRunOnceAtTheStart) {
+  SKIP_WITHOUT_GPU("rewriting a CUDA graph");
+  Stream s;
+  DeviceBuffer owned(kBytes, "owned range"), other(kBytes, "other"), out(kBytes, "out"), first(kBytes, "first copy");
+  CUDA_CHECK(cudaMemset(owned.get(), 7, kBytes));  // what the last launch left there
+  CUDA_CHECK(cudaMemset(other.get(), 1, kBytes));
+  Captured g;
+  capture(s, g, [&] {
+    CUDA_CHECK(cudaMemcpyAsync(first.get(), other.get(), kBytes, cudaMemcpyDeviceToDevice, s));  // the root
+    CUDA_CHECK(cudaMemsetAsync(owned.get(), 0, 1024, s));                  // moved
+    CUDA_CHECK(cudaMemsetAsync(at(owned, 1024), 0, 13, s));                // moved (odd length)
+    CUDA_CHECK(cudaMemsetAsync(at(owned, 2048), 0, 64, s));                // stays: the next one overlaps it
+    CUDA_CHECK(cudaMemsetAsync(at(owned, 2048 + 32), 0, 64, s));           // stays
+    CUDA_CHECK(cudaMemsetAsync(at(owned, 3072), 5, 64, s));                // stays: not zeros
+    CUDA_CHECK(cudaMemsetAsync(at(other, 64), 0, 64, s));                  // stays: outside the range
+    CUDA_CHECK(cudaMemcpyAsync(out.get(), owned.get(), kBytes, cudaMemcpyDeviceToDevice, s));
+  });
+  ASSERT_EQ(node_count(g.graph), 8u);
+  EXPECT_EQ(hoist_memsets_to_start(g.graph, {{owned.get(), kBytes}}), 2u);
+  EXPECT_EQ(count_of(g.graph, cudaGraphNodeTypeMemset), 4u);
+  EXPECT_EQ(count_of(g.graph, cudaGraphNodeTypeKernel), 1u);
+  // The kernel is the graph's only root.
+  size_t n = node_count(g.graph);
+  std::vector<cudaGraphNode_t> nodes(n);
+  CUDA_CHECK(cudaGraphGetNodes(g.graph, nodes.data(), &n));
+  int roots = 0;
+  for (cudaGraphNode_t node : nodes) {
+    size_t deps = 0;
+    CUDA_CHECK(cudaGraphNodeGetDependencies(node, nullptr, nullptr, &deps));
+    cudaGraphNodeType t;
+    CUDA_CHECK(cudaGraphNodeGetType(node, &t));
+    if (deps == 0) {
+      ++roots;
+      EXPECT_EQ(t, cudaGraphNodeTypeKernel) << "the zeroing kernel comes first";
+    }
+  }
+  EXPECT_EQ(roots, 1);
+  launch(g.graph, s);
+  std::vector<unsigned char> want(kBytes, 7);
+  std::fill(want.begin(), want.begin() + 1024 + 13, 0);
+  std::fill(want.begin() + 2048, want.begin() + 2048 + 96, 0);
+  std::fill(want.begin() + 3072, want.begin() + 3072 + 64, 5);
+  EXPECT_EQ(bytes_at(out.get(), kBytes), want) << first_difference(bytes_at(out.get(), kBytes), want);
+  EXPECT_EQ(bytes_at(first.get(), kBytes), std::vector<unsigned char>(kBytes, 1));
+}
+
+TEST(GraphMemsetsGpu, NoRangesMoveNothing) {
+  SKIP_WITHOUT_GPU("rewriting a CUDA graph");
+  Stream s;
+  DeviceBuffer a(kBytes, "a");
+  Captured g;
+  capture(s, g, [&] { CUDA_CHECK(cudaMemsetAsync(a.get(), 0, kBytes, s)); });
+  EXPECT_EQ(hoist_memsets_to_start(g.graph, {}), 0u);
+  EXPECT_EQ(node_count(g.graph), 1u);
+}
+
+TEST(GraphMemsetsGpu, ZeroSpansZeroesEachSpanAndNothingElse) {
+  SKIP_WITHOUT_GPU("a kernel");
+  Stream s;
+  // Aligned and not, word lengths and odd ones, a span longer than one block covers.
+  const std::vector<std::pair<size_t, unsigned>> spans = {{0, 4}, {9, 1}, {17, 13}, {64, 4096}, {8193, 3}, {9000, 300000}};
+  const size_t total = 9000 + 300000 + 64;
+  DeviceBuffer buf(total, "zero target");
+  CUDA_CHECK(cudaMemset(buf.get(), 0xEE, total));
+  std::vector<unsigned char> want(total, 0xEE);
+  ZeroSpans z;
+  for (auto [offset, bytes] : spans) {
+    z.dst[z.count] = at(buf, offset);
+    z.bytes[z.count++] = bytes;
+    std::fill(want.begin() + offset, want.begin() + offset + bytes, 0);
+  }
+  zero_spans(z, s);
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  const std::vector<unsigned char> got = bytes_at(buf.get(), total);
+  EXPECT_EQ(got, want) << first_difference(got, want);
+}
+
+TEST(GraphMemsetsGpu, CudaGraphMovesThemAtEachCaptureAndStillUpdatesInPlace) {
+  SKIP_WITHOUT_GPU("CUDA graph capture");
+  Stream s;
+  DeviceBuffer owned(kBytes, "owned range"), a(kBytes, "a"), out(kBytes, "out");
+  int value = 4;
+  auto work = [&] {
+    CUDA_CHECK(cudaMemsetAsync(a.get(), value, kBytes, s));
+    CUDA_CHECK(cudaMemsetAsync(owned.get(), 0, kBytes, s));
+    CUDA_CHECK(cudaMemcpyAsync(out.get(), a.get(), kBytes / 2, cudaMemcpyDeviceToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(at(out, kBytes / 2), owned.get(), kBytes / 2, cudaMemcpyDeviceToDevice, s));
+  };
+  CudaGraph g;
+  g.hoist_memsets_from({{owned.get(), kBytes}});
+  EXPECT_EQ(g.capture(s, work), CudaGraph::Instantiation::New);
+  EXPECT_EQ(g.memsets_hoisted(), 1u);
+  value = 6;
+  EXPECT_EQ(g.capture(s, work), CudaGraph::Instantiation::Updated) << "the same topology after moving";
+  CUDA_CHECK(cudaMemset(owned.get(), 9, kBytes));
+  g.launch(s);
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<unsigned char> want(kBytes, 6);
+  std::fill(want.begin() + kBytes / 2, want.end(), 0);
+  EXPECT_EQ(bytes_at(out.get(), kBytes), want);
 }

@@ -416,7 +416,7 @@ class GraphRuns:
             runs[name] = (p.stdout, self.loss_log(log, 0, 2 * STEPS_PER_EPOCH),
                           [(e["test_loss"], e["test_acc"]) for e in epochs])
         graph_out, eager_out = runs["graph"][0], runs["eager"][0]
-        self.assertRegex(graph_out, r"(?m)^step graph: captured at step 2, [\d,]+ nodes \([\d,]+ memsets dropped: their bytes are zero; [\d,]+ run as [\d,]+ kernels\), replayed from here on$")
+        self.assertRegex(graph_out, r"(?m)^step graph: captured at step 2, [\d,]+ nodes \([\d,]+ memsets dropped: their bytes are zero; [\d,]+ zeroed at the start; [\d,]+ run as [\d,]+ kernels\), replayed from here on$")
         self.assertRegex(eager_out, r"(?m)^step: eager, .*\(--no-cuda-graph\)$")
         self.assertNotIn("step graph: captured", eager_out)
         self.assertEqual(runs["graph"][1], runs["eager"][1], "the graph changed the per-step losses (first: graph)")

@@ -223,6 +223,7 @@ struct TrainingRun {
       average->start_from(net->params(), ctx.stream);
     }
     graph.drop_memsets_into(net->statistics_kept_zero());  // as the trainer does
+    graph.hoist_memsets_from(net->zeroed_at_step_start());
     images = DeviceBuffer(size_t(cfg.batch) * 3 * cfg.image_side * cfg.image_side * dtype_size(cfg.dtype), "test images");
     labels = DeviceBuffer(size_t(cfg.batch) * sizeof(int32_t), "test labels");
     counters = DeviceBuffer(sizeof(DeviceCounters), "test counters");
@@ -407,17 +408,8 @@ TEST(GpuStepGraphRecipe, WeightAverageAndLabelSmoothingReplayBitForBit) {
   EXPECT_CLOSE(Vec(got.begin(), got.end()), want, 1e-6) << "the update of a replayed step";
 }
 
-// bin/train's network (batch norm fused, which --deterministic turns off): its replayed graph lacks
-// cuDNN's memsets of the fused convs' statistics, which bn_finalize_sums and the evaluation leave
-// zero. Fused runs differ in their last bits from run to run, so the replay is held to the eager
-// run's losses within rounding; with a learning rate of 0 the weights stay put (at 0.05 this tiny
-// batch diverges within a few steps, and the two runs' rounding differences with it), so every
-// step's loss and BN statistics depend on its batch alone: statistics accumulated over two steps, or
-// not zeroed after the evaluation, would move them far more.
-// The same with the weight gradients on their own stream in the replayed run (bin/train's step): the
-// fused weight-gradient patterns then run beside the fused data-gradient patterns; and that step at
-// --image-size 28, whose stages (28, 14, 7, 4) do not all halve evenly.
-void fused_replay_tracks_eager(bool wgrad_beside, int side = 32) {
+// The fused network of bin/train, at batch 8.
+NetConfig fused_config(int side = 32) {
   NetConfig cfg;
   cfg.batch = kBatch;
   cfg.image_side = side;
@@ -427,6 +419,22 @@ void fused_replay_tracks_eager(bool wgrad_beside, int side = 32) {
   cfg.conv = {AlgoPolicy::Heuristic, false, size_t(256) << 20};
   cfg.conv_api = ConvApi::Graph;
   cfg.fused_bn = true;
+  return cfg;
+}
+
+// bin/train's network (batch norm fused, which --deterministic turns off): its replayed graph lacks
+// cuDNN's memsets of the fused convs' statistics, which bn_finalize_sums and the evaluation leave
+// zero, and zeroes the fused patterns' workspaces and the BN gradients they accumulate at its start.
+// Fused runs differ in their last bits from run to run, so the replay is held to the eager run's
+// losses within rounding; with a learning rate of 0 the weights stay put (at 0.05 this tiny
+// batch diverges within a few steps, and the two runs' rounding differences with it), so every
+// step's loss and BN statistics depend on its batch alone: statistics accumulated over two steps, or
+// not zeroed after the evaluation, would move them far more.
+// The same with the weight gradients on their own stream in the replayed run (bin/train's step): the
+// fused weight-gradient patterns then run beside the fused data-gradient patterns; and that step at
+// --image-size 28, whose stages (28, 14, 7, 4) do not all halve evenly.
+void fused_replay_tracks_eager(bool wgrad_beside, int side = 32) {
+  NetConfig cfg = fused_config(side);
   TrainingRun eager(cfg, false);
   cfg.wgrad_beside = wgrad_beside;
   TrainingRun replayed(cfg, true);
@@ -434,6 +442,7 @@ void fused_replay_tracks_eager(bool wgrad_beside, int side = 32) {
   train_side_by_side(eager, replayed, cfg.dtype, 0.0);  // the evaluation's forward writes the sums too
   ASSERT_TRUE(replayed.graph.plan().enabled()) << "the capture failed (a warning says why)";
   EXPECT_GT(replayed.graph.memsets_dropped(), 0u) << "cuDNN's memsets of the statistics were not found";
+  EXPECT_GT(replayed.graph.memsets_hoisted(), 0u) << "no memset into the fused patterns' workspaces was moved";
   std::vector<float> le(kSteps), lr(kSteps);
   CUDA_CHECK(cudaMemcpy(le.data(), eager.history.get(), kSteps * sizeof(float), cudaMemcpyDeviceToHost));
   CUDA_CHECK(cudaMemcpy(lr.data(), replayed.history.get(), kSteps * sizeof(float), cudaMemcpyDeviceToHost));
@@ -447,6 +456,48 @@ void fused_replay_tracks_eager(bool wgrad_beside, int side = 32) {
   CUDA_CHECK(cudaMemcpy(re.data(), eager.net->running_stats(), n * sizeof(float), cudaMemcpyDeviceToHost));
   CUDA_CHECK(cudaMemcpy(rr.data(), replayed.net->running_stats(), n * sizeof(float), cudaMemcpyDeviceToHost));
   EXPECT_CLOSE(ref::Vec(rr.begin(), rr.end()), ref::Vec(re.begin(), re.end()), 1e-2) << "BN running statistics";
+}
+
+// The memsets the replayed graph runs at its start still zero what the fused data gradients then
+// accumulate into: with the BN weight gradients they write filled with 3.4e38 (0x7F bytes) before
+// a replay, the replay leaves gradients of the size it left before, not that garbage plus them.
+TEST(GpuStepGraphFused, AReplayZeroesTheGradientsItsPatternsAccumulate) {
+  SKIP_WITHOUT_GPU("the training step as a CUDA graph");
+  const NetConfig cfg = fused_config();
+  TrainingRun run(cfg, true);
+  if (run.net->fusion_report().fused == 0) GTEST_SKIP() << "cuDNN fused no conv here";
+  const LrSchedule schedule{0.0, 0.0, kSteps, 2 * kSteps};
+  std::vector<uint8_t> image_bytes;
+  std::vector<int32_t> y;
+  make_batch(0, cfg.dtype, cfg.image_side, image_bytes, y);
+  for (int i = 0; i < 4; ++i) run.step(i, image_bytes, y, schedule);  // eager, eager, captured, replayed
+  ASSERT_TRUE(run.graph.plan().enabled()) << "the capture failed (a warning says why)";
+  ASSERT_GT(run.graph.memsets_hoisted(), 0u);
+  const ParamStore& p = run.net->params();
+  const size_t nv = p.total() - p.weight_count();
+  const auto* first = reinterpret_cast<const char*>(p.vector_grads_all());
+  auto largest_gradient = [&] {
+    std::vector<float> g(nv);
+    CUDA_CHECK(cudaMemcpy(g.data(), p.vector_grads_all(), nv * sizeof(float), cudaMemcpyDeviceToHost));
+    float m = 0;
+    for (float v : g) m = std::isfinite(v) ? std::max(m, std::fabs(v)) : INFINITY;
+    return m;
+  };
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const float before = largest_gradient();
+  int poisoned = 0;
+  for (const ZeroedRange& r : run.net->zeroed_at_step_start()) {
+    const auto* b = static_cast<const char*>(r.begin);
+    if (b < first || b + r.bytes > first + nv * sizeof(float)) continue;  // a workspace: its counters stay
+    CUDA_CHECK(cudaMemset(const_cast<void*>(r.begin), 0x7F, r.bytes));
+    ++poisoned;
+  }
+  ASSERT_GT(poisoned, 0) << "no BN gradient is zeroed at the step's start";
+  run.step(4, image_bytes, y, schedule);  // replayed, the same batch and weights
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const float after = largest_gradient();
+  EXPECT_GT(before, 0.f);
+  EXPECT_LT(after, 4 * before) << "the replay added to what was there (largest gradient before: " << before << ")";
 }
 
 TEST(GpuStepGraphFused, ReplayWithoutTheStatisticsMemsetsTracksEagerExecution) {
