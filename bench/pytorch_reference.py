@@ -72,7 +72,7 @@ def measure(rung: Rung, args: argparse.Namespace, images, labels) -> dict:
     criterion = nn.CrossEntropyLoss()
     scaler = torch.amp.GradScaler("cuda") if rung.amp == "scaler" else None
     net = torch.compile(model, mode=rung.compile_mode) if rung.compile_mode else model
-    graphs = rung.compile_mode == "reduce-overhead"
+    graphs = rung.cuda_graphs
 
     if rung.resident:
         source = GpuResidentData(images, labels, args.batch, device)

@@ -241,7 +241,7 @@ def train(args: argparse.Namespace, ranks: Ranks) -> dict:
     trained = model if not several else nn.parallel.DistributedDataParallel(
         model, device_ids=[ranks.local] if on_gpu else None, broadcast_buffers=False)
     net = torch.compile(trained, mode=compile_mode) if compile_mode else trained
-    graphs = compile_mode == "reduce-overhead"
+    graphs = on_gpu and rung.cuda_graphs
     weights = [p.detach() for p in model.parameters()]
     average = [w.clone() for w in weights] if args.ema > 0 else None  # --ema: bin/train's weight average
 

@@ -29,7 +29,14 @@ class Rung:
     cudnn_benchmark: bool = False
     amp: str | None = None        # None (fp32), "scaler" (fp16 autocast + GradScaler), "plain" (no scaler)
     channels_last: bool = False
-    compile_mode: str | None = None  # None (eager), "default", "reduce-overhead" (CUDA graphs)
+    # None (eager), "default", "reduce-overhead" (CUDA graphs), "max-autotune" (Triton-tuned kernels
+    # and CUDA graphs)
+    compile_mode: str | None = None
+
+    @property
+    def cuda_graphs(self) -> bool:
+        """torch.compile replays the step as CUDA graphs (its graph trees need each step marked)."""
+        return self.compile_mode in ("reduce-overhead", "max-autotune")
 
     def optimizations(self) -> list[str]:
         on = []
@@ -76,7 +83,13 @@ def _ladder() -> list[Rung]:
                                  description="data resident on the GPU, AMP + channels_last, "
                                              'torch.compile(mode="reduce-overhead") (CUDA graphs)',
                                  compile_mode="reduce-overhead")
-    return rungs + [resident, resident_amp, graphs]
+    # PyTorch's strongest mode: Triton kernels chosen by timing (conv and matmul templates among
+    # them) and CUDA graphs. Its compile takes minutes (379 s on an H100, 2026-11-26).
+    autotuned = dataclasses.replace(graphs, name="resident-amp-cl-max-autotune",
+                                    description="data resident on the GPU, AMP + channels_last, "
+                                                'torch.compile(mode="max-autotune") (Triton autotuning, CUDA graphs)',
+                                    compile_mode="max-autotune")
+    return rungs + [resident, resident_amp, graphs, autotuned]
 
 
 RUNGS = _ladder()

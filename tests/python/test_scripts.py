@@ -288,13 +288,16 @@ class PytorchReference(ScriptTest):
 
     def test_rung_names(self):
         from lib import pytorch_rungs
-        self.assertEqual(len(pytorch_rungs.RUNGS), 12)
+        self.assertEqual(len(pytorch_rungs.RUNGS), 13)
         self.assertEqual([r.name for r in pytorch_rungs.parse_rungs("compile,baseline")], ["baseline", "compile"])
         with self.assertRaises(ValueError):
             pytorch_rungs.parse_rungs("baseline,warp-speed")
-        graphs = pytorch_rungs.RUNGS[-1]
-        self.assertTrue(graphs.resident and graphs.channels_last and graphs.amp == "plain")
+        graphs, autotuned = pytorch_rungs.RUNGS[-2:]
+        for r in (graphs, autotuned):
+            self.assertTrue(r.resident and r.channels_last and r.amp == "plain" and r.cuda_graphs, r.name)
         self.assertEqual(graphs.compile_mode, "reduce-overhead")
+        self.assertEqual(autotuned.compile_mode, "max-autotune")
+        self.assertFalse(pytorch_rungs.parse_rungs("compile")[0].cuda_graphs)
         # The ladder is cumulative up to torch.compile: each rung keeps the previous one's switches.
         ladder = pytorch_rungs.RUNGS[:9]
         for before, after in zip(ladder, ladder[1:]):
