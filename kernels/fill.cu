@@ -79,7 +79,7 @@ unsigned fill_grid(const FillRegions& f) {
 namespace {
 dim3 zero_spans_grid(const ZeroSpans& s) {
   size_t largest = 0;  // words of the largest span: one per thread, at most 64 blocks a span
-  for (int i = 0; i < s.count; ++i) largest = std::max(largest, size_t(s.bytes[i] + 3) / 4);
+  for (int i = 0; i < s.count; ++i) largest = std::max(largest, (size_t(s.bytes[i]) + 3) / 4);
   return dim3(std::min(grid_for(std::max<size_t>(largest, 1), kThreads), 64u), static_cast<unsigned>(s.count));
 }
 }  // namespace

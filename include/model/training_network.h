@@ -25,7 +25,7 @@ struct LossTotals;
 struct Block;
 struct Bn;
 class FusedConv;
-struct FusedStep;
+struct FusedCall;
 
 class TrainingNetwork : public Network {
  public:
@@ -69,11 +69,11 @@ class TrainingNetwork : public Network {
   void block_backward(const Block& b, BlockRun& r, const void* in, const void* dy2);
   // y = conv(x), or conv(relu(bn_prev(x))) with `prologue`, then bn's coefficients from y's
   // statistics (training) or its running statistics (evaluation).
-  void conv_stats(const struct ConvUnit& c, const FusedStep& fused, const void* x, void* y, const Bn& bn, Shape4 s,
+  void conv_stats(const struct ConvUnit& c, const FusedCall& fused, const void* x, void* y, const Bn& bn, Shape4 s,
                   bool train, const Bn* prologue, void* stored, Shape4 s_prev);
   // The backward of conv c whose input was relu(bn(x)): its weight gradient, and dx, the gradient of
   // bn's input x, from dy.
-  void inner_backward(const struct ConvUnit& c, const FusedStep& wgrad, const FusedStep& dgrad, bool fwd_fused,
+  void inner_backward(const struct ConvUnit& c, const FusedCall& wgrad, const FusedCall& dgrad, bool fwd_fused,
                       const void* x, const Bn& bn, void* stored, Shape4 s_in, void* dy, void* dx);
   // A conv's plain backward: dw (beside, on the lane) and dx = dgrad(dy).
   void conv_backward(const struct ConvUnit& c, const void* x, const void* dy, void* dx);
@@ -99,7 +99,7 @@ class TrainingNetwork : public Network {
   DeviceBuffer bn_scratch_;
   DeviceBuffer fused_sums_, fused_half_;  // per fused BN: sums (sum, sum of squares); fp16 scale/shift
   DeviceBuffer zeros_;                    // a zero vector (the dx pass after a fused data gradient)
-  DeviceBuffer fused_workspaces_;         // each conv's fused patterns' own workspaces (FusedStep)
+  DeviceBuffer fused_workspaces_;         // each conv's fused patterns' own workspaces (FusedCall)
   std::unique_ptr<Lane> lane_;
   const void* images_ = nullptr;          // the batch of the last forward (backward's stem input)
 };

@@ -20,7 +20,7 @@
 // that shape) and a workspace of this conv's own. cuDNN zeroes counters in the workspace before
 // every run; in a workspace no other conv touches, the step's graph zeroes them once at its start
 // instead (zeroed_at_step_start), a node less in the chain for each.
-struct FusedStep {
+struct FusedCall {
   const FusedConv* plan = nullptr;
   void* ws = nullptr;
   size_t ws_bytes = 0;
@@ -33,15 +33,15 @@ struct FusedStep {
 // conv2 or conv3 reads them plain. relu_bits: where the join's ReLU (after the add) passed; its
 // backward reads these bits, not the output (1/16 of the bytes).
 struct TrainingNetwork::BlockRun {
-  FusedStep c1_stats;           // ConvStats
+  FusedCall c1_stats;           // ConvStats
   struct Inner {
-    FusedStep fwd, wgrad, dgrad;  // SbrConvStats, SbrWgrad, DgradDreluDbn
+    FusedCall fwd, wgrad, dgrad;  // SbrConvStats, SbrWgrad, DgradDreluDbn
   } c2, c3;
-  FusedStep down_stats;         // ConvStats
+  FusedCall down_stats;         // ConvStats
   DeviceBuffer a1, y1, a2, y2, a3, ad, out, relu_bits;
   bool stores_y1() const { return !c2.fwd || !c2.wgrad; }
   bool stores_y2() const { return !c3.fwd || !c3.wgrad; }
-  std::vector<FusedStep*> fused_steps() { return {&c1_stats, &c2.fwd, &c2.wgrad, &c2.dgrad, &c3.fwd, &c3.wgrad, &c3.dgrad, &down_stats}; }
+  std::vector<FusedCall*> fused_calls() { return {&c1_stats, &c2.fwd, &c2.wgrad, &c2.dgrad, &c3.fwd, &c3.wgrad, &c3.dgrad, &down_stats}; }
 };
 
 // A conv's weight gradient and its data gradient read the same output gradient and write different
@@ -125,16 +125,17 @@ void TrainingNetwork::plan_blocks(AutotuneCache& cache, size_t largest) {
 // One arena, a slice for each fused pattern a conv runs, sized as its plan asks.
 void TrainingNetwork::give_fused_workspaces() {
   constexpr size_t kAlign = 256;  // as cudaMalloc aligns
-  auto slice = [](const FusedStep& f) { return (f.plan->workspace() + kAlign - 1) / kAlign * kAlign; };
+  auto slice = [](const FusedCall& f) { return (f.plan->workspace() + kAlign - 1) / kAlign * kAlign; };
   size_t total = 0;
   for (BlockRun& r : runs_)
-    for (FusedStep* f : r.fused_steps())
+    for (FusedCall* f : r.fused_calls())
       if (*f) total += slice(*f);
   if (total == 0) return;
+  check_memory(total);  // the sum of the plans' needs: a clear message, not a failed cudaMalloc
   fused_workspaces_ = DeviceBuffer(total, "cuDNN workspaces of the fused patterns, one for each conv");
   char* next = static_cast<char*>(fused_workspaces_.get());
   for (BlockRun& r : runs_)
-    for (FusedStep* f : r.fused_steps())
+    for (FusedCall* f : r.fused_calls())
       if (*f) {
         f->ws = next;
         f->ws_bytes = f->plan->workspace();
@@ -200,7 +201,7 @@ void TrainingNetwork::allocate(size_t largest) {
       sums += 2 * bn.channels;
     });
     // conv2 and conv3 read the previous BN's coefficients in their prologue
-    auto reads_half = [](const FusedStep& f) { return f && f.plan->scale_type() == DType::F16; };
+    auto reads_half = [](const FusedCall& f) { return f && f.plan->scale_type() == DType::F16; };
     for (auto [bn, inner] : {std::pair{&b.b1, &runs_[i].c2}, std::pair{&b.b2, &runs_[i].c3}}) {
       if (!reads_half(inner->fwd) && !reads_half(inner->wgrad)) continue;
       bn->scale_h = halves;
@@ -232,7 +233,7 @@ void TrainingNetwork::forward(const void* images, bool train) {
   classify(cur);
 }
 
-void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedStep& fused, const void* x, void* y, const Bn& bn,
+void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, const void* x, void* y, const Bn& bn,
                                  Shape4 s, bool train, const Bn* prologue, void* stored, Shape4 s_prev) {
   const cudaStream_t stream = ctx_.stream;
   if (fused) {
@@ -390,7 +391,7 @@ void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void
   grad_ready(c.weight);
 }
 
-void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedStep& wgrad, const FusedStep& dgrad,
+void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, const FusedCall& dgrad,
                                      bool fwd_fused, const void* x, const Bn& bn, void* stored, Shape4 s_in, void* dy,
                                      void* dx) {
   const DType t = cfg_.dtype;

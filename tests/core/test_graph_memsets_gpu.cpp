@@ -68,6 +68,22 @@ size_t count_of(cudaGraph_t g, cudaGraphNodeType type) {
   return c;
 }
 
+// The node type of each root (a node with no dependencies) of g.
+std::vector<cudaGraphNodeType> root_types(cudaGraph_t g) {
+  size_t n = node_count(g);
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n) CUDA_CHECK(cudaGraphGetNodes(g, nodes.data(), &n));
+  std::vector<cudaGraphNodeType> types;
+  for (cudaGraphNode_t node : nodes) {
+    size_t deps = 0;
+    CUDA_CHECK(cudaGraphNodeGetDependencies(node, nullptr, nullptr, &deps));
+    cudaGraphNodeType t;
+    CUDA_CHECK(cudaGraphNodeGetType(node, &t));
+    if (deps == 0) types.push_back(t);
+  }
+  return types;
+}
+
 // One memset node, 1D (height 1) or 2D, of elements of 1, 2 or 4 bytes, after the nodes `after`.
 cudaGraphNode_t add_memset(cudaGraph_t g, const std::vector<cudaGraphNode_t>& after, void* dst, unsigned element_size,
                            size_t width, size_t height, size_t pitch, unsigned value) {
@@ -357,21 +373,7 @@ TEST(GraphMemsetsGpu, MemsetsOfARangeRunOnceAtTheStart) {
   EXPECT_EQ(count_of(g.graph, cudaGraphNodeTypeMemset), 4u);
   EXPECT_EQ(count_of(g.graph, cudaGraphNodeTypeKernel), 1u);
   // The kernel is the graph's only root.
-  size_t n = node_count(g.graph);
-  std::vector<cudaGraphNode_t> nodes(n);
-  CUDA_CHECK(cudaGraphGetNodes(g.graph, nodes.data(), &n));
-  int roots = 0;
-  for (cudaGraphNode_t node : nodes) {
-    size_t deps = 0;
-    CUDA_CHECK(cudaGraphNodeGetDependencies(node, nullptr, nullptr, &deps));
-    cudaGraphNodeType t;
-    CUDA_CHECK(cudaGraphNodeGetType(node, &t));
-    if (deps == 0) {
-      ++roots;
-      EXPECT_EQ(t, cudaGraphNodeTypeKernel) << "the zeroing kernel comes first";
-    }
-  }
-  EXPECT_EQ(roots, 1);
+  EXPECT_EQ(root_types(g.graph), std::vector<cudaGraphNodeType>{cudaGraphNodeTypeKernel});
   launch(g.graph, s);
   std::vector<unsigned char> want(kBytes, 7);
   std::fill(want.begin(), want.begin() + 1024 + 13, 0);
@@ -379,6 +381,30 @@ TEST(GraphMemsetsGpu, MemsetsOfARangeRunOnceAtTheStart) {
   std::fill(want.begin() + 3072, want.begin() + 3072 + 64, 5);
   EXPECT_EQ(bytes_at(out.get(), kBytes), want) << first_difference(bytes_at(out.get(), kBytes), want);
   EXPECT_EQ(bytes_at(first.get(), kBytes), std::vector<unsigned char>(kBytes, 1));
+}
+
+TEST(GraphMemsetsGpu, MoreSpansThanOneKernelTakesRunAsSeveralKernelsAllFirst) {
+  SKIP_WITHOUT_GPU("rewriting a CUDA graph");
+  Stream s;
+  constexpr int kMemsets = kZeroSpans + 8;
+  constexpr size_t kEach = 16;
+  static_assert(kMemsets * kEach <= kBytes);
+  DeviceBuffer owned(kBytes, "owned range"), out(kBytes, "out");
+  CUDA_CHECK(cudaMemset(owned.get(), 7, kBytes));
+  Captured g;
+  capture(s, g, [&] {
+    for (int i = 0; i < kMemsets; ++i) CUDA_CHECK(cudaMemsetAsync(at(owned, i * kEach), 0, kEach, s));
+    CUDA_CHECK(cudaMemcpyAsync(out.get(), owned.get(), kBytes, cudaMemcpyDeviceToDevice, s));
+  });
+  EXPECT_EQ(hoist_memsets_to_start(g.graph, {{owned.get(), kBytes}}), size_t(kMemsets));
+  EXPECT_EQ(count_of(g.graph, cudaGraphNodeTypeMemset), 0u);
+  // Two kernels, both ahead of the copy, the only node left besides them.
+  EXPECT_EQ(root_types(g.graph), (std::vector<cudaGraphNodeType>{cudaGraphNodeTypeKernel, cudaGraphNodeTypeKernel}));
+  EXPECT_EQ(node_count(g.graph), 3u);
+  launch(g.graph, s);
+  std::vector<unsigned char> want(kBytes, 7);
+  std::fill(want.begin(), want.begin() + kMemsets * kEach, 0);
+  EXPECT_EQ(bytes_at(out.get(), kBytes), want) << first_difference(bytes_at(out.get(), kBytes), want);
 }
 
 TEST(GraphMemsetsGpu, NoRangesMoveNothing) {
