@@ -55,12 +55,16 @@ void launch(cudaGraph_t g, cudaStream_t s) {
 
 char* at(const DeviceBuffer& b, size_t offset) { return static_cast<char*>(b.get()) + offset; }
 
-size_t count_of(cudaGraph_t g, cudaGraphNodeType type) {
+std::vector<cudaGraphNode_t> nodes_of(cudaGraph_t g) {
   size_t n = node_count(g);
   std::vector<cudaGraphNode_t> nodes(n);
   if (n) CUDA_CHECK(cudaGraphGetNodes(g, nodes.data(), &n));
+  return nodes;
+}
+
+size_t count_of(cudaGraph_t g, cudaGraphNodeType type) {
   size_t c = 0;
-  for (cudaGraphNode_t node : nodes) {
+  for (cudaGraphNode_t node : nodes_of(g)) {
     cudaGraphNodeType t;
     CUDA_CHECK(cudaGraphNodeGetType(node, &t));
     c += t == type;
@@ -70,11 +74,8 @@ size_t count_of(cudaGraph_t g, cudaGraphNodeType type) {
 
 // The node type of each root (a node with no dependencies) of g.
 std::vector<cudaGraphNodeType> root_types(cudaGraph_t g) {
-  size_t n = node_count(g);
-  std::vector<cudaGraphNode_t> nodes(n);
-  if (n) CUDA_CHECK(cudaGraphGetNodes(g, nodes.data(), &n));
   std::vector<cudaGraphNodeType> types;
-  for (cudaGraphNode_t node : nodes) {
+  for (cudaGraphNode_t node : nodes_of(g)) {
     size_t deps = 0;
     CUDA_CHECK(cudaGraphNodeGetDependencies(node, nullptr, nullptr, &deps));
     cudaGraphNodeType t;
