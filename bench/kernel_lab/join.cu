@@ -77,6 +77,29 @@ BnBackwardArgs join_args(BnCase& c, const BnChannelState* st) {
                        c.DX.get());
 }
 
+// The join's backward as the network runs it (model/training_network.cpp): the ReLU mask from the
+// bits the forward kernel wrote, and dy in two parts, summed as they are read, dz left in dy's
+// buffer (the identity shortcut's gradient). Here the second part is zero and dy's buffer is DRES,
+// a copy of dy: a run leaves dz there, and the next run, masking dz again, computes the same.
+struct NetworkForm {
+  DeviceBuffer bits;
+  NetworkForm(BnCase& c, bool projection, cudaStream_t stream) : bits(relu_bits_bytes(c.s, c.t), "lab ReLU bits") {
+    ApplyArgs a = apply(c, projection ? Residual::BatchNorm : Residual::Tensor, c.X2.get(), c.Y2.get());
+    a.relu_bits = bits.as<uint8_t>();
+    bn_apply(a, c.s, c.t, c.l, stream);
+    CUDA_CHECK(cudaMemcpyAsync(c.DRES.get(), c.DY.get(), c.tensor_bytes(), cudaMemcpyDeviceToDevice, stream));
+    CUDA_CHECK(cudaMemsetAsync(c.Y2.get(), 0, c.tensor_bytes(), stream));  // the second part
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  BnBackwardArgs args(BnCase& c, const BnChannelState* st) const {
+    BnBackwardArgs a = backward_args(c.DRES.get(), ReluMask::FromBits, nullptr, c.X.get(), st, c.dgamma.f32(),
+                                     c.dbeta.f32(), c.DX.get());
+    a.dy2 = c.Y2.get();
+    a.relu_bits = bits.as<uint8_t>();
+    return a;
+  }
+};
+
 void join_backward(Lab& lab, bool projection) {
   const std::string op = projection ? "join-projection-backward" : "join-identity-backward";
   lab.section(op,
@@ -90,10 +113,13 @@ void join_backward(Lab& lab, bool projection) {
     const Vec dz = ref::relu_backward(c.dy, y);
     const ref::BnGrads want = ref::bn_backward(c.d, dz, c.x, c.h.gamma, c.st);
     const ref::BnGrads want2 = projection ? ref::bn_backward(c.d, dz, c.x2, c.h2.gamma, c.st2) : ref::BnGrads{};
-    auto prepared = [&](std::function<void()> run) {
+    // network: the inputs in the network's form (NetworkForm), made after the outputs are poisoned.
+    std::shared_ptr<NetworkForm> form;
+    auto prepared = [&](std::function<void()> run, bool network = false) {
       c.load_forward_state();
       c.Y = c.device(y);
       BnCase::poison({&c.DX, &c.DX2, &c.DRES, &c.dgamma, &c.dbeta, &c.dgamma2, &c.dbeta2});
+      if (network) form = std::make_shared<NetworkForm>(c, projection, lab.stream());
       return Prepared{.run = std::move(run), .check = [&] {
                         std::vector<LabCheck> out;
                         c.check_grads(out, "", c.DX, c.dgamma, c.dbeta, want);
@@ -102,6 +128,25 @@ void join_backward(Lab& lab, bool projection) {
                         return out;
                       }};
     };
+    const LabVersion network_form{
+        "as the network runs it: the mask from the forward's ReLU bits, dy in two parts", [&] {
+          return prepared(
+              [&] {
+                const BnChannelState st = c.bn.state(), st2 = c.bn2.state();
+                BnBackwardArgs a = form->args(c, &st);
+                if (projection) {
+                  a.x2 = c.X2.get();
+                  a.bn2 = &st2;
+                  a.dgamma2 = c.dgamma2.f32();
+                  a.dbeta2 = c.dbeta2.f32();
+                  a.dx2 = c.DX2.get();
+                } else {
+                  a.dres = c.DRES.get();
+                }
+                bn_backward(a, c.s, c.t, c.l, c.scratch.f32(), lab.stream());
+              },
+              true);
+        }};
     std::vector<LabVersion> versions;
     if (projection) {
       versions = {
@@ -127,7 +172,8 @@ void join_backward(Lab& lab, bool projection) {
                                          c.dbeta2.f32(), c.DX2.get()),
                            c.s, c.t, c.l, c.scratch.f32(), lab.stream());
              });
-           }}};
+           }},
+          network_form};
     } else {
       versions = {{"bn_backward with the shortcut's gradient written to dres", [&] {
                      return prepared([&] {
@@ -136,7 +182,8 @@ void join_backward(Lab& lab, bool projection) {
                        a.dres = c.DRES.get();
                        bn_backward(a, c.s, c.t, c.l, c.scratch.f32(), lab.stream());
                      });
-                   }}};
+                   }},
+                  network_form};
     }
     lab.measure(op, c.shape_text(), c.format_text(), (projection ? 6 : 5) * c.tensor_bytes(), versions);
   });
