@@ -19,15 +19,28 @@ __device__ __forceinline__ void add_second_part(const T* dy2, const size_t (&off
     for (int j = 0; j < V; ++j) g[u][j] += g2[u][j];
 }
 
-template <class T, Layout L, ReluMask kMask, bool kDual>
+// kTwoParts: dy arrives in two parts (dy2 beside dy). A compile-time choice, so that the unroll
+// counts the second part's loads: decided at run time, the loads of both kinds of call were
+// unrolled for two tensors and the kernel took 140 registers, one block of 256 threads per SM.
+template <class T, Layout L, ReluMask kMask, bool kDual, bool kTwoParts>
 struct BackwardOp {  // sums of dz, dz * xhat, and dz * xhat2 for the second BN
   static constexpr int kSums = kDual ? 3 : 2;
-  static constexpr int kLoads = 2 + (kMask == ReluMask::FromOutput) + kDual;
+  static constexpr int kLoads = 2 + (kMask == ReluMask::FromOutput) + kDual + kTwoParts;
   static constexpr int kUnroll = kLoads <= 2 ? 4 : 2;
+  // Blocks of 256 threads an SM (a register cap for reduce_nhwc): its 528 blocks (kNhwcTargetBlocks,
+  // for 132-SM parts) run as whole waves at 4 or 2 an SM, and at 3 leave a last wave a third full.
+  // 4 for the identity joins with the gradient in two parts (every block's but the last's), the
+  // most bytes of any reduction in a step, which 64 registers hold without spilling on sm_90 (an
+  // sm_80 build spills 28 bytes); 2 for the others, which spill at 64 and, uncapped, some take
+  // 68-80 registers, 3 blocks an SM. H200, 2026-11-28 (bin/kernel_lab): the identity join's
+  // backward at 128x256x32x32 went from 150 to 136 µs; the inner BNs' (mask from x) at 2 blocks an
+  // SM from 125 to 116 µs, where at 3 they took 132. bin/train's step at batch 128: 6.07 -> 5.94 ms
+  // (bench/results/levers-session8-nvidia-h200-2026-11-28.md).
+  static constexpr int kMinBlocks = kMask == ReluMask::FromBits && !kDual && kTwoParts ? 4 : 2;
   static constexpr int V = kVec<T>;
-  const T *dy, *dy2, *y, *x, *x2;  // dy2: a second part of dy, or null
-  // With dy2: dz (the masked sum, rounded to T) is written here, dy's buffer, and the sums are
-  // taken of what is written; the apply pass then reads one tensor, not two (the sum costs one
+  const T *dy, *dy2, *y, *x, *x2;  // dy2: the second part of dy (kTwoParts)
+  // With two parts: dz (the masked sum, rounded to T) is written here, dy's buffer, and the sums
+  // are taken of what is written; the apply pass then reads one tensor, not two (the sum costs one
   // write where the two parts would cost a second read in each pass).
   T* dz_out;
   const uint8_t* bits;
@@ -57,7 +70,7 @@ struct BackwardOp {  // sums of dz, dz * xhat, and dz * xhat2 for the second BN
       if (kMask == ReluMask::FromBits) bv[u] = bits[off[u] / V];
       if (kDual) load_vec(x2 + off[u], x2v[u]);
     }
-    if (dy2) add_second_part(dy2, off, g);
+    if (kTwoParts) add_second_part(dy2, off, g);
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -67,12 +80,12 @@ struct BackwardOp {  // sums of dz, dz * xhat, and dz * xhat2 for the second BN
         if (kMask == ReluMask::FromBits) pass = (bv[u] >> j) & 1u;
         if (kMask == ReluMask::FromInput) pass = relu_passes<T>(xv[u][j], sc[j], sh[j]);
         float dz = pass ? g[u][j] : 0.f;
-        if (dz_out) dz = to_float(from_float<T>(dz)), g[u][j] = dz;
+        if (kTwoParts) dz = to_float(from_float<T>(dz)), g[u][j] = dz;
         acc[0][j] += dz;
         acc[1][j] += dz * (xv[u][j] - m[j]) * is[j];
         if (kDual) acc[2][j] += dz * (x2v[u][j] - m2[j]) * is2[j];
       }
-    if (dz_out)
+    if (kTwoParts)
 #pragma unroll
       for (int u = 0; u < U; ++u) store_vec(dz_out + off[u], g[u]);
   }
@@ -219,11 +232,11 @@ void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* sc
   const bool dual = a.x2 != nullptr, dres = a.dres != nullptr;
   dispatch(t, l, [&]<class T, Layout L>() {
     const ReduceGrid g = reduce_grid<T>(s, L);
-    auto reduce = [&]<ReluMask kMask, bool kDual>() {
-      BackwardOp<T, L, kMask, kDual> op{};
+    auto reduce_op = [&]<ReluMask kMask, bool kDual, bool kTwoParts>() {
+      BackwardOp<T, L, kMask, kDual, kTwoParts> op{};
       op.dy = static_cast<const T*>(a.dy);
       op.dy2 = static_cast<const T*>(a.dy2);
-      op.dz_out = a.dy2 ? static_cast<T*>(const_cast<void*>(a.dy)) : nullptr;
+      op.dz_out = kTwoParts ? static_cast<T*>(const_cast<void*>(a.dy)) : nullptr;
       op.y = static_cast<const T*>(a.y);
       op.bits = a.relu_bits;
       op.x = static_cast<const T*>(a.x);
@@ -237,6 +250,10 @@ void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* sc
         op.invstd2 = a.bn2->save_invstd;
       }
       launch_reduce<T, L>(op, s, g, scratch, stream);
+    };
+    auto reduce = [&]<ReluMask kMask, bool kDual>() {
+      if (a.dy2) reduce_op.template operator()<kMask, kDual, true>();
+      else reduce_op.template operator()<kMask, kDual, false>();
     };
     // The combinations the network uses (and the tests): no ReLU; a ReLU without residual (mask
     // from x in the network, from y in the tests); a ReLU after a residual (mask from the bits in

@@ -113,8 +113,11 @@ __device__ __forceinline__ bool relu_passes(float x, float scale, float shift) {
 // vectors (all loads first, so they are in flight together), then adds them into acc[sum][element].
 
 // partials layout: [sum][chunk][channel]
+// Op::kMinBlocks: the blocks of 256 threads each SM must hold at once, a register cap for the
+// compiler (0: none). At 4, the kNhwcTargetBlocks of a large tensor run as one wave.
 template <class T, class Op>
-__global__ void __launch_bounds__(kThreads) reduce_nhwc(Op op, Shape4 s, int rows_per_chunk, float* partials) {
+__global__ void __launch_bounds__(kThreads, Op::kMinBlocks)
+    reduce_nhwc(Op op, Shape4 s, int rows_per_chunk, float* partials) {
   constexpr int V = kVec<T>, S = Op::kSums, U = Op::kUnroll;
   __shared__ float red[kWarps][S * V * 32];
   const NhwcTile tile = nhwc_tile<T>(s.c);

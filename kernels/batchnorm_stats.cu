@@ -10,6 +10,7 @@ template <class T, Layout L>
 struct StatsOp {  // sums of (x - shift) and (x - shift)^2
   static constexpr int kSums = 2;
   static constexpr int kUnroll = 4;
+  static constexpr int kMinBlocks = 0;  // the compiler's choice (50 registers: 4 blocks an SM)
   static constexpr int V = kVec<T>;
   const T* x;
   Shape4 s;

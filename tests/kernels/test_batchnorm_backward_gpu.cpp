@@ -244,7 +244,7 @@ TEST_P(GpuBatchNorm, MaskFromInputMatchesTheStoredOutput) {
 // stored output: each bit must be the sign of the stored element (also where the sum rounds to +-0
 // or to subnormals: a third of the residuals cancel the BN output within T's rounding), and the
 // backward from the bits must equal the backward from y bit for bit, with the identity shortcut's
-// dres and with the projection's second BN.
+// dres and with the projection's second BN, with dy in one part and in two (as the network runs it).
 TEST_P(GpuBatchNorm, ReluBitsAreTheStoredOutputsSignsAndGiveItsBackward) {
   SKIP_WITHOUT_GPU("the batch-norm kernels");
   const auto [t, l] = GetParam();
@@ -267,7 +267,8 @@ TEST_P(GpuBatchNorm, ReluBitsAreTheStoredOutputsSignsAndGiveItsBackward) {
   }
   const DeviceTensor x2_d = upload_activation(x2, d, t, l);
   bn_forward_train_stats(x2_d.get(), shape4(d), t, l, bn2.state(), scratch.f32(), stream);
-  const DeviceTensor dy_d = upload_activation(quantize(t, random_normal(rng, d.count())), d, t, l);
+  const Vec dy = quantize(t, random_normal(rng, d.count())), dy2 = quantize(t, random_normal(rng, d.count()));
+  const DeviceTensor dy2_d = upload_activation(dy2, d, t, l);
   const size_t V = 16 / dtype_size(t);
   ASSERT_EQ(relu_bits_bytes(shape4(d), t), d.count() / V);
 
@@ -310,13 +311,17 @@ TEST_P(GpuBatchNorm, ReluBitsAreTheStoredOutputsSignsAndGiveItsBackward) {
     EXPECT_EQ(wrong, 0u) << "bits that are not the stored element's sign";
     EXPECT_GT(zeros, d.count() / 3) << "the ReLU should zero many elements";
 
-    auto backward = [&](ReluMask mask) {
+    // two_parts: dy arrives with a second part, as in the network, and the reduction leaves dz in
+    // dy's buffer (the identity shortcut's dres); each call starts from a fresh copy of dy.
+    auto backward = [&](ReluMask mask, bool two_parts) {
+      DeviceTensor dy_d = upload_activation(dy, d, t, l);
       DeviceTensor dx(d.count(), t), dx2(d.count(), t), dres(d.count(), t);
       DeviceTensor dg(d.c, DType::F32), db(d.c, DType::F32), dg2(d.c, DType::F32), db2(d.c, DType::F32);
       for (DeviceTensor* p : {&dx, &dx2, &dres, &dg, &db, &dg2, &db2}) p->poison();
       const BnChannelState s1 = bn.state(), s2 = bn2.state();
       BnBackwardArgs b{};
       b.dy = dy_d.get();
+      if (two_parts) b.dy2 = dy2_d.get();
       b.relu = mask;
       b.y = mask == ReluMask::FromOutput ? y.get() : nullptr;
       b.relu_bits = mask == ReluMask::FromBits ? bits.as<uint8_t>() : nullptr;
@@ -332,19 +337,24 @@ TEST_P(GpuBatchNorm, ReluBitsAreTheStoredOutputsSignsAndGiveItsBackward) {
         b.dbeta2 = db2.f32();
         b.dx2 = dx2.get();
       } else {
-        b.dres = dres.get();
+        b.dres = two_parts ? dy_d.get() : dres.get();
       }
       bn_backward(b, shape4(d), t, l, scratch.f32(), stream);
       std::vector<std::vector<uint8_t>> out;
       for (const DeviceTensor* p : {&dx, &dg, &db}) out.push_back(p->bytes());
+      const DeviceTensor* dz = two_parts ? &dy_d : &dres;  // the identity shortcut's gradient
       for (const DeviceTensor* p : r == Residual::BatchNorm ? std::vector<const DeviceTensor*>{&dx2, &dg2, &db2}
-                                                           : std::vector<const DeviceTensor*>{&dres})
+                                                           : std::vector<const DeviceTensor*>{dz})
         out.push_back(p->bytes());
       return out;
     };
-    const auto from_y = backward(ReluMask::FromOutput), from_bits = backward(ReluMask::FromBits);
-    ASSERT_EQ(from_y.size(), from_bits.size());
-    for (size_t i = 0; i < from_y.size(); ++i) EXPECT_TRUE(from_y[i] == from_bits[i]) << "output " << i << " differs";
+    for (const bool two_parts : {false, true}) {
+      SCOPED_TRACE(two_parts ? "dy in two parts" : "dy in one part");
+      const auto from_y = backward(ReluMask::FromOutput, two_parts);
+      const auto from_bits = backward(ReluMask::FromBits, two_parts);
+      ASSERT_EQ(from_y.size(), from_bits.size());
+      for (size_t i = 0; i < from_y.size(); ++i) EXPECT_TRUE(from_y[i] == from_bits[i]) << "output " << i << " differs";
+    }
   }
 }
 
