@@ -1,4 +1,4 @@
-"""bench.py, profile.py, profile_check.py and pytorch_reference.py as a user runs them.
+"""bench.py, profile.py, profile_check.py, pytorch_reference.py and grad_sensitivity.py as a user runs them.
 
 Without a GPU (no nvidia-smi on PATH) each prints one line on stderr and exits non-zero, with no
 traceback. With fake tools and binaries (fakes.py) they run end to end and write their files.
@@ -276,6 +276,35 @@ class ProfileCheckEndToEnd(ScriptTest):
         # The fake replays run 1 under nsys, so the images/s runs are each binary's run 2.
         self.assertIn("images/s: 3,013 -> 3,502 = 1.16x (needs at least 1.10x): ok", result.stdout)
         self.assertIn("train-baseline: dominant phase 'loss stats'", result.stdout)
+
+
+class GradSensitivity(ScriptTest):
+    """bench/grad_sensitivity.py: ResNet-50's gradients under rounding-sized changes of the forward."""
+
+    @unittest.skipIf(importlib.util.find_spec("torch") is not None, "PyTorch is installed here")
+    def test_without_pytorch(self):
+        result = FakeMachine(self.tmp).run_script("grad_sensitivity.py", "--batch", "2")
+        self.assertOneLineFailure(result, "grad_sensitivity: PyTorch is not installed")
+        self.assertEqual(result.returncode, 1)
+
+    def test_a_batch_of_one_is_a_usage_error(self):
+        # Checked before PyTorch is imported: the same with it or without.
+        result = FakeMachine(self.tmp).run_script("grad_sensitivity.py", "--batch", "1")
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertIn("--batch must be at least 2", result.stderr)
+
+    @unittest.skipUnless(importlib.util.find_spec("torch") is not None, "needs PyTorch")
+    def test_the_table_has_each_change_and_fp16_noise_moves_more_than_one_value(self):
+        result = FakeMachine(self.tmp).run_script("grad_sensitivity.py", "--batch", "2", "--threads", "2",
+                                                  timeout=600)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        rows = [line.split(" | ") for line in result.stdout.splitlines()
+                if line.startswith("| ") and not line.startswith(("| change", "| ---"))]
+        self.assertEqual(len(rows), 4, result.stdout)
+        all_gradients = [float(r[2]) for r in rows]
+        self.assertGreater(all_gradients[1], all_gradients[0], "fp16-sized noise everywhere against one value")
+        self.assertTrue(all(0 < g < 10 for g in all_gradients), all_gradients)
 
 
 class PytorchReference(ScriptTest):
