@@ -77,6 +77,15 @@ BnBackwardArgs join_args(BnCase& c, const BnChannelState* st) {
                        c.DX.get());
 }
 
+// The projection shortcut's BN (bn2, fed x2) as the second BN of a join's backward.
+void add_second_bn(BnBackwardArgs& a, BnCase& c, const BnChannelState* st2) {
+  a.x2 = c.X2.get();
+  a.bn2 = st2;
+  a.dgamma2 = c.dgamma2.f32();
+  a.dbeta2 = c.dbeta2.f32();
+  a.dx2 = c.DX2.get();
+}
+
 // The join's backward as the network runs it (model/training_network.cpp): the ReLU mask from the
 // bits the forward kernel wrote, and dy in two parts, summed as they are read, dz left in dy's
 // buffer (the identity shortcut's gradient). Here the second part is zero and dy's buffer is DRES,
@@ -113,13 +122,10 @@ void join_backward(Lab& lab, bool projection) {
     const Vec dz = ref::relu_backward(c.dy, y);
     const ref::BnGrads want = ref::bn_backward(c.d, dz, c.x, c.h.gamma, c.st);
     const ref::BnGrads want2 = projection ? ref::bn_backward(c.d, dz, c.x2, c.h2.gamma, c.st2) : ref::BnGrads{};
-    // network: the inputs in the network's form (NetworkForm), made after the outputs are poisoned.
-    std::shared_ptr<NetworkForm> form;
-    auto prepared = [&](std::function<void()> run, bool network = false) {
+    auto prepared = [&](std::function<void()> run) {
       c.load_forward_state();
       c.Y = c.device(y);
       BnCase::poison({&c.DX, &c.DX2, &c.DRES, &c.dgamma, &c.dbeta, &c.dgamma2, &c.dbeta2});
-      if (network) form = std::make_shared<NetworkForm>(c, projection, lab.stream());
       return Prepared{.run = std::move(run), .check = [&] {
                         std::vector<LabCheck> out;
                         c.check_grads(out, "", c.DX, c.dgamma, c.dbeta, want);
@@ -128,24 +134,18 @@ void join_backward(Lab& lab, bool projection) {
                         return out;
                       }};
     };
+    std::shared_ptr<NetworkForm> form;  // the network's inputs, made after the outputs are poisoned
     const LabVersion network_form{
         "as the network runs it: the mask from the forward's ReLU bits, dy in two parts", [&] {
-          return prepared(
-              [&] {
-                const BnChannelState st = c.bn.state(), st2 = c.bn2.state();
-                BnBackwardArgs a = form->args(c, &st);
-                if (projection) {
-                  a.x2 = c.X2.get();
-                  a.bn2 = &st2;
-                  a.dgamma2 = c.dgamma2.f32();
-                  a.dbeta2 = c.dbeta2.f32();
-                  a.dx2 = c.DX2.get();
-                } else {
-                  a.dres = c.DRES.get();
-                }
-                bn_backward(a, c.s, c.t, c.l, c.scratch.f32(), lab.stream());
-              },
-              true);
+          Prepared p = prepared([&] {
+            const BnChannelState st = c.bn.state(), st2 = c.bn2.state();
+            BnBackwardArgs a = form->args(c, &st);
+            if (projection) add_second_bn(a, c, &st2);
+            else a.dres = c.DRES.get();
+            bn_backward(a, c.s, c.t, c.l, c.scratch.f32(), lab.stream());
+          });
+          form = std::make_shared<NetworkForm>(c, projection, lab.stream());
+          return p;
         }};
     std::vector<LabVersion> versions;
     if (projection) {
@@ -154,11 +154,7 @@ void join_backward(Lab& lab, bool projection) {
              return prepared([&] {
                const BnChannelState st = c.bn.state(), st2 = c.bn2.state();
                BnBackwardArgs a = join_args(c, &st);
-               a.x2 = c.X2.get();
-               a.bn2 = &st2;
-               a.dgamma2 = c.dgamma2.f32();
-               a.dbeta2 = c.dbeta2.f32();
-               a.dx2 = c.DX2.get();
+               add_second_bn(a, c, &st2);
                bn_backward(a, c.s, c.t, c.l, c.scratch.f32(), lab.stream());
              });
            }},
