@@ -458,11 +458,17 @@ void fused_replay_tracks_eager(bool wgrad_beside, int side = 32) {
   EXPECT_CLOSE(ref::Vec(rr.begin(), rr.end()), ref::Vec(re.begin(), re.end()), 1e-2) << "BN running statistics";
 }
 
-// The memsets the replayed graph runs at its start still zero what the fused data gradients then
-// accumulate into: with the BN weight gradients they write filled with 3.4e38 (0x7F bytes) before
-// a replay, the replay leaves gradients of the size it left before, not that garbage plus them.
-TEST(GpuStepGraphFused, AReplayZeroesTheGradientsItsPatternsAccumulate) {
-  SKIP_WITHOUT_GPU("the training step as a CUDA graph");
+// What a poisoning test fills before a replay: the BN weight gradients the fused data gradients
+// accumulate into, or the arena of the fused patterns' cuDNN workspaces.
+enum class Poisoned { AccumulatedGradients, Workspaces };
+
+// The memsets the replayed graph runs at its start still zero what the fused patterns then read
+// back: with that memory filled with 0x7F bytes (3.4e38 as floats) before a replay, the replay of the
+// same batch on the same weights (learning rate 0) gives the loss it gave before, and gradients finite
+// and of the size they were (fused runs differ from run to run in their rounding, and this network
+// at its initial weights moves its gradients by about half under rounding-sized changes; garbage
+// added in would move them by orders of magnitude, or to infinity).
+void replay_after_poisoning(Poisoned what) {
   const NetConfig cfg = fused_config();
   TrainingRun run(cfg, true);
   if (run.net->fusion_report().fused == 0) GTEST_SKIP() << "cuDNN fused no conv here";
@@ -483,21 +489,43 @@ TEST(GpuStepGraphFused, AReplayZeroesTheGradientsItsPatternsAccumulate) {
     for (float v : g) m = std::isfinite(v) ? std::max(m, std::fabs(v)) : INFINITY;
     return m;
   };
+  auto loss_of_step = [&](int i) {
+    float l = 0;
+    CUDA_CHECK(cudaMemcpy(&l, run.history.as<float>() + i, sizeof l, cudaMemcpyDeviceToHost));
+    return l;
+  };
   CUDA_CHECK(cudaDeviceSynchronize());
   const float before = largest_gradient();
   int poisoned = 0;
   for (const ZeroedRange& r : run.net->zeroed_at_step_start()) {
     const auto* b = static_cast<const char*>(r.begin);
-    if (b < first || b + r.bytes > first + nv * sizeof(float)) continue;  // a workspace: its counters stay
+    const bool gradient = b >= first && b + r.bytes <= first + nv * sizeof(float);
+    if (gradient != (what == Poisoned::AccumulatedGradients)) continue;
     CUDA_CHECK(cudaMemset(const_cast<void*>(r.begin), 0x7F, r.bytes));
     ++poisoned;
   }
-  ASSERT_GT(poisoned, 0) << "no BN gradient is zeroed at the step's start";
+  ASSERT_GT(poisoned, 0) << (what == Poisoned::Workspaces ? "no workspace" : "no BN gradient")
+                         << " is zeroed at the step's start";
   run.step(4, image_bytes, y, schedule);  // replayed, the same batch and weights
   CUDA_CHECK(cudaDeviceSynchronize());
   const float after = largest_gradient();
   EXPECT_GT(before, 0.f);
+  EXPECT_TRUE(std::isfinite(after)) << "a gradient is not finite after the replay";
   EXPECT_LT(after, 4 * before) << "the replay added to what was there (largest gradient before: " << before << ")";
+  EXPECT_GT(after, before / 4) << "the gradients shrank (largest before: " << before << ")";
+  const float l3 = loss_of_step(3), l4 = loss_of_step(4);
+  ASSERT_TRUE(std::isfinite(l3) && std::isfinite(l4)) << l3 << " " << l4;
+  EXPECT_NEAR(l4, l3, 1e-2 * std::fabs(l3)) << "the replay's loss moved";
+}
+
+TEST(GpuStepGraphFused, AReplayZeroesTheGradientsItsPatternsAccumulate) {
+  SKIP_WITHOUT_GPU("the training step as a CUDA graph");
+  replay_after_poisoning(Poisoned::AccumulatedGradients);
+}
+
+TEST(GpuStepGraphFused, AReplayZeroesWhatItsPatternsReadBackFromTheirWorkspaces) {
+  SKIP_WITHOUT_GPU("the training step as a CUDA graph");
+  replay_after_poisoning(Poisoned::Workspaces);
 }
 
 TEST(GpuStepGraphFused, ReplayWithoutTheStatisticsMemsetsTracksEagerExecution) {
