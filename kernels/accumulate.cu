@@ -29,8 +29,7 @@ using namespace trainer_kernels;
 void accumulate_grads(const void* grads, DType t, float* sums, size_t n, float scale, bool first, cudaStream_t stream) {
   if (n == 0) return;
   dispatch_dtype(t, [&]<class T>() {
-    accumulate_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<const T*>(grads), sums, n, scale,
-                                                                         first);
+    launch_one_wave<accumulate_kernel<T>, kThreads>(n, stream, static_cast<const T*>(grads), sums, n, scale, first);
   });
   CUDA_CHECK_LAUNCH();
 }
@@ -38,7 +37,7 @@ void accumulate_grads(const void* grads, DType t, float* sums, size_t n, float s
 void finish_accumulation(void* grads, DType t, const float* sums, size_t n, float scale, cudaStream_t stream) {
   if (n == 0) return;
   dispatch_dtype(t, [&]<class T>() {
-    finish_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(grads), sums, n, scale);
+    launch_one_wave<finish_kernel<T>, kThreads>(n, stream, static_cast<T*>(grads), sums, n, scale);
   });
   CUDA_CHECK_LAUNCH();
 }

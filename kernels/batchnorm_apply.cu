@@ -64,9 +64,9 @@ void bn_apply(const ApplyArgs& a, Shape4 s, DType t, Layout l, cudaStream_t stre
   if (a.relu_bits && !a.relu) throw Fatal("bn_apply: ReLU bits without a ReLU");
   dispatch(t, l, [&]<class T, Layout L>() {
     const unsigned vecs = static_cast<unsigned>(s.count() / kVec<T>);
-    const unsigned grid = grid_for((vecs + kApplyUnroll<L> - 1) / kApplyUnroll<L>, kThreads);
+    const size_t work = (vecs + kApplyUnroll<L> - 1) / kApplyUnroll<L>;
     auto go = [&]<bool kRelu, Residual kRes>() {
-      apply_forward<T, L, kRelu, kRes><<<grid, kThreads, 0, stream>>>(a, s, vecs);
+      launch_one_wave<apply_forward<T, L, kRelu, kRes>, kThreads>(work, stream, a, s, vecs);
     };
     switch (a.residual) {
       case Residual::None:

@@ -279,11 +279,11 @@ void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* sc
     CUDA_CHECK_LAUNCH();
 
     const unsigned vecs = static_cast<unsigned>(s.count() / kVec<T>);
-    const unsigned grid = grid_for((vecs + kApplyUnroll<L> - 1) / kApplyUnroll<L>, kThreads);
+    const size_t work = (vecs + kApplyUnroll<L> - 1) / kApplyUnroll<L>;
     const BackwardApply args{a.dy, a.y, a.x, a.x2, a.relu_bits, a.bn->bwd_coef, dual ? a.bn2->bwd_coef : nullptr,
                              a.bn->scale, a.bn->shift, a.dx, a.dx2, a.dres};
     auto apply = [&]<ReluMask kMask, bool kDual, bool kDres>() {
-      apply_backward<T, L, kMask, kDual, kDres><<<grid, kThreads, 0, stream>>>(args, s, vecs);
+      launch_one_wave<apply_backward<T, L, kMask, kDual, kDres>, kThreads>(work, stream, args, s, vecs);
     };
     // dy in two parts: the reduction left dz, masked, in dy's buffer (dres's, for the identity shortcut).
     const ReluMask applied = a.dy2 ? ReluMask::None : a.relu;

@@ -23,11 +23,11 @@ __global__ void f16_to_f32(const __half* in, float* out, size_t n) {
 using namespace trainer_kernels;
 
 void cast_f32_to_f16(const float* in, void* out, size_t n, cudaStream_t stream) {
-  f32_to_f16<<<grid_for(n, kThreads), kThreads, 0, stream>>>(in, static_cast<__half*>(out), n);
+  launch_one_wave<f32_to_f16, kThreads>(n, stream, in, static_cast<__half*>(out), n);
   CUDA_CHECK_LAUNCH();
 }
 
 void cast_f16_to_f32(const void* in, float* out, size_t n, cudaStream_t stream) {
-  f16_to_f32<<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<const __half*>(in), out, n);
+  launch_one_wave<f16_to_f32, kThreads>(n, stream, static_cast<const __half*>(in), out, n);
   CUDA_CHECK_LAUNCH();
 }

@@ -53,13 +53,13 @@ void ema_update(float* average, const float* weights, size_t n, float decay, con
                 const ScalerState* scaler, cudaStream_t stream) {
   check_aligned(average, "ema_update");
   check_aligned(weights, "ema_update");
-  ema_update_kernel<<<grid_for(n / 4 + 1, kThreads), kThreads, 0, stream>>>(average, weights, n, decay, step, scaler);
+  launch_one_wave<ema_update_kernel, kThreads>(n / 4 + 1, stream, average, weights, n, decay, step, scaler);
   CUDA_CHECK_LAUNCH();
 }
 
 void swap_values(float* a, float* b, size_t n, cudaStream_t stream) {
   check_aligned(a, "swap_values");
   check_aligned(b, "swap_values");
-  swap_kernel<<<grid_for(n / 4 + 1, kThreads), kThreads, 0, stream>>>(a, b, n);
+  launch_one_wave<swap_kernel, kThreads>(n / 4 + 1, stream, a, b, n);
   CUDA_CHECK_LAUNCH();
 }

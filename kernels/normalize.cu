@@ -39,12 +39,13 @@ using namespace trainer_kernels;
 
 void normalize_u8(const uint8_t* in, int n, int in_channels, int side, Layout l, const NormalizeParams& p,
                   void* out, DType t, cudaStream_t stream) {
-  const unsigned grid = grid_for(size_t(n) * 3 * side * side, kThreads);
+  const size_t work = size_t(n) * 3 * side * side;
   dispatch_dtype(t, [&]<class T>() {
+    T* y = static_cast<T*>(out);
     if (l == Layout::NCHW)
-      normalize_kernel<T, Layout::NCHW><<<grid, kThreads, 0, stream>>>(in, n, in_channels, side, p, static_cast<T*>(out));
+      launch_one_wave<normalize_kernel<T, Layout::NCHW>, kThreads>(work, stream, in, n, in_channels, side, p, y);
     else
-      normalize_kernel<T, Layout::NHWC><<<grid, kThreads, 0, stream>>>(in, n, in_channels, side, p, static_cast<T*>(out));
+      launch_one_wave<normalize_kernel<T, Layout::NHWC>, kThreads>(work, stream, in, n, in_channels, side, p, y);
   });
   CUDA_CHECK_LAUNCH();
 }

@@ -117,14 +117,14 @@ using namespace trainer_kernels;
 
 void check_grads_finite(const SgdArgs& a, ScalerState* state, cudaStream_t stream) {
   dispatch_dtype(a.act, [&]<class T>() {
-    check_finite_kernel<T><<<grid_for(a.n, kThreads), kThreads, 0, stream>>>(a, vector_elems<T>(a), state);
+    launch_one_wave<check_finite_kernel<T>, kThreads>(a.n, stream, a, vector_elems<T>(a), state);
   });
   CUDA_CHECK_LAUNCH();
 }
 
 void sgd_update(const SgdArgs& a, const ScalerState* state, cudaStream_t stream) {
   dispatch_dtype(a.act, [&]<class T>() {
-    sgd_kernel<T><<<grid_for(a.n, kThreads), kThreads, 0, stream>>>(a, vector_elems<T>(a), state);
+    launch_one_wave<sgd_kernel<T>, kThreads>(a.n, stream, a, vector_elems<T>(a), state);
   });
   CUDA_CHECK_LAUNCH();
 }

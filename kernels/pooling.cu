@@ -45,8 +45,8 @@ using namespace trainer_kernels;
 void global_avgpool_forward(const void* x, Shape4 s, DType t, Layout l, void* y, cudaStream_t stream) {
   dispatch_dtype(t, [&]<class T>() {
     by_layout(l, [&]<Layout L>() {
-      avgpool_forward<T, L><<<grid_for(size_t(s.n) * s.c, kThreads), kThreads, 0, stream>>>(
-          static_cast<const T*>(x), s, static_cast<T*>(y));
+      launch_one_wave<avgpool_forward<T, L>, kThreads>(size_t(s.n) * s.c, stream, static_cast<const T*>(x), s,
+                                                       static_cast<T*>(y));
     });
   });
   CUDA_CHECK_LAUNCH();
@@ -55,8 +55,8 @@ void global_avgpool_forward(const void* x, Shape4 s, DType t, Layout l, void* y,
 void global_avgpool_backward(const void* dy, Shape4 s, DType t, Layout l, void* dx, cudaStream_t stream) {
   dispatch_dtype(t, [&]<class T>() {
     by_layout(l, [&]<Layout L>() {
-      avgpool_backward<T, L><<<grid_for(s.count(), kThreads), kThreads, 0, stream>>>(
-          static_cast<const T*>(dy), s, static_cast<T*>(dx));
+      launch_one_wave<avgpool_backward<T, L>, kThreads>(s.count(), stream, static_cast<const T*>(dy), s,
+                                                        static_cast<T*>(dx));
     });
   });
   CUDA_CHECK_LAUNCH();

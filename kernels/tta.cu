@@ -33,13 +33,13 @@ using namespace trainer_kernels;
 
 void flip_horizontal(const void* in, void* out, Shape4 s, DType t, Layout l, cudaStream_t stream) {
   dispatch_dtype(t, [&]<class T>() {
-    flip_kernel<T><<<grid_for(s.count(), kThreads), kThreads, 0, stream>>>(static_cast<const T*>(in),
-                                                                            static_cast<T*>(out), s, l == Layout::NHWC);
+    launch_one_wave<flip_kernel<T>, kThreads>(s.count(), stream, static_cast<const T*>(in), static_cast<T*>(out), s,
+                                              l == Layout::NHWC);
   });
   CUDA_CHECK_LAUNCH();
 }
 
 void mean_into(float* a, const float* b, size_t n, cudaStream_t stream) {
-  mean_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(a, b, n);
+  launch_one_wave<mean_kernel, kThreads>(n, stream, a, b, n);
   CUDA_CHECK_LAUNCH();
 }
