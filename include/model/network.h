@@ -116,7 +116,7 @@ class Network {
   // `training`) and the BN state; then configures every conv through `cache`.
   Network(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache, bool training);
   // Throws the one clear message of a batch too large for the GPU, before anything large is allocated.
-  void check_memory(size_t need) const;
+  void check_memory(size_t need, const std::string& what = "activations and gradients") const;
   // The pooled features and the logits of the last block's output.
   void classify(const void* last_out);
   void conv_forward(const ConvUnit& c, const void* x, void* y);

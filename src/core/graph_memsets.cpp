@@ -49,14 +49,21 @@ std::vector<cudaGraphNode_t> all_nodes(cudaGraph_t graph) {
   return nodes;
 }
 
+// The bytes a memset writes, [first, last).
+struct ByteSpan {
+  uintptr_t first, last;
+  bool overlaps(const ByteSpan& o) const { return first < o.last && o.first < last; }
+};
+ByteSpan span_of(const FillRegion& r) {
+  const uintptr_t first = reinterpret_cast<uintptr_t>(r.dst);
+  return {first, first + (r.height - 1) * r.pitch + r.width * r.element_size};
+}
+
 // A memset of zeros whose bytes all lie in `range`.
-bool zeroes_only_inside(cudaGraphNode_t n, ZeroedRange range) {
-  const std::optional<FillRegion> r = memset_region(n);
-  if (!r || r->value != 0) return false;
-  const uintptr_t first = reinterpret_cast<uintptr_t>(r->dst);
-  const uintptr_t last = first + (r->height - 1) * r->pitch + r->width * r->element_size;
+bool zeroes_only_inside(const FillRegion& r, ZeroedRange range) {
+  const ByteSpan span = span_of(r);
   const uintptr_t begin = reinterpret_cast<uintptr_t>(range.begin);
-  return first >= begin && last <= begin + range.bytes;
+  return r.value == 0 && span.first >= begin && span.last <= begin + range.bytes;
 }
 
 // Takes memset node n out of the graph: what came before it now comes directly before what came after it.
@@ -70,23 +77,14 @@ void unlink_and_destroy(cudaGraph_t graph, cudaGraphNode_t n) {
   CUDA_CHECK(cudaGraphDestroyNode(n));
 }
 
-// The bytes a memset writes, [first, last).
-struct ByteSpan {
-  uintptr_t first, last;
-  bool overlaps(const ByteSpan& o) const { return first < o.last && o.first < last; }
-};
-ByteSpan span_of(const FillRegion& r) {
-  const uintptr_t first = reinterpret_cast<uintptr_t>(r.dst);
-  return {first, first + (r.height - 1) * r.pitch + r.width * r.element_size};
-}
-
 }  // namespace
 
 size_t drop_memsets_of_zeroed_range(cudaGraph_t graph, ZeroedRange range) {
   if (!range.begin || range.bytes == 0) return 0;
   size_t dropped = 0;
   for (cudaGraphNode_t n : all_nodes(graph)) {
-    if (!zeroes_only_inside(n, range)) continue;
+    const std::optional<FillRegion> r = memset_region(n);
+    if (!r || !zeroes_only_inside(*r, range)) continue;
     unlink_and_destroy(graph, n);
     ++dropped;
   }
@@ -94,17 +92,22 @@ size_t drop_memsets_of_zeroed_range(cudaGraph_t graph, ZeroedRange range) {
 }
 
 size_t hoist_memsets_to_start(cudaGraph_t graph, const std::vector<ZeroedRange>& ranges) {
-  // Every memset's bytes, to find those that another memset writes too.
-  std::vector<std::pair<cudaGraphNode_t, ByteSpan>> memsets;
+  // Every memset, with its bytes, to find those that another memset writes too.
+  struct Memset {
+    cudaGraphNode_t node;
+    FillRegion region;
+    ByteSpan span;
+  };
+  std::vector<Memset> memsets;
   for (cudaGraphNode_t n : all_nodes(graph))
-    if (const std::optional<FillRegion> r = memset_region(n)) memsets.push_back({n, span_of(*r)});
+    if (const std::optional<FillRegion> r = memset_region(n)) memsets.push_back({n, *r, span_of(*r)});
   std::vector<ZeroSpans> starts(1);
   size_t hoisted = 0;
-  for (const auto& [n, span] : memsets) {
-    const bool in_range = std::any_of(ranges.begin(), ranges.end(), [&](ZeroedRange r) { return zeroes_only_inside(n, r); });
+  for (const auto& [n, r, span] : memsets) {
+    const bool in_range =
+        std::any_of(ranges.begin(), ranges.end(), [&](ZeroedRange kept) { return zeroes_only_inside(r, kept); });
     const bool only_one = std::none_of(memsets.begin(), memsets.end(),
-                                       [&](const auto& m) { return m.first != n && m.second.overlaps(span); });
-    const FillRegion r = memset_region(n).value_or(FillRegion{});
+                                       [&](const Memset& m) { return m.node != n && m.span.overlaps(span); });
     // One row, or rows that leave no gap: a span of bytes.
     const bool contiguous = r.height == 1 || r.pitch == r.width * r.element_size;
     if (!in_range || !only_one || !contiguous || span.last - span.first > 0xFFFFFFFFu) continue;

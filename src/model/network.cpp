@@ -134,12 +134,12 @@ Network::~Network() = default;
 
 int Network::feature_count() const { return layers_->features; }
 
-void Network::check_memory(size_t need) const {
+void Network::check_memory(size_t need, const std::string& what) const {
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   if (need > free_b)
     throw Fatal("batch " + std::to_string(cfg_.batch) + " needs " + format_bytes(need) +
-                " of GPU memory for activations and gradients, but only " + format_bytes(free_b) + " of " +
+                " of GPU memory for " + what + ", but only " + format_bytes(free_b) + " of " +
                 format_bytes(total_b) + " are free; try --batch " +
                 std::to_string(std::max(2, int(cfg_.batch * (double(free_b) / need) * 0.8))));
 }

@@ -131,14 +131,15 @@ void TrainingNetwork::give_fused_workspaces() {
     for (FusedCall* f : r.fused_calls())
       if (*f) total += slice(*f);
   if (total == 0) return;
-  check_memory(total);  // the sum of the plans' needs: a clear message, not a failed cudaMalloc
+  // The sum of the plans' needs: a clear message, not a failed cudaMalloc.
+  check_memory(total, "the fused patterns' cuDNN workspaces");
   fused_workspaces_ = DeviceBuffer(total, "cuDNN workspaces of the fused patterns, one for each conv");
   char* next = static_cast<char*>(fused_workspaces_.get());
   for (BlockRun& r : runs_)
     for (FusedCall* f : r.fused_calls())
       if (*f) {
-        f->ws = next;
         f->ws_bytes = f->plan->workspace();
+        f->ws = f->ws_bytes ? next : nullptr;  // a plan that asks for none gets none
         next += slice(*f);
       }
   algo_report_.fused_workspace = total;
