@@ -464,8 +464,8 @@ enum class Poisoned { AccumulatedGradients, Workspaces };
 
 // The memsets the replayed graph runs at its start still zero what the fused patterns then read
 // back: with that memory filled with 0x7F bytes (3.4e38 as floats) before a replay, the replay of the
-// same batch on the same weights (learning rate 0) gives the loss it gave before, and gradients finite
-// and of the size they were (fused runs differ from run to run in their rounding, and this network
+// same batch on the same weights (learning rate 0) gives gradients finite and of the size they were,
+// and, where the workspaces were filled, the loss it gave before (fused runs differ from run to run in their rounding, and this network
 // at its initial weights moves its gradients by about half under rounding-sized changes; garbage
 // added in would move them by orders of magnitude, or to infinity).
 void replay_after_poisoning(Poisoned what) {
@@ -513,6 +513,7 @@ void replay_after_poisoning(Poisoned what) {
   EXPECT_TRUE(std::isfinite(after)) << "a gradient is not finite after the replay";
   EXPECT_LT(after, 4 * before) << "the replay added to what was there (largest gradient before: " << before << ")";
   EXPECT_GT(after, before / 4) << "the gradients shrank (largest before: " << before << ")";
+  if (what != Poisoned::Workspaces) return;  // the forward reads no gradient: its loss cannot move
   const float l3 = loss_of_step(3), l4 = loss_of_step(4);
   ASSERT_TRUE(std::isfinite(l3) && std::isfinite(l4)) << l3 << " " << l4;
   EXPECT_NEAR(l4, l3, 1e-2 * std::fabs(l3)) << "the replay's loss moved";
