@@ -1,4 +1,5 @@
-// Device helpers shared by the kernel families: fp32/fp16 conversion and 16-byte vector access.
+// Helpers shared by the kernel families: fp32/fp16 conversion, 16-byte vector access, and the
+// grid of a grid-stride kernel.
 //
 // Each family's launchers are declared in its header beside its .cu (kernels/pooling.h for
 // kernels/pooling.cu, ...). Activations are passed to them as void* with their DType and Layout
@@ -51,7 +52,8 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Blocks for a grid-stride loop over `work` items: enough to fill the GPU, no more than needed.
+// Blocks for a grid-stride loop over `work` items, at most 2,112, for the kernels that do not launch
+// as one wave (below): the fills made into graph nodes and bin/predict's filter fold, both short.
 inline unsigned grid_for(size_t work, int threads) {
   const size_t blocks = (work + threads - 1) / threads;
   const size_t cap = 132 * 16;
