@@ -52,13 +52,15 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Blocks for a grid-stride loop over `work` items, at most 2,112, for the kernels that do not launch
-// as one wave (below): the fills made into graph nodes and bin/predict's filter fold, both short.
-inline unsigned grid_for(size_t work, int threads) {
+// The blocks that cover `work` items at `threads` a block: at least one, at most `cap`.
+inline unsigned blocks_for(size_t work, int threads, size_t cap) {
   const size_t blocks = (work + threads - 1) / threads;
-  const size_t cap = 132 * 16;
   return static_cast<unsigned>(blocks < cap ? (blocks > 0 ? blocks : 1) : cap);
 }
+
+// Blocks for a grid-stride loop over `work` items, at most 2,112, for the kernels that do not launch
+// as one wave (below): the fills made into graph nodes and bin/predict's filter fold, both short.
+inline unsigned grid_for(size_t work, int threads) { return blocks_for(work, threads, 132 * 16); }
 
 // The blocks of `threads` threads of `kernel` the GPU holds at once: its SMs times what fits on one.
 inline unsigned resident_blocks(const void* kernel, int threads) {
@@ -77,8 +79,7 @@ inline unsigned resident_blocks(const void* kernel, int threads) {
 template <auto Kernel, int kThreadsPerBlock>
 unsigned one_wave_grid(size_t work) {
   static const unsigned resident = resident_blocks(reinterpret_cast<const void*>(Kernel), kThreadsPerBlock);
-  const size_t blocks = (work + kThreadsPerBlock - 1) / kThreadsPerBlock;
-  return static_cast<unsigned>(blocks < resident ? (blocks > 0 ? blocks : 1) : resident);
+  return blocks_for(work, kThreadsPerBlock, resident);
 }
 
 // Launches a grid-stride Kernel over `work` items in one wave of kThreadsPerBlock-thread blocks.

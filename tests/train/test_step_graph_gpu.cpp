@@ -465,9 +465,10 @@ enum class Poisoned { AccumulatedGradients, Workspaces };
 // The memsets the replayed graph runs at its start still zero what the fused patterns then read
 // back: with that memory filled with 0x7F bytes (3.4e38 as floats) before a replay, the replay of the
 // same batch on the same weights (learning rate 0) gives gradients finite and of the size they were,
-// and, where the workspaces were filled, the loss it gave before (fused runs differ from run to run in their rounding, and this network
-// at its initial weights moves its gradients by about half under rounding-sized changes; garbage
-// added in would move them by orders of magnitude, or to infinity).
+// and, where the workspaces were filled, the loss it gave before. Sizes, not values: fused runs
+// differ from run to run in their rounding, and this network at its initial weights moves its
+// gradients by about half under rounding-sized changes; garbage added in would move them by orders
+// of magnitude, or to infinity.
 void replay_after_poisoning(Poisoned what) {
   const NetConfig cfg = fused_config();
   TrainingRun run(cfg, true);
