@@ -50,9 +50,10 @@ inline std::string bn_layout_refusal(Shape4 s, DType t, Layout l) {
 // Scratch for the partial sums: at least bn_scratch_floats(shape) floats.
 size_t bn_scratch_floats(Shape4 s, DType t, Layout l);
 
-// Statistics of x, then mean/invstd/scale/shift and the running statistics.
+// Statistics of x, then mean/invstd/scale/shift and the running statistics; also scale and shift in
+// fp16 to scale_h/shift_h unless they are null (what a fused conv's prologue reads).
 void bn_forward_train_stats(const void* x, Shape4 s, DType t, Layout l, const BnChannelState& bn,
-                            float* scratch, cudaStream_t stream);
+                            float* scratch, cudaStream_t stream, void* scale_h = nullptr, void* shift_h = nullptr);
 // The same from per-channel sums of x and x^2 over `per_channel` values each, as a fused conv
 // produces them (model/fused_conv.h); also writes scale and shift in fp16 to scale_h/shift_h unless
 // they are null. Leaves the sums zero: a step replayed as a CUDA graph then needs none of the

@@ -55,8 +55,16 @@ __device__ Coefs store_batch_stats(const BnChannelState& bn, int c, const Forwar
   return {scale, shift};
 }
 
+// The fp16 copies of scale and shift that a fused conv's prologue reads, where it reads fp16.
+__device__ __forceinline__ void store_half_coefs(const Coefs& k, int c, __half* scale_h, __half* shift_h) {
+  if (!scale_h) return;
+  scale_h[c] = __float2half_rn(k.scale);
+  shift_h[c] = __float2half_rn(k.shift);
+}
+
 template <class T, Layout L>
-__global__ void finalize_stats(const float* partials, int chunks, const T* x, Shape4 s, BnChannelState bn) {
+__global__ void finalize_stats(const float* partials, int chunks, const T* x, Shape4 s, BnChannelState bn,
+                               __half* scale_h, __half* shift_h) {
   const int c = blockIdx.x * kFinalizeWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (c >= s.c) return;
   const ForwardInputs in = load_forward_inputs(bn, c);
@@ -69,7 +77,8 @@ __global__ void finalize_stats(const float* partials, int chunks, const T* x, Sh
   double var = s2 / M - dmean * dmean;
   if (var < 0) var = 0;
   const double mean = shift + dmean;
-  store_batch_stats(bn, c, in, mean, var, M);
+  const Coefs k = store_batch_stats(bn, c, in, mean, var, M);
+  store_half_coefs(k, c, scale_h, shift_h);
 }
 
 // Training statistics from per-channel sums of x and x^2 over M values each (a fused conv's
@@ -87,10 +96,7 @@ __global__ void finalize_sums(float* sum, float* sqsum, double M, BnChannelState
   double var = s2 / M - mean * mean;
   if (var < 0) var = 0;
   const Coefs k = store_batch_stats(bn, c, in, mean, var, M);
-  if (scale_h) {  // the fp16 copies a fused conv's prologue reads
-    scale_h[c] = __float2half_rn(k.scale);
-    shift_h[c] = __float2half_rn(k.shift);
-  }
+  store_half_coefs(k, c, scale_h, shift_h);
 }
 
 }  // namespace
@@ -104,13 +110,14 @@ size_t bn_scratch_floats(Shape4 s, DType t, Layout l) {
 }
 
 void bn_forward_train_stats(const void* x, Shape4 s, DType t, Layout l, const BnChannelState& bn,
-                            float* scratch, cudaStream_t stream) {
+                            float* scratch, cudaStream_t stream, void* scale_h, void* shift_h) {
   check_supported(s, t, l);
   dispatch(t, l, [&]<class T, Layout L>() {
     const ReduceGrid g = reduce_grid<T>(s, L);
     StatsOp<T, L> op{static_cast<const T*>(x), s, {}};
     launch_reduce<T, L>(op, s, g, scratch, stream);
-    finalize_stats<T, L><<<finalize_blocks(s.c), 32 * kFinalizeWarps, 0, stream>>>(scratch, g.chunks, static_cast<const T*>(x), s, bn);
+    finalize_stats<T, L><<<finalize_blocks(s.c), 32 * kFinalizeWarps, 0, stream>>>(
+        scratch, g.chunks, static_cast<const T*>(x), s, bn, static_cast<__half*>(scale_h), static_cast<__half*>(shift_h));
     CUDA_CHECK_LAUNCH();
   });
 }

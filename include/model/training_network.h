@@ -79,6 +79,8 @@ class TrainingNetwork : public Network {
   void conv_backward(const struct ConvUnit& c, const void* x, const void* dy, void* dx);
   void join_forward(const Block& b, BlockRun& r, const void* in, bool train);
   void join_backward(const Block& b, BlockRun& r, const void* dy2);
+  // bn's coefficients for y = bn(x): from x's statistics in training, else the running ones; with
+  // their fp16 copies where the next conv's prologue reads them (bn.scale_h).
   void bn_forward(const Bn& bn, const void* x, Shape4 s, bool train);
   void grad_ready(int param_id) const {
     if (on_grad_ready) on_grad_ready(param_id);

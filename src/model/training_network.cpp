@@ -214,8 +214,16 @@ void TrainingNetwork::allocate(size_t largest) {
 
 // ---- forward ------------------------------------------------------------------------------------
 void TrainingNetwork::bn_forward(const Bn& bn, const void* x, Shape4 s, bool train) {
-  if (train) bn_forward_train_stats(x, s, cfg_.dtype, cfg_.layout, bn.st, bn_scratch_.as<float>(), ctx_.stream);
-  else bn_forward_eval_coefs(bn.st, bn.channels, ctx_.stream);
+  if (train) {  // with the fp16 copies the next conv's prologue may read
+    bn_forward_train_stats(x, s, cfg_.dtype, cfg_.layout, bn.st, bn_scratch_.as<float>(), ctx_.stream, bn.scale_h,
+                           bn.shift_h);
+    return;
+  }
+  bn_forward_eval_coefs(bn.st, bn.channels, ctx_.stream);
+  if (bn.scale_h) {
+    cast_f32_to_f16(bn.st.scale, bn.scale_h, bn.channels, ctx_.stream);
+    cast_f32_to_f16(bn.st.shift, bn.shift_h, bn.channels, ctx_.stream);
+  }
 }
 
 void TrainingNetwork::forward(const void* images, bool train) {
@@ -247,7 +255,7 @@ void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, cons
     }
     // The sums are not read in evaluation; zeroed as bn_finalize_sums leaves them (statistics_kept_zero).
     CUDA_CHECK(cudaMemsetAsync(bn.sum, 0, 2 * size_t(bn.channels) * sizeof(float), stream));
-    bn_forward_eval_coefs(bn.st, bn.channels, stream);
+    bn_forward(bn, y, s, false);
   } else {
     const void* in = x;
     if (prologue) {
@@ -257,10 +265,6 @@ void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, cons
     }
     conv_forward(c, in, y);
     bn_forward(bn, y, s, train);
-  }
-  if (bn.scale_h) {  // for the next conv's prologue
-    cast_f32_to_f16(bn.st.scale, bn.scale_h, bn.channels, stream);
-    cast_f32_to_f16(bn.st.shift, bn.shift_h, bn.channels, stream);
   }
 }
 
