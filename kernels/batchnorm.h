@@ -60,8 +60,10 @@ void bn_forward_train_stats(const void* x, Shape4 s, DType t, Layout l, const Bn
 // memsets with which cuDNN zeroes them before each conv (core/graph_memsets.h).
 void bn_finalize_sums(float* sum, float* sqsum, size_t per_channel, const BnChannelState& bn, int channels,
                       void* scale_h, void* shift_h, cudaStream_t stream);
-// Evaluation: scale/shift from the running statistics.
-void bn_forward_eval_coefs(const BnChannelState& bn, int channels, cudaStream_t stream);
+// Evaluation: scale/shift from the running statistics; also in fp16 to scale_h/shift_h unless they
+// are null.
+void bn_forward_eval_coefs(const BnChannelState& bn, int channels, cudaStream_t stream, void* scale_h = nullptr,
+                           void* shift_h = nullptr);
 // The same for many BNs in one launch (bin/predict's network, whose every BN is in evaluation mode),
 // with the fp16 copies of scale and shift where scale_h/shift_h are not null. `targets` is in
 // device memory; bit for bit what bn_forward_eval_coefs computes.

@@ -240,6 +240,13 @@ struct ForwardInputs {
 struct Coefs {  // a channel's scale and shift
   float scale, shift;
 };
+// The fp16 copies of a channel's scale and shift, for a fused conv whose prologue reads fp16; none
+// where scale_h is null.
+__device__ __forceinline__ void store_half_coefs(const Coefs& k, int c, __half* scale_h, __half* shift_h) {
+  if (!scale_h) return;
+  scale_h[c] = __float2half_rn(k.scale);
+  shift_h[c] = __float2half_rn(k.shift);
+}
 __device__ __forceinline__ ForwardInputs load_forward_inputs(const BnChannelState& bn, int c) {
   return {bn.gamma[c], bn.beta[c], bn.running_mean[c], bn.running_var[c]};
 }

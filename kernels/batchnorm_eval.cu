@@ -16,9 +16,9 @@ __device__ __forceinline__ Coefs eval_coef(const BnChannelState& bn, int c) {
   return {scale, shift};
 }
 
-__global__ void eval_coefs(BnChannelState bn, int C) {
+__global__ void eval_coefs(BnChannelState bn, int C, __half* scale_h, __half* shift_h) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c < C) eval_coef(bn, c);
+  if (c < C) store_half_coefs(eval_coef(bn, c), c, scale_h, shift_h);
 }
 
 // grid.y: one BN each.
@@ -26,11 +26,7 @@ __global__ void eval_coefs_all(const BnEvalTarget* targets) {
   const BnEvalTarget& t = targets[blockIdx.y];
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= t.channels) return;
-  const Coefs k = eval_coef(t.st, c);
-  if (t.scale_h) {
-    static_cast<__half*>(t.scale_h)[c] = __float2half_rn(k.scale);
-    static_cast<__half*>(t.shift_h)[c] = __float2half_rn(k.shift);
-  }
+  store_half_coefs(eval_coef(t.st, c), c, static_cast<__half*>(t.scale_h), static_cast<__half*>(t.shift_h));
 }
 
 // grid.y: one filter each; grid-stride over its k * c values, 8 at a time (16-byte loads and stores)
@@ -58,8 +54,10 @@ __global__ void fold_filters(const FilterFold* targets) {
 }  // namespace trainer_kernels
 using namespace trainer_kernels;
 
-void bn_forward_eval_coefs(const BnChannelState& bn, int channels, cudaStream_t stream) {
-  eval_coefs<<<channel_blocks(channels), 128, 0, stream>>>(bn, channels);
+void bn_forward_eval_coefs(const BnChannelState& bn, int channels, cudaStream_t stream, void* scale_h,
+                           void* shift_h) {
+  eval_coefs<<<channel_blocks(channels), 128, 0, stream>>>(bn, channels, static_cast<__half*>(scale_h),
+                                                           static_cast<__half*>(shift_h));
   CUDA_CHECK_LAUNCH();
 }
 

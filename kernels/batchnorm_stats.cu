@@ -55,13 +55,6 @@ __device__ Coefs store_batch_stats(const BnChannelState& bn, int c, const Forwar
   return {scale, shift};
 }
 
-// The fp16 copies of scale and shift that a fused conv's prologue reads, where it reads fp16.
-__device__ __forceinline__ void store_half_coefs(const Coefs& k, int c, __half* scale_h, __half* shift_h) {
-  if (!scale_h) return;
-  scale_h[c] = __float2half_rn(k.scale);
-  shift_h[c] = __float2half_rn(k.shift);
-}
-
 template <class T, Layout L>
 __global__ void finalize_stats(const float* partials, int chunks, const T* x, Shape4 s, BnChannelState bn,
                                __half* scale_h, __half* shift_h) {

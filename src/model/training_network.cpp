@@ -8,7 +8,6 @@
 
 #include "core/check.h"
 #include "core/elapsed.h"
-#include "kernels/cast.h"
 #include "kernels/loss.h"
 #include "kernels/pooling.h"
 #include "model/fused_conv.h"
@@ -214,16 +213,12 @@ void TrainingNetwork::allocate(size_t largest) {
 
 // ---- forward ------------------------------------------------------------------------------------
 void TrainingNetwork::bn_forward(const Bn& bn, const void* x, Shape4 s, bool train) {
-  if (train) {  // with the fp16 copies the next conv's prologue may read
+  // With the fp16 copies the next conv's prologue may read.
+  if (train)
     bn_forward_train_stats(x, s, cfg_.dtype, cfg_.layout, bn.st, bn_scratch_.as<float>(), ctx_.stream, bn.scale_h,
                            bn.shift_h);
-    return;
-  }
-  bn_forward_eval_coefs(bn.st, bn.channels, ctx_.stream);
-  if (bn.scale_h) {
-    cast_f32_to_f16(bn.st.scale, bn.scale_h, bn.channels, ctx_.stream);
-    cast_f32_to_f16(bn.st.shift, bn.shift_h, bn.channels, ctx_.stream);
-  }
+  else
+    bn_forward_eval_coefs(bn.st, bn.channels, ctx_.stream, bn.scale_h, bn.shift_h);
 }
 
 void TrainingNetwork::forward(const void* images, bool train) {

@@ -79,26 +79,32 @@ TEST_P(GpuBatchNorm, TrainForwardMatchesReference) {
   }
 }
 
-// Asked for them, the statistics also write scale and shift in fp16 (what a fused conv's prologue
-// reads): each the fp32 value rounded to nearest, in every activation type and layout.
-TEST_P(GpuBatchNorm, TrainStatsWriteTheFp16CopiesOfScaleAndShift) {
+// Asked for them, the coefficients also come in fp16 (what a fused conv's prologue reads): each the
+// fp32 value rounded to nearest, from the batch statistics in training and from the running ones in
+// evaluation, in every activation type and layout.
+TEST_P(GpuBatchNorm, CoefficientsWriteTheirFp16CopiesWhenAsked) {
   SKIP_WITHOUT_GPU("the batch-norm kernels");
   const auto [t, l] = GetParam();
   std::mt19937_64 rng = test_rng();
   for (const ref::Dims& d : kBnShapes) {
     if (!bn_supported(d, t, l)) continue;
-    SCOPED_TRACE(dims_name(d));
-    const Vec x = quantize(t, channel_data(rng, d, -2.0, 2.0));
-    const DeviceTensor x_d = upload_activation(x, d, t, l);
-    DeviceBn bn(random_bn(rng, d.c));
-    DeviceTensor scratch = bn_scratch(shape4(d), t, l);
-    DeviceTensor scale_h(d.c, DType::F16), shift_h(d.c, DType::F16);
-    scale_h.poison();
-    shift_h.poison();
-    bn_forward_train_stats(x_d.get(), shape4(d), t, l, bn.state(), scratch.f32(), ctx().stream, scale_h.get(),
-                           shift_h.get());
-    EXPECT_EQ(scale_h.download(), quantize(DType::F16, bn.scale.download())) << "the fp16 copy of scale";
-    EXPECT_EQ(shift_h.download(), quantize(DType::F16, bn.shift.download())) << "the fp16 copy of shift";
+    for (const bool train : {true, false}) {
+      SCOPED_TRACE(dims_name(d) + (train ? ", training" : ", evaluation"));
+      const Vec x = quantize(t, channel_data(rng, d, -2.0, 2.0));
+      const DeviceTensor x_d = upload_activation(x, d, t, l);
+      DeviceBn bn(random_bn(rng, d.c));
+      DeviceTensor scratch = bn_scratch(shape4(d), t, l);
+      DeviceTensor scale_h(d.c, DType::F16), shift_h(d.c, DType::F16);
+      scale_h.poison();
+      shift_h.poison();
+      if (train)
+        bn_forward_train_stats(x_d.get(), shape4(d), t, l, bn.state(), scratch.f32(), ctx().stream, scale_h.get(),
+                               shift_h.get());
+      else
+        bn_forward_eval_coefs(bn.state(), d.c, ctx().stream, scale_h.get(), shift_h.get());
+      EXPECT_EQ(scale_h.download(), quantize(DType::F16, bn.scale.download())) << "the fp16 copy of scale";
+      EXPECT_EQ(shift_h.download(), quantize(DType::F16, bn.shift.download())) << "the fp16 copy of shift";
+    }
   }
 }
 
