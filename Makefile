@@ -321,9 +321,9 @@ sanitize: bin/unit_tests-sanitize
 	fi; \
 	grep -E '^\[  (PASSED|SKIPPED) +\]' $$log; echo "sanitize: passed, no sanitizer reports"
 
-# make sanitize-gpu: compute-sanitizer's memcheck, synccheck and racecheck over short training runs
-# and over the GPU unit tests (tests/sanitize_gpu.sh says which runs, why racecheck runs the fp32
-# builds and checks only our kernels, and how bin/racecheck_probe proves that it selects them).
+# make sanitize-gpu: compute-sanitizer's memcheck, synccheck and racecheck, side by side, over short
+# training runs and the GPU unit tests (tests/sanitize_gpu.sh says which runs, why racecheck runs the
+# fp32 builds and checks only our kernels, and how bin/racecheck_probe proves that it selects them).
 bin/racecheck_probe: tests/racecheck_probe.cu | build/.deps-ok
 	@mkdir -p bin
 	$(NVCC) $(NVFLAGS) $< -o $@

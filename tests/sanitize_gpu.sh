@@ -28,12 +28,16 @@
 # filter must catch the race planted in bin/racecheck_probe (tests/racecheck_probe.cu), which is
 # named like our kernels.
 #
+# The checks run side by side, each its own process (the probe first: the racecheck results count
+# only when it passes), and the fused memcheck runs as gtest shards: one after another they took
+# more than the 600 s a GPU-machine call allows (FUSED_SHARDS below says how long side by side).
 # Every check must end with the tool's clean summary and the program's exit status 0. Logs go to
-# build/sanitize-gpu/<check>.log; the last lines of a failing one are printed. Exit 0 when all pass,
+# build/sanitize-gpu/<check>.log; one line per check is printed in the order they are listed below,
+# whatever order they finish in, with the last lines of a failing one's log. Exit 0 when all pass,
 # 1 when any fails, 2 when this machine cannot run it (no GPU, no compute-sanitizer, a binary missing).
 # BIN_DIR and SANITIZE_GPU_LOGS change where the binaries and logs are (the CPU tests use them).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 die() { echo "sanitize-gpu: $1" >&2; exit 2; }
 nvidia-smi -L 2>/dev/null | grep -q '^GPU ' || die "no CUDA GPU on this machine; run it on the GPU machine"
@@ -57,22 +61,48 @@ RACECHECK_CLEAN="RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
 # short last chunks); the conv and linear tests are left out: they run only library kernels.
 GPU_TESTS='*GpuBatchNorm*:*GpuPool*:*GpuSoftmaxXent*:GpuSgd*:GpuLossScale*:GpuNormalize*:GpuCast*'
 FUSED_TESTS='Shapes/FusedGpu*:Shapes/GemmGpu*:FusedBnFinalize*:FusedParityGpu*:PredictGpu.BatchNormInTheConvEpiloguesGivesTheUnfusedLogits:PredictGpu.GemmConvsWithTheBnFoldedInGiveTheUnfusedLogits'
+# The fused memcheck as gtest shards run side by side: as one process it took more than 300 s. H200,
+# 2026-11-28, every check at once (a 4-GPU machine, three GPUs training beside): the shards took 10,
+# 74, 50 and 461 s, the other checks 10-75 s, the whole script 7 min 45 s.
+FUSED_SHARDS=4
 failed=0
 
-# check NAME CLEAN_LINE -- sanitizer arguments and program: passes when the sanitizer printed
-# CLEAN_LINE and exited 0 (it returns the program's status; --error-exitcode makes a report fail too).
+# check NAME CLEAN_LINE -- sanitizer arguments and program: starts a background job that passes when
+# the sanitizer printed CLEAN_LINE and exited 0 (it returns the program's status; --error-exitcode
+# makes a report fail too). The job writes its lines to $LOGS/NAME.result and exits 0 or 1; report
+# prints them. SIGINT is restored in it (bash ignores it in a script's background jobs), so that
+# Ctrl-C stops the checks too.
+names=() pids=()
 check() {
   local name=$1 clean=$2; shift 3
   local log="$LOGS/$name.log" start=$SECONDS
-  "$SANITIZER" --error-exitcode 99 "$@" >"$log" 2>&1
-  local rc=$?
-  if [ $rc -eq 0 ] && grep -qF "$clean" "$log"; then
-    printf 'sanitize-gpu: %-28s ok    %s (%d s)\n' "$name" "$(grep -F "$clean" "$log" | tail -1 | sed 's/^=* *//')" $((SECONDS - start))
-  else
-    failed=1
-    printf 'sanitize-gpu: %-28s FAILED (exit status %d, log %s):\n' "$name" $rc "$log"
-    grep -v '^{' "$log" | tail -12 | sed 's/^/    /'
-  fi
+  rm -f "$LOGS/$name.result"
+  names+=("$name")
+  (
+    trap - INT
+    "$SANITIZER" --error-exitcode 99 "$@" >"$log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && grep -qF "$clean" "$log"; then
+      printf 'sanitize-gpu: %-30s ok    %s (%d s)\n' "$name" \
+        "$(grep -F "$clean" "$log" | tail -1 | sed 's/^=* *//')" $((SECONDS - start)) >"$LOGS/$name.result"
+    else
+      { printf 'sanitize-gpu: %-30s FAILED (exit status %d, log %s):\n' "$name" $rc "$log"
+        grep -v '^{' "$log" | tail -12 | sed 's/^/    /'; } >"$LOGS/$name.result"
+      exit 1
+    fi
+  ) &
+  pids+=($!)
+}
+
+# report: waits for every check in the order they were started and prints its lines.
+report() {
+  local i name
+  for i in "${!names[@]}"; do
+    name=${names[$i]}
+    wait "${pids[$i]}" || failed=1
+    cat "$LOGS/$name.result" 2>/dev/null ||
+      printf 'sanitize-gpu: %-30s FAILED (no result, log %s)\n' "$name" "$LOGS/$name.log"
+  done
 }
 
 # The positive control: the racecheck that the checks below run must report the planted race.
@@ -81,13 +111,15 @@ probe_log="$LOGS/racecheck-probe.log"
 probe_rc=$?
 if [ $probe_rc -eq 99 ] && grep -q 'hazard detected' "$probe_log" && grep -q 'planted_race' "$probe_log" &&
    grep -Eq 'RACECHECK SUMMARY: [1-9][0-9]* hazards? displayed \([1-9]' "$probe_log"; then
-  printf 'sanitize-gpu: %-28s ok    %s\n' racecheck-probe "the planted race was reported: the filter selects our kernels"
+  printf 'sanitize-gpu: %-30s ok    %s\n' racecheck-probe \
+    "the planted race was reported: the filter selects our kernels"
 else
   failed=1
-  printf 'sanitize-gpu: %-28s FAILED: %s did not report the planted race (exit status %d, log %s); the racecheck results below would prove nothing\n' \
-    racecheck-probe "${RACECHECK[*]}" $probe_rc "$probe_log"
+  printf 'sanitize-gpu: %-30s FAILED: %s did not report the planted race (exit status %d, log %s); %s\n' \
+    racecheck-probe "${RACECHECK[*]}" $probe_rc "$probe_log" "the racecheck results below would prove nothing"
 fi
 
+# All started at once, side by side (one after another they overran a 600 s call: FUSED_SHARDS), reported in order.
 for bin in train train-baseline; do
   check "memcheck-$bin" "ERROR SUMMARY: 0 errors" -- --tool memcheck "$BIN/$bin" "${RUN[@]}"
   check "synccheck-$bin" "ERROR SUMMARY: 0 errors" -- --tool synccheck "$BIN/$bin" "${RUN[@]}"
@@ -95,8 +127,13 @@ done
 for bin in train-baseline train-fp32-nhwc; do
   check "racecheck-$bin" "$RACECHECK_CLEAN" -- "${RACECHECK[@]}" "$BIN/$bin" "${RUN[@]}" --no-tf32
 done
-check "racecheck-unit-tests" "$RACECHECK_CLEAN" -- "${RACECHECK[@]}" "$BIN/unit_tests" --gtest_filter="$GPU_TESTS" --gtest_brief=1
-check "memcheck-fused-unit-tests" "ERROR SUMMARY: 0 errors" -- --tool memcheck "$BIN/unit_tests" --gtest_filter="$FUSED_TESTS" --gtest_brief=1
+check "racecheck-unit-tests" "$RACECHECK_CLEAN" -- \
+  "${RACECHECK[@]}" "$BIN/unit_tests" --gtest_filter="$GPU_TESTS" --gtest_brief=1
+for ((i = 1; i <= FUSED_SHARDS; i++)); do
+  GTEST_TOTAL_SHARDS=$FUSED_SHARDS GTEST_SHARD_INDEX=$((i - 1)) check "memcheck-fused-unit-tests-${i}of$FUSED_SHARDS" \
+    "ERROR SUMMARY: 0 errors" -- --tool memcheck "$BIN/unit_tests" --gtest_filter="$FUSED_TESTS" --gtest_brief=1
+done
+report
 
 if [ $failed -ne 0 ]; then echo "sanitize-gpu: FAILED"; exit 1; fi
 echo "sanitize-gpu: passed, no reports"

@@ -3,14 +3,17 @@
 The fake sanitizer records its command line, runs the program, and prints the summary line the real
 one prints; a mode file tells it to report an error, or to miss the planted race of the probe (a
 kernel filter that selects nothing). nvidia-smi is faked too, so these run the same with or without
-a GPU.
+a GPU. The script runs its checks side by side: the fake appends to calls.log (and finished.log) one
+short line per write, and a delays file makes it sleep, so that the checks finish out of order.
 """
 
+import json
 import os
 import stat
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 from pathlib import Path
 
@@ -20,12 +23,15 @@ SCRIPT = REPO / "tests" / "sanitize_gpu.sh"
 
 # Report lines as compute-sanitizer 2025.3.1 printed them on the H100 (2026-11-23).
 FAKE_SANITIZER = r'''
-import subprocess, sys
+import json, os, subprocess, sys, time
 from pathlib import Path
 ROOT = Path({root!r})
 args = sys.argv[1:]
-with (ROOT / "calls.log").open("a") as log:
-    log.write(" ".join(args) + "\n")
+shard = ""
+if "GTEST_SHARD_INDEX" in os.environ or "GTEST_TOTAL_SHARDS" in os.environ:
+    shard = " [shard %s/%s]" % (os.environ.get("GTEST_SHARD_INDEX"), os.environ.get("GTEST_TOTAL_SHARDS"))
+with (ROOT / "calls.log").open("a") as log:  # the checks run side by side: one short write each
+    log.write(" ".join(args) + shard + "\n")
 mode = (ROOT / "mode").read_text().strip() if (ROOT / "mode").exists() else "clean"
 tool = args[args.index("--tool") + 1]
 error_exit = int(args[args.index("--error-exitcode") + 1])
@@ -35,6 +41,11 @@ while args[i].startswith("--"):
 program = args[i:]
 print("========= COMPUTE-SANITIZER")
 name = Path(program[0]).name
+key = f"{{tool}} {{name}}{{shard}}"  # e.g. "memcheck train", "memcheck unit_tests [shard 0/4]"
+if (ROOT / "delays").exists():  # seconds to sleep, by key, so that the checks finish in another order
+    time.sleep(json.loads((ROOT / "delays").read_text()).get(key, 0))
+    with (ROOT / "finished.log").open("a") as log:
+        log.write(key + "\n")
 if tool == "racecheck" and mode == "hardware-exception":
     # what a tensor-core cuDNN kernel did under racecheck, whatever the kernel filter selected
     print("========= Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception.")
@@ -101,27 +112,57 @@ class SanitizeGpuScript(unittest.TestCase):
         result = self.run_script()
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         self.assertEqual(result.stdout.strip().splitlines()[-1], "sanitize-gpu: passed, no reports")
-        self.assertEqual(result.stdout.count(" ok "), 9, result.stdout)  # the probe and 8 checks
+        self.assertEqual(result.stdout.count(" ok "), 12, result.stdout)  # the probe, 7 checks, 4 shards
         calls = self.calls()
-        self.assertEqual(len(calls), 9)
+        self.assertEqual(len(calls), 12)
         for call in calls:
             filtered = "--kernel-name kns=trainer_kernels" in call
             self.assertEqual(filtered, "--tool racecheck" in call, call)
         self.assertTrue(any("unit_tests --gtest_filter=*GpuBatchNorm*:" in c for c in calls), calls)
-        # the fused patterns (off under --deterministic) are memchecked through their unit tests
+        # the fused patterns (off under --deterministic) are memchecked through their unit tests, as 4
+        # gtest shards of the same filter; nothing else runs sharded
         fused = [c for c in calls if "--tool memcheck" in c and "unit_tests" in c]
-        self.assertEqual(len(fused), 1, calls)
-        self.assertIn("Shapes/FusedGpu*", fused[0])
-        self.assertIn("Shapes/GemmGpu*", fused[0])
-        self.assertIn("PredictGpu.BatchNormInTheConvEpiloguesGivesTheUnfusedLogits", fused[0])
-        self.assertIn("PredictGpu.GemmConvsWithTheBnFoldedInGiveTheUnfusedLogits", fused[0])  # cuBLASLt's 1x1 convs
-        # the training runs under racecheck are the fp32 builds with --no-tf32 (no tensor-core kernels)
+        self.assertEqual(len(fused), 4, calls)
+        self.assertEqual(len({c.split(" [shard")[0] for c in fused}), 1, fused)
+        for call in fused:
+            self.assertIn("Shapes/FusedGpu*", call)
+            self.assertIn("Shapes/GemmGpu*", call)
+            self.assertIn("PredictGpu.BatchNormInTheConvEpiloguesGivesTheUnfusedLogits", call)
+            self.assertIn("PredictGpu.GemmConvsWithTheBnFoldedInGiveTheUnfusedLogits", call)  # cuBLASLt's 1x1 convs
+        self.assertEqual(sorted(c.split(" [shard ")[1] for c in fused), ["0/4]", "1/4]", "2/4]", "3/4]"])
+        self.assertEqual(sum("[shard" in c for c in calls), 4, calls)
+        for k in range(1, 5):
+            self.assertTrue((self.root / "logs" / f"memcheck-fused-unit-tests-{k}of4.log").is_file())
+        # the training runs under racecheck are the fp32 builds with --no-tf32 (no tensor-core kernels);
+        # they start side by side, so calls.log has them in either order
         race_runs = [c for c in calls if "--tool racecheck" in c and "--data synthetic" in c]
-        self.assertEqual([Path(c.split(" --data")[0].split()[-1]).name for c in race_runs],
+        self.assertEqual(sorted(Path(c.split(" --data")[0].split()[-1]).name for c in race_runs),
                          ["train-baseline", "train-fp32-nhwc"])
         for call in race_runs:
             self.assertTrue(call.endswith("--deterministic --no-tf32"), call)
         self.assertTrue((self.root / "logs" / "racecheck-train-fp32-nhwc.log").is_file())
+
+    def test_results_are_printed_in_the_order_listed_whatever_order_the_checks_finish_in(self):
+        # the earlier a check is listed, the longer the fake sleeps: they finish in reverse order
+        keys = ["memcheck train", "synccheck train", "memcheck train-baseline", "synccheck train-baseline",
+                "racecheck train-baseline", "racecheck train-fp32-nhwc", "racecheck unit_tests"]
+        keys += [f"memcheck unit_tests [shard {k}/4]" for k in range(4)]
+        (self.root / "delays").write_text(json.dumps({key: 0.15 * (len(keys) - n) for n, key in enumerate(keys)}))
+        start = time.monotonic()
+        result = self.run_script()
+        elapsed = time.monotonic() - start
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        finished = (self.root / "finished.log").read_text().splitlines()
+        self.assertEqual(finished[0], "racecheck racecheck_probe")  # the probe, before any check starts
+        self.assertEqual(sorted(finished[1:]), sorted(keys))
+        self.assertLess(finished.index(keys[-1]), finished.index(keys[0]))  # they did finish out of order
+        names = [line.split()[1] for line in result.stdout.splitlines()]
+        shards = [f"memcheck-fused-unit-tests-{k}of4" for k in range(1, 5)]
+        self.assertEqual(names, ["racecheck-probe", "memcheck-train", "synccheck-train", "memcheck-train-baseline",
+                                 "synccheck-train-baseline", "racecheck-train-baseline", "racecheck-train-fp32-nhwc",
+                                 "racecheck-unit-tests", *shards, "passed,"])
+        # side by side: about as long as the slowest check (1.65 s), not as the sum of the sleeps (9.9 s)
+        self.assertLess(elapsed, 6, result.stdout)
 
     def test_a_filter_that_misses_the_planted_race_fails(self):
         result = self.run_script("blind")
