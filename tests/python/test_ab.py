@@ -1,0 +1,264 @@
+"""bench/ab.py (A-B runs of bin/train) against a fake nvidia-smi (fakes.FakeMachine) and a fake trainer.
+
+The fake trainer appends one JSON line per run to calls.log: its path, its FAKE_VARIANT and PROBE_X
+variables and its arguments. Its images/s come from FAKE_IPS, a comma list set in the variant's
+COMMAND: the n-th run of a variant prints the n-th figure (a variant's first run of all is the fill
+run for the first variant). FAKE_FAIL=n makes its n-th run fail, FAKE_SLEEP makes every run sleep,
+FAKE_NO_IPS leaves images_per_s out of its summary line.
+"""
+
+import json
+import re
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+from tests.python.fakes import FakeMachine, _write_executable
+
+import ab  # noqa: E402  (bench/ is on sys.path: tests/python/__init__.py)
+
+FAKE_TRAINER = r'''
+import json, os, sys, time
+from pathlib import Path
+LOG = Path({log!r})
+label = os.environ.get("FAKE_VARIANT", "-")
+args = sys.argv[1:]
+with LOG.open("a") as log:
+    log.write(json.dumps({{"binary": sys.argv[0], "variant": label, "probe": os.environ.get("PROBE_X"),
+                           "args": args}}) + "\n")
+counter = LOG.with_name(label + ".count")
+n = int(counter.read_text()) + 1 if counter.exists() else 1
+counter.write_text(str(n))
+with open(args[args.index("--autotune-cache") + 1], "a") as cache:
+    cache.write("algo\n")
+time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
+print("step 5/7  loss 2.3  1,000 images/s")
+if os.environ.get("FAKE_FAIL") == str(n):
+    print("warning: something first", file=sys.stderr)
+    print("error: cuDNN CUDNN_STATUS_EXECUTION_FAILED in cudnnBackendExecute", file=sys.stderr)
+    sys.exit(1)
+figures = os.environ["FAKE_IPS"].split(",")
+summary = {{"event": "summary", "images_per_s": float(figures[n - 1]), "ms_per_step": 1.0}}
+if os.environ.get("FAKE_NO_IPS"):
+    del summary["images_per_s"]
+print(json.dumps({{"event": "epoch", "images_per_s": 1.0}}))
+print(json.dumps(summary))
+'''
+
+PROGRESS = re.compile(r"ab: (fill run, \S+ \(fills the autotune cache .*; not counted\)|round \d+/\d+, \S+)")
+
+
+class AbTest(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.tmp = Path(self._tmp.name)
+        self.machine = FakeMachine(self.tmp)
+        for build in ("base", "new"):
+            (self.tmp / build).mkdir()
+            _write_executable(self.tmp / build / "train",
+                              f"#!{sys.executable} -S\n" + FAKE_TRAINER.format(log=str(self.machine.log)))
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def ab(self, *args):
+        """bench/ab.py run in the temporary directory, with --batch 64, 2 + 5 steps unless given."""
+        quick = [] if "--batch" in args else ["--batch", "64", "--warmup-steps", "2", "--timed-steps", "5"]
+        return self.machine.run_script("ab.py", *args, *quick, timeout=60)
+
+    def calls(self):
+        return [json.loads(line) for line in self.machine.calls()]
+
+    def assertUsageError(self, result, fragment):
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertEqual(result.stdout, "")
+        lines = result.stderr.splitlines()
+        self.assertEqual(len(lines), 1, result.stderr)
+        self.assertTrue(lines[0].startswith("ab: "), lines[0])
+        self.assertIn(fragment, lines[0])
+        self.assertEqual(self.calls(), [], "nothing may run")
+
+    def assertOneFailureLine(self, result, *fragments):
+        """Exit 1; besides the progress lines, one stderr line, the last, saying what failed."""
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertNotIn("Traceback", result.stderr)
+        lines = result.stderr.splitlines()
+        self.assertEqual([line for line in lines if not PROGRESS.fullmatch(line)], lines[-1:], result.stderr)
+        for fragment in fragments:
+            self.assertIn(fragment, lines[-1])
+        self.assertTrue(lines[-1].endswith("; nothing written"), lines[-1])
+        self.assertEqual(result.stdout, "")
+
+    def table_row(self, stdout, first_cell):
+        rows = [line for line in stdout.splitlines() if line.startswith(f"| {first_cell} |")]
+        self.assertEqual(len(rows), 1, stdout)
+        return [cell.strip() for cell in rows[0].strip("|").split("|")]
+
+
+class TwoVariants(AbTest):
+    def test_alternating_order_flags_environment_and_table(self):
+        cache = self.tmp / "shared-cache.txt"
+        result = self.ab("a=FAKE_VARIANT=a FAKE_IPS=900,1000,1010,990,1000 base/train",
+                         f"b=FAKE_VARIANT=b PROBE_X=1 FAKE_IPS=1100,1020,1000,1050 {self.tmp}/new/train",
+                         "--rounds", "4", "--cache", str(cache))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        calls = self.calls()
+        self.assertEqual([c["variant"] for c in calls], ["a", "a", "b", "b", "a", "a", "b", "b", "a"])
+        self.assertEqual([Path(c["binary"]).parent.name for c in calls],
+                         ["base", "base", "new", "new", "base", "base", "new", "new", "base"])
+        expected = ["--data", "synthetic", "--batch", "64", "--steps", "7", "--warmup-steps", "2",
+                    "--profile-steps", "5", "--no-eval", "--json", "--autotune-cache", str(cache)]
+        for call in calls:
+            self.assertEqual(call["args"], expected)
+            self.assertEqual(call["probe"], "1" if call["variant"] == "b" else None)
+        self.assertEqual(cache.read_text(), "algo\n" * 9)  # every run used the one cache
+
+        out = result.stdout
+        self.assertIn("- command: `python3 bench/ab.py 'a=FAKE_VARIANT=a FAKE_IPS=900,1000,1010,990,1000 base/train'",
+                      out)
+        self.assertIn("- GPU: NVIDIA H100 80GB HBM3", out)
+        self.assertIn(f"- autotune cache, shared by every run: `{cache}`", out)
+        self.assertIn("- fill run of a (fills the cache; not counted): 900 images/s", out)
+        self.assertIn("- b: `FAKE_VARIANT=b PROBE_X=1 FAKE_IPS=1100,1020,1000,1050", out)
+        self.assertIn("| round | order | a | b |", out)
+        self.assertEqual(self.table_row(out, "1"), ["1", "a, b", "1,000", "1,100"])
+        self.assertEqual(self.table_row(out, "2"), ["2", "b, a", "1,010", "1,020"])
+        self.assertEqual(self.table_row(out, "3"), ["3", "a, b", "990", "1,000"])
+        self.assertEqual(self.table_row(out, "4"), ["4", "b, a", "1,000", "1,050"])
+        self.assertEqual(self.table_row(out, "median"), ["median", "", "1,000", "1,035"])
+        self.assertEqual(self.table_row(out, "ms per step"), ["ms per step", "", "64.00", "61.84"])
+        # 64 x 1000 / 1000 = 64.000 ms, 64 x 1000 / 1035 = 61.836 ms: -3.38%
+        self.assertEqual(self.table_row(out, "against a"),
+                         ["against a", "", "", "64.000 -> 61.836 ms (-3.38%), faster in every round"])
+        self.assertTrue(all(PROGRESS.fullmatch(line) for line in result.stderr.splitlines()), result.stderr)
+
+    def test_the_default_cache_is_one_temporary_file_removed_at_the_end(self):
+        result = self.ab("a=FAKE_VARIANT=a FAKE_IPS=1,2,2 base/train", "b=FAKE_VARIANT=b FAKE_IPS=1,1 new/train",
+                         "--rounds", "2")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        caches = {c["args"][c["args"].index("--autotune-cache") + 1] for c in self.calls()}
+        self.assertEqual(len(caches), 1)
+        self.assertFalse(Path(caches.pop()).parent.exists())
+        self.assertIn("- autotune cache, shared by every run: a new file in a temporary directory, removed at the end",
+                      result.stdout)
+        self.assertIn("(+100.00%), slower in every round", result.stdout)
+
+    def test_rounds_that_disagree_say_how_many_were_faster(self):
+        result = self.ab("a=FAKE_VARIANT=a FAKE_IPS=1000,1000,1000,1000,1000 base/train",
+                         "b=FAKE_VARIANT=b FAKE_IPS=1010,990,1020,1000 new/train", "--rounds", "4")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(self.table_row(result.stdout, "against a")[3],
+                         "64.000 -> 63.682 ms (-0.50%), rounds disagree (2 of 4 faster)")
+
+    def test_one_binary_with_different_flags(self):
+        result = self.ab("plain=FAKE_VARIANT=p FAKE_IPS=5,5,5 base/train",
+                         "nofuse=FAKE_VARIANT=n FAKE_IPS=4,4 'base/train' --no-fuse dgrad-drelu-dbn", "--rounds", "2")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        for call in self.calls():
+            self.assertEqual(call["args"][:2] == ["--no-fuse", "dgrad-drelu-dbn"], call["variant"] == "n", call)
+            self.assertEqual(call["args"].count("--batch"), 1)
+
+
+class ThreeVariants(AbTest):
+    def test_orders_alternate_and_each_is_compared_with_the_first(self):
+        result = self.ab("A=FAKE_VARIANT=A FAKE_IPS=1,100,100,100 base/train",
+                         "B=FAKE_VARIANT=B FAKE_IPS=110,110,110 new/train",
+                         "C=FAKE_VARIANT=C FAKE_IPS=90,120,90 base/train", "--rounds", "3")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual("".join(c["variant"] for c in self.calls()), "A" + "ABC" + "CBA" + "ABC")
+        out = result.stdout
+        self.assertIn("| round | order | A | B | C |", out)
+        self.assertEqual(self.table_row(out, "2")[1], "C, B, A")
+        self.assertEqual(self.table_row(out, "3")[1], "A, B, C")
+        against = self.table_row(out, "against A")
+        self.assertEqual(against[2], "")
+        self.assertTrue(against[3].endswith("faster in every round"), against)
+        self.assertTrue(against[4].endswith("(+11.11%), rounds disagree (1 of 3 faster)"), against)
+
+
+class FailedRuns(AbTest):
+    def test_a_failing_run_stops_the_tool_and_writes_nothing(self):
+        out = self.tmp / "results" / "ab.md"
+        result = self.ab("a=FAKE_VARIANT=a FAKE_IPS=1,1,1,1,1 base/train",
+                         "b=FAKE_VARIANT=b FAKE_FAIL=2 FAKE_IPS=1,1,1,1 new/train", "--out", str(out))
+        self.assertOneFailureLine(result, "ab: b failed in round 2: error: cuDNN CUDNN_STATUS_EXECUTION_FAILED")
+        self.assertEqual([c["variant"] for c in self.calls()], ["a", "a", "b", "b"])  # round 2 ran b first
+        self.assertFalse(out.exists())
+        self.assertFalse(out.parent.exists())
+
+    def test_a_failing_fill_run(self):
+        result = self.ab("a=FAKE_VARIANT=a FAKE_FAIL=1 FAKE_IPS=1 base/train", "b=FAKE_VARIANT=b FAKE_IPS=1 new/train")
+        self.assertOneFailureLine(result, "ab: a failed in the fill run: error: cuDNN")
+        self.assertEqual(len(self.calls()), 1)
+
+    def test_a_run_that_times_out(self):
+        result = self.ab("a=FAKE_VARIANT=a FAKE_SLEEP=20 FAKE_IPS=1 base/train",
+                         "b=FAKE_VARIANT=b FAKE_IPS=1 new/train",
+                         "--timeout", "0.5")
+        self.assertOneFailureLine(result, "ab: a failed in the fill run: timed out after 0.5 s")
+
+    def test_a_summary_without_images_per_s(self):
+        result = self.ab("a=FAKE_VARIANT=a FAKE_IPS=1,1 base/train",
+                         "b=FAKE_VARIANT=b FAKE_NO_IPS=1 FAKE_IPS=1 new/train")
+        self.assertOneFailureLine(result, "ab: b failed in round 1: its summary line has no images_per_s")
+
+
+class UsageErrors(AbTest):
+    def test_each_is_one_line_exit_2_before_any_run(self):
+        a, b = "a=FAKE_IPS=1 base/train", "b=FAKE_IPS=1 new/train"
+        (self.tmp / "not-executable").write_text("")
+        (self.tmp / "a-file").write_text("")
+        cases = [((a,), "give at least two variants"),
+                 ((a, "a=FAKE_IPS=1 new/train"), "the label 'a' names two variants"),
+                 ((a, "new/train"), "'new/train' is not LABEL=COMMAND"),
+                 ((a, "b c=new/train"), "'b c=new/train' is not LABEL=COMMAND"),
+                 ((a, "b=FAKE_IPS=1 nowhere/train"), "b: nowhere/train: no such binary"),
+                 ((a, "b=not-executable"), "b: not-executable: not executable"),
+                 ((a, "b=FAKE_IPS=1"), "b: 'FAKE_IPS=1' names no binary"),
+                 ((a, "b=new/train 'unclosed"), "b: \"new/train 'unclosed\": No closing quotation"),
+                 ((a, "b=new/train --batch 256"), "b: --batch is set by ab.py for every run (use ab.py's --batch)"),
+                 ((a, "b=new/train --autotune-cache=x"), "b: --autotune-cache is set by ab.py for every run"),
+                 ((a, b, "--rounds", "1"), "--rounds must be at least 2, not 1"),
+                 ((a, b, "--timeout", "0"), "--timeout must be a positive number of seconds, not 0"),
+                 ((a, b, "--out", str(self.tmp)), "is a directory"),
+                 ((a, b, "--out", str(self.tmp / "a-file" / "ab.md")), "not a directory"),
+                 ((a, b, "--cache", str(self.tmp / "nowhere" / "cache.txt")), "no directory"),
+                 ((a, b, "--bogus"), "unrecognized arguments: --bogus")]
+        for args, fragment in cases:
+            with self.subTest(args=args):
+                self.assertUsageError(self.ab(*args), fragment)
+
+    def test_no_gpu(self):
+        (self.tmp / "no-gpu").mkdir()
+        machine = FakeMachine(self.tmp / "no-gpu", gpu=False)
+        result = machine.run_script("ab.py", f"a={self.tmp}/base/train", f"b={self.tmp}/new/train")
+        self.assertUsageError(result, "ab: no CUDA GPU on this machine")
+
+
+class Out(AbTest):
+    def test_out_holds_the_report_that_was_printed(self):
+        out = self.tmp / "results" / "ab.md"
+        result = self.ab("a=FAKE_VARIANT=a FAKE_IPS=1,2,3 base/train", "b=FAKE_VARIANT=b FAKE_IPS=4,5 new/train",
+                         "--rounds", "2", "--out", str(out))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(out.read_text(), result.stdout)
+        self.assertTrue(result.stdout.startswith("# A-B run, NVIDIA H100 80GB HBM3, "), result.stdout)
+        self.assertEqual(result.stderr.splitlines()[-1], f"ab: wrote {out}")
+
+
+class Verdict(unittest.TestCase):
+    def test_ties_count_neither_way(self):
+        def pair(base, other):
+            return ab.verdict(ab.Variant("a", "", {}, Path("x"), [], base),
+                              ab.Variant("b", "", {}, Path("x"), [], other))
+
+        self.assertEqual(pair([1, 1], [2, 3]), "faster in every round")
+        self.assertEqual(pair([2, 3], [1, 1]), "slower in every round")
+        self.assertEqual(pair([1, 1], [1, 0]), "rounds disagree (0 of 2 faster)")
+        self.assertEqual([[v.label for v in ab.order_of(n, [ab.Variant(x, "", {}, Path("x"), []) for x in "ABC"])]
+                          for n in (1, 2, 3, 4)], [list("ABC"), list("CBA"), list("ABC"), list("CBA")])
+
+
+if __name__ == "__main__":
+    unittest.main()
