@@ -26,7 +26,6 @@ A run that fails stops the tool (one line, exit 1, nothing written).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
 import shlex
@@ -35,7 +34,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, NoReturn
+from typing import NoReturn
 
 from lib import runner, table
 
@@ -150,27 +149,10 @@ def order_of(round_number: int, variants: list[Variant]) -> list[Variant]:
     return list(variants) if round_number % 2 == 1 else list(reversed(variants))
 
 
-@contextlib.contextmanager
-def environment(env: dict[str, str]) -> Iterator[None]:
-    """The variant's VAR=VALUE words set for the run it starts (runner.run passes this process's
-    environment on), then put back as they were."""
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def measure(guard: runner.GuardedRunner, variant: Variant, args: argparse.Namespace, cache: Path,
             where: str) -> tuple[float, dict]:
     """One run's images/s and summary line; a failed run stops the tool (one line, exit 1)."""
-    with environment(variant.env):
-        out = guard.run(variant.command(args, cache), args.timeout)
+    out = guard.run(variant.command(args, cache), args.timeout, variant.env)
     result = table.result_of(out)
     if isinstance(result, str):
         runner.die(TOOL, f"{variant.label} failed in {where}: {result}; nothing written", 1)

@@ -250,10 +250,12 @@ def require_gpu_and_binaries(tool: str, variants: list[str], bin_dir: Path, prog
     return gpus, binaries
 
 
-def run(cmd: list[str], timeout_s: float) -> RunOutput:
-    """Runs a binary to completion, capturing everything; a failure is data, never an exception."""
+def run(cmd: list[str], timeout_s: float, env: dict[str, str] | None = None) -> RunOutput:
+    """Runs a binary to completion, capturing everything; a failure is data, never an exception. env:
+    variables set for this run on top of this process's environment."""
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s)
+        out = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s,
+                             env={**os.environ, **env} if env else None)
         return RunOutput(out.returncode, out.stdout, out.stderr, timeout_s)
     except subprocess.TimeoutExpired as e:
         return RunOutput(None, _text(e.stdout), _text(e.stderr), timeout_s)
@@ -269,8 +271,8 @@ class GuardedRunner:
         self.tool = tool
         self.first = True
 
-    def run(self, cmd: list[str], timeout_s: float) -> RunOutput:
-        out = run(cmd, timeout_s)
+    def run(self, cmd: list[str], timeout_s: float, env: dict[str, str] | None = None) -> RunOutput:
+        out = run(cmd, timeout_s, env)
         if self.first and reports_no_cuda_device(out):
             die(self.tool, f"{NO_GPU_LINE} ({last_line(out.stderr)})")
         self.first = False

@@ -319,7 +319,7 @@ class ListsAndFlags(BenchTest):
         args = bench.parse_args(["--pytorch-rungs", "compile,baseline", "--pytorch-runs", "2"])
         ran = []
 
-        def run(cmd, timeout_s):  # the PyTorch ladder's run, failing at once
+        def run(cmd, timeout_s, env=None):  # the PyTorch ladder's run, failing at once
             ran.append(cmd)
             return runner.RunOutput(1, "", "error: no torch here", timeout_s)
 
