@@ -33,15 +33,17 @@ bool same_file(const std::string& a, const std::string& b);
 std::string parent_directory(const std::string& path);
 
 // Writes `bytes` to `path` so that a crash at any moment leaves either the old file or the new one:
-// write to path.tmp, fsync, rename over path, fsync the directory. Errors name the path (Fatal).
+// write to a temporary file of this writer's own beside it (path.tmp-<pid>-<n>), fsync, rename over
+// path, fsync the directory. Two writers of one path at once each land a whole file; the later
+// rename wins. Errors name the path (Fatal).
 void write_file_atomic(const std::string& path, const void* bytes, size_t size);
 
 // The same for a file written piece by piece (bin/predict's CSV and .npy outputs): the pieces go to
-// path.tmp, and commit() flushes it and renames it over path. Destroyed without commit() (an error,
-// an early stop), it removes path.tmp and leaves path as it was.
+// its temporary file, and commit() flushes it and renames it over path. Destroyed without commit()
+// (an error, an early stop), it removes the temporary file and leaves path as it was.
 class AtomicFile {
  public:
-  explicit AtomicFile(const std::string& path);  // creates path.tmp (Fatal naming it when it cannot)
+  explicit AtomicFile(const std::string& path);  // creates path.tmp-<pid>-<n> (Fatal naming it when it cannot)
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
@@ -62,6 +64,5 @@ class AtomicFile {
 // Checks, before a run starts, that `path` (given with `flag`, e.g. "--save") can be written: its
 // directory exists and a file can be created in it (a probe file is created and removed; an
 // existing file is never opened for writing), the path is not a directory or another non-regular
-// file, an existing file is writable, and so is a path.tmp left by a killed run (AtomicFile writes
-// there first). InputError "<flag> <path>: <what is wrong>" otherwise.
+// file, and an existing file is writable. InputError "<flag> <path>: <what is wrong>" otherwise.
 void check_output_path(const std::string& path, const std::string& flag);

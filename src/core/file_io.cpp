@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -130,8 +131,18 @@ void write_file_atomic(const std::string& path, const void* bytes, size_t size) 
   f.commit();
 }
 
-AtomicFile::AtomicFile(const std::string& path) : path_(path), tmp_(path + ".tmp") {
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+// Each writer's temporary file has a name of its own (the process and a count within it), created
+// only if it does not exist: two runs that save one file at once (two trainings filling the default
+// autotune cache) each rename their own complete file, and the later rename wins, where with one
+// shared name the second rename found the first one's file gone and the run stopped.
+AtomicFile::AtomicFile(const std::string& path) : path_(path) {
+  static std::atomic<unsigned> count{0};
+  const std::string stem = path + ".tmp-" + std::to_string(::getpid()) + "-";
+  for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
+    tmp_ = stem + std::to_string(count++);
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ < 0 && errno != EEXIST) break;
+  }
   if (fd_ < 0) throw Fatal(tmp_ + ": cannot create: " + std::strerror(errno));
 }
 
@@ -192,14 +203,6 @@ void check_output_path(const std::string& path, const std::string& flag) {
     if (S_ISDIR(st.st_mode)) throw InputError(where + "is a directory, expected a file");
     if (!S_ISREG(st.st_mode)) throw InputError(where + "is " + file_kind(st.st_mode) + ", expected a regular file");
     if (access(path.c_str(), W_OK) != 0) throw InputError(where + "the file is not writable: " + std::strerror(errno));
-  }
-  // The file is written as path.tmp first (AtomicFile), which a killed run may have left behind.
-  const std::string tmp = path + ".tmp";
-  if (stat(tmp.c_str(), &st) == 0) {
-    if (!S_ISREG(st.st_mode))
-      throw InputError(where + "the leftover " + tmp + " is " + file_kind(st.st_mode) + ", expected a regular file");
-    if (access(tmp.c_str(), W_OK) != 0)
-      throw InputError(where + "cannot replace the leftover " + tmp + ": " + std::strerror(errno));
   }
   // Creating a file is the only test that every file system (read-only mounts, ACLs, quotas of
   // inodes) answers truthfully; an existing file at `path` is never touched.

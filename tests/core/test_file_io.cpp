@@ -41,7 +41,7 @@ TEST(FileIo, AtomicWriteThenReadRoundTrip) {
   const std::vector<uint8_t> bytes = some_bytes(1 << 20, 1);
   write_file_atomic(path, bytes.data(), bytes.size());
   EXPECT_EQ(read_file(path), bytes);
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_TRUE(temporary_files_of(path).empty());
   // Overwriting replaces the content completely (a shorter file leaves no tail of the old one).
   const std::vector<uint8_t> shorter = some_bytes(1000, 2);
   write_file_atomic(path, shorter.data(), shorter.size());
@@ -202,20 +202,36 @@ TEST(CheckOutputPath, AnExistingReadOnlyFileIsNamed) {
       ::testing::ExitedWithCode(0), "ro.ckpt: the file is not writable");
 }
 
-// A killed run leaves path.tmp (AtomicFile), which the next write must be able to replace.
-TEST(CheckOutputPath, ALeftoverTemporaryFileMustBeReplaceable) {
+// Two writers of one path at once (two trainings saving the default autotune cache): each writes
+// its own temporary file, both commits succeed, and the file is the one renamed last, whole. With
+// one shared temporary name the second commit failed ("rename failed"), as a device run found.
+TEST(FileIo, TwoWritersOfOnePathAtOnceBothLand) {
   TempDir dir;
-  chmod(dir.path.c_str(), 0777);
+  const std::string path = dir / "cache.txt";
+  const std::vector<uint8_t> a = some_bytes(5000, 7), b = some_bytes(3000, 8);
+  AtomicFile first(path), second(path);
+  EXPECT_EQ(temporary_files_of(path).size(), 2u) << "each writer has a temporary file of its own";
+  first.write(a.data(), a.size());
+  second.write(b.data(), b.size());
+  EXPECT_NO_THROW(first.commit());
+  EXPECT_EQ(read_file(path), a);
+  EXPECT_NO_THROW(second.commit());
+  EXPECT_EQ(read_file(path), b) << "the later rename wins, whole";
+  EXPECT_TRUE(temporary_files_of(path).empty());
+}
+
+// What a killed run leaves (path.tmp from before, or a temporary file of a dead process, even one that
+// cannot be written or is a directory) is never written to, so it neither blocks the check nor the write.
+TEST(CheckOutputPath, LeftoversOfAKilledRunDoNotBlockTheWrite) {
+  TempDir dir;
   const std::string path = dir / "out.csv";
   write_file_atomic(path + ".tmp", "x", 1);
-  EXPECT_NO_THROW(check_output_path(path, "--out")) << "a writable leftover is replaced at the write";
   chmod((path + ".tmp").c_str(), 0444);
-  EXPECT_EXIT(exit_with_input_error([&] { check_output_path(path, "--out"); }, true),
-      ::testing::ExitedWithCode(0), "--out .*out.csv: cannot replace the leftover .*out.csv.tmp: Permission denied");
-  fs::remove(path + ".tmp");
-  fs::create_directory(path + ".tmp");
-  EXPECT_EQ(input_error_of([&] { check_output_path(path, "--out"); }),
-            "--out " + path + ": the leftover " + path + ".tmp is a directory, expected a regular file");
+  fs::create_directory(path + ".tmp-1-0");
+  EXPECT_NO_THROW(check_output_path(path, "--out"));
+  write_file_atomic(path, "abc", 3);
+  EXPECT_EQ(read_file(path), (std::vector<uint8_t>{'a', 'b', 'c'}));
+  EXPECT_EQ(read_file(path + ".tmp"), (std::vector<uint8_t>{'x'})) << "a leftover is left as it was";
 }
 
 TEST(CheckOutputPath, AnEmptyPathNamesTheFlag) {

@@ -25,6 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test_files::TempDir;
+using test_files::temporary_files_of;
 
 uint64_t le64(const uint8_t* p) {
   uint64_t v = 0;
@@ -99,11 +100,11 @@ TEST(Npy, StreamedArrayLandsAfterTheHeaderAndOnlyOnCommit) {
     NpyWriter w(path, DType::F32, {6, 4});
     w.append(rows.data(), 4 * sizeof(float));  // one row, then the rest: pieces of any size
     EXPECT_FALSE(fs::exists(path)) << "the final name must not exist before commit";
-    EXPECT_TRUE(fs::exists(path + ".tmp"));
+    EXPECT_EQ(temporary_files_of(path).size(), 1u);
     w.append(rows.data() + 4, 20 * sizeof(float));
     w.commit();
   }
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_TRUE(temporary_files_of(path).empty());
   const std::vector<uint8_t> b = read_file(path);
   const NpyHeader h = parse_npy(b);
   ASSERT_EQ(b.size(), h.data_offset + rows.size() * sizeof(float));
@@ -121,7 +122,7 @@ TEST(Npy, IncompleteOrOverlongArraysAreRefusedAndLeaveNoFile) {
     EXPECT_THROW(w.commit(), Fatal) << "6 of 8 elements";
   }
   EXPECT_FALSE(fs::exists(path));
-  EXPECT_FALSE(fs::exists(path + ".tmp")) << "an abandoned writer removes its temporary file";
+  EXPECT_TRUE(temporary_files_of(path).empty()) << "an abandoned writer removes its temporary file";
 }
 
 // ---- safetensors ----------------------------------------------------------------------------------
@@ -175,7 +176,7 @@ TEST(Safetensors, WrittenAtomically) {
   const std::string path = dir / "model.safetensors";
   write_safetensors(path, {{"w", "F32", {2}, bytes_of({1, 2})}}, {});
   EXPECT_EQ(read_file(path), safetensors_bytes({{"w", "F32", {2}, bytes_of({1, 2})}}, {}));
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_TRUE(temporary_files_of(path).empty());
 }
 
 // ---- the confusion-matrix PNG ---------------------------------------------------------------------
@@ -261,7 +262,7 @@ TEST(AtomicFile, PiecesAppearUnderTheNameOnlyOnCommit) {
   }
   const std::vector<uint8_t> kept = read_file(path);
   EXPECT_EQ(std::string(kept.begin(), kept.end()), "a,b\n1,2\n") << "an abandoned file leaves the old one";
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_TRUE(temporary_files_of(path).empty());
 }
 
 }  // namespace

@@ -83,7 +83,7 @@ class PredictRuns(unittest.TestCase):
                 self.assertEqual(p.returncode, 0, p.stderr[-2000:])
                 files = {f: (out / f).read_bytes() for f in ("p.csv", "f.npy")}
                 self.assertTrue((out / "p.confusion.png").is_file())
-                self.assertEqual([f.name for f in out.iterdir() if f.suffix == ".tmp"], [])
+                self.assertEqual([f.name for f in out.iterdir() if ".tmp" in f.name], [])
                 rows = files["p.csv"].decode().splitlines()
                 self.assertEqual(len(rows), 129)
                 self.assertEqual([r.split(",")[0] for r in rows[1:]], [str(i) for i in range(128)])

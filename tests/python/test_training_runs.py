@@ -152,7 +152,7 @@ class TrainingRuns:
         self.assertEqual(m.group(3), str(ck))
         self.assertGreaterEqual(step, 2, out)
         self.assertLess(step, 15 * STEPS_PER_EPOCH, f"the run was not stopped early:\n{out}")
-        self.assertFalse(Path(str(ck) + ".tmp").exists(), "a temporary checkpoint file was left behind")
+        self.assertEqual(list(ck.parent.glob(ck.name + ".tmp*")), [], "a temporary checkpoint file was left behind")
         self.assertFalse(Path(str(ck) + ".pending").exists(), "a pending periodic save was left behind")
         # The checkpoint holds the state after the last step done, and a resume takes it up there.
         p = self.run_train("--epochs", "15", "--resume", ck, "--steps", step + 2)
@@ -287,9 +287,10 @@ class TrainingRuns:
         # The checkpoint: the last proven state, complete and atomic, never one with a diverged
         # scaler, and no unproven pending save left beside it.
         self.assertTrue(ck.exists(), f"no checkpoint was kept\n{context}")
-        self.assertFalse(Path(str(ck) + ".tmp").exists(), "a temporary checkpoint file was left behind")
+        self.assertEqual(list(ck.parent.glob(ck.name + ".tmp*")), [], "a temporary checkpoint file was left behind")
         self.assertFalse(Path(str(ck) + ".pending").exists(), f"an unproven pending save was left behind\n{context}")
-        self.assertFalse(Path(str(ck) + ".pending.tmp").exists(), "a temporary pending file was left behind")
+        self.assertEqual(list(ck.parent.glob(ck.name + ".pending.tmp*")), [],
+                         "a temporary pending file was left behind")
         header = self.checkpoint_header(ck)
         saved = int(header["step"])
         self.assertEqual(saved, int(m.group("kept")), f"the message names another step than the file holds\n{context}")

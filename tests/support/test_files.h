@@ -40,6 +40,17 @@ struct TempDir {
   std::string operator/(const std::string& name) const { return path + "/" + name; }
 };
 
+// The temporary files an atomic write of `path` leaves beside it while open (AtomicFile names them
+// path.tmp-<pid>-<n>): empty once every writer has committed or given up.
+inline std::vector<std::string> temporary_files_of(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::string prefix = p.filename().string() + ".tmp";
+  std::vector<std::string> found;
+  for (const auto& e : std::filesystem::directory_iterator(p.parent_path()))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) found.push_back(e.path().filename().string());
+  return found;
+}
+
 // Runs `fn`, which must throw an InputError; returns its message ("" and a failure otherwise). The
 // readers' contract is that every bad input is an InputError whose message the user sees.
 inline std::string input_error_of(const std::function<void()>& fn) {

@@ -93,7 +93,7 @@ TEST(Checkpoint, SaveLoadRoundTripThroughAFile) {
   const Checkpoint c = sample(5000, 300);
   save_checkpoint(dir / "ck.bin", c);
   expect_same(load_checkpoint(dir / "ck.bin"), c);
-  EXPECT_FALSE(fs::exists(dir / "ck.bin.tmp")) << "the temporary file must be renamed away";
+  EXPECT_TRUE(temporary_files_of(dir / "ck.bin").empty()) << "the temporary file must be renamed away";
   // A second save replaces the first.
   const Checkpoint d = sample(5000, 300, 1);
   save_checkpoint(dir / "ck.bin", d);

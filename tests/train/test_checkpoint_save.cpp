@@ -5,10 +5,12 @@
 #include <signal.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <random>
@@ -30,21 +32,28 @@ TEST(CheckpointSave, FailedSaveLeavesTheOldFileIntact) {
   const std::string path = dir / "ck.bin";
   const Checkpoint old = sample(2000, 50);
   save_checkpoint(path, old);
-  // The temporary file cannot be created: a directory stands in its place.
-  fs::create_directory(path + ".tmp");
-  try {
-    save_checkpoint(path, sample(2000, 50, 1));
-    ADD_FAILURE() << "saving through a blocked .tmp should fail";
-  } catch (const Fatal& e) {
-    EXPECT_HAS(e.what(), path + ".tmp");
-  }
+  // The temporary file cannot be created: the directory takes no new files. Checked in a child
+  // that drops to user "nobody", since root writes anywhere.
+  chmod(dir.path.c_str(), 0555);
+  EXPECT_EXIT(
+      {
+        if (geteuid() == 0 && setuid(65534) != 0) _exit(3);
+        try {
+          save_checkpoint(path, sample(2000, 50, 1));
+        } catch (const Fatal& e) {
+          std::fprintf(stderr, "%s\n", e.what());
+          _exit(0);
+        }
+        _exit(1);
+      },
+      ::testing::ExitedWithCode(0), "ck.bin.tmp-[0-9]+-[0-9]+: cannot create: Permission denied");
+  chmod(dir.path.c_str(), 0755);
   expect_same(load_checkpoint(path), old);
-  fs::remove(path + ".tmp");
   // The target is a directory: the rename fails, and no temporary file is left behind.
   const std::string as_dir = dir / "dir.bin";
   fs::create_directory(as_dir);
   EXPECT_THROW(save_checkpoint(as_dir, old), Fatal);
-  EXPECT_FALSE(fs::exists(as_dir + ".tmp"));
+  EXPECT_TRUE(temporary_files_of(as_dir).empty());
   // A missing directory names the path.
   try {
     save_checkpoint(dir / "missing/ck.bin", old);
@@ -92,13 +101,16 @@ bool readable(int fd) {
 
 TEST(CheckpointSave, KilledMidSaveLeavesALoadableCheckpoint) {
   TempDir dir;
-  const std::string path = dir / "ck.bin", tmp = path + ".tmp";
+  const std::string path = dir / "ck.bin";
+  // The save's temporary file (path.tmp-<pid>-<n>, AtomicFile): there while a save is under way.
+  const auto saving = [&] { return !temporary_files_of(path).empty(); };
   const size_t n = 2'500'000;  // 2 arrays x 10 MB: a save takes long enough to be interrupted
   save_checkpoint(path, versioned(0, n));
   std::mt19937 rng(1234);
   int mid_save_kills = 0, last = 0;
   for (int round = 0; round < 20; ++round) {
-    fs::remove(tmp);  // the previous round's half-written file
+    // The previous round's half-written file.
+    for (const std::string& f : temporary_files_of(path)) fs::remove(dir / f);
     int done[2];
     ASSERT_EQ(pipe(done), 0);
     const pid_t child = fork();
@@ -123,11 +135,11 @@ TEST(CheckpointSave, KilledMidSaveLeavesALoadableCheckpoint) {
     // save's end), then kill the second save at a random moment from its temporary file's appearance
     // to twice that time later: inside write, fsync, rename or the directory's fsync, or just after,
     // whatever the disk's speed.
-    const bool first_started = wait_until([&] { return fs::exists(tmp) || readable(done[0]); }, 30);
+    const bool first_started = wait_until([&] { return saving() || readable(done[0]); }, 30);
     const auto t_tmp = std::chrono::steady_clock::now();
     const bool first_done = first_started && wait_until([&] { return readable(done[0]); }, 30);
     const double write_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t_tmp).count();
-    const bool second_started = first_done && wait_until([&] { return fs::exists(tmp); }, 30);
+    const bool second_started = first_done && wait_until(saving, 30);
     if (second_started) usleep(std::uniform_int_distribution<int>(0, static_cast<int>(2 * write_us) + 1000)(rng));
     kill(child, SIGKILL);
     int status = 0;
@@ -135,7 +147,7 @@ TEST(CheckpointSave, KilledMidSaveLeavesALoadableCheckpoint) {
     close(done[0]);
     ASSERT_TRUE(second_started) << "the saver did not get through one save and into the next in time";
     ASSERT_TRUE(WIFSIGNALED(status)) << "the saver stopped by itself (status " << status << ")";
-    mid_save_kills += fs::exists(tmp);
+    mid_save_kills += saving();
     Checkpoint c;
     try {
       c = load_checkpoint(path);
