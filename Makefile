@@ -154,7 +154,26 @@ FRONTEND_FLAGS := -isystem $(CUDNN_FRONTEND_INC) -DCUDNN_FRONTEND_SKIP_JSON_LIB
 build/obj/model/cudnn/%.o build/sanitize/obj/model/cudnn/%.o: CXXFLAGS += $(FRONTEND_FLAGS)
 FRONTEND_OBJ := $(patsubst src/%.cpp,build/obj/%.o,$(wildcard src/model/cudnn/*.cpp))
 $(FRONTEND_OBJ) $(FRONTEND_OBJ:build/%=build/sanitize/%): | $(CUDNN_FRONTEND_STAMP)
-deps: build/.deps-ok $(CUDNN_FRONTEND_STAMP)
+# CUTLASS (PyPI nvidia-cutlass, pinned; its C++ headers only), for the kernel lab's convolutions of
+# our own (bench/kernel_lab/cutlass_*.cu), fetched as cudnn-frontend is. CUTLASS_INC=<dir> uses
+# headers found elsewhere (the GPU machine: carry build/deps/ or a copy of them).
+CUTLASS_VERSION := 4.2.0.0
+CUTLASS_INC ?= build/deps/cutlass-$(CUTLASS_VERSION)/include
+CUTLASS_STAMP := $(CUTLASS_INC)/cutlass/cutlass.h
+build/deps/cutlass-$(CUTLASS_VERSION)/include/cutlass/cutlass.h:
+	@echo "set-up: fetching CUTLASS $(CUTLASS_VERSION) (PyPI nvidia-cutlass) into build/deps/"
+	@rm -rf build/deps/cutlass-wheel && mkdir -p build/deps/cutlass-wheel
+	@python3 -m pip download -q --no-deps --only-binary=:all: -d build/deps/cutlass-wheel \
+	   nvidia-cutlass==$(CUTLASS_VERSION) >build/deps/cutlass-wheel/pip.log 2>&1 || \
+	 { tail -3 build/deps/cutlass-wheel/pip.log; echo "error: could not fetch nvidia-cutlass==$(CUTLASS_VERSION) from PyPI; fetch it where PyPI is reachable and set CUTLASS_INC to its cutlass_library/source/include/ directory"; exit 1; }
+	@python3 -c 'import sys, zipfile, glob; z = zipfile.ZipFile(glob.glob("build/deps/cutlass-wheel/*.whl")[0]); \
+	  [z.extract(n, "build/deps/cutlass-wheel/x") for n in z.namelist() if n.startswith(sys.argv[1])]' \
+	  cutlass_library/source/include/
+	@mkdir -p build/deps/cutlass-$(CUTLASS_VERSION) && \
+	 mv build/deps/cutlass-wheel/x/cutlass_library/source/include build/deps/cutlass-$(CUTLASS_VERSION)/
+	@rm -rf build/deps/cutlass-wheel
+	@test -f $@ || { echo "error: the nvidia-cutlass wheel held no cutlass/cutlass.h"; exit 1; }
+deps: build/.deps-ok $(CUDNN_FRONTEND_STAMP) $(CUTLASS_STAMP)
 
 # ---- compile ------------------------------------------------------------------------------------
 build/obj/%.o: src/%.cpp | build/.deps-ok
@@ -265,6 +284,14 @@ LAB_OBJ := $(patsubst bench/kernel_lab/%.cu,build/kernel_lab/%.o,$(wildcard benc
 build/kernel_lab/%.o: bench/kernel_lab/%.cu | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -Ibench -Itests -MMD -MP -c $< -o $@
+# The CUTLASS kernels need the architecture-specific sm_90a (wgmma, TMA): built for it alone where
+# the build covers sm_90, else built without CUTLASS (each of its versions is then refused).
+LAB_CUTLASS_OBJ := $(patsubst bench/kernel_lab/%.cu,build/kernel_lab/%.o,$(wildcard bench/kernel_lab/cutlass_*.cu))
+ifneq ($(filter 90,$(SASS_ARCHS)),)
+$(LAB_CUTLASS_OBJ): NVFLAGS = -std=c++20 -O3 -lineinfo -DNDEBUG -DLAB_WITH_CUTLASS --expt-relaxed-constexpr \
+                              -gencode arch=compute_90a,code=sm_90a $(INCLUDES) -isystem $(CUTLASS_INC)
+$(LAB_CUTLASS_OBJ): | $(CUTLASS_STAMP)
+endif
 build/obj/programs/kernel_lab.o: CXXFLAGS += -Ibench -Itests
 bin/kernel_lab: build/obj/programs/kernel_lab.o $(LAB_OBJ) $(COMMON_OBJ)
 	@mkdir -p bin

@@ -12,6 +12,7 @@
 // its operation's list below.
 #include <future>
 
+#include "kernel_lab/cutlass_conv_stats.h"
 #include "kernel_lab/lab.h"
 
 namespace lab {
@@ -174,6 +175,37 @@ Prepared fused_version(Lab& lab, const FusedConv& f, bool prologue, std::functio
   return {.run = std::move(run), .check = std::move(check), .note = note_of(f, prologue)};
 }
 
+// The CUTLASS GEMM with the statistics in its epilogue, then bn_finalize_sums as after ConvStats.
+LabVersion cutlass_version(Lab& lab, ConvCase& c, StatsReduction r, std::function<void()> poison,
+                           std::function<std::vector<LabCheck>(bool, bool)> checks) {
+  const std::string name =
+      r == StatsReduction::None
+          ? "CUTLASS GEMM alone (ours, no statistics)"
+          : std::string("CUTLASS GEMM, the statistics in its epilogue (ours, ") +
+                (r == StatsReduction::Atomic ? "atomic" : "per-tile partials") + "), then bn_finalize_sums";
+  return {name, [&lab, &c, r, poison, checks] {
+            poison();
+            const int m = c.sout.n * c.sout.h * c.sout.w;
+            const std::string why = c.in.prologue ? "the previous BN's prologue is not written yet"
+                                    : c.G.r != 1 || c.G.stride != 1 ? "not a 1x1 stride-1 conv (not one GEMM)"
+                                                                    : cutlass_conv_stats_refusal(r, m, c.G.k, c.G.c);
+            if (!why.empty()) return Prepared{.refused = why};
+            const size_t ws = cutlass_conv_stats_workspace(r, m, c.G.k, c.G.c);
+            lab.reserve_workspace(ws);
+            return Prepared{.run =
+                                [&lab, &c, r, m, ws] {
+                                  cutlass_conv_stats(r,
+                                                     {c.STORED.get(), c.W.get(), c.Y.get(), c.sum.f32(),
+                                                      c.sqsum.f32(), m, c.G.k, c.G.c, lab.workspace(), ws},
+                                                     lab.stream());
+                                  if (r != StatsReduction::None)
+                                    bn_finalize_sums(c.sum.f32(), c.sqsum.f32(), c.sout.per_channel(), c.bn.state(),
+                                                     c.G.k, c.scale_h_out.get(), c.shift_h_out.get(), lab.stream());
+                                },
+                            .check = [checks, r] { return checks(r != StatsReduction::None, false); }};
+          }};
+}
+
 void conv_forward(Lab& lab, ConvCase& c) {
   const bool applies = feeds_a_conv(c.in.conv->role);
   auto checks = [&](bool with_stats, bool with_apply) {
@@ -242,7 +274,12 @@ void conv_forward(Lab& lab, ConvCase& c) {
                                  c.scale_h_out.get(), c.shift_h_out.get(), lab.stream());
               },
               [&] { return checks(true, false); });
-        }}});
+        }},
+       // Kernels of our own for the convs ConvStats runs that are one GEMM (1x1, stride 1): CUTLASS's
+       // Hopper GEMM, the statistics reduced in its epilogue (kernel_lab/cutlass_conv_stats.h).
+       cutlass_version(lab, c, StatsReduction::None, poison, checks),
+       cutlass_version(lab, c, StatsReduction::Atomic, poison, checks),
+       cutlass_version(lab, c, StatsReduction::Tiles, poison, checks)});
 }
 
 void conv_dgrad(Lab& lab, ConvCase& c) {

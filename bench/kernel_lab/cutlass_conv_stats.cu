@@ -1,0 +1,184 @@
+// The CUTLASS 1x1 conv with BN statistics (cutlass_conv_stats.h). Compiled for sm_90a alone (wgmma
+// and TMA need the architecture-specific target); in a build without sm_90 it refuses every shape.
+//
+// The epilogue is a visitor tree (CUTLASS's EVT): the accumulators go to two row reductions, one of
+// them through a square, which reduce over M (the pixels) into per-channel sums; the root returns
+// the accumulators themselves, which are stored as y in fp16.
+#include "kernel_lab/cutlass_conv_stats.h"
+
+#include <type_traits>
+
+#include "core/check.h"
+#include "core/errors.h"
+
+#if defined(LAB_WITH_CUTLASS)
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#endif
+
+namespace lab {
+
+#if defined(LAB_WITH_CUTLASS)
+namespace {
+
+using namespace cute;
+namespace fusion = cutlass::epilogue::fusion;
+
+// The root of the tree: its first input (the accumulators, passed through the reductions).
+template <class T>
+struct FirstOf {
+  CUTLASS_HOST_DEVICE T operator()(T const& a, T const&) const { return a; }
+};
+
+using Half = cutlass::half_t;
+using TileShape = Shape<_128, _64, _64>;
+using ClusterShape = Shape<_1, _1, _1>;
+constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+
+// The epilogue trees. Stats<GmemReduce>: the statistics, the CTAs' partial sums brought together by
+// cutlass::atomic_add (StatsReduction::Atomic) or cutlass::plus over a workspace of per-tile
+// partials (Tiles). Plain: y alone, as a plain conv writes it (StatsReduction::None), to tell the
+// GEMM's own time from the statistics'.
+using Acc = fusion::Sm90AccFetch;
+template <template <class> class GmemReduce>
+struct Stats {
+  using ChannelSum = fusion::Sm90RowReduction<cutlass::plus, cutlass::plus, GmemReduce, 0, TileShape, float, float,
+                                              kRound>;
+  using Square = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, Acc, Acc>;
+  using Tree = fusion::Sm90EVT<fusion::Sm90Compute<FirstOf, Half, float, kRound>, fusion::Sm90EVT<ChannelSum, Acc>,
+                               fusion::Sm90EVT<ChannelSum, Square>>;
+  static constexpr bool kAtomic = std::is_same_v<GmemReduce<float>, cutlass::atomic_add<float>>;
+  // The tree's arguments, children first: the sum of the accumulators, the sum of their squares.
+  static typename Tree::Arguments arguments(const CutlassConvStats& a) {
+    return {{{}, {a.sum}}, {{{}, {}, {}}, {a.sqsum}}, {}};
+  }
+};
+struct Plain {
+  using Tree = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::epilogue::thread::Identity, Half, float, kRound>, Acc>;
+  static constexpr bool kAtomic = false;
+  static typename Tree::Arguments arguments(const CutlassConvStats&) { return {}; }
+};
+
+// The Hopper GEMM (one 128x64x64 tile a CTA at a time, persistent, two consumer warpgroups) with the
+// epilogue tree Epi, and how to launch it.
+template <class Epi>
+struct CutlassGemm {
+  using Tree = typename Epi::Tree;
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, 8, Half,
+      cutlass::layout::RowMajor, 8, cutlass::epilogue::TmaWarpSpecializedCooperative, Tree>::CollectiveOp;
+
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Half, cutlass::layout::RowMajor, 8, Half,
+      cutlass::layout::ColumnMajor, 8, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+  static typename Gemm::Arguments arguments(const CutlassConvStats& a) {
+    // Packed row-major x [M, C], w [K, C] (each row a filter: column-major B) and y [M, K].
+    const typename Kernel::StrideA sa = make_stride(int64_t(a.c), _1{}, int64_t(a.m) * a.c);
+    const typename Kernel::StrideB sb = make_stride(int64_t(a.c), _1{}, int64_t(a.k) * a.c);
+    const typename Kernel::StrideD sd = make_stride(int64_t(a.k), _1{}, int64_t(a.m) * a.k);
+    typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
+                                  {a.m, a.k, a.c, 1},
+                                  {static_cast<const Half*>(a.x), sa, static_cast<const Half*>(a.w), sb},
+                                  {{}, nullptr, sd, static_cast<Half*>(a.y), sd}};
+    args.epilogue.thread = Epi::arguments(a);
+    return args;
+  }
+
+  static std::string refusal(int m, int k, int c) {
+    const CutlassConvStats probe{nullptr, nullptr, nullptr, nullptr, nullptr, m, k, c};
+    return Gemm::can_implement(arguments(probe)) == cutlass::Status::kSuccess ? ""
+                                                                              : "CUTLASS cannot implement this shape";
+  }
+  static size_t workspace(int m, int k, int c) {
+    return Gemm::get_workspace_size(arguments({nullptr, nullptr, nullptr, nullptr, nullptr, m, k, c}));
+  }
+
+  static void run(const CutlassConvStats& a, cudaStream_t stream) {
+    const typename Gemm::Arguments args = arguments(a);
+    if (Gemm::get_workspace_size(args) > a.workspace_bytes) throw Fatal("CUTLASS conv stats: workspace too small");
+    cutlass::Status st = cutlass::Status::kSuccess;
+    if constexpr (Epi::kAtomic) {
+      // The adapter's initialize() would zero the sums with the driver API (cuMemsetD32Async),
+      // which bin/kernel_lab does not link: they are zeroed here and the kernel launched from its
+      // params, its shared memory allowed once.
+      static const cudaError_t smem = cudaFuncSetAttribute(
+          cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::SharedStorageSize);
+      CUDA_CHECK(smem);
+      CUDA_CHECK(cudaMemsetAsync(a.sum, 0, sizeof(float) * a.k, stream));
+      CUDA_CHECK(cudaMemsetAsync(a.sqsum, 0, sizeof(float) * a.k, stream));
+      typename Kernel::Params params = Kernel::to_underlying_arguments(args, a.workspace);
+      st = Gemm::run(params, stream);
+    } else {
+      // initialize() zeroes the tile counters of a per-tile reduction (cudaMemsetAsync) every run.
+      Gemm gemm;
+      st = gemm.initialize(args, a.workspace, stream);
+      if (st == cutlass::Status::kSuccess) st = gemm.run(stream);
+    }
+    if (st != cutlass::Status::kSuccess)
+      throw Fatal(std::string("CUTLASS conv stats: ") + cutlass::cutlassGetStatusString(st));
+    CUDA_CHECK(cudaGetLastError());
+  }
+};
+
+using AtomicStats = CutlassGemm<Stats<cutlass::atomic_add>>;
+using TileStats = CutlassGemm<Stats<cutlass::plus>>;
+using PlainGemm = CutlassGemm<Plain>;
+
+std::string gpu_refusal() {
+  int dev = 0, major = 0, minor = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (major != 9 || minor != 0)
+    return "compiled for sm_90a only (this GPU is sm_" + std::to_string(10 * major + minor) + ")";
+  return "";
+}
+
+}  // namespace
+#endif
+
+std::string cutlass_conv_stats_refusal(StatsReduction r, int m, int k, int c) {
+#if defined(LAB_WITH_CUTLASS)
+  if (const std::string why = gpu_refusal(); !why.empty()) return why;
+  if (k % 8 || c % 8) return "channels not in multiples of 8";
+  return r == StatsReduction::Atomic ? AtomicStats::refusal(m, k, c)
+         : r == StatsReduction::Tiles ? TileStats::refusal(m, k, c)
+                                      : PlainGemm::refusal(m, k, c);
+#else
+  return "built without CUTLASS (the build covers no sm_90)";
+#endif
+}
+
+size_t cutlass_conv_stats_workspace(StatsReduction r, int m, int k, int c) {
+#if defined(LAB_WITH_CUTLASS)
+  return r == StatsReduction::Atomic ? AtomicStats::workspace(m, k, c)
+         : r == StatsReduction::Tiles ? TileStats::workspace(m, k, c)
+                                      : PlainGemm::workspace(m, k, c);
+#else
+  return 0;
+#endif
+}
+
+void cutlass_conv_stats(StatsReduction r, const CutlassConvStats& a, cudaStream_t stream) {
+#if defined(LAB_WITH_CUTLASS)
+  if (r == StatsReduction::Atomic) AtomicStats::run(a, stream);
+  else if (r == StatsReduction::Tiles) TileStats::run(a, stream);
+  else PlainGemm::run(a, stream);
+#else
+  throw Fatal("CUTLASS conv stats: " + cutlass_conv_stats_refusal(r, a.m, a.k, a.c));
+#endif
+}
+
+}  // namespace lab
