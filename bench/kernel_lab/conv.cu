@@ -182,7 +182,7 @@ LabVersion cutlass_version(Lab& lab, ConvCase& c, StatsReduction r, std::functio
       r == StatsReduction::None
           ? "CUTLASS GEMM alone (ours, no statistics)"
           : std::string("CUTLASS GEMM, the statistics in its epilogue (ours, ") +
-                (r == StatsReduction::Atomic ? "atomic" : "per-tile partials") + "), then bn_finalize_sums";
+                (r == StatsReduction::Atomic ? "atomic" : "per-tile partials, summed by a kernel of ours") + "), then bn_finalize_sums";
   return {name, [&lab, &c, r, poison, checks] {
             poison();
             const int m = c.sout.n * c.sout.h * c.sout.w;
@@ -279,7 +279,7 @@ void conv_forward(Lab& lab, ConvCase& c) {
        // Hopper GEMM, the statistics reduced in its epilogue (kernel_lab/cutlass_conv_stats.h).
        cutlass_version(lab, c, StatsReduction::None, poison, checks),
        cutlass_version(lab, c, StatsReduction::Atomic, poison, checks),
-       cutlass_version(lab, c, StatsReduction::Tiles, poison, checks)});
+       cutlass_version(lab, c, StatsReduction::Partials, poison, checks)});
 }
 
 void conv_dgrad(Lab& lab, ConvCase& c) {

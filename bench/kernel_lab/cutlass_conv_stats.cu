@@ -6,6 +6,7 @@
 // the accumulators themselves, which are stored as y in fp16.
 #include "kernel_lab/cutlass_conv_stats.h"
 
+#include <cstdint>
 #include <type_traits>
 
 #include "core/check.h"
@@ -36,26 +37,58 @@ struct FirstOf {
 };
 
 using Half = cutlass::half_t;
-using TileShape = Shape<_128, _64, _64>;
+constexpr int kTileM = 128, kTileN = 64;
+using TileShape = Shape<Int<kTileM>, Int<kTileN>, _64>;
 using ClusterShape = Shape<_1, _1, _1>;
 constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
-// The epilogue trees. Stats<GmemReduce>: the statistics, the CTAs' partial sums brought together by
-// cutlass::atomic_add (StatsReduction::Atomic) or cutlass::plus over a workspace of per-tile
-// partials (Tiles). Plain: y alone, as a plain conv writes it (StatsReduction::None), to tell the
-// GEMM's own time from the statistics'.
+// The partial sums of one statistic, StatsReduction::Partials: a row of K rounded up to whole tiles
+// for each row of tiles (the layout CUTLASS's row reduction writes them in).
+int partial_rows(int m) { return (m + kTileM - 1) / kTileM; }
+int partial_row_len(int k) { return (k + kTileN - 1) / kTileN * kTileN; }
+size_t partials_count(int m, int k) { return size_t(partial_rows(m)) * size_t(partial_row_len(k)); }
+
+// Adds up the rows of partials of both statistics, each column in a fixed order (deterministic):
+// a block of 32 x 32 threads per 32 channels and statistic, each thread a strided share of the rows.
+__global__ void sum_tile_partials(const float* part, int rows, int row_len, int k, float* sum, float* sqsum) {
+  __shared__ float acc[32][33];
+  const int col = blockIdx.x * 32 + threadIdx.x;
+  const float* p = part + (blockIdx.y ? size_t(rows) * row_len : 0);
+  float s = 0.f;
+  if (col < k) {
+#pragma unroll 8
+    for (int r = threadIdx.y; r < rows; r += 32) s += p[size_t(r) * row_len + col];
+  }
+  acc[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < k) {
+    for (int r = 1; r < 32; ++r) s += acc[r][threadIdx.x];
+    (blockIdx.y ? sqsum : sum)[col] = s;
+  }
+}
+
+// The epilogue trees. Stats<Final>: the statistics; the CTAs' partial sums added atomically into
+// the sums (Final = true: StatsReduction::Atomic), or each CTA's stored, one row of partials per row
+// of tiles, for sum_tile_partials below to add up (Final = false: StatsReduction::Partials).
+// Plain: y alone, as a plain conv writes it (StatsReduction::None), to tell the GEMM's own time from
+// the statistics'.
 using Acc = fusion::Sm90AccFetch;
-template <template <class> class GmemReduce>
+template <bool Atomic>
 struct Stats {
+  template <class T>
+  using GmemReduce = std::conditional_t<Atomic, cutlass::atomic_add<T>, cutlass::plus<T>>;
   using ChannelSum = fusion::Sm90RowReduction<cutlass::plus, cutlass::plus, GmemReduce, 0, TileShape, float, float,
-                                              kRound>;
+                                              kRound, Stride<_0, _1, _0>, 4, true, /*FinalReduction=*/Atomic>;
   using Square = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, Acc, Acc>;
   using Tree = fusion::Sm90EVT<fusion::Sm90Compute<FirstOf, Half, float, kRound>, fusion::Sm90EVT<ChannelSum, Acc>,
                                fusion::Sm90EVT<ChannelSum, Square>>;
-  static constexpr bool kAtomic = std::is_same_v<GmemReduce<float>, cutlass::atomic_add<float>>;
-  // The tree's arguments, children first: the sum of the accumulators, the sum of their squares.
+  static constexpr bool kAtomic = Atomic;
+  // The tree's arguments, children first: the sum of the accumulators, the sum of their squares:
+  // into the sums themselves, or into the two halves of the workspace.
   static typename Tree::Arguments arguments(const CutlassConvStats& a) {
-    return {{{}, {a.sum}}, {{{}, {}, {}}, {a.sqsum}}, {}};
+    if constexpr (Atomic) return {{{}, {a.sum}}, {{{}, {}, {}}, {a.sqsum}}, {}};
+    float* part = static_cast<float*>(a.workspace);
+    return {{{}, {part}}, {{{}, {}, {}}, {part ? part + partials_count(a.m, a.k) : nullptr}}, {}};
   }
 };
 struct Plain {
@@ -102,12 +135,13 @@ struct CutlassGemm {
                                                                               : "CUTLASS cannot implement this shape";
   }
   static size_t workspace(int m, int k, int c) {
-    return Gemm::get_workspace_size(arguments({nullptr, nullptr, nullptr, nullptr, nullptr, m, k, c}));
+    const size_t partials = Epi::kAtomic || std::is_same_v<Epi, Plain> ? 0 : 2 * partials_count(m, k) * sizeof(float);
+    return partials + Gemm::get_workspace_size(arguments({nullptr, nullptr, nullptr, nullptr, nullptr, m, k, c}));
   }
 
   static void run(const CutlassConvStats& a, cudaStream_t stream) {
     const typename Gemm::Arguments args = arguments(a);
-    if (Gemm::get_workspace_size(args) > a.workspace_bytes) throw Fatal("CUTLASS conv stats: workspace too small");
+    if (workspace(a.m, a.k, a.c) > a.workspace_bytes) throw Fatal("CUTLASS conv stats: workspace too small");
     cutlass::Status st = cutlass::Status::kSuccess;
     if constexpr (Epi::kAtomic) {
       // The adapter's initialize() would zero the sums with the driver API (cuMemsetD32Async),
@@ -121,10 +155,13 @@ struct CutlassGemm {
       typename Kernel::Params params = Kernel::to_underlying_arguments(args, a.workspace);
       st = Gemm::run(params, stream);
     } else {
-      // initialize() zeroes the tile counters of a per-tile reduction (cudaMemsetAsync) every run.
       Gemm gemm;
-      st = gemm.initialize(args, a.workspace, stream);
+      st = gemm.initialize(args, nullptr, stream);
       if (st == cutlass::Status::kSuccess) st = gemm.run(stream);
+      if (st == cutlass::Status::kSuccess && !std::is_same_v<Epi, Plain>) {
+        sum_tile_partials<<<dim3((a.k + 31) / 32, 2), dim3(32, 32), 0, stream>>>(
+            static_cast<const float*>(a.workspace), partial_rows(a.m), partial_row_len(a.k), a.k, a.sum, a.sqsum);
+      }
     }
     if (st != cutlass::Status::kSuccess)
       throw Fatal(std::string("CUTLASS conv stats: ") + cutlass::cutlassGetStatusString(st));
@@ -132,8 +169,8 @@ struct CutlassGemm {
   }
 };
 
-using AtomicStats = CutlassGemm<Stats<cutlass::atomic_add>>;
-using TileStats = CutlassGemm<Stats<cutlass::plus>>;
+using AtomicStats = CutlassGemm<Stats<true>>;
+using PartialStats = CutlassGemm<Stats<false>>;
 using PlainGemm = CutlassGemm<Plain>;
 
 std::string gpu_refusal() {
@@ -154,7 +191,7 @@ std::string cutlass_conv_stats_refusal(StatsReduction r, int m, int k, int c) {
   if (const std::string why = gpu_refusal(); !why.empty()) return why;
   if (k % 8 || c % 8) return "channels not in multiples of 8";
   return r == StatsReduction::Atomic ? AtomicStats::refusal(m, k, c)
-         : r == StatsReduction::Tiles ? TileStats::refusal(m, k, c)
+         : r == StatsReduction::Partials ? PartialStats::refusal(m, k, c)
                                       : PlainGemm::refusal(m, k, c);
 #else
   return "built without CUTLASS (the build covers no sm_90)";
@@ -164,7 +201,7 @@ std::string cutlass_conv_stats_refusal(StatsReduction r, int m, int k, int c) {
 size_t cutlass_conv_stats_workspace(StatsReduction r, int m, int k, int c) {
 #if defined(LAB_WITH_CUTLASS)
   return r == StatsReduction::Atomic ? AtomicStats::workspace(m, k, c)
-         : r == StatsReduction::Tiles ? TileStats::workspace(m, k, c)
+         : r == StatsReduction::Partials ? PartialStats::workspace(m, k, c)
                                       : PlainGemm::workspace(m, k, c);
 #else
   return 0;
@@ -174,7 +211,7 @@ size_t cutlass_conv_stats_workspace(StatsReduction r, int m, int k, int c) {
 void cutlass_conv_stats(StatsReduction r, const CutlassConvStats& a, cudaStream_t stream) {
 #if defined(LAB_WITH_CUTLASS)
   if (r == StatsReduction::Atomic) AtomicStats::run(a, stream);
-  else if (r == StatsReduction::Tiles) TileStats::run(a, stream);
+  else if (r == StatsReduction::Partials) PartialStats::run(a, stream);
   else PlainGemm::run(a, stream);
 #else
   throw Fatal("CUTLASS conv stats: " + cutlass_conv_stats_refusal(r, a.m, a.k, a.c));

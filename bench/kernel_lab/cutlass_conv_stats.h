@@ -6,10 +6,10 @@
 // writes y in fp16 and reduces, per output channel, the sum and the sum of squares of the fp32
 // accumulators into `sum` and `sqsum`, as cuDNN's GenStats gives them to bn_finalize_sums. How the
 // CTAs' partial sums come together is the variant:
-//   Atomic  each CTA adds its partials into the sums atomically (fp32, in no fixed order)
-//   Tiles   each CTA stores its partials in a workspace, and the last CTA of each column of tiles
-//           adds them up (a fixed order: deterministic)
-//   None    no statistics: y alone, the GEMM's own time (sum and sqsum are not touched)
+//   Atomic    each CTA adds its partials into the sums atomically (fp32, in no fixed order)
+//   Partials  each CTA stores its partials in the workspace, a row per row of tiles, and a kernel of
+//             ours adds the rows up (a fixed order: deterministic)
+//   None      no statistics: y alone, the GEMM's own time (sum and sqsum are not touched)
 #pragma once
 
 #include <cstddef>
@@ -19,7 +19,7 @@
 
 namespace lab {
 
-enum class StatsReduction { Atomic, Tiles, None };
+enum class StatsReduction { Atomic, Partials, None };
 
 struct CutlassConvStats {
   const void* x;  // fp16 [M, C]

@@ -34,7 +34,7 @@ using gpu_test::DeviceTensor;
 using ref::Vec;
 
 struct Prepared {
-  std::string refused;                           // cuDNN refused the version: why (nothing runs)
+  std::string refused;                           // the version cannot run here (cuDNN refused it, ...): why
   std::function<void()> run;                     // one run, launched on the lab's stream
   std::function<std::vector<LabCheck>()> check;  // after a run: its outputs against the reference
   std::string note;                              // what cuDNN chose, shown beside the version's name

@@ -381,7 +381,7 @@ std::string lab_summary(const std::vector<LabRow>& rows, double seconds, double 
   const Tally t(rows);
   char buf[256];
   std::snprintf(buf, sizeof(buf),
-                "kernel lab: %zu versions measured: %d ok, %d refused by cuDNN, %d failed; %.1f s, of which %.1f s "
+                "kernel lab: %zu versions measured: %d ok, %d refused, %d failed; %.1f s, of which %.1f s "
                 "building cuDNN plans\n",
                 rows.size(), t.ok, t.refused, t.failed, seconds, plan_s);
   return buf;

@@ -232,7 +232,7 @@ TEST(KernelLabRows, JsonLinesAndSummary) {
 
   const std::vector<LabRow> rows = {ok, refused, wrong};
   EXPECT_EQ(lab_summary(rows, 12.34, 5.0),
-            "kernel lab: 3 versions measured: 1 ok, 1 refused by cuDNN, 1 failed; 12.3 s, of which 5.0 s building cuDNN "
+            "kernel lab: 3 versions measured: 1 ok, 1 refused, 1 failed; 12.3 s, of which 5.0 s building cuDNN "
             "plans\n");
   EXPECT_EQ(lab_json_end(rows, 12.5, 5.0),
             "{\"event\":\"end\",\"rows\":3,\"ok\":1,\"refused\":1,\"failed\":1,\"seconds\":12.5,\"plan_seconds\":5}");
