@@ -178,11 +178,10 @@ Prepared fused_version(Lab& lab, const FusedConv& f, bool prologue, std::functio
 // The CUTLASS GEMM with the statistics in its epilogue, then bn_finalize_sums as after ConvStats.
 LabVersion cutlass_version(Lab& lab, ConvCase& c, StatsReduction r, std::function<void()> poison,
                            std::function<std::vector<LabCheck>(bool, bool)> checks) {
-  const std::string name =
-      r == StatsReduction::None
-          ? "CUTLASS GEMM alone (ours, no statistics)"
-          : std::string("CUTLASS GEMM, the statistics in its epilogue (ours, ") +
-                (r == StatsReduction::Atomic ? "atomic" : "per-tile partials, summed by a kernel of ours") + "), then bn_finalize_sums";
+  const std::string how = r == StatsReduction::Atomic ? "atomic" : "per-tile partials, summed by a kernel of ours";
+  const std::string name = r == StatsReduction::None
+                               ? "CUTLASS GEMM alone (ours, no statistics)"
+                               : "CUTLASS GEMM, the statistics in its epilogue (ours, " + how + "), then bn_finalize_sums";
   return {name, [&lab, &c, r, poison, checks] {
             poison();
             const int m = c.sout.n * c.sout.h * c.sout.w;
