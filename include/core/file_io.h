@@ -33,9 +33,9 @@ bool same_file(const std::string& a, const std::string& b);
 std::string parent_directory(const std::string& path);
 
 // Writes `bytes` to `path` so that a crash at any moment leaves either the old file or the new one:
-// write to a temporary file of this writer's own beside it (path.tmp-<pid>-<n>), fsync, rename over
+// write to path.tmp (locked; path.tmp-<pid>-<n> when another writer holds it), fsync, rename over
 // path, fsync the directory. Two writers of one path at once each land a whole file; the later
-// rename wins. Errors name the path (Fatal).
+// rename wins. What a killed run left is taken over by the next write. Errors name the path (Fatal).
 void write_file_atomic(const std::string& path, const void* bytes, size_t size);
 
 // The same for a file written piece by piece (bin/predict's CSV and .npy outputs): the pieces go to
@@ -43,7 +43,7 @@ void write_file_atomic(const std::string& path, const void* bytes, size_t size);
 // (an error, an early stop), it removes the temporary file and leaves path as it was.
 class AtomicFile {
  public:
-  explicit AtomicFile(const std::string& path);  // creates path.tmp-<pid>-<n> (Fatal naming it when it cannot)
+  explicit AtomicFile(const std::string& path);  // opens path.tmp or its own (Fatal naming it when it cannot)
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;

@@ -1,6 +1,7 @@
 // Reading whole files and inflating gzip, atomic writes (whole or streamed) and output-path checks,
 // with errors that name the file and the problem.
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -131,11 +132,30 @@ void write_file_atomic(const std::string& path, const void* bytes, size_t size) 
   f.commit();
 }
 
-// Each writer's temporary file has a name of its own (the process and a count within it), created
-// only if it does not exist: two runs that save one file at once (two trainings filling the default
-// autotune cache) each rename their own complete file, and the later rename wins, where with one
-// shared name the second rename found the first one's file gone and the run stopped.
-AtomicFile::AtomicFile(const std::string& path) : path_(path) {
+namespace {
+
+// Whether the open file `fd` is still the one named `name` (not renamed away or replaced).
+bool still_named(int fd, const std::string& name) {
+  struct stat a{}, b{};
+  return ::fstat(fd, &a) == 0 && ::stat(name.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+}  // namespace
+
+// The temporary file is path.tmp, held under an exclusive lock until it is renamed over path or
+// removed. A lock dies with its process, so what a killed run left is taken over by the next write,
+// not added to. A writer that finds path.tmp locked by another (two trainings saving the default
+// autotune cache at once) writes a file of its own, path.tmp-<pid>-<n>, created only if it does not
+// exist: both land a whole file and the later rename wins. (With one shared name and no lock the
+// second rename found the first one's file gone and the run stopped.) path.tmp is checked to still
+// name the locked file, since its holder may have renamed it away just before letting go.
+AtomicFile::AtomicFile(const std::string& path) : path_(path), tmp_(path + ".tmp") {
+  const int fd = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) == 0 && still_named(fd, tmp_) && ::ftruncate(fd, 0) == 0) {
+    fd_ = fd;
+    return;
+  }
+  if (fd >= 0) ::close(fd);
   static std::atomic<unsigned> count{0};
   const std::string stem = path + ".tmp-" + std::to_string(::getpid()) + "-";
   for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
@@ -148,8 +168,8 @@ AtomicFile::AtomicFile(const std::string& path) : path_(path) {
 
 AtomicFile::~AtomicFile() {
   if (fd_ < 0) return;
+  ::unlink(tmp_.c_str());  // before the lock goes with the close: no other writer takes it up
   ::close(fd_);
-  ::unlink(tmp_.c_str());
 }
 
 void AtomicFile::write(const void* bytes, size_t size) {
@@ -169,18 +189,21 @@ void AtomicFile::commit() {
   if (fd_ < 0) throw Fatal(path_ + ": committed twice");
   const int fd = std::exchange(fd_, -1);
   const std::string &tmp = tmp_, &path = path_;
-  const int sync_error = ::fsync(fd) == 0 ? 0 : errno;
-  const int close_error = ::close(fd) == 0 ? 0 : errno;
-  if (sync_error || close_error) {
+  // Flushed and renamed while still open, so that the lock on path.tmp is held until the rename:
+  // no other writer can take the file up and truncate it in between.
+  if (::fsync(fd) != 0) {
+    const std::string why = std::strerror(errno);
     ::unlink(tmp.c_str());
-    throw Fatal(tmp + ": could not flush to disk: " + std::strerror(sync_error ? sync_error : close_error) + " (" +
-                path + " is untouched)");
+    ::close(fd);
+    throw Fatal(tmp + ": could not flush to disk: " + why + " (" + path + " is untouched)");
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string why = std::strerror(errno);
     ::unlink(tmp.c_str());
+    ::close(fd);
     throw Fatal(path + ": rename failed: " + why);
   }
+  if (::close(fd) != 0) throw Fatal(path + ": closing it after the write failed: " + std::strerror(errno));
   // The rename itself is durable only once the directory entry is on disk.
   const int dfd = ::open(parent_directory(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -202,15 +204,18 @@ TEST(CheckOutputPath, AnExistingReadOnlyFileIsNamed) {
       ::testing::ExitedWithCode(0), "ro.ckpt: the file is not writable");
 }
 
-// Two writers of one path at once (two trainings saving the default autotune cache): each writes
-// its own temporary file, both commits succeed, and the file is the one renamed last, whole. With
-// one shared temporary name the second commit failed ("rename failed"), as a device run found.
+// Two writers of one path at once (two trainings saving the default autotune cache): the first
+// holds path.tmp, the second writes a file of its own; both commits succeed, and the file is the one
+// renamed last, whole. With one shared temporary name and no lock the second commit failed ("rename
+// failed"), as a device run found.
 TEST(FileIo, TwoWritersOfOnePathAtOnceBothLand) {
   TempDir dir;
   const std::string path = dir / "cache.txt";
   const std::vector<uint8_t> a = some_bytes(5000, 7), b = some_bytes(3000, 8);
   AtomicFile first(path), second(path);
-  EXPECT_EQ(temporary_files_of(path).size(), 2u) << "each writer has a temporary file of its own";
+  const std::vector<std::string> tmps = temporary_files_of(path);
+  ASSERT_EQ(tmps.size(), 2u) << "each writer has a temporary file of its own";
+  EXPECT_NE(std::find(tmps.begin(), tmps.end(), "cache.txt.tmp"), tmps.end());
   first.write(a.data(), a.size());
   second.write(b.data(), b.size());
   EXPECT_NO_THROW(first.commit());
@@ -220,17 +225,50 @@ TEST(FileIo, TwoWritersOfOnePathAtOnceBothLand) {
   EXPECT_TRUE(temporary_files_of(path).empty());
 }
 
-// What a killed run leaves (path.tmp from before, or a temporary file of a dead process, even one that
-// cannot be written or is a directory) is never written to, so it neither blocks the check nor the write.
-TEST(CheckOutputPath, LeftoversOfAKilledRunDoNotBlockTheWrite) {
+// A run killed mid-write leaves path.tmp, its lock gone with it: the next write takes the file
+// over, so runs killed again and again leave one temporary file, not one each.
+TEST(FileIo, AKilledWritersFileIsTakenOverNotAddedTo) {
   TempDir dir;
+  const std::string path = dir / "ck.bin";
+  for (int run = 0; run < 3; ++run) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      AtomicFile f(path);
+      f.write("half", 4);
+      _exit(0);  // no destructor, no commit: as a killed run
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_EQ(temporary_files_of(path), std::vector<std::string>{"ck.bin.tmp"}) << "run " << run;
+  }
+  write_file_atomic(path, "whole", 5);
+  EXPECT_EQ(read_file(path), (std::vector<uint8_t>{'w', 'h', 'o', 'l', 'e'}));
+  EXPECT_TRUE(temporary_files_of(path).empty()) << "the leftover became the file";
+}
+
+// A path.tmp that cannot be written (another user's) or is not a file does not block the check nor
+// the write: the writer takes a name of its own and leaves the leftover as it was.
+TEST(CheckOutputPath, LeftoversThatCannotBeTakenOverDoNotBlockTheWrite) {
+  TempDir dir;
+  chmod(dir.path.c_str(), 0777);
   const std::string path = dir / "out.csv";
-  write_file_atomic(path + ".tmp", "x", 1);
-  chmod((path + ".tmp").c_str(), 0444);
-  fs::create_directory(path + ".tmp-1-0");
+  fs::create_directory(path + ".tmp");
   EXPECT_NO_THROW(check_output_path(path, "--out"));
   write_file_atomic(path, "abc", 3);
   EXPECT_EQ(read_file(path), (std::vector<uint8_t>{'a', 'b', 'c'}));
+  EXPECT_TRUE(fs::is_directory(path + ".tmp")) << "a leftover is left as it was";
+  fs::remove(path + ".tmp");
+  write_file_atomic(path + ".tmp", "x", 1);
+  chmod((path + ".tmp").c_str(), 0444);
+  // Root writes anything, so the write runs in a child that first drops to user "nobody".
+  EXPECT_EXIT(
+      {
+        if (geteuid() == 0 && setuid(65534) != 0) _exit(3);
+        write_file_atomic(path, "def", 3);
+        _exit(read_file(path) == std::vector<uint8_t>{'d', 'e', 'f'} ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
   EXPECT_EQ(read_file(path + ".tmp"), (std::vector<uint8_t>{'x'})) << "a leftover is left as it was";
 }
 
