@@ -165,7 +165,9 @@ build/deps/cutlass-$(CUTLASS_VERSION)/include/cutlass/cutlass.h:
 	@rm -rf build/deps/cutlass-wheel && mkdir -p build/deps/cutlass-wheel
 	@python3 -m pip download -q --no-deps --only-binary=:all: -d build/deps/cutlass-wheel \
 	   nvidia-cutlass==$(CUTLASS_VERSION) >build/deps/cutlass-wheel/pip.log 2>&1 || \
-	 { tail -3 build/deps/cutlass-wheel/pip.log; echo "error: could not fetch nvidia-cutlass==$(CUTLASS_VERSION) from PyPI; fetch it where PyPI is reachable and set CUTLASS_INC to its cutlass_library/source/include/ directory"; exit 1; }
+	 { tail -3 build/deps/cutlass-wheel/pip.log; \
+	   echo "error: could not fetch nvidia-cutlass==$(CUTLASS_VERSION) from PyPI; fetch it where PyPI is reachable" \
+	        "and set CUTLASS_INC to its cutlass_library/source/include/ directory"; exit 1; }
 	@python3 -c 'import sys, zipfile, glob; z = zipfile.ZipFile(glob.glob("build/deps/cutlass-wheel/*.whl")[0]); \
 	  [z.extract(n, "build/deps/cutlass-wheel/x") for n in z.namelist() if n.startswith(sys.argv[1])]' \
 	  cutlass_library/source/include/
@@ -281,7 +283,7 @@ test: bin/unit_tests bin/train bin/predict bin/kernel_lab bin/decode_rate fuzz-b
 # builds it so it keeps compiling.
 LAB_OBJ := $(patsubst bench/kernel_lab/%.cu,build/kernel_lab/%.o,$(wildcard bench/kernel_lab/*.cu)) \
            build/tests/support/reference.o
-build/kernel_lab/%.o: bench/kernel_lab/%.cu | build/.deps-ok
+build/kernel_lab/%.o: bench/kernel_lab/%.cu build/cuda-arch | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -Ibench -Itests -MMD -MP -c $< -o $@
 # The CUTLASS kernels need the architecture-specific sm_90a (wgmma, TMA): built for it alone where
@@ -290,7 +292,7 @@ LAB_CUTLASS_OBJ := $(patsubst bench/kernel_lab/%.cu,build/kernel_lab/%.o,$(wildc
 ifneq ($(filter 90,$(SASS_ARCHS)),)
 $(LAB_CUTLASS_OBJ): NVFLAGS = -std=c++20 -O3 -lineinfo -DNDEBUG -DLAB_WITH_CUTLASS --expt-relaxed-constexpr \
                               -gencode arch=compute_90a,code=sm_90a $(INCLUDES) -isystem $(CUTLASS_INC)
-$(LAB_CUTLASS_OBJ): | $(CUTLASS_STAMP)
+$(LAB_CUTLASS_OBJ): $(CUTLASS_STAMP)
 endif
 build/obj/programs/kernel_lab.o: CXXFLAGS += -Ibench -Itests
 bin/kernel_lab: build/obj/programs/kernel_lab.o $(LAB_OBJ) $(COMMON_OBJ)

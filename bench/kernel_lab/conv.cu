@@ -179,14 +179,16 @@ Prepared fused_version(Lab& lab, const FusedConv& f, bool prologue, std::functio
 LabVersion cutlass_version(Lab& lab, ConvCase& c, StatsReduction r, std::function<void()> poison,
                            std::function<std::vector<LabCheck>(bool, bool)> checks) {
   const std::string how = r == StatsReduction::Atomic ? "atomic" : "per-tile partials, summed by a kernel of ours";
-  const std::string name = r == StatsReduction::None
-                               ? "CUTLASS GEMM alone (ours, no statistics)"
-                               : "CUTLASS GEMM, the statistics in its epilogue (ours, " + how + "), then bn_finalize_sums";
+  const std::string name =
+      r == StatsReduction::None
+          ? "CUTLASS GEMM alone (ours, no statistics)"
+          : "CUTLASS GEMM, the statistics in its epilogue (ours, " + how + "), then bn_finalize_sums";
   return {name, [&lab, &c, r, poison, checks] {
             poison();
             const int m = c.sout.n * c.sout.h * c.sout.w;
             const std::string why = c.in.prologue ? "the previous BN's prologue is not written yet"
-                                    : c.G.r != 1 || c.G.stride != 1 ? "not a 1x1 stride-1 conv (not one GEMM)"
+                                    : c.G.r != 1 || c.G.stride != 1 || c.G.pad != 0
+                                        ? "not a 1x1 stride-1 conv (not one GEMM)"
                                                                     : cutlass_conv_stats_refusal(r, m, c.G.k, c.G.c);
             if (!why.empty()) return Prepared{.refused = why};
             const size_t ws = cutlass_conv_stats_workspace(r, m, c.G.k, c.G.c);
@@ -222,7 +224,8 @@ void conv_forward(Lab& lab, ConvCase& c) {
     conv->forward(lab.cudnn(), c.STORED.get(), c.W.get(), c.Y.get(), lab.workspace(), lab.workspace_bytes());
   };
   auto poison = [&] {
-    for (DeviceTensor* t : {&c.Y, &c.YBN, &c.bn.save_mean, &c.bn.save_invstd}) t->poison();
+    // The sums too: a version that left them unwritten would otherwise pass on another's.
+    for (DeviceTensor* t : {&c.Y, &c.YBN, &c.bn.save_mean, &c.bn.save_invstd, &c.sum, &c.sqsum}) t->poison();
   };
   auto setup = [&] {
     conv = &c.plain_conv(lab);

@@ -155,8 +155,10 @@ struct CutlassGemm {
       typename Kernel::Params params = Kernel::to_underlying_arguments(args, a.workspace);
       st = Gemm::run(params, stream);
     } else {
+      // CUTLASS's own workspace (none for these kernels today) follows the partial sums.
+      const size_t partials = std::is_same_v<Epi, Plain> ? 0 : 2 * partials_count(a.m, a.k) * sizeof(float);
       Gemm gemm;
-      st = gemm.initialize(args, nullptr, stream);
+      st = gemm.initialize(args, a.workspace ? static_cast<char*>(a.workspace) + partials : nullptr, stream);
       if (st == cutlass::Status::kSuccess) st = gemm.run(stream);
       if (st == cutlass::Status::kSuccess && !std::is_same_v<Epi, Plain>) {
         sum_tile_partials<<<dim3((a.k + 31) / 32, 2), dim3(32, 32), 0, stream>>>(

@@ -115,7 +115,7 @@ std::string lab_table_header();
 std::string lab_table_line(const LabRow& r);
 // The JSON line of a row ("event":"row").
 std::string lab_json_row(const LabRow& r);
-// The last line of the table and of the JSON lines: how many rows were ok, refused by cuDNN, failed;
+// The last line of the table and of the JSON lines: how many rows were ok, refused, failed;
 // the run's seconds, of which building cuDNN plans took plan_s.
 std::string lab_summary(const std::vector<LabRow>& rows, double seconds, double plan_s);
 std::string lab_json_end(const std::vector<LabRow>& rows, double seconds, double plan_s);
