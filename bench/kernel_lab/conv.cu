@@ -186,10 +186,10 @@ LabVersion cutlass_version(Lab& lab, ConvCase& c, StatsReduction r, std::functio
   return {name, [&lab, &c, r, poison, checks] {
             poison();
             const int m = c.sout.n * c.sout.h * c.sout.w;
+            const bool one_gemm = c.G.r == 1 && c.G.stride == 1 && c.G.pad == 0;
             const std::string why = c.in.prologue ? "the previous BN's prologue is not written yet"
-                                    : c.G.r != 1 || c.G.stride != 1 || c.G.pad != 0
-                                        ? "not a 1x1 stride-1 conv (not one GEMM)"
-                                                                    : cutlass_conv_stats_refusal(r, m, c.G.k, c.G.c);
+                                    : !one_gemm   ? "not a 1x1 stride-1 conv (not one GEMM)"
+                                                  : cutlass_conv_stats_refusal(r, m, c.G.k, c.G.c);
             if (!why.empty()) return Prepared{.refused = why};
             const size_t ws = cutlass_conv_stats_workspace(r, m, c.G.k, c.G.c);
             lab.reserve_workspace(ws);

@@ -134,9 +134,13 @@ struct CutlassGemm {
     return Gemm::can_implement(arguments(probe)) == cutlass::Status::kSuccess ? ""
                                                                               : "CUTLASS cannot implement this shape";
   }
+  // Whether the statistics go through rows of partials in the workspace (StatsReduction::Partials),
+  // and the bytes they take there, both statistics: CUTLASS's own workspace follows them.
+  static constexpr bool kPartials = !Epi::kAtomic && !std::is_same_v<Epi, Plain>;
+  static size_t partials_bytes(int m, int k) { return kPartials ? 2 * partials_count(m, k) * sizeof(float) : 0; }
   static size_t workspace(int m, int k, int c) {
-    const size_t partials = Epi::kAtomic || std::is_same_v<Epi, Plain> ? 0 : 2 * partials_count(m, k) * sizeof(float);
-    return partials + Gemm::get_workspace_size(arguments({nullptr, nullptr, nullptr, nullptr, nullptr, m, k, c}));
+    return partials_bytes(m, k) +
+           Gemm::get_workspace_size(arguments({nullptr, nullptr, nullptr, nullptr, nullptr, m, k, c}));
   }
 
   static void run(const CutlassConvStats& a, cudaStream_t stream) {
@@ -156,11 +160,11 @@ struct CutlassGemm {
       st = Gemm::run(params, stream);
     } else {
       // CUTLASS's own workspace (none for these kernels today) follows the partial sums.
-      const size_t partials = std::is_same_v<Epi, Plain> ? 0 : 2 * partials_count(a.m, a.k) * sizeof(float);
       Gemm gemm;
-      st = gemm.initialize(args, a.workspace ? static_cast<char*>(a.workspace) + partials : nullptr, stream);
+      st = gemm.initialize(args, a.workspace ? static_cast<char*>(a.workspace) + partials_bytes(a.m, a.k) : nullptr,
+                           stream);
       if (st == cutlass::Status::kSuccess) st = gemm.run(stream);
-      if (st == cutlass::Status::kSuccess && !std::is_same_v<Epi, Plain>) {
+      if (st == cutlass::Status::kSuccess && kPartials) {
         sum_tile_partials<<<dim3((a.k + 31) / 32, 2), dim3(32, 32), 0, stream>>>(
             static_cast<const float*>(a.workspace), partial_rows(a.m), partial_row_len(a.k), a.k, a.sum, a.sqsum);
       }
@@ -171,9 +175,13 @@ struct CutlassGemm {
   }
 };
 
-using AtomicStats = CutlassGemm<Stats<true>>;
-using PartialStats = CutlassGemm<Stats<false>>;
-using PlainGemm = CutlassGemm<Plain>;
+// Calls f with the kernel of r (an object of its type, to read its static members from).
+template <class F>
+auto with_kernel(StatsReduction r, F&& f) {
+  if (r == StatsReduction::Atomic) return f(CutlassGemm<Stats<true>>{});
+  if (r == StatsReduction::Partials) return f(CutlassGemm<Stats<false>>{});
+  return f(CutlassGemm<Plain>{});
+}
 
 std::string gpu_refusal() {
   int dev = 0, major = 0, minor = 0;
@@ -192,9 +200,7 @@ std::string cutlass_conv_stats_refusal(StatsReduction r, int m, int k, int c) {
 #if defined(LAB_WITH_CUTLASS)
   if (const std::string why = gpu_refusal(); !why.empty()) return why;
   if (k % 8 || c % 8) return "channels not in multiples of 8";
-  return r == StatsReduction::Atomic ? AtomicStats::refusal(m, k, c)
-         : r == StatsReduction::Partials ? PartialStats::refusal(m, k, c)
-                                      : PlainGemm::refusal(m, k, c);
+  return with_kernel(r, [&](auto g) { return decltype(g)::refusal(m, k, c); });
 #else
   return "built without CUTLASS (the build covers no sm_90)";
 #endif
@@ -202,9 +208,7 @@ std::string cutlass_conv_stats_refusal(StatsReduction r, int m, int k, int c) {
 
 size_t cutlass_conv_stats_workspace(StatsReduction r, int m, int k, int c) {
 #if defined(LAB_WITH_CUTLASS)
-  return r == StatsReduction::Atomic ? AtomicStats::workspace(m, k, c)
-         : r == StatsReduction::Partials ? PartialStats::workspace(m, k, c)
-                                      : PlainGemm::workspace(m, k, c);
+  return with_kernel(r, [&](auto g) { return decltype(g)::workspace(m, k, c); });
 #else
   return 0;
 #endif
@@ -212,9 +216,7 @@ size_t cutlass_conv_stats_workspace(StatsReduction r, int m, int k, int c) {
 
 void cutlass_conv_stats(StatsReduction r, const CutlassConvStats& a, cudaStream_t stream) {
 #if defined(LAB_WITH_CUTLASS)
-  if (r == StatsReduction::Atomic) AtomicStats::run(a, stream);
-  else if (r == StatsReduction::Partials) PartialStats::run(a, stream);
-  else PlainGemm::run(a, stream);
+  with_kernel(r, [&](auto g) { decltype(g)::run(a, stream); });
 #else
   throw Fatal("CUTLASS conv stats: " + cutlass_conv_stats_refusal(r, a.m, a.k, a.c));
 #endif

@@ -20,7 +20,8 @@ const char* npy_descr(DType t);
 std::vector<uint8_t> npy_header(DType t, const std::vector<size_t>& shape);
 
 // An array of known shape written piece by piece in C order; commit() checks that every element
-// arrived, then gives the file its name (until then it is a temporary file beside it: core/file_io.h's AtomicFile).
+// arrived, then gives the file its name (until then it is a temporary file beside it:
+// core/file_io.h's AtomicFile).
 class NpyWriter {
  public:
   NpyWriter(const std::string& path, DType t, const std::vector<size_t>& shape);
