@@ -176,26 +176,27 @@ Prepared fused_version(Lab& lab, const FusedConv& f, bool prologue, std::functio
 }
 
 // The CUTLASS GEMM with the statistics in its epilogue, then bn_finalize_sums as after ConvStats.
-LabVersion cutlass_version(Lab& lab, ConvCase& c, StatsReduction r, std::function<void()> poison,
+LabVersion cutlass_version(Lab& lab, ConvCase& c, StatsReduction r, bool ping_pong, std::function<void()> poison,
                            std::function<std::vector<LabCheck>(bool, bool)> checks) {
   const std::string how = r == StatsReduction::Atomic ? "atomic" : "per-tile partials, summed by a kernel of ours";
+  const std::string schedule = ping_pong ? ", ping-pong" : "";
   const std::string name =
       r == StatsReduction::None
-          ? "CUTLASS GEMM alone (ours, no statistics)"
-          : "CUTLASS GEMM, the statistics in its epilogue (ours, " + how + "), then bn_finalize_sums";
-  return {name, [&lab, &c, r, poison, checks] {
+          ? "CUTLASS GEMM alone (ours, no statistics" + schedule + ")"
+          : "CUTLASS GEMM, the statistics in its epilogue (ours, " + how + schedule + "), then bn_finalize_sums";
+  return {name, [&lab, &c, r, ping_pong, poison, checks] {
             poison();
             const int m = c.sout.n * c.sout.h * c.sout.w;
             const bool one_gemm = c.G.r == 1 && c.G.stride == 1 && c.G.pad == 0;
             const std::string why = c.in.prologue ? "the previous BN's prologue is not written yet"
                                     : !one_gemm   ? "not a 1x1 stride-1 conv (not one GEMM)"
-                                                  : cutlass_conv_stats_refusal(r, m, c.G.k, c.G.c);
+                                                  : cutlass_conv_stats_refusal(r, ping_pong, m, c.G.k, c.G.c);
             if (!why.empty()) return Prepared{.refused = why};
-            const size_t ws = cutlass_conv_stats_workspace(r, m, c.G.k, c.G.c);
+            const size_t ws = cutlass_conv_stats_workspace(r, ping_pong, m, c.G.k, c.G.c);
             lab.reserve_workspace(ws);
             return Prepared{.run =
-                                [&lab, &c, r, m, ws] {
-                                  cutlass_conv_stats(r,
+                                [&lab, &c, r, ping_pong, m, ws] {
+                                  cutlass_conv_stats(r, ping_pong,
                                                      {c.STORED.get(), c.W.get(), c.Y.get(), c.sum.f32(),
                                                       c.sqsum.f32(), m, c.G.k, c.G.c, lab.workspace(), ws},
                                                      lab.stream());
@@ -279,9 +280,11 @@ void conv_forward(Lab& lab, ConvCase& c) {
         }},
        // Kernels of our own for the convs ConvStats runs that are one GEMM (1x1, stride 1): CUTLASS's
        // Hopper GEMM, the statistics reduced in its epilogue (kernel_lab/cutlass_conv_stats.h).
-       cutlass_version(lab, c, StatsReduction::None, poison, checks),
-       cutlass_version(lab, c, StatsReduction::Atomic, poison, checks),
-       cutlass_version(lab, c, StatsReduction::Partials, poison, checks)});
+       cutlass_version(lab, c, StatsReduction::None, false, poison, checks),
+       cutlass_version(lab, c, StatsReduction::Atomic, false, poison, checks),
+       cutlass_version(lab, c, StatsReduction::Partials, false, poison, checks),
+       cutlass_version(lab, c, StatsReduction::None, true, poison, checks),
+       cutlass_version(lab, c, StatsReduction::Partials, true, poison, checks)});
 }
 
 void conv_dgrad(Lab& lab, ConvCase& c) {

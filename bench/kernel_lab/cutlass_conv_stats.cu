@@ -97,21 +97,33 @@ struct Plain {
   static typename Tree::Arguments arguments(const CutlassConvStats&) { return {}; }
 };
 
-// The Hopper GEMM (one 128x64x64 tile a CTA at a time, persistent, two consumer warpgroups) with the
-// epilogue tree Epi, and how to launch it.
-template <class Epi>
+// The two schedules of CUTLASS's persistent Hopper GEMM: both consumer warpgroups on one tile
+// (cooperative), or each on a tile of its own by turns, so that one's epilogue runs while the
+// other's mainloop does (ping-pong).
+struct Cooperative {
+  using Kernel = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+struct PingPong {
+  using Kernel = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
+};
+
+// The Hopper GEMM (one 128x64x64 tile at a time, persistent) with the epilogue tree Epi and the
+// schedule Sched, and how to launch it.
+template <class Epi, class Sched>
 struct CutlassGemm {
   using Tree = typename Epi::Tree;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, 8, Half,
-      cutlass::layout::RowMajor, 8, cutlass::epilogue::TmaWarpSpecializedCooperative, Tree>::CollectiveOp;
+      cutlass::layout::RowMajor, 8, typename Sched::Epilogue, Tree>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Half, cutlass::layout::RowMajor, 8, Half,
       cutlass::layout::ColumnMajor, 8, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+      typename Sched::Kernel>::CollectiveOp;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
@@ -175,12 +187,15 @@ struct CutlassGemm {
   }
 };
 
-// Calls f with the kernel of r (an object of its type, to read its static members from).
+// Calls f with the kernel of (r, ping_pong) (an object of its type, to read its static members from).
 template <class F>
-auto with_kernel(StatsReduction r, F&& f) {
-  if (r == StatsReduction::Atomic) return f(CutlassGemm<Stats<true>>{});
-  if (r == StatsReduction::Partials) return f(CutlassGemm<Stats<false>>{});
-  return f(CutlassGemm<Plain>{});
+auto with_kernel(StatsReduction r, bool ping_pong, F&& f) {
+  if (ping_pong && r == StatsReduction::Partials) return f(CutlassGemm<Stats<false>, PingPong>{});
+  if (ping_pong && r == StatsReduction::None) return f(CutlassGemm<Plain, PingPong>{});
+  if (ping_pong) throw Fatal("CUTLASS conv stats: no ping-pong build of the atomic statistics");
+  if (r == StatsReduction::Atomic) return f(CutlassGemm<Stats<true>, Cooperative>{});
+  if (r == StatsReduction::Partials) return f(CutlassGemm<Stats<false>, Cooperative>{});
+  return f(CutlassGemm<Plain, Cooperative>{});
 }
 
 std::string gpu_refusal() {
@@ -196,29 +211,30 @@ std::string gpu_refusal() {
 }  // namespace
 #endif
 
-std::string cutlass_conv_stats_refusal(StatsReduction r, int m, int k, int c) {
+std::string cutlass_conv_stats_refusal(StatsReduction r, bool ping_pong, int m, int k, int c) {
 #if defined(LAB_WITH_CUTLASS)
   if (const std::string why = gpu_refusal(); !why.empty()) return why;
   if (k % 8 || c % 8) return "channels not in multiples of 8";
-  return with_kernel(r, [&](auto g) { return decltype(g)::refusal(m, k, c); });
+  if (ping_pong && r == StatsReduction::Atomic) return "no ping-pong build of the atomic statistics";
+  return with_kernel(r, ping_pong, [&](auto g) { return decltype(g)::refusal(m, k, c); });
 #else
   return "built without CUTLASS (the build covers no sm_90)";
 #endif
 }
 
-size_t cutlass_conv_stats_workspace(StatsReduction r, int m, int k, int c) {
+size_t cutlass_conv_stats_workspace(StatsReduction r, bool ping_pong, int m, int k, int c) {
 #if defined(LAB_WITH_CUTLASS)
-  return with_kernel(r, [&](auto g) { return decltype(g)::workspace(m, k, c); });
+  return with_kernel(r, ping_pong, [&](auto g) { return decltype(g)::workspace(m, k, c); });
 #else
   return 0;
 #endif
 }
 
-void cutlass_conv_stats(StatsReduction r, const CutlassConvStats& a, cudaStream_t stream) {
+void cutlass_conv_stats(StatsReduction r, bool ping_pong, const CutlassConvStats& a, cudaStream_t stream) {
 #if defined(LAB_WITH_CUTLASS)
-  with_kernel(r, [&](auto g) { decltype(g)::run(a, stream); });
+  with_kernel(r, ping_pong, [&](auto g) { decltype(g)::run(a, stream); });
 #else
-  throw Fatal("CUTLASS conv stats: " + cutlass_conv_stats_refusal(r, a.m, a.k, a.c));
+  throw Fatal("CUTLASS conv stats: " + cutlass_conv_stats_refusal(r, ping_pong, a.m, a.k, a.c));
 #endif
 }
 

@@ -10,6 +10,8 @@
 //   Partials  each CTA stores its partials in the workspace, a row per row of tiles, and a kernel of
 //             ours adds the rows up (a fixed order: deterministic)
 //   None      no statistics: y alone, the GEMM's own time (sum and sqsum are not touched)
+// and `ping_pong` picks the schedule: both consumer warpgroups on one tile (false), or each on its
+// own tile by turns, one's epilogue beside the other's mainloop (true; not for Atomic).
 #pragma once
 
 #include <cstddef>
@@ -33,10 +35,10 @@ struct CutlassConvStats {
 };
 
 // "" when this GPU and build can run it (sm_90 and the sm_90a code compiled in), else why not.
-std::string cutlass_conv_stats_refusal(StatsReduction r, int m, int k, int c);
-size_t cutlass_conv_stats_workspace(StatsReduction r, int m, int k, int c);
+std::string cutlass_conv_stats_refusal(StatsReduction r, bool ping_pong, int m, int k, int c);
+size_t cutlass_conv_stats_workspace(StatsReduction r, bool ping_pong, int m, int k, int c);
 // The GEMM with its statistics on `stream`, after zeroing what it adds into. CUDA and CUTLASS
 // errors are thrown (Fatal).
-void cutlass_conv_stats(StatsReduction r, const CutlassConvStats& a, cudaStream_t stream);
+void cutlass_conv_stats(StatsReduction r, bool ping_pong, const CutlassConvStats& a, cudaStream_t stream);
 
 }  // namespace lab
