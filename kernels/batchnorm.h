@@ -60,6 +60,11 @@ void bn_forward_train_stats(const void* x, Shape4 s, DType t, Layout l, const Bn
 // memsets with which cuDNN zeroes them before each conv (core/graph_memsets.h).
 void bn_finalize_sums(float* sum, float* sqsum, size_t per_channel, const BnChannelState& bn, int channels,
                       void* scale_h, void* shift_h, cudaStream_t stream);
+// The same from rows of partial sums, one row per tile of pixels as a conv of our own leaves them:
+// partials[r * row_len + c] for the sums of x, then rows more of them for x^2. Each channel's rows
+// are added in a fixed order (deterministic), in double. The partials are only read.
+void bn_finalize_partials(const float* partials, int rows, int row_len, size_t per_channel, const BnChannelState& bn,
+                          int channels, void* scale_h, void* shift_h, cudaStream_t stream);
 // Evaluation: scale/shift from the running statistics; also in fp16 to scale_h/shift_h unless they
 // are null.
 void bn_forward_eval_coefs(const BnChannelState& bn, int channels, cudaStream_t stream, void* scale_h = nullptr,

@@ -175,37 +175,61 @@ Prepared fused_version(Lab& lab, const FusedConv& f, bool prologue, std::functio
   return {.run = std::move(run), .check = std::move(check), .note = note_of(f, prologue)};
 }
 
-// The CUTLASS GEMM with the statistics in its epilogue, then bn_finalize_sums as after ConvStats.
-LabVersion cutlass_version(Lab& lab, ConvCase& c, StatsReduction r, bool ping_pong, std::function<void()> poison,
-                           std::function<std::vector<LabCheck>(bool, bool)> checks) {
-  const std::string how = r == StatsReduction::Atomic ? "atomic" : "per-tile partials, summed by a kernel of ours";
-  const std::string schedule = ping_pong ? ", ping-pong" : "";
+// A CUTLASS GEMM of ours (kernel_lab/cutlass_conv_stats.h), then the BN's finalize as after
+// ConvStats: from the sums (bn_finalize_sums), or, with `finalize_partials`, from the rows of
+// per-tile partials themselves (bn_finalize_partials: no kernel between to add them up).
+LabVersion cutlass_version(Lab& lab, ConvCase& c, CutlassKernel kernel, bool finalize_partials,
+                           std::function<void()> poison, std::function<std::vector<LabCheck>(bool, bool)> checks) {
+  const std::string build = cutlass_kernel_text(kernel);
+  const bool stats = kernel.stats != StatsReduction::None;
   const std::string name =
-      r == StatsReduction::None
-          ? "CUTLASS GEMM alone (ours, no statistics" + schedule + ")"
-          : "CUTLASS GEMM, the statistics in its epilogue (ours, " + how + schedule + "), then bn_finalize_sums";
-  return {name, [&lab, &c, r, ping_pong, poison, checks] {
+      !stats ? "CUTLASS GEMM alone (ours, no statistics; " + build + ")"
+      : kernel.stats == StatsReduction::Atomic
+          ? "CUTLASS GEMM + statistics (ours, atomic; " + build + "), then bn_finalize_sums"
+      : finalize_partials
+          ? "CUTLASS GEMM + statistics (ours, per-tile partials; " + build + "), then bn_finalize_partials"
+          : "CUTLASS GEMM + statistics (ours, per-tile partials summed by a kernel of ours; " + build +
+                "), then bn_finalize_sums";
+  return {name, [&lab, &c, kernel, finalize_partials, stats, poison, checks] {
             poison();
             const int m = c.sout.n * c.sout.h * c.sout.w;
             const bool one_gemm = c.G.r == 1 && c.G.stride == 1 && c.G.pad == 0;
             const std::string why = c.in.prologue ? "the previous BN's prologue is not written yet"
                                     : !one_gemm   ? "not a 1x1 stride-1 conv (not one GEMM)"
-                                                  : cutlass_conv_stats_refusal(r, ping_pong, m, c.G.k, c.G.c);
+                                                  : cutlass_conv_stats_refusal(kernel, m, c.G.k, c.G.c);
             if (!why.empty()) return Prepared{.refused = why};
-            const size_t ws = cutlass_conv_stats_workspace(r, ping_pong, m, c.G.k, c.G.c);
+            const size_t ws = cutlass_conv_stats_workspace(kernel, m, c.G.k, c.G.c);
             lab.reserve_workspace(ws);
-            return Prepared{.run =
-                                [&lab, &c, r, ping_pong, m, ws] {
-                                  cutlass_conv_stats(r, ping_pong,
-                                                     {c.STORED.get(), c.W.get(), c.Y.get(), c.sum.f32(),
-                                                      c.sqsum.f32(), m, c.G.k, c.G.c, lab.workspace(), ws},
-                                                     lab.stream());
-                                  if (r != StatsReduction::None)
-                                    bn_finalize_sums(c.sum.f32(), c.sqsum.f32(), c.sout.per_channel(), c.bn.state(),
-                                                     c.G.k, c.scale_h_out.get(), c.shift_h_out.get(), lab.stream());
-                                },
-                            .check = [checks, r] { return checks(r != StatsReduction::None, false); }};
+            return Prepared{
+                .run =
+                    [&lab, &c, kernel, finalize_partials, stats, m, ws] {
+                      cutlass_conv_stats(kernel,
+                                         {c.STORED.get(), c.W.get(), c.Y.get(), c.sum.f32(), c.sqsum.f32(), m, c.G.k,
+                                          c.G.c, lab.workspace(), ws, finalize_partials},
+                                         lab.stream());
+                      if (finalize_partials) {
+                        const CutlassPartials p = cutlass_partials_layout(kernel, m, c.G.k);
+                        bn_finalize_partials(static_cast<const float*>(lab.workspace()), p.rows, p.row_len,
+                                             c.sout.per_channel(), c.bn.state(), c.G.k, c.scale_h_out.get(),
+                                             c.shift_h_out.get(), lab.stream());
+                      } else if (stats) {
+                        bn_finalize_sums(c.sum.f32(), c.sqsum.f32(), c.sout.per_channel(), c.bn.state(), c.G.k,
+                                         c.scale_h_out.get(), c.shift_h_out.get(), lab.stream());
+                      }
+                    },
+                .check = [checks, stats] { return checks(stats, false); }};
           }};
+}
+
+// Every CUTLASS build, and the per-tile ones once more with bn_finalize_partials.
+std::vector<LabVersion> cutlass_versions(Lab& lab, ConvCase& c, std::function<void()> poison,
+                                         std::function<std::vector<LabCheck>(bool, bool)> checks) {
+  std::vector<LabVersion> out;
+  for (const CutlassKernel& k : cutlass_kernels()) {
+    out.push_back(cutlass_version(lab, c, k, false, poison, checks));
+    if (k.stats == StatsReduction::Partials) out.push_back(cutlass_version(lab, c, k, true, poison, checks));
+  }
+  return out;
 }
 
 void conv_forward(Lab& lab, ConvCase& c) {
@@ -233,9 +257,8 @@ void conv_forward(Lab& lab, ConvCase& c) {
     poison();
   };
   const FusedPattern pattern = c.in.prologue ? FusedPattern::SbrConvStats : FusedPattern::ConvStats;
-  lab.measure(
-      "conv-forward", c.shape(), "fp16 NHWC", 0,
-      {{c.in.prologue ? "conv (graph API), reading the stored relu(bn(x)) of the previous BN" : "conv (graph API)",
+  std::vector<LabVersion> versions{
+      {c.in.prologue ? "conv (graph API), reading the stored relu(bn(x)) of the previous BN" : "conv (graph API)",
         [&] {
           setup();
           return Prepared{.run = plain, .check = [&] { return checks(false, false); }};
@@ -277,14 +300,11 @@ void conv_forward(Lab& lab, ConvCase& c) {
                                  c.scale_h_out.get(), c.shift_h_out.get(), lab.stream());
               },
               [&] { return checks(true, false); });
-        }},
-       // Kernels of our own for the convs ConvStats runs that are one GEMM (1x1, stride 1): CUTLASS's
-       // Hopper GEMM, the statistics reduced in its epilogue (kernel_lab/cutlass_conv_stats.h).
-       cutlass_version(lab, c, StatsReduction::None, false, poison, checks),
-       cutlass_version(lab, c, StatsReduction::Atomic, false, poison, checks),
-       cutlass_version(lab, c, StatsReduction::Partials, false, poison, checks),
-       cutlass_version(lab, c, StatsReduction::None, true, poison, checks),
-       cutlass_version(lab, c, StatsReduction::Partials, true, poison, checks)});
+        }}};
+  // Kernels of our own for the convs ConvStats runs that are one GEMM (1x1, stride 1): CUTLASS's
+  // Hopper GEMM, the statistics reduced in its epilogue (kernel_lab/cutlass_conv_stats.h).
+  for (LabVersion& v : cutlass_versions(lab, c, poison, checks)) versions.push_back(std::move(v));
+  lab.measure("conv-forward", c.shape(), "fp16 NHWC", 0, versions);
 }
 
 void conv_dgrad(Lab& lab, ConvCase& c) {

@@ -8,6 +8,7 @@
 // report skips.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -366,6 +367,66 @@ TEST(FusedBnFinalize, SumsGiveTheBatchStatisticsAndRunningUpdate) {
   EXPECT_EQ(dsq.download(), Vec(d.c, 0.0));
   EXPECT_CLOSE(rm.download(), run_mean, 1e-5);
   EXPECT_CLOSE(rv.download(), run_var, 1e-4);
+}
+
+// Statistics from rows of per-tile partial sums (a conv of our own leaves them so) give what the
+// sums give; the columns past the channels are padding and not read, and the partials are left as
+// they were.
+TEST(FusedBnFinalize, PartialRowsGiveTheBatchStatisticsAndRunningUpdate) {
+  SKIP_WITHOUT_GPU("the finalize kernel");
+  auto rng = test_rng();
+  const ref::Dims d{8, 40, 5, 7};  // 280 pixels: tiles of 16 pixels make 18 rows, the last short
+  const int tile = 16, row_len = 64, pixels = d.n * d.h * d.w, rows = (pixels + tile - 1) / tile;
+  const Vec x = random_normal(rng, d.count(), 1.5, 2.0);
+  Vec part(2 * size_t(rows) * row_len, std::nan(""));
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < d.c; ++c) {
+      double s1 = 0, s2 = 0;
+      for (int p = r * tile; p < std::min(pixels, (r + 1) * tile); ++p) {
+        const int n = p / (d.h * d.w), hw = p % (d.h * d.w);
+        const double v = x[(size_t(n) * d.c + c) * d.h * d.w + hw];
+        s1 += v;
+        s2 += v * v;
+      }
+      part[size_t(r) * row_len + c] = float(s1);
+      part[(size_t(rows) + r) * row_len + c] = float(s2);
+    }
+  const Vec gamma = quantize(DType::F32, random_uniform(rng, d.c, 0.5, 1.5));
+  const Vec beta = quantize(DType::F32, random_normal(rng, d.c, 0.0, 0.5));
+  Vec run_mean = quantize(DType::F32, random_normal(rng, d.c, 0.0, 0.5));
+  Vec run_var = quantize(DType::F32, random_uniform(rng, d.c, 0.5, 2.0));
+  DeviceTensor dpart(part, DType::F32), dgamma(gamma, DType::F32), dbeta(beta, DType::F32), rm(run_mean, DType::F32),
+      rv(run_var, DType::F32), mean(d.c, DType::F32), invstd(d.c, DType::F32), scale(d.c, DType::F32),
+      shift(d.c, DType::F32), coef(3 * size_t(d.c), DType::F32);
+  for (DeviceTensor* t : {&mean, &invstd, &scale, &shift}) t->poison();
+  const BnChannelState bn{dgamma.f32(), dbeta.f32(), rm.f32(), rv.f32(), mean.f32(), invstd.f32(),
+                          scale.f32(), shift.f32(), coef.f32()};
+  DeviceTensor scale_h(d.c, DType::F16), shift_h(d.c, DType::F16);
+  bn_finalize_partials(dpart.f32(), rows, row_len, d.per_channel(), bn, d.c, scale_h.get(), shift_h.get(),
+                       ctx().stream);
+  const ref::BnStats st = ref::bn_batch_stats(d, x, double(kBnEps));
+  const ref::BnCoefs k = ref::bn_train_coefs(st, gamma, beta);
+  ref::bn_update_running(st, d.per_channel(), double(kBnMomentum), run_mean, run_var);
+  EXPECT_CLOSE(mean.download(), st.mean, 1e-5);
+  EXPECT_CLOSE(invstd.download(), st.invstd, 1e-4);
+  EXPECT_CLOSE(scale.download(), k.scale, 1e-4);
+  EXPECT_CLOSE(shift.download(), k.shift, 1e-4);
+  EXPECT_EQ(scale_h.download(), quantize(DType::F16, scale.download())) << "the fp16 copy of scale";
+  EXPECT_EQ(shift_h.download(), quantize(DType::F16, shift.download())) << "the fp16 copy of shift";
+  EXPECT_CLOSE(rm.download(), run_mean, 1e-5);
+  EXPECT_CLOSE(rv.download(), run_var, 1e-4);
+  const Vec after = dpart.download();
+  for (size_t i = 0; i < part.size(); ++i) {
+    if (std::isnan(part[i])) continue;  // padding
+    ASSERT_EQ(after[i], part[i]) << "partial " << i << " is only read";
+  }
+}
+
+// Rows shorter than the channels are refused before anything runs (no GPU needed).
+TEST(FusedBnFinalize, PartialRowsShorterThanTheChannelsAreRefused) {
+  const BnChannelState bn{};
+  EXPECT_THROW(bn_finalize_partials(nullptr, 4, 32, 100, bn, 64, nullptr, nullptr, nullptr), Fatal);
+  EXPECT_THROW(bn_finalize_partials(nullptr, 0, 64, 100, bn, 64, nullptr, nullptr, nullptr), Fatal);
 }
 
 // ---- --no-fuse: patterns switched off run plain ---------------------------------------------------

@@ -1,0 +1,11 @@
+// The CUTLASS GEMM with statistics (kernel_lab/cutlass_gemm_stats.cuh): the ping-pong schedule
+// with 128x64 tiles, in a file of its own so that the builds compile side by side.
+#include "kernel_lab/cutlass_kernel_builds.h"
+
+#if defined(LAB_WITH_CUTLASS)
+#include "kernel_lab/cutlass_gemm_stats.cuh"
+
+namespace lab::cutlass_builds {
+const Ops* pingpong_n64(StatsReduction r) { return ops_of<PingPong, 64>(r); }
+}  // namespace lab::cutlass_builds
+#endif

@@ -1,0 +1,33 @@
+// The builds of kernel_lab/cutlass_conv_stats.h: each schedule and tile in a file of its own
+// (cutlass_gemm_<schedule>_n<tile>.cu, compiled side by side: each takes a minute or more), and
+// what the dispatcher (cutlass_conv_stats.cu) calls in them. Only in a build with CUTLASS.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "kernel_lab/cutlass_conv_stats.h"
+
+namespace lab::cutlass_builds {
+
+constexpr int kTileM = 128;  // pixels a tile, in every build
+
+// Where the partial sums of one statistic lie (StatsReduction::Partials): a row of K rounded up to
+// whole tiles for each row of tiles (the layout CUTLASS's row reduction writes them in).
+inline CutlassPartials partials_layout(int tile_n, int m, int k) {
+  return {(m + kTileM - 1) / kTileM, (k + tile_n - 1) / tile_n * tile_n};
+}
+
+struct Ops {
+  std::string (*refusal)(int m, int k, int c);  // "" where CUTLASS can run the shape
+  size_t (*workspace)(int m, int k, int c);
+  void (*run)(const CutlassConvStats& a, cudaStream_t stream);
+};
+
+// The build of r in each file, or nullptr where it has none (Atomic: cooperative, 128x64 only).
+const Ops* cooperative_n64(StatsReduction r);
+const Ops* pingpong_n64(StatsReduction r);
+const Ops* cooperative_n128(StatsReduction r);
+const Ops* pingpong_n128(StatsReduction r);
+
+}  // namespace lab::cutlass_builds
