@@ -12,19 +12,20 @@ const std::vector<CutlassKernel>& cutlass_kernels() {
   using R = StatsReduction;
   using S = Schedule;
   static const std::vector<CutlassKernel> all{
-      {R::None, S::Cooperative, 64},      {R::Atomic, S::Cooperative, 64},  {R::Partials, S::Cooperative, 64},
-      {R::None, S::PingPong, 64},         {R::Partials, S::PingPong, 64},   {R::None, S::Cooperative, 128},
-      {R::Partials, S::Cooperative, 128}, {R::None, S::PingPong, 128},      {R::Partials, S::PingPong, 128}};
+      {R::None, S::Cooperative, 128, 64},     {R::Atomic, S::Cooperative, 128, 64},
+      {R::Partials, S::Cooperative, 128, 64}, {R::None, S::PingPong, 128, 64},
+      {R::Partials, S::PingPong, 128, 64},    {R::None, S::Cooperative, 256, 64},
+      {R::Partials, S::Cooperative, 256, 64}};
   return all;
 }
 
 std::string cutlass_kernel_text(const CutlassKernel& k) {
-  return std::string(k.schedule == Schedule::PingPong ? "ping-pong" : "cooperative") + ", 128x" +
-         std::to_string(k.tile_n) + " tiles";
+  return std::string(k.schedule == Schedule::PingPong ? "ping-pong" : "cooperative") + ", " +
+         std::to_string(k.tile_m) + "x" + std::to_string(k.tile_n) + " tiles";
 }
 
 CutlassPartials cutlass_partials_layout(const CutlassKernel& kernel, int m, int k) {
-  return cutlass_builds::partials_layout(kernel.tile_n, m, k);
+  return cutlass_builds::partials_layout(kernel.tile_m, kernel.tile_n, m, k);
 }
 
 #if defined(LAB_WITH_CUTLASS)
@@ -33,9 +34,9 @@ namespace {
 // The build of `kernel`, or nullptr where there is none.
 const cutlass_builds::Ops* ops_of(const CutlassKernel& kernel) {
   const bool pp = kernel.schedule == Schedule::PingPong;
-  if (kernel.tile_n == 64) return pp ? cutlass_builds::pingpong_n64(kernel.stats) : cutlass_builds::cooperative_n64(kernel.stats);
-  if (kernel.tile_n == 128)
-    return pp ? cutlass_builds::pingpong_n128(kernel.stats) : cutlass_builds::cooperative_n128(kernel.stats);
+  if (kernel.tile_n != 64) return nullptr;
+  if (kernel.tile_m == 128) return (pp ? cutlass_builds::pingpong_128x64 : cutlass_builds::cooperative_128x64)(kernel.stats);
+  if (kernel.tile_m == 256 && !pp) return cutlass_builds::cooperative_256x64(kernel.stats);
   return nullptr;
 }
 

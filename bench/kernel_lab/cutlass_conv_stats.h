@@ -11,8 +11,8 @@
 //             left there for bn_finalize_partials to read (`leave_partials`)
 //   None      no statistics: y alone, the GEMM's own time (sum and sqsum are not touched)
 // Its schedule: both consumer warpgroups on one tile (Cooperative), or each on a tile of its own by
-// turns, so that one's epilogue runs beside the other's mainloop (PingPong). Its tile: 128 pixels
-// by tile_n output channels (64 or 128), 64 input channels a step.
+// turns, so that one's epilogue runs beside the other's mainloop (PingPong). Its tile: tile_m
+// pixels by tile_n output channels, 64 input channels a step.
 #pragma once
 
 #include <cstddef>
@@ -30,7 +30,7 @@ enum class Schedule { Cooperative, PingPong };
 struct CutlassKernel {
   StatsReduction stats;
   Schedule schedule;
-  int tile_n;
+  int tile_m, tile_n;
 };
 // Every build there is, in the order the lab shows them.
 const std::vector<CutlassKernel>& cutlass_kernels();

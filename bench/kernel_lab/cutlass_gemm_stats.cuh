@@ -34,14 +34,14 @@ struct FirstOf {
 };
 
 using Half = cutlass::half_t;
-template <int TileN>
-using TileShape = Shape<Int<kTileM>, Int<TileN>, _64>;
+template <int TileM, int TileN>
+using TileShape = Shape<Int<TileM>, Int<TileN>, _64>;
 using ClusterShape = Shape<_1, _1, _1>;
 constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
-template <int TileN>
+template <int TileM, int TileN>
 size_t partials_count(int m, int k) {
-  const CutlassPartials p = partials_layout(TileN, m, k);
+  const CutlassPartials p = partials_layout(TileM, TileN, m, k);
   return size_t(p.rows) * size_t(p.row_len);
 }
 
@@ -64,16 +64,16 @@ __global__ void sum_tile_partials(const float* part, int rows, int row_len, int 
   }
 }
 
-// The epilogue trees. Stats<Atomic, TileN>: the statistics; the CTAs' partial sums added atomically
+// The epilogue trees. Stats<Atomic, TileM, TileN>: the statistics; the CTAs' partial sums added atomically
 // into the sums (StatsReduction::Atomic), or each CTA's stored, one row of partials per row of tiles
 // (StatsReduction::Partials). Plain: y alone, as a plain conv writes it (StatsReduction::None), to
 // tell the GEMM's own time from the statistics'.
 using Acc = fusion::Sm90AccFetch;
-template <bool Atomic, int TileN>
+template <bool Atomic, int TileM, int TileN>
 struct Stats {
   template <class T>
   using GmemReduce = std::conditional_t<Atomic, cutlass::atomic_add<T>, cutlass::plus<T>>;
-  using ChannelSum = fusion::Sm90RowReduction<cutlass::plus, cutlass::plus, GmemReduce, 0, TileShape<TileN>, float,
+  using ChannelSum = fusion::Sm90RowReduction<cutlass::plus, cutlass::plus, GmemReduce, 0, TileShape<TileM, TileN>, float,
                                               float, kRound, Stride<_0, _1, _0>, 4, true, /*FinalReduction=*/Atomic>;
   using Square = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, Acc, Acc>;
   using Tree = fusion::Sm90EVT<fusion::Sm90Compute<FirstOf, Half, float, kRound>, fusion::Sm90EVT<ChannelSum, Acc>,
@@ -84,7 +84,7 @@ struct Stats {
   static typename Tree::Arguments arguments(const CutlassConvStats& a) {
     if constexpr (Atomic) return {{{}, {a.sum}}, {{{}, {}, {}}, {a.sqsum}}, {}};
     float* part = static_cast<float*>(a.workspace);
-    return {{{}, {part}}, {{{}, {}, {}}, {part ? part + partials_count<TileN>(a.m, a.k) : nullptr}}, {}};
+    return {{{}, {part}}, {{{}, {}, {}}, {part ? part + partials_count<TileM, TileN>(a.m, a.k) : nullptr}}, {}};
   }
 };
 struct Plain {
@@ -103,19 +103,19 @@ struct PingPong {
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
 };
 
-// The persistent Hopper GEMM with the epilogue tree Epi, the schedule Sched and a 128 x TileN x 64
+// The persistent Hopper GEMM with the epilogue tree Epi, the schedule Sched and a TileM x TileN x 64
 // tile, and how to launch it.
-template <class Epi, class Sched, int TileN>
+template <class Epi, class Sched, int TileM, int TileN>
 struct CutlassGemm {
   using Tree = typename Epi::Tree;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape<TileN>, ClusterShape,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape<TileM, TileN>, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, 8, Half,
       cutlass::layout::RowMajor, 8, typename Sched::Epilogue, Tree>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Half, cutlass::layout::RowMajor, 8, Half,
-      cutlass::layout::ColumnMajor, 8, float, TileShape<TileN>, ClusterShape,
+      cutlass::layout::ColumnMajor, 8, float, TileShape<TileM, TileN>, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       typename Sched::Kernel>::CollectiveOp;
 
@@ -143,7 +143,7 @@ struct CutlassGemm {
   // The bytes the partial sums take in the workspace (StatsReduction::Partials), both statistics:
   // CUTLASS's own workspace follows them.
   static constexpr bool kPartials = Epi::kStats == StatsReduction::Partials;
-  static size_t partials_bytes(int m, int k) { return kPartials ? 2 * partials_count<TileN>(m, k) * sizeof(float) : 0; }
+  static size_t partials_bytes(int m, int k) { return kPartials ? 2 * partials_count<TileM, TileN>(m, k) * sizeof(float) : 0; }
   static size_t workspace(int m, int k, int c) {
     return partials_bytes(m, k) +
            Gemm::get_workspace_size(arguments({nullptr, nullptr, nullptr, nullptr, nullptr, m, k, c}));
@@ -170,7 +170,7 @@ struct CutlassGemm {
                            stream);
       if (st == cutlass::Status::kSuccess) st = gemm.run(stream);
       if (st == cutlass::Status::kSuccess && kPartials && !a.leave_partials) {
-        const CutlassPartials p = partials_layout(TileN, a.m, a.k);
+        const CutlassPartials p = partials_layout(TileM, TileN, a.m, a.k);
         sum_tile_partials<<<dim3((a.k + 31) / 32, 2), dim3(32, 32), 0, stream>>>(static_cast<const float*>(a.workspace),
                                                                                 p.rows, p.row_len, a.k, a.sum, a.sqsum);
       }
@@ -187,13 +187,13 @@ struct CutlassGemm {
 };
 
 // The builds of one schedule and tile; Atomic where WithAtomic.
-template <class Sched, int TileN, bool WithAtomic = false>
+template <class Sched, int TileM, int TileN, bool WithAtomic = false>
 const Ops* ops_of(StatsReduction r) {
   switch (r) {
-    case StatsReduction::Partials: return CutlassGemm<Stats<false, TileN>, Sched, TileN>::ops();
-    case StatsReduction::None: return CutlassGemm<Plain, Sched, TileN>::ops();
+    case StatsReduction::Partials: return CutlassGemm<Stats<false, TileM, TileN>, Sched, TileM, TileN>::ops();
+    case StatsReduction::None: return CutlassGemm<Plain, Sched, TileM, TileN>::ops();
     case StatsReduction::Atomic:
-      if constexpr (WithAtomic) return CutlassGemm<Stats<true, TileN>, Sched, TileN>::ops();
+      if constexpr (WithAtomic) return CutlassGemm<Stats<true, TileM, TileN>, Sched, TileM, TileN>::ops();
       return nullptr;
   }
   return nullptr;

@@ -1,5 +1,5 @@
 // The builds of kernel_lab/cutlass_conv_stats.h: each schedule and tile in a file of its own
-// (cutlass_gemm_<schedule>_n<tile>.cu, compiled side by side: each takes a minute or more), and
+// (cutlass_gemm_<schedule>_<tile>.cu, compiled side by side: each takes a minute or more), and
 // what the dispatcher (cutlass_conv_stats.cu) calls in them. Only in a build with CUTLASS.
 #pragma once
 
@@ -10,12 +10,10 @@
 
 namespace lab::cutlass_builds {
 
-constexpr int kTileM = 128;  // pixels a tile, in every build
-
 // Where the partial sums of one statistic lie (StatsReduction::Partials): a row of K rounded up to
 // whole tiles for each row of tiles (the layout CUTLASS's row reduction writes them in).
-inline CutlassPartials partials_layout(int tile_n, int m, int k) {
-  return {(m + kTileM - 1) / kTileM, (k + tile_n - 1) / tile_n * tile_n};
+inline CutlassPartials partials_layout(int tile_m, int tile_n, int m, int k) {
+  return {(m + tile_m - 1) / tile_m, (k + tile_n - 1) / tile_n * tile_n};
 }
 
 struct Ops {
@@ -25,9 +23,8 @@ struct Ops {
 };
 
 // The build of r in each file, or nullptr where it has none (Atomic: cooperative, 128x64 only).
-const Ops* cooperative_n64(StatsReduction r);
-const Ops* pingpong_n64(StatsReduction r);
-const Ops* cooperative_n128(StatsReduction r);
-const Ops* pingpong_n128(StatsReduction r);
+const Ops* cooperative_128x64(StatsReduction r);
+const Ops* pingpong_128x64(StatsReduction r);
+const Ops* cooperative_256x64(StatsReduction r);
 
 }  // namespace lab::cutlass_builds

@@ -1,11 +1,12 @@
 // The CUTLASS GEMM with statistics (kernel_lab/cutlass_gemm_stats.cuh): the cooperative schedule
-// with 128x64 tiles, in a file of its own so that the builds compile side by side.
+// with 256x64 tiles (each consumer warpgroup 128 of the rows: half as many tiles, so half as many
+// epilogue reductions), in a file of its own so that the builds compile side by side.
 #include "kernel_lab/cutlass_kernel_builds.h"
 
 #if defined(LAB_WITH_CUTLASS)
 #include "kernel_lab/cutlass_gemm_stats.cuh"
 
 namespace lab::cutlass_builds {
-const Ops* cooperative_n64(StatsReduction r) { return ops_of<Cooperative, 64, true>(r); }
+const Ops* cooperative_256x64(StatsReduction r) { return ops_of<Cooperative, 256, 64>(r); }
 }  // namespace lab::cutlass_builds
 #endif

@@ -1,11 +1,11 @@
 // The CUTLASS GEMM with statistics (kernel_lab/cutlass_gemm_stats.cuh): the cooperative schedule
-// with 128x128 tiles, in a file of its own so that the builds compile side by side.
+// with 128x64 tiles, in a file of its own so that the builds compile side by side.
 #include "kernel_lab/cutlass_kernel_builds.h"
 
 #if defined(LAB_WITH_CUTLASS)
 #include "kernel_lab/cutlass_gemm_stats.cuh"
 
 namespace lab::cutlass_builds {
-const Ops* cooperative_n128(StatsReduction r) { return ops_of<Cooperative, 128>(r); }
+const Ops* cooperative_128x64(StatsReduction r) { return ops_of<Cooperative, 128, 64, true>(r); }
 }  // namespace lab::cutlass_builds
 #endif
