@@ -175,22 +175,16 @@ Prepared fused_version(Lab& lab, const FusedConv& f, bool prologue, std::functio
   return {.run = std::move(run), .check = std::move(check), .note = note_of(f, prologue)};
 }
 
-// A CUTLASS GEMM of ours (kernel_lab/cutlass_conv_stats.h), then the BN's finalize as after
-// ConvStats: from the sums (bn_finalize_sums), or, with `finalize_partials`, from the rows of
-// per-tile partials themselves (bn_finalize_partials: no kernel between to add them up).
-LabVersion cutlass_version(Lab& lab, ConvCase& c, CutlassKernel kernel, bool finalize_partials,
-                           std::function<void()> poison, std::function<std::vector<LabCheck>(bool, bool)> checks) {
+// A CUTLASS GEMM of ours (kernel_lab/cutlass_conv_stats.h), then, with the statistics, the BN's
+// finalize from the rows of per-tile partials (bn_finalize_partials), as bn_finalize_sums follows
+// ConvStats.
+LabVersion cutlass_version(Lab& lab, ConvCase& c, CutlassKernel kernel, std::function<void()> poison,
+                           std::function<std::vector<LabCheck>(bool, bool)> checks) {
   const std::string build = cutlass_kernel_text(kernel);
-  const bool stats = kernel.stats != StatsReduction::None;
-  const std::string name =
-      !stats ? "CUTLASS GEMM alone (ours, no statistics; " + build + ")"
-      : kernel.stats == StatsReduction::Atomic
-          ? "CUTLASS GEMM + statistics (ours, atomic; " + build + "), then bn_finalize_sums"
-      : finalize_partials
-          ? "CUTLASS GEMM + statistics (ours, per-tile partials; " + build + "), then bn_finalize_partials"
-          : "CUTLASS GEMM + statistics (ours, per-tile partials summed by a kernel of ours; " + build +
-                "), then bn_finalize_sums";
-  return {name, [&lab, &c, kernel, finalize_partials, stats, poison, checks] {
+  const std::string name = kernel.stats
+                               ? "CUTLASS GEMM + statistics per tile (ours; " + build + "), then bn_finalize_partials"
+                               : "CUTLASS GEMM alone (ours, no statistics; " + build + ")";
+  return {name, [&lab, &c, kernel, poison, checks] {
             poison();
             const int m = c.sout.n * c.sout.h * c.sout.w;
             const bool one_gemm = c.G.r == 1 && c.G.stride == 1 && c.G.pad == 0;
@@ -200,36 +194,19 @@ LabVersion cutlass_version(Lab& lab, ConvCase& c, CutlassKernel kernel, bool fin
             if (!why.empty()) return Prepared{.refused = why};
             const size_t ws = cutlass_conv_stats_workspace(kernel, m, c.G.k, c.G.c);
             lab.reserve_workspace(ws);
-            return Prepared{
-                .run =
-                    [&lab, &c, kernel, finalize_partials, stats, m, ws] {
-                      cutlass_conv_stats(kernel,
-                                         {c.STORED.get(), c.W.get(), c.Y.get(), c.sum.f32(), c.sqsum.f32(), m, c.G.k,
-                                          c.G.c, lab.workspace(), ws, finalize_partials},
-                                         lab.stream());
-                      if (finalize_partials) {
-                        const CutlassPartials p = cutlass_partials_layout(kernel, m, c.G.k);
-                        bn_finalize_partials(static_cast<const float*>(lab.workspace()), p.rows, p.row_len,
-                                             c.sout.per_channel(), c.bn.state(), c.G.k, c.scale_h_out.get(),
-                                             c.shift_h_out.get(), lab.stream());
-                      } else if (stats) {
-                        bn_finalize_sums(c.sum.f32(), c.sqsum.f32(), c.sout.per_channel(), c.bn.state(), c.G.k,
-                                         c.scale_h_out.get(), c.shift_h_out.get(), lab.stream());
-                      }
-                    },
-                .check = [checks, stats] { return checks(stats, false); }};
+            return Prepared{.run =
+                                [&lab, &c, kernel, m, ws] {
+                                  const CutlassConvStats a{c.STORED.get(), c.W.get(), c.Y.get(), m, c.G.k,
+                                                           c.G.c, lab.workspace(), ws};
+                                  cutlass_conv_stats(kernel, a, lab.stream());
+                                  if (!kernel.stats) return;
+                                  const CutlassPartials p = cutlass_partials_layout(kernel, m, c.G.k);
+                                  bn_finalize_partials(static_cast<const float*>(lab.workspace()), p.rows, p.row_len,
+                                                       c.sout.per_channel(), c.bn.state(), c.G.k, c.scale_h_out.get(),
+                                                       c.shift_h_out.get(), lab.stream());
+                                },
+                            .check = [checks, kernel] { return checks(kernel.stats, false); }};
           }};
-}
-
-// Every CUTLASS build, and the per-tile ones once more with bn_finalize_partials.
-std::vector<LabVersion> cutlass_versions(Lab& lab, ConvCase& c, std::function<void()> poison,
-                                         std::function<std::vector<LabCheck>(bool, bool)> checks) {
-  std::vector<LabVersion> out;
-  for (const CutlassKernel& k : cutlass_kernels()) {
-    out.push_back(cutlass_version(lab, c, k, false, poison, checks));
-    if (k.stats == StatsReduction::Partials) out.push_back(cutlass_version(lab, c, k, true, poison, checks));
-  }
-  return out;
 }
 
 void conv_forward(Lab& lab, ConvCase& c) {
@@ -303,7 +280,7 @@ void conv_forward(Lab& lab, ConvCase& c) {
         }}};
   // Kernels of our own for the convs ConvStats runs that are one GEMM (1x1, stride 1): CUTLASS's
   // Hopper GEMM, the statistics reduced in its epilogue (kernel_lab/cutlass_conv_stats.h).
-  for (LabVersion& v : cutlass_versions(lab, c, poison, checks)) versions.push_back(std::move(v));
+  for (const CutlassKernel& k : cutlass_kernels()) versions.push_back(cutlass_version(lab, c, k, poison, checks));
   lab.measure("conv-forward", c.shape(), "fp16 NHWC", 0, versions);
 }
 

@@ -9,13 +9,10 @@
 namespace lab {
 
 const std::vector<CutlassKernel>& cutlass_kernels() {
-  using R = StatsReduction;
   using S = Schedule;
   static const std::vector<CutlassKernel> all{
-      {R::None, S::Cooperative, 128, 64},     {R::Atomic, S::Cooperative, 128, 64},
-      {R::Partials, S::Cooperative, 128, 64}, {R::None, S::PingPong, 128, 64},
-      {R::Partials, S::PingPong, 128, 64},    {R::None, S::Cooperative, 256, 64},
-      {R::Partials, S::Cooperative, 256, 64}};
+      {false, S::Cooperative, 128, 64}, {true, S::Cooperative, 128, 64}, {false, S::PingPong, 128, 64},
+      {true, S::PingPong, 128, 64},     {false, S::Cooperative, 256, 64}, {true, S::Cooperative, 256, 64}};
   return all;
 }
 
@@ -35,7 +32,8 @@ namespace {
 const cutlass_builds::Ops* ops_of(const CutlassKernel& kernel) {
   const bool pp = kernel.schedule == Schedule::PingPong;
   if (kernel.tile_n != 64) return nullptr;
-  if (kernel.tile_m == 128) return (pp ? cutlass_builds::pingpong_128x64 : cutlass_builds::cooperative_128x64)(kernel.stats);
+  if (kernel.tile_m == 128 && pp) return cutlass_builds::pingpong_128x64(kernel.stats);
+  if (kernel.tile_m == 128) return cutlass_builds::cooperative_128x64(kernel.stats);
   if (kernel.tile_m == 256 && !pp) return cutlass_builds::cooperative_256x64(kernel.stats);
   return nullptr;
 }

@@ -4,12 +4,13 @@
 //
 // In NHWC a 1x1 stride-1 conv is one GEMM: y[M, K] = x[M, C] w[K, C]^T, M = N*H*W. The epilogue
 // writes y in fp16 and reduces, per output channel, the sum and the sum of squares of the fp32
-// accumulators. How the CTAs' partial sums come together is the build's StatsReduction:
-//   Atomic    each CTA adds its partials into `sum` and `sqsum` atomically (fp32, in no fixed order)
-//   Partials  each CTA stores its partials in the workspace, a row per row of tiles, which a kernel
-//             of ours adds up into `sum` and `sqsum` (a fixed order: deterministic), or which are
-//             left there for bn_finalize_partials to read (`leave_partials`)
-//   None      no statistics: y alone, the GEMM's own time (sum and sqsum are not touched)
+// accumulators, one row of partial sums per row of tiles, left in the workspace for
+// bn_finalize_partials (kernels/batchnorm.h) to add up in a fixed order. Each build has a version
+// without the statistics too, y alone, to tell the GEMM's own time from theirs.
+//
+// Measured on an H200 and removed (bench/results/kernel-lab-cutlass-conv-forward-*.md): the
+// partials added atomically into the sums (3x slower), and a kernel of ours adding the rows before
+// bn_finalize_sums (one launch more than bn_finalize_partials, 3-5% slower); 128x128 tiles.
 // Its schedule: both consumer warpgroups on one tile (Cooperative), or each on a tile of its own by
 // turns, so that one's epilogue runs beside the other's mainloop (PingPong). Its tile: tile_m
 // pixels by tile_n output channels, 64 input channels a step.
@@ -23,12 +24,11 @@
 
 namespace lab {
 
-enum class StatsReduction { Atomic, Partials, None };
 enum class Schedule { Cooperative, PingPong };
 
 // One build of the kernel.
 struct CutlassKernel {
-  StatsReduction stats;
+  bool stats;  // false: y alone
   Schedule schedule;
   int tile_m, tile_n;
 };
@@ -41,16 +41,13 @@ struct CutlassConvStats {
   const void* x;  // fp16 [M, C]
   const void* w;  // fp16 [K, C]
   void* y;        // fp16 [M, K]
-  float* sum;     // [K], overwritten (not with leave_partials)
-  float* sqsum;   // [K], overwritten (not with leave_partials)
   int m, k, c;
   void* workspace = nullptr;  // cutlass_conv_stats_workspace() bytes
   size_t workspace_bytes = 0;
-  bool leave_partials = false;  // Partials: leave the rows in the workspace, unsummed
 };
 
-// Where StatsReduction::Partials leaves its rows: at the start of the workspace, `rows` rows of
-// `row_len` floats for the sums, then as many for the sums of squares.
+// Where the statistics are left: at the start of the workspace, `rows` rows of `row_len` floats
+// for the sums, then as many for the sums of squares.
 struct CutlassPartials {
   int rows, row_len;
 };
@@ -59,8 +56,7 @@ CutlassPartials cutlass_partials_layout(const CutlassKernel& kernel, int m, int 
 // "" when this GPU and build can run it (sm_90 and the sm_90a code compiled in), else why not.
 std::string cutlass_conv_stats_refusal(const CutlassKernel& kernel, int m, int k, int c);
 size_t cutlass_conv_stats_workspace(const CutlassKernel& kernel, int m, int k, int c);
-// The GEMM with its statistics on `stream`, after zeroing what it adds into. CUDA and CUTLASS
-// errors are thrown (Fatal).
+// The GEMM with its statistics on `stream`. CUDA and CUTLASS errors are thrown (Fatal).
 void cutlass_conv_stats(const CutlassKernel& kernel, const CutlassConvStats& a, cudaStream_t stream);
 
 }  // namespace lab

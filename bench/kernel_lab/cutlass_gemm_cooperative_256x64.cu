@@ -7,6 +7,6 @@
 #include "kernel_lab/cutlass_gemm_stats.cuh"
 
 namespace lab::cutlass_builds {
-const Ops* cooperative_256x64(StatsReduction r) { return ops_of<Cooperative, 256, 64>(r); }
+const Ops* cooperative_256x64(bool stats) { return ops_of<Cooperative, 256, 64>(stats); }
 }  // namespace lab::cutlass_builds
 #endif

@@ -6,6 +6,6 @@
 #include "kernel_lab/cutlass_gemm_stats.cuh"
 
 namespace lab::cutlass_builds {
-const Ops* pingpong_128x64(StatsReduction r) { return ops_of<PingPong, 128, 64>(r); }
+const Ops* pingpong_128x64(bool stats) { return ops_of<PingPong, 128, 64>(stats); }
 }  // namespace lab::cutlass_builds
 #endif

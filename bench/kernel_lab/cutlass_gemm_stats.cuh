@@ -8,7 +8,6 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "core/check.h"
 #include "core/errors.h"
@@ -45,51 +44,29 @@ size_t partials_count(int m, int k) {
   return size_t(p.rows) * size_t(p.row_len);
 }
 
-// Adds up the rows of partials of both statistics, each column in a fixed order (deterministic):
-// a block of 32 x 32 threads per 32 channels and statistic, each thread a strided share of the rows.
-__global__ void sum_tile_partials(const float* part, int rows, int row_len, int k, float* sum, float* sqsum) {
-  __shared__ float acc[32][33];
-  const int col = blockIdx.x * 32 + threadIdx.x;
-  const float* p = part + (blockIdx.y ? size_t(rows) * row_len : 0);
-  float s = 0.f;
-  if (col < k) {
-#pragma unroll 8
-    for (int r = threadIdx.y; r < rows; r += 32) s += p[size_t(r) * row_len + col];
-  }
-  acc[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < k) {
-    for (int r = 1; r < 32; ++r) s += acc[r][threadIdx.x];
-    (blockIdx.y ? sqsum : sum)[col] = s;
-  }
-}
-
-// The epilogue trees. Stats<Atomic, TileM, TileN>: the statistics; the CTAs' partial sums added atomically
-// into the sums (StatsReduction::Atomic), or each CTA's stored, one row of partials per row of tiles
-// (StatsReduction::Partials). Plain: y alone, as a plain conv writes it (StatsReduction::None), to
-// tell the GEMM's own time from the statistics'.
+// The epilogue trees. Stats<TileM, TileN>: y and the statistics, each CTA's partial sums stored, one
+// row per row of tiles (FinalReduction = false: bn_finalize_partials adds them up). Plain: y alone,
+// as a plain conv writes it, to tell the GEMM's own time from the statistics'.
 using Acc = fusion::Sm90AccFetch;
-template <bool Atomic, int TileM, int TileN>
+template <int TileM, int TileN>
 struct Stats {
-  template <class T>
-  using GmemReduce = std::conditional_t<Atomic, cutlass::atomic_add<T>, cutlass::plus<T>>;
-  using ChannelSum = fusion::Sm90RowReduction<cutlass::plus, cutlass::plus, GmemReduce, 0, TileShape<TileM, TileN>, float,
-                                              float, kRound, Stride<_0, _1, _0>, 4, true, /*FinalReduction=*/Atomic>;
+  using ChannelSum = fusion::Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::plus, 0, TileShape<TileM, TileN>,
+                                              float, float, kRound, Stride<_0, _1, _0>, 4, true,
+                                              /*FinalReduction=*/false>;
   using Square = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, Acc, Acc>;
   using Tree = fusion::Sm90EVT<fusion::Sm90Compute<FirstOf, Half, float, kRound>, fusion::Sm90EVT<ChannelSum, Acc>,
                                fusion::Sm90EVT<ChannelSum, Square>>;
-  static constexpr StatsReduction kStats = Atomic ? StatsReduction::Atomic : StatsReduction::Partials;
-  // The tree's arguments, children first: the sum of the accumulators, the sum of their squares:
-  // into the sums themselves, or into the two halves of the workspace.
+  static constexpr bool kStats = true;
+  // The tree's arguments, children first: the sums of the accumulators into the workspace's first
+  // half, the sums of their squares into its second.
   static typename Tree::Arguments arguments(const CutlassConvStats& a) {
-    if constexpr (Atomic) return {{{}, {a.sum}}, {{{}, {}, {}}, {a.sqsum}}, {}};
     float* part = static_cast<float*>(a.workspace);
     return {{{}, {part}}, {{{}, {}, {}}, {part ? part + partials_count<TileM, TileN>(a.m, a.k) : nullptr}}, {}};
   }
 };
 struct Plain {
   using Tree = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::epilogue::thread::Identity, Half, float, kRound>, Acc>;
-  static constexpr StatsReduction kStats = StatsReduction::None;
+  static constexpr bool kStats = false;
   static typename Tree::Arguments arguments(const CutlassConvStats&) { return {}; }
 };
 
@@ -136,45 +113,27 @@ struct CutlassGemm {
   }
 
   static std::string refusal(int m, int k, int c) {
-    const CutlassConvStats probe{nullptr, nullptr, nullptr, nullptr, nullptr, m, k, c};
+    const CutlassConvStats probe{nullptr, nullptr, nullptr, m, k, c};
     return Gemm::can_implement(arguments(probe)) == cutlass::Status::kSuccess ? ""
                                                                               : "CUTLASS cannot implement this shape";
   }
-  // The bytes the partial sums take in the workspace (StatsReduction::Partials), both statistics:
-  // CUTLASS's own workspace follows them.
-  static constexpr bool kPartials = Epi::kStats == StatsReduction::Partials;
-  static size_t partials_bytes(int m, int k) { return kPartials ? 2 * partials_count<TileM, TileN>(m, k) * sizeof(float) : 0; }
+  // The bytes the partial sums take in the workspace, both statistics: CUTLASS's own workspace
+  // follows them.
+  static size_t partials_bytes(int m, int k) {
+    return Epi::kStats ? 2 * partials_count<TileM, TileN>(m, k) * sizeof(float) : 0;
+  }
   static size_t workspace(int m, int k, int c) {
     return partials_bytes(m, k) +
-           Gemm::get_workspace_size(arguments({nullptr, nullptr, nullptr, nullptr, nullptr, m, k, c}));
+           Gemm::get_workspace_size(arguments({nullptr, nullptr, nullptr, m, k, c}));
   }
 
   static void run(const CutlassConvStats& a, cudaStream_t stream) {
     const typename Gemm::Arguments args = arguments(a);
     if (workspace(a.m, a.k, a.c) > a.workspace_bytes) throw Fatal("CUTLASS conv stats: workspace too small");
-    cutlass::Status st = cutlass::Status::kSuccess;
-    if constexpr (Epi::kStats == StatsReduction::Atomic) {
-      // The adapter's initialize() would zero the sums with the driver API (cuMemsetD32Async),
-      // which bin/kernel_lab does not link: they are zeroed here and the kernel launched from its
-      // params, its shared memory allowed once.
-      static const cudaError_t smem = cudaFuncSetAttribute(
-          cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::SharedStorageSize);
-      CUDA_CHECK(smem);
-      CUDA_CHECK(cudaMemsetAsync(a.sum, 0, sizeof(float) * a.k, stream));
-      CUDA_CHECK(cudaMemsetAsync(a.sqsum, 0, sizeof(float) * a.k, stream));
-      typename Kernel::Params params = Kernel::to_underlying_arguments(args, a.workspace);
-      st = Gemm::run(params, stream);
-    } else {
-      Gemm gemm;
-      st = gemm.initialize(args, a.workspace ? static_cast<char*>(a.workspace) + partials_bytes(a.m, a.k) : nullptr,
-                           stream);
-      if (st == cutlass::Status::kSuccess) st = gemm.run(stream);
-      if (st == cutlass::Status::kSuccess && kPartials && !a.leave_partials) {
-        const CutlassPartials p = partials_layout(TileM, TileN, a.m, a.k);
-        sum_tile_partials<<<dim3((a.k + 31) / 32, 2), dim3(32, 32), 0, stream>>>(static_cast<const float*>(a.workspace),
-                                                                                p.rows, p.row_len, a.k, a.sum, a.sqsum);
-      }
-    }
+    Gemm gemm;
+    cutlass::Status st = gemm.initialize(
+        args, a.workspace ? static_cast<char*>(a.workspace) + partials_bytes(a.m, a.k) : nullptr, stream);
+    if (st == cutlass::Status::kSuccess) st = gemm.run(stream);
     if (st != cutlass::Status::kSuccess)
       throw Fatal(std::string("CUTLASS conv stats: ") + cutlass::cutlassGetStatusString(st));
     CUDA_CHECK(cudaGetLastError());
@@ -186,17 +145,11 @@ struct CutlassGemm {
   }
 };
 
-// The builds of one schedule and tile; Atomic where WithAtomic.
-template <class Sched, int TileM, int TileN, bool WithAtomic = false>
-const Ops* ops_of(StatsReduction r) {
-  switch (r) {
-    case StatsReduction::Partials: return CutlassGemm<Stats<false, TileM, TileN>, Sched, TileM, TileN>::ops();
-    case StatsReduction::None: return CutlassGemm<Plain, Sched, TileM, TileN>::ops();
-    case StatsReduction::Atomic:
-      if constexpr (WithAtomic) return CutlassGemm<Stats<true, TileM, TileN>, Sched, TileM, TileN>::ops();
-      return nullptr;
-  }
-  return nullptr;
+// The builds of one schedule and tile.
+template <class Sched, int TileM, int TileN>
+const Ops* ops_of(bool stats) {
+  return stats ? CutlassGemm<Stats<TileM, TileN>, Sched, TileM, TileN>::ops()
+               : CutlassGemm<Plain, Sched, TileM, TileN>::ops();
 }
 
 }  // namespace

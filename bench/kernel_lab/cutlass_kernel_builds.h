@@ -10,8 +10,8 @@
 
 namespace lab::cutlass_builds {
 
-// Where the partial sums of one statistic lie (StatsReduction::Partials): a row of K rounded up to
-// whole tiles for each row of tiles (the layout CUTLASS's row reduction writes them in).
+// Where the partial sums of one statistic lie: a row of K rounded up to whole tiles for each row of
+// tiles (the layout CUTLASS's row reduction writes them in).
 inline CutlassPartials partials_layout(int tile_m, int tile_n, int m, int k) {
   return {(m + tile_m - 1) / tile_m, (k + tile_n - 1) / tile_n * tile_n};
 }
@@ -22,9 +22,9 @@ struct Ops {
   void (*run)(const CutlassConvStats& a, cudaStream_t stream);
 };
 
-// The build of r in each file, or nullptr where it has none (Atomic: cooperative, 128x64 only).
-const Ops* cooperative_128x64(StatsReduction r);
-const Ops* pingpong_128x64(StatsReduction r);
-const Ops* cooperative_256x64(StatsReduction r);
+// Each file's build, with the statistics or without.
+const Ops* cooperative_128x64(bool stats);
+const Ops* pingpong_128x64(bool stats);
+const Ops* cooperative_256x64(bool stats);
 
 }  // namespace lab::cutlass_builds
