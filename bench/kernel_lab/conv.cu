@@ -167,12 +167,14 @@ std::string note_of(const FusedConv& f, bool prologue) {
   return n;
 }
 
-// A version that runs a fused pattern: refused where cuDNN refused it.
+// A version that runs a fused pattern: refused where cuDNN refused it. `kept_zero`: what the run
+// leaves zero (the statistics, after bn_finalize_sums).
 Prepared fused_version(Lab& lab, const FusedConv& f, bool prologue, std::function<void()> run,
-                       std::function<std::vector<LabCheck>()> check) {
+                       std::function<std::vector<LabCheck>()> check, std::vector<ZeroedRange> kept_zero = {}) {
   if (!f.ok()) return {.refused = f.why()};
   lab.reserve_workspace(f.workspace());
-  return {.run = std::move(run), .check = std::move(check), .note = note_of(f, prologue)};
+  return {.run = std::move(run), .check = std::move(check), .note = note_of(f, prologue),
+          .kept_zero = std::move(kept_zero)};
 }
 
 // A CUTLASS GEMM of ours (kernel_lab/cutlass_conv_stats.h), then, with the statistics, the BN's
@@ -276,7 +278,8 @@ void conv_forward(Lab& lab, ConvCase& c) {
                 bn_finalize_sums(c.sum.f32(), c.sqsum.f32(), c.sout.per_channel(), c.bn.state(), c.G.k,
                                  c.scale_h_out.get(), c.shift_h_out.get(), lab.stream());
               },
-              [&] { return checks(true, false); });
+              [&] { return checks(true, false); },
+              {{c.sum.get(), c.sum.count() * sizeof(float)}, {c.sqsum.get(), c.sqsum.count() * sizeof(float)}});
         }}};
   // Kernels of our own for the convs ConvStats runs that are one GEMM (1x1, stride 1): CUTLASS's
   // Hopper GEMM, the statistics reduced in its epilogue (kernel_lab/cutlass_conv_stats.h).

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/graph_memsets.h"
 #include "core/handles.h"
 #include "kernels/batchnorm.h"
 #include "measure/kernel_lab.h"
@@ -38,6 +39,9 @@ struct Prepared {
   std::function<void()> run;                     // one run, launched on the lab's stream
   std::function<std::vector<LabCheck>()> check;  // after a run: its outputs against the reference
   std::string note;                              // what cuDNN chose, shown beside the version's name
+  // Device memory the run leaves zero (the sums bn_finalize_sums reads): timed as a graph
+  // (--as-graph), the memsets cuDNN issues into it are dropped, as the training step drops them.
+  std::vector<ZeroedRange> kept_zero;
 };
 
 struct LabVersion {

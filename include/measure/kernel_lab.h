@@ -67,6 +67,9 @@ struct LabOptions {
   bool autotune = false;          // measure cuDNN's candidate plans (as autotuning builds do)
   bool check = true;
   long flush_mb = 256;
+  // Each version timed as a CUDA graph of its run, cuDNN's memsets as the training step's graph has
+  // them (those of sums the finalize leaves zero dropped, the rest as kernels; core/graph_memsets.h).
+  bool as_graph = false;
   long workspace_mb = 1024;
   std::string json;               // JSON lines written here
   bool help = false;

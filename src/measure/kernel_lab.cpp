@@ -137,6 +137,11 @@ const std::vector<FlagRow<LabOptions>>& flag_table() {
       {"--flush-mb", "N", "MiB written before every timed run to flush the L2 cache",
        [=](const O& o) { return num(o.flush_mb); },
        [](O& o, const std::string& v) { o.flush_mb = parse_long("--flush-mb", v, 1, 65536); }},
+      {"--as-graph", "",
+       "time each version as a CUDA graph of its run, cuDNN's memsets as the training step's graph has them (those of "
+       "statistics the finalize leaves zero dropped, the rest run as kernels)",
+       [](const O&) { return std::string("each run launched eagerly"); },
+       [](O& o, const std::string&) { o.as_graph = true; }},
       {"--workspace-mb", "N", "cuDNN workspace limit in MiB", [=](const O& o) { return num(o.workspace_mb); },
        [](O& o, const std::string& v) { o.workspace_mb = parse_long("--workspace-mb", v, 0, 1 << 20); }},
       {"--json", "FILE", "also write every row as a JSON line to FILE", [](const O&) { return std::string("off"); },

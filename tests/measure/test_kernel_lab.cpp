@@ -84,6 +84,8 @@ TEST(KernelLabOptions, Defaults) {
   EXPECT_FALSE(o.autotune);
   EXPECT_TRUE(o.check);
   EXPECT_EQ(o.flush_mb, 256);
+  EXPECT_FALSE(o.as_graph);
+  EXPECT_TRUE(parse({"--as-graph"}).as_graph);
   for (const std::string& op : lab_operations()) EXPECT_TRUE(operation_selected(o, op)) << op;
   for (const LabConv& c : network_convs(128)) EXPECT_TRUE(conv_selected(o, c)) << c.text();
 }
@@ -139,7 +141,7 @@ TEST(KernelLabOptions, FormatsAndBadValues) {
 TEST(KernelLabOptions, HelpListsEveryFlagAndOperation) {
   const std::string help = lab_usage_text();
   for (const char* flag : {"--batch", "--check-batch", "--runs", "--shapes", "--only", "--formats", "--autotune",
-                           "--no-check", "--flush-mb", "--workspace-mb", "--json", "--help"})
+                           "--no-check", "--flush-mb", "--as-graph", "--workspace-mb", "--json", "--help"})
     EXPECT_NE(help.find(std::string("  ") + flag + " "), std::string::npos) << flag;
   for (const std::string& op : lab_operations()) EXPECT_NE(help.find(op), std::string::npos) << op;
 }

@@ -19,7 +19,7 @@ from tests.python.cli_harness import CliAssertions
 
 LAB = REPO / "bin" / "kernel_lab"
 FLAGS = ["--batch", "--check-batch", "--runs", "--shapes", "--only", "--formats", "--autotune", "--no-check",
-         "--flush-mb", "--workspace-mb", "--json", "--help"]
+         "--flush-mb", "--as-graph", "--workspace-mb", "--json", "--help"]
 PATTERNS = ("ConvStats", "SbrConvStats", "SbrWgrad", "DgradDreluDbn")
 OPERATIONS = ["bn-stats", "bn-apply", "bn-backward", "join-projection-forward", "join-identity-forward",
               "join-projection-backward", "join-identity-backward", "conv-forward", "conv-dgrad", "conv-wgrad"]
