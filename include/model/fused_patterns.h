@@ -28,6 +28,15 @@ constexpr const char* kNoFuseHelp =
     "fused batch-norm patterns to run plain, to measure what each buys (fusedbn builds): a comma list of "
     "conv-stats, sbr-conv-stats, sbr-wgrad, dgrad-drelu-dbn (training), conv-bn, conv-bn-relu, conv-bn-add-relu, "
     "gemm-bn, gemm-bn-relu, gemm-bn-add-relu (bin/predict), or all";
+// bin/train's patterns that run plain unless --no-fuse says otherwise: with the weight gradients on
+// their own stream (OPT_WGRAD_STREAM), the fused weight gradient. Each conv's SbrWgrad is timed
+// faster alone than relu(bn(x)) recomputed and the plain weight gradient, yet the step is slower
+// with them: on an H200 (2026-11-28, bench/ab.py, 4 rounds) 5.751 ms a step with them and 5.694
+// without (-1.0%, in every round); bench/results/levers-session13-nvidia-h200-2026-11-28.md.
+// Before the weight gradients had their own stream they paid 0.8% (H100, gpu-run-2026-11-25.md).
+unsigned default_unfused_patterns(bool wgrad_beside);
+constexpr const char* kDefaultUnfusedText =
+    "sbr-wgrad where the weight gradients run on their own stream (bin/train, train-wgradstream), else none";
 // The warning of a build that fuses nothing (OPT_FUSED_BN=0) given --no-fuse.
 constexpr const char* kNoFuseWithoutFusion =
     "--no-fuse has no effect: this build does not fuse batch norm into the convolutions (OPT_FUSED_BN=0)";
@@ -38,6 +47,7 @@ constexpr const char* kNoFuseWithoutFusion =
 bool run_fused(float fused_ms, float unfused_ms);
 constexpr const char* kSlowerThanUnfused = "measured slower than the plain conv with our BN kernels";
 constexpr const char* kSwitchedOff = "switched off by --no-fuse";
+constexpr const char* kOffByDefault = "off by default, slower at the step than the plain conv (--no-fuse none plans it)";
 
 // What trying the patterns for a whole network found, for the start-up report: a pattern that
 // cuDNN refused or that measured slower is "not fused", with the reason.

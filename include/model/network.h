@@ -41,6 +41,7 @@ struct NetConfig {
   // Patterns that run plain even where cuDNN takes them (fused_pattern_bit; --no-fuse), to measure
   // what each kind of pattern buys.
   unsigned unfused_patterns = 0;
+  bool unfused_by_default = false;  // unfused_patterns is the build's default, not --no-fuse's
   // Training: each conv's weight gradient runs on a second stream beside its data gradient (both
   // read the same output gradient and write different buffers), with its own cuDNN workspace.
   bool wgrad_beside = false;

@@ -48,6 +48,7 @@ struct Options : DataOptions {
   bool deterministic = false;
   bool cuda_graph = true;           // replay the step as a CUDA graph (builds with cudagraph)
   unsigned no_fuse_patterns = 0;    // fused BN patterns that run plain (--no-fuse; model/fused_patterns.h)
+  bool no_fuse_given = false;       // else the build's default (default_unfused_patterns)
   double loss_scale = 65536.0;      // initial dynamic loss scale (fp16 builds)
   int loss_scale_window = 1000;     // good steps before the scale doubles
   // measurement

@@ -66,6 +66,10 @@ unsigned parse_fused_pattern_list(const std::string& list) {
   }
 }
 
+unsigned default_unfused_patterns(bool wgrad_beside) {
+  return wgrad_beside ? fused_pattern_bit(FusedPattern::SbrWgrad) : 0u;
+}
+
 bool run_fused(float fused_ms, float unfused_ms) {
   if (fused_ms < 0 || unfused_ms < 0) return true;  // not measured: fusion saves passes over memory
   return fused_ms <= unfused_ms;

@@ -100,7 +100,8 @@ const FusedConv* FusionPlanner::fuse(const ConvUnit& u, FusedPattern p, float un
     return nullptr;
   };
   // Switched off: not even planned, nothing to measure or cache.
-  if (cfg_.unfused_patterns & fused_pattern_bit(p)) return refuse(kSwitchedOff);
+  if (cfg_.unfused_patterns & fused_pattern_bit(p))
+    return refuse(cfg_.unfused_by_default ? kOffByDefault : kSwitchedOff);
   const std::string key = fused_cache_key(p, u.geometry());
   const FusedChoice* cached = measure_ ? cache_.find_fused(key) : nullptr;
   const FusedConv& f = plan_once(fused_, key, cached, unfused_ms, [&] {

@@ -66,7 +66,7 @@ Fingerprint run_fingerprint(const BuildSettings& b, const Options& o, int world,
   f.add("--crop-pad", std::to_string(o.crop_pad)).add("--tta-flip", o.tta_flip ? "on" : "off").add("--zero-init-residual", o.zero_init_residual ? "on" : "off");
   f.add("--workspace-mb", std::to_string(o.workspace_mb)).add("--no-tf32", o.tf32 ? "off" : "on");
   f.add("--deterministic", o.deterministic ? "on" : "off").add("--no-cuda-graph", o.cuda_graph ? "off" : "on");
-  f.add("--no-fuse", fused_pattern_list_text(o.no_fuse_patterns));
+  f.add("--no-fuse", o.no_fuse_given ? fused_pattern_list_text(o.no_fuse_patterns) : "default");
   f.add("--loss-scale", number(o.loss_scale));
   f.add("--loss-scale-window", std::to_string(o.loss_scale_window));
   f.add("--warmup-steps", std::to_string(o.warmup_steps)).add("--profile-steps", std::to_string(o.profile_steps));

@@ -66,8 +66,11 @@ const std::vector<Flag>& flags() {
        [](Options& o, const std::string&) { o.tf32 = false; }},
       {"--deterministic", "", "deterministic cuDNN algorithms: two runs give bit-identical losses", [](const Options&) { return std::string("off"); },
        [](Options& o, const std::string&) { o.deterministic = true; }},
-      {"--no-fuse", "LIST", kNoFuseHelp, [](const Options&) { return std::string("none"); },
-       [](Options& o, const std::string& v) { o.no_fuse_patterns = parse_with("--no-fuse", v, parse_fused_pattern_list); }},
+      {"--no-fuse", "LIST", kNoFuseHelp, [](const Options&) { return std::string(kDefaultUnfusedText); },
+       [](Options& o, const std::string& v) {
+         o.no_fuse_patterns = parse_with("--no-fuse", v, parse_fused_pattern_list);
+         o.no_fuse_given = true;
+       }},
       {"--no-cuda-graph", "", "launch each step's kernels one by one, not as one CUDA graph (cudagraph builds)", [](const Options&) { return std::string("CUDA graph"); },
        [](Options& o, const std::string&) { o.cuda_graph = false; }},
       {"--loss-scale", "F", "initial dynamic loss scale (fp16 builds)", [](const Options& o) { return show(o.loss_scale); },

@@ -233,7 +233,9 @@ NetConfig SetUp::net_config() const {
   cfg.conv.workspace_limit = size_t(opt_.workspace_mb) << 20;
   cfg.conv_api = build_.conv_api;
   cfg.fused_bn = build_.fused_bn;
-  cfg.unfused_patterns = opt_.no_fuse_patterns;
+  cfg.unfused_patterns =
+      opt_.no_fuse_given ? opt_.no_fuse_patterns : default_unfused_patterns(build_.wgrad_stream);
+  cfg.unfused_by_default = !opt_.no_fuse_given;
   cfg.wgrad_beside = build_.wgrad_stream;
   cfg.classes = s_.data.split.train.classes();
   cfg.image_side = s_.data.split.train.side;
@@ -316,7 +318,7 @@ void SetUp::build_network() {
   print_conv_line(s_.net->algo_report(), measure, seconds_since(start));
   if (cfg.fused_bn)
     for (const std::string& line : fusion_report_lines(s_.net->fusion_report())) std::printf("%s\n", line.c_str());
-  else if (cfg.unfused_patterns)
+  else if (opt_.no_fuse_given && opt_.no_fuse_patterns)
     ranks_.warn_once(kNoFuseWithoutFusion);
   if (measure && cache_saved_ && ranks_.writes() && s_.cache->changed()) s_.cache->save();  // new choices or plans
   s_.params = static_cast<unsigned long>(s_.net->params().total());

@@ -481,10 +481,20 @@ const FusedPattern kEveryPattern[] = {FusedPattern::ConvStats,     FusedPattern:
 
 // --no-fuse: which fused BN patterns run plain (model/fused_patterns.h), as bits and as the one
 // text the ranks compare.
+// Without --no-fuse, the fused weight gradient runs plain where the weight gradients have their own
+// stream (measured slower at the step there), and every pattern is planned elsewhere.
+TEST(Options, NoFuseDefaultsToThePlainWeightGradientBesideTheDataGradient) {
+  EXPECT_EQ(default_unfused_patterns(true), fused_pattern_bit(FusedPattern::SbrWgrad));
+  EXPECT_EQ(default_unfused_patterns(false), 0u);
+  EXPECT_EQ(fused_pattern_list_text(default_unfused_patterns(true)), "sbr-wgrad");
+}
+
 TEST(Options, NoFuseTakesPatternNamesOrAll) {
   const Options d = parse({});
   EXPECT_EQ(d.no_fuse_patterns, 0u);
+  EXPECT_FALSE(d.no_fuse_given) << "the build's default applies";
   EXPECT_EQ(fused_pattern_list_text(d.no_fuse_patterns), "none");
+  EXPECT_TRUE(parse({"--no-fuse", "none"}).no_fuse_given) << "none, given, fuses every pattern";
   const Options o = parse({"--no-fuse", "sbr-wgrad,conv-stats"});
   EXPECT_EQ(o.no_fuse_patterns, fused_pattern_bit(FusedPattern::SbrWgrad) | fused_pattern_bit(FusedPattern::ConvStats));
   EXPECT_EQ(fused_pattern_list_text(o.no_fuse_patterns), "conv-stats,sbr-wgrad") << "one spelling per set";
