@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/cuda_graph.h"
 #include "core/elapsed.h"
 #include "core/format.h"
 #include "core/json_line.h"
@@ -30,38 +31,6 @@ double element(const std::vector<uint8_t>& raw, size_t i, DType t) {
   std::memcpy(&b, raw.data() + 2 * i, 2);
   return __half2float(gpu_test::half_from_bits(b));
 }
-
-// A version's run as the training step's CUDA graph would run it (--as-graph): captured once, the
-// memsets into what the run keeps zero dropped and the rest rewritten as kernels (core/graph_memsets.h).
-class StepLikeGraph {
- public:
-  StepLikeGraph(cudaStream_t stream, const Prepared& p) {
-    cudaGraph_t graph = nullptr;
-    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    try {
-      p.run();
-    } catch (...) {
-      cudaStreamEndCapture(stream, &graph);
-      if (graph) cudaGraphDestroy(graph);
-      throw;
-    }
-    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    for (const ZeroedRange& r : p.kept_zero) drop_memsets_of_zeroed_range(graph, r);
-    memsets_to_kernels(graph);
-    const cudaError_t e = cudaGraphInstantiate(&exec_, graph, 0);
-    cudaGraphDestroy(graph);
-    CUDA_CHECK(e);
-  }
-  ~StepLikeGraph() {
-    if (exec_) cudaGraphExecDestroy(exec_);
-  }
-  StepLikeGraph(const StepLikeGraph&) = delete;
-  StepLikeGraph& operator=(const StepLikeGraph&) = delete;
-  void launch(cudaStream_t stream) const { CUDA_CHECK(cudaGraphLaunch(exec_, stream)); }
-
- private:
-  cudaGraphExec_t exec_ = nullptr;
-};
 
 }  // namespace
 
@@ -167,8 +136,11 @@ void Lab::measure(const std::string& op, const std::string& shape, const std::st
         p.run();  // loads its kernels, and gives the outputs the check reads
         CUDA_CHECK(cudaStreamSynchronize(stream()));
         if (opt.as_graph) {
-          // The graph is what is checked and timed: a dropped memset that mattered shows in the check.
-          const StepLikeGraph g(stream(), p);
+          // As the step's graph runs it: the memsets into what the run keeps zero dropped, the rest
+          // as kernels. The graph is what is checked and timed: a dropped memset that mattered shows.
+          CudaGraph g;
+          g.drop_memsets_into(p.kept_zero);
+          g.capture(stream(), p.run);
           g.launch(stream());
           CUDA_CHECK(cudaStreamSynchronize(stream()));
           if (opt.check) row.checks = p.check();

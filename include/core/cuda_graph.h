@@ -48,8 +48,8 @@ class CudaGraph {
   bool ready() const { return exec_ != nullptr; }
   // Nodes (kernels, copies, memsets) of the latest capture, as instantiated.
   size_t nodes() const { return nodes_; }
-  // The range whose memsets later captures drop (its owner keeps it zero between uses).
-  void drop_memsets_into(ZeroedRange r) { zeroed_ = r; }
+  // The ranges whose memsets later captures drop (their owners keep them zero between uses).
+  void drop_memsets_into(std::vector<ZeroedRange> r) { zeroed_ = std::move(r); }
   // The ranges whose memsets later captures move to the graph's start (hoist_memsets_to_start).
   void hoist_memsets_from(std::vector<ZeroedRange> r) { hoisted_ranges_ = std::move(r); }
   // Memsets the latest capture dropped, and moved to its start (neither counted in nodes()).
@@ -63,7 +63,7 @@ class CudaGraph {
  private:
   cudaGraphExec_t exec_ = nullptr;
   size_t nodes_ = 0;
-  ZeroedRange zeroed_;
+  std::vector<ZeroedRange> zeroed_;
   std::vector<ZeroedRange> hoisted_ranges_;
   size_t memsets_dropped_ = 0, memsets_hoisted_ = 0;
   MemsetRewrite memsets_as_kernels_;

@@ -124,7 +124,7 @@ class StepGraph {
   void after_evaluation() { plan_.invalidate(); }
   // Memory the step's code keeps zero between uses (TrainingNetwork::statistics_kept_zero): the captured
   // graph drops the memsets into it.
-  void drop_memsets_into(ZeroedRange r) { graph_.drop_memsets_into(r); }
+  void drop_memsets_into(ZeroedRange r) { graph_.drop_memsets_into({r}); }
   // Memory only the work after each of its memsets writes within a step
   // (TrainingNetwork::zeroed_at_step_start): the captured graph zeroes it once, at its start.
   void hoist_memsets_from(std::vector<ZeroedRange> r) { graph_.hoist_memsets_from(std::move(r)); }

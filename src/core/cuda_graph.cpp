@@ -61,7 +61,8 @@ CudaGraph::Instantiation CudaGraph::capture(cudaStream_t stream, const std::func
     reset();
     throw GraphCaptureError("stream capture failed: cudaStreamEndCapture returned " + cuda_error_text(ended));
   }
-  memsets_dropped_ = drop_memsets_of_zeroed_range(graph.get(), zeroed_);
+  memsets_dropped_ = 0;
+  for (const ZeroedRange& r : zeroed_) memsets_dropped_ += drop_memsets_of_zeroed_range(graph.get(), r);
   memsets_hoisted_ = hoist_memsets_to_start(graph.get(), hoisted_ranges_);
   memsets_as_kernels_ = memsets_to_kernels(graph.get());
   CUDA_CHECK(cudaGraphGetNodes(graph.get(), nullptr, &nodes_));

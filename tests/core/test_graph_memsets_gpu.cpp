@@ -204,7 +204,7 @@ TEST(GraphMemsetsGpu, CudaGraphDropsThemAtEachCaptureAndStillUpdatesInPlace) {
     CUDA_CHECK(cudaMemcpyAsync(out.get(), a.get(), kBytes, cudaMemcpyDeviceToDevice, s));
   };
   CudaGraph g;
-  g.drop_memsets_into({kept.get(), kBytes});
+  g.drop_memsets_into({{kept.get(), kBytes}});
   EXPECT_EQ(g.capture(s, work), CudaGraph::Instantiation::New);
   EXPECT_EQ(g.memsets_dropped(), 1u);
   EXPECT_EQ(g.memsets_as_kernels().memsets, 1u) << "the memset of a";
