@@ -74,6 +74,17 @@ __global__ void finalize_stats(const float* partials, int chunks, const T* x, Sh
   store_half_coefs(k, c, scale_h, shift_h);
 }
 
+// Channel c's statistics from the sums of x and x^2 over M values (`in` loaded before any store):
+// the variance as E[x^2] - E[x]^2, in double; then what store_batch_stats and store_half_coefs write.
+__device__ void finalize_channel_from_sums(const BnChannelState& bn, int c, const ForwardInputs& in, double s1,
+                                           double s2, double M, __half* scale_h, __half* shift_h) {
+  const double mean = s1 / M;
+  double var = s2 / M - mean * mean;
+  if (var < 0) var = 0;
+  const Coefs k = store_batch_stats(bn, c, in, mean, var, M);
+  store_half_coefs(k, c, scale_h, shift_h);
+}
+
 // Training statistics from per-channel sums of x and x^2 over M values each (a fused conv's
 // statistics, batchnorm.h bn_finalize_sums), in double: the variance as E[x^2] - E[x]^2. The sums are
 // zeroed once read, ready for the conv's next accumulation.
@@ -85,11 +96,7 @@ __global__ void finalize_sums(float* sum, float* sqsum, double M, BnChannelState
   const ForwardInputs in = load_forward_inputs(bn, c);
   sum[c] = 0.f;
   sqsum[c] = 0.f;
-  const double mean = s1 / M;
-  double var = s2 / M - mean * mean;
-  if (var < 0) var = 0;
-  const Coefs k = store_batch_stats(bn, c, in, mean, var, M);
-  store_half_coefs(k, c, scale_h, shift_h);
+  finalize_channel_from_sums(bn, c, in, s1, s2, M, scale_h, shift_h);
 }
 
 // The same from rows of per-channel partial sums (a conv of our own leaves one row per tile of
@@ -118,11 +125,7 @@ __global__ void finalize_partials(const float* partials, int rows, int row_len, 
     s1 += acc[0][r][threadIdx.x];
     s2 += acc[1][r][threadIdx.x];
   }
-  const double mean = s1 / M;
-  double var = s2 / M - mean * mean;
-  if (var < 0) var = 0;
-  const Coefs k = store_batch_stats(bn, c, in, mean, var, M);
-  store_half_coefs(k, c, scale_h, shift_h);
+  finalize_channel_from_sums(bn, c, in, s1, s2, M, scale_h, shift_h);
 }
 
 }  // namespace

@@ -333,6 +333,41 @@ TEST(FusedGpuCache, ACachedPlanIsBuiltAloneAndComputesThePattern) {
   EXPECT_FALSE(heuristic.from_cache());
 }
 
+// One BN's parameters and running statistics (random) for a finalize to write into, its outputs
+// poisoned; check() compares what it wrote with the reference statistics of x.
+struct FinalizeCase {
+  ref::Dims d;
+  Vec gamma, beta, run_mean, run_var;
+  DeviceTensor dgamma, dbeta, rm, rv, mean, invstd, scale, shift, coef, scale_h, shift_h;
+  BnChannelState bn;
+  FinalizeCase(std::mt19937_64& rng, const ref::Dims& dims)
+      : d(dims),
+        gamma(quantize(DType::F32, random_uniform(rng, d.c, 0.5, 1.5))),
+        beta(quantize(DType::F32, random_normal(rng, d.c, 0.0, 0.5))),
+        run_mean(quantize(DType::F32, random_normal(rng, d.c, 0.0, 0.5))),
+        run_var(quantize(DType::F32, random_uniform(rng, d.c, 0.5, 2.0))),
+        dgamma(gamma, DType::F32), dbeta(beta, DType::F32), rm(run_mean, DType::F32), rv(run_var, DType::F32),
+        mean(d.c, DType::F32), invstd(d.c, DType::F32), scale(d.c, DType::F32), shift(d.c, DType::F32),
+        coef(3 * size_t(d.c), DType::F32), scale_h(d.c, DType::F16), shift_h(d.c, DType::F16),
+        bn{dgamma.f32(), dbeta.f32(), rm.f32(), rv.f32(), mean.f32(), invstd.f32(), scale.f32(), shift.f32(),
+           coef.f32()} {
+    for (DeviceTensor* t : {&mean, &invstd, &scale, &shift}) t->poison();
+  }
+  void check(const Vec& x) {
+    const ref::BnStats st = ref::bn_batch_stats(d, x, double(kBnEps));
+    const ref::BnCoefs k = ref::bn_train_coefs(st, gamma, beta);
+    ref::bn_update_running(st, d.per_channel(), double(kBnMomentum), run_mean, run_var);
+    EXPECT_CLOSE(mean.download(), st.mean, 1e-5);
+    EXPECT_CLOSE(invstd.download(), st.invstd, 1e-4);
+    EXPECT_CLOSE(scale.download(), k.scale, 1e-4);
+    EXPECT_CLOSE(shift.download(), k.shift, 1e-4);
+    EXPECT_EQ(scale_h.download(), quantize(DType::F16, scale.download())) << "the fp16 copy of scale";
+    EXPECT_EQ(shift_h.download(), quantize(DType::F16, shift.download())) << "the fp16 copy of shift";
+    EXPECT_CLOSE(rm.download(), run_mean, 1e-5);
+    EXPECT_CLOSE(rv.download(), run_var, 1e-4);
+  }
+};
+
 // Statistics from sums (a fused conv's) give the batch mean, 1/std, scale, shift and running
 // statistics of the unfused path.
 TEST(FusedBnFinalize, SumsGiveTheBatchStatisticsAndRunningUpdate) {
@@ -342,31 +377,13 @@ TEST(FusedBnFinalize, SumsGiveTheBatchStatisticsAndRunningUpdate) {
   const Vec x = random_normal(rng, d.count(), 1.5, 2.0);
   Vec sum, sq;
   channel_sums(d, x, sum, sq);
-  const Vec gamma = quantize(DType::F32, random_uniform(rng, d.c, 0.5, 1.5));
-  const Vec beta = quantize(DType::F32, random_normal(rng, d.c, 0.0, 0.5));
-  Vec run_mean = quantize(DType::F32, random_normal(rng, d.c, 0.0, 0.5));
-  Vec run_var = quantize(DType::F32, random_uniform(rng, d.c, 0.5, 2.0));
-  DeviceTensor dsum(sum, DType::F32), dsq(sq, DType::F32), dgamma(gamma, DType::F32), dbeta(beta, DType::F32),
-      rm(run_mean, DType::F32), rv(run_var, DType::F32), mean(d.c, DType::F32), invstd(d.c, DType::F32),
-      scale(d.c, DType::F32), shift(d.c, DType::F32), coef(3 * size_t(d.c), DType::F32);
-  for (DeviceTensor* t : {&mean, &invstd, &scale, &shift}) t->poison();
-  const BnChannelState bn{dgamma.f32(), dbeta.f32(), rm.f32(), rv.f32(), mean.f32(), invstd.f32(),
-                          scale.f32(), shift.f32(), coef.f32()};
-  DeviceTensor scale_h(d.c, DType::F16), shift_h(d.c, DType::F16);
-  bn_finalize_sums(dsum.f32(), dsq.f32(), d.per_channel(), bn, d.c, scale_h.get(), shift_h.get(), ctx().stream);
-  const ref::BnStats st = ref::bn_batch_stats(d, x, double(kBnEps));
-  const ref::BnCoefs k = ref::bn_train_coefs(st, gamma, beta);
-  ref::bn_update_running(st, d.per_channel(), double(kBnMomentum), run_mean, run_var);
-  EXPECT_CLOSE(mean.download(), st.mean, 1e-5);
-  EXPECT_CLOSE(invstd.download(), st.invstd, 1e-4);
-  EXPECT_CLOSE(scale.download(), k.scale, 1e-4);
-  EXPECT_CLOSE(shift.download(), k.shift, 1e-4);
-  EXPECT_EQ(scale_h.download(), quantize(DType::F16, scale.download())) << "the fp16 copy of scale";
-  EXPECT_EQ(shift_h.download(), quantize(DType::F16, shift.download())) << "the fp16 copy of shift";
+  DeviceTensor dsum(sum, DType::F32), dsq(sq, DType::F32);
+  FinalizeCase f(rng, d);
+  bn_finalize_sums(dsum.f32(), dsq.f32(), d.per_channel(), f.bn, d.c, f.scale_h.get(), f.shift_h.get(),
+                   ctx().stream);
+  f.check(x);
   EXPECT_EQ(dsum.download(), Vec(d.c, 0.0)) << "the sums are left zero for the next accumulation";
   EXPECT_EQ(dsq.download(), Vec(d.c, 0.0));
-  EXPECT_CLOSE(rm.download(), run_mean, 1e-5);
-  EXPECT_CLOSE(rv.download(), run_var, 1e-4);
 }
 
 // Statistics from rows of per-tile partial sums (a conv of our own leaves them so) give what the
@@ -391,30 +408,11 @@ TEST(FusedBnFinalize, PartialRowsGiveTheBatchStatisticsAndRunningUpdate) {
       part[size_t(r) * row_len + c] = float(s1);
       part[(size_t(rows) + r) * row_len + c] = float(s2);
     }
-  const Vec gamma = quantize(DType::F32, random_uniform(rng, d.c, 0.5, 1.5));
-  const Vec beta = quantize(DType::F32, random_normal(rng, d.c, 0.0, 0.5));
-  Vec run_mean = quantize(DType::F32, random_normal(rng, d.c, 0.0, 0.5));
-  Vec run_var = quantize(DType::F32, random_uniform(rng, d.c, 0.5, 2.0));
-  DeviceTensor dpart(part, DType::F32), dgamma(gamma, DType::F32), dbeta(beta, DType::F32), rm(run_mean, DType::F32),
-      rv(run_var, DType::F32), mean(d.c, DType::F32), invstd(d.c, DType::F32), scale(d.c, DType::F32),
-      shift(d.c, DType::F32), coef(3 * size_t(d.c), DType::F32);
-  for (DeviceTensor* t : {&mean, &invstd, &scale, &shift}) t->poison();
-  const BnChannelState bn{dgamma.f32(), dbeta.f32(), rm.f32(), rv.f32(), mean.f32(), invstd.f32(),
-                          scale.f32(), shift.f32(), coef.f32()};
-  DeviceTensor scale_h(d.c, DType::F16), shift_h(d.c, DType::F16);
-  bn_finalize_partials(dpart.f32(), rows, row_len, d.per_channel(), bn, d.c, scale_h.get(), shift_h.get(),
+  DeviceTensor dpart(part, DType::F32);
+  FinalizeCase f(rng, d);
+  bn_finalize_partials(dpart.f32(), rows, row_len, d.per_channel(), f.bn, d.c, f.scale_h.get(), f.shift_h.get(),
                        ctx().stream);
-  const ref::BnStats st = ref::bn_batch_stats(d, x, double(kBnEps));
-  const ref::BnCoefs k = ref::bn_train_coefs(st, gamma, beta);
-  ref::bn_update_running(st, d.per_channel(), double(kBnMomentum), run_mean, run_var);
-  EXPECT_CLOSE(mean.download(), st.mean, 1e-5);
-  EXPECT_CLOSE(invstd.download(), st.invstd, 1e-4);
-  EXPECT_CLOSE(scale.download(), k.scale, 1e-4);
-  EXPECT_CLOSE(shift.download(), k.shift, 1e-4);
-  EXPECT_EQ(scale_h.download(), quantize(DType::F16, scale.download())) << "the fp16 copy of scale";
-  EXPECT_EQ(shift_h.download(), quantize(DType::F16, shift.download())) << "the fp16 copy of shift";
-  EXPECT_CLOSE(rm.download(), run_mean, 1e-5);
-  EXPECT_CLOSE(rv.download(), run_var, 1e-4);
+  f.check(x);
   const Vec after = dpart.download();
   for (size_t i = 0; i < part.size(); ++i) {
     if (std::isnan(part[i])) continue;  // padding
