@@ -135,20 +135,20 @@ void Lab::measure(const std::string& op, const std::string& shape, const std::st
       if (row.refused.empty()) {
         p.run();  // loads its kernels, and gives the outputs the check reads
         CUDA_CHECK(cudaStreamSynchronize(stream()));
+        // With --as-graph, as the step's graph runs it: the memsets into what the run keeps zero
+        // dropped, the rest as kernels. The graph is what is checked and timed: a dropped memset that
+        // mattered shows.
+        CudaGraph g;
+        std::function<void()> timed = p.run;
         if (opt.as_graph) {
-          // As the step's graph runs it: the memsets into what the run keeps zero dropped, the rest
-          // as kernels. The graph is what is checked and timed: a dropped memset that mattered shows.
-          CudaGraph g;
           g.drop_memsets_into(p.kept_zero);
           g.capture(stream(), p.run);
           g.launch(stream());
           CUDA_CHECK(cudaStreamSynchronize(stream()));
-          if (opt.check) row.checks = p.check();
-          row.ms = time_with_cold_l2(stream(), flush_, opt.runs, [&] { g.launch(stream()); });
-        } else {
-          if (opt.check) row.checks = p.check();
-          row.ms = time_with_cold_l2(stream(), flush_, opt.runs, p.run);
+          timed = [&] { g.launch(stream()); };
         }
+        if (opt.check) row.checks = p.check();
+        row.ms = time_with_cold_l2(stream(), flush_, opt.runs, timed);
       }
     } catch (const std::exception& e) {
       row.error = e.what();
