@@ -60,12 +60,14 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
   const Shape4 stem = layers_->stem_out;
   // Sizes first, so that a batch too large for the GPU is one clear message, not a failed cudaMalloc.
   size_t act = 2 * stem.count(), largest = stem.count(), scratch = bn_scratch_floats(stem, t, cfg.layout), bits = 0;
+  // y1 and y2 are stored only where a conv reads them plain: counted unless every conv2 and conv3
+  // may run fused forward and weight gradient alike.
+  const unsigned sbr = fused_pattern_bit(FusedPattern::SbrConvStats) | fused_pattern_bit(FusedPattern::SbrWgrad);
+  const bool stores_ys = !cfg.fuses() || (cfg.unfused_patterns & sbr);
   for (const Block& b : layers_->blocks) {
     bits += relu_bits_bytes(b.out, t);
-    // a1, y1, a2, y2 (stored only where a conv reads them plain: counted unless every conv2 and
-    // conv3 may run fused forward and weight gradient alike), a3, ad, out
-    const unsigned sbr = fused_pattern_bit(FusedPattern::SbrConvStats) | fused_pattern_bit(FusedPattern::SbrWgrad);
-    const size_t ys = cfg.fuses() && !(cfg.unfused_patterns & sbr) ? 0 : b.mid1.count() + b.mid2.count();
+    // a1, y1, a2, y2, a3, ad, out
+    const size_t ys = stores_ys ? b.mid1.count() + b.mid2.count() : 0;
     act += b.mid1.count() + b.mid2.count() + ys + (b.down ? 3 : 2) * b.out.count();
     for (const Shape4& s : {b.in, b.mid1, b.mid2, b.out}) {
       largest = std::max(largest, s.count());
