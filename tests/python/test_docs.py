@@ -141,10 +141,10 @@ class ResultsIndex(unittest.TestCase):
     def indexed(self):
         names, stem = set(), None
         for token in re.findall(r"`([^`\s]+)`", (RESULTS / "README.md").read_text()):
-            if re.fullmatch(r"[\w.-]+\.(md|csv|png|jsonl|json)", token) and not token.startswith("."):
+            if re.fullmatch(r"[\w.-]+\.(md|csv|png|jsonl|json|diff)", token) and not token.startswith("."):
                 names.add(token)
                 stem = token.rsplit(".", 1)[0]
-            elif re.fullmatch(r"\.(md|csv|png|jsonl|json)", token) and stem:
+            elif re.fullmatch(r"\.(md|csv|png|jsonl|json|diff)", token) and stem:
                 names.add(stem + token)
         return names
 
