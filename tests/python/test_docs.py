@@ -138,13 +138,15 @@ class ResultsIndex(unittest.TestCase):
     """bench/results/README.md has a row for every file there. A name written `.csv` after a full name
     stands for that name with another extension (`x.md`, `.csv`: x.md and x.csv)."""
 
+    EXTENSIONS = r"(md|csv|png|jsonl|json|diff)"  # what a results file may be
+
     def indexed(self):
         names, stem = set(), None
         for token in re.findall(r"`([^`\s]+)`", (RESULTS / "README.md").read_text()):
-            if re.fullmatch(r"[\w.-]+\.(md|csv|png|jsonl|json|diff)", token) and not token.startswith("."):
+            if re.fullmatch(r"[\w.-]+\." + self.EXTENSIONS, token) and not token.startswith("."):
                 names.add(token)
                 stem = token.rsplit(".", 1)[0]
-            elif re.fullmatch(r"\.(md|csv|png|jsonl|json|diff)", token) and stem:
+            elif re.fullmatch(r"\." + self.EXTENSIONS, token) and stem:
                 names.add(stem + token)
         return names
 
