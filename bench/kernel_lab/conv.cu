@@ -179,7 +179,8 @@ Prepared fused_version(Lab& lab, const FusedConv& f, bool prologue, std::functio
 
 // A CUTLASS GEMM of ours (kernel_lab/cutlass_conv_stats.h), then, with the statistics, the BN's
 // finalize from the rows of per-tile partials (bn_finalize_partials), as bn_finalize_sums follows
-// ConvStats.
+// ConvStats. A build with the prologue reads x and the previous BN's fp16 scale and shift, as
+// SbrConvStats does; one without reads what the network stores for a conv without it.
 LabVersion cutlass_version(Lab& lab, ConvCase& c, CutlassKernel kernel, std::function<void()> poison,
                            std::function<std::vector<LabCheck>(bool, bool)> checks) {
   const std::string build = cutlass_kernel_text(kernel);
@@ -190,16 +191,24 @@ LabVersion cutlass_version(Lab& lab, ConvCase& c, CutlassKernel kernel, std::fun
             poison();
             const int m = c.sout.n * c.sout.h * c.sout.w;
             const bool one_gemm = c.G.r == 1 && c.G.stride == 1 && c.G.pad == 0;
-            const std::string why = c.in.prologue ? "the previous BN's prologue is not written yet"
-                                    : !one_gemm   ? "not a 1x1 stride-1 conv (not one GEMM)"
-                                                  : cutlass_conv_stats_refusal(kernel, m, c.G.k, c.G.c);
+            const std::string why = !one_gemm ? "not a 1x1 stride-1 conv (not one GEMM)"
+                                              : cutlass_conv_stats_refusal(kernel, m, c.G.k, c.G.c);
             if (!why.empty()) return Prepared{.refused = why};
             const size_t ws = cutlass_conv_stats_workspace(kernel, m, c.G.k, c.G.c);
             lab.reserve_workspace(ws);
             return Prepared{.run =
                                 [&lab, &c, kernel, m, ws] {
-                                  const CutlassConvStats a{c.STORED.get(), c.W.get(), c.Y.get(), m, c.G.k,
-                                                           c.G.c, lab.workspace(), ws};
+                                  const bool pro = kernel.prologue;
+                                  const CutlassConvStats a{pro ? c.X.get() : c.STORED.get(),
+                                                           c.W.get(),
+                                                           c.Y.get(),
+                                                           m,
+                                                           c.G.k,
+                                                           c.G.c,
+                                                           lab.workspace(),
+                                                           ws,
+                                                           pro ? c.s_h.get() : nullptr,
+                                                           pro ? c.b_h.get() : nullptr};
                                   cutlass_conv_stats(kernel, a, lab.stream());
                                   if (!kernel.stats) return;
                                   const CutlassPartials p = cutlass_partials_layout(kernel, m, c.G.k);
@@ -281,9 +290,11 @@ void conv_forward(Lab& lab, ConvCase& c) {
               [&] { return checks(true, false); },
               {{c.sum.get(), c.sum.count() * sizeof(float)}, {c.sqsum.get(), c.sqsum.count() * sizeof(float)}});
         }}};
-  // Kernels of our own for the convs ConvStats runs that are one GEMM (1x1, stride 1): CUTLASS's
-  // Hopper GEMM, the statistics reduced in its epilogue (kernel_lab/cutlass_conv_stats.h).
-  for (const CutlassKernel& k : cutlass_kernels()) versions.push_back(cutlass_version(lab, c, k, poison, checks));
+  // Kernels of our own for the convs that are one GEMM (1x1, stride 1): CUTLASS's Hopper GEMM, the
+  // statistics reduced in its epilogue (kernel_lab/cutlass_conv_stats.h); the builds with the
+  // previous BN's prologue where the fused pattern is SbrConvStats, the others where it is ConvStats.
+  for (const CutlassKernel& k : cutlass_kernels())
+    if (k.prologue == c.in.prologue) versions.push_back(cutlass_version(lab, c, k, poison, checks));
   lab.measure("conv-forward", c.shape(), "fp16 NHWC", 0, versions);
 }
 

@@ -12,17 +12,23 @@ const std::vector<CutlassKernel>& cutlass_kernels() {
   using S = Schedule;
   static const std::vector<CutlassKernel> all{
       {false, S::Cooperative, 128, 64}, {true, S::Cooperative, 128, 64}, {false, S::PingPong, 128, 64},
-      {true, S::PingPong, 128, 64},     {false, S::Cooperative, 256, 64}, {true, S::Cooperative, 256, 64}};
+      {true, S::PingPong, 128, 64},     {false, S::Cooperative, 256, 64}, {true, S::Cooperative, 256, 64},
+      {false, S::Resident, 128, 64},    {true, S::Resident, 128, 64},
+      {false, S::ResidentPingPong, 128, 64}, {true, S::ResidentPingPong, 128, 64},
+      {false, S::Cooperative, 256, 64, true}, {true, S::Cooperative, 256, 64, true},
+      {false, S::Resident, 128, 64, true},    {true, S::Resident, 128, 64, true},
+      {false, S::ResidentPingPong, 128, 64, true}, {true, S::ResidentPingPong, 128, 64, true}};
   return all;
 }
 
 std::string cutlass_kernel_text(const CutlassKernel& k) {
-  return std::string(k.schedule == Schedule::PingPong ? "ping-pong" : "cooperative") + ", " +
-         std::to_string(k.tile_m) + "x" + std::to_string(k.tile_n) + " tiles";
-}
-
-CutlassPartials cutlass_partials_layout(const CutlassKernel& kernel, int m, int k) {
-  return cutlass_builds::partials_layout(kernel.tile_m, kernel.tile_n, m, k);
+  const char* schedule = k.schedule == Schedule::PingPong           ? "ping-pong"
+                         : k.schedule == Schedule::Resident         ? "resident, each CTA a column of tiles"
+                         : k.schedule == Schedule::ResidentPingPong ? "resident ping-pong, each CTA a column of tiles"
+                                                                    : "cooperative";
+  return std::string(schedule) + ", " +
+         std::to_string(k.tile_m) + "x" + std::to_string(k.tile_n) + " tiles" +
+         (k.prologue ? ", the previous BN applied in registers" : "");
 }
 
 #if defined(LAB_WITH_CUTLASS)
@@ -32,6 +38,12 @@ namespace {
 const cutlass_builds::Ops* ops_of(const CutlassKernel& kernel) {
   const bool pp = kernel.schedule == Schedule::PingPong;
   if (kernel.tile_n != 64) return nullptr;
+  if (kernel.schedule == Schedule::Resident || kernel.schedule == Schedule::ResidentPingPong)
+    return kernel.tile_m == 128 ? cutlass_builds::resident_128x64(kernel.stats, kernel.prologue,
+                                                                  kernel.schedule == Schedule::ResidentPingPong)
+                                : nullptr;
+  if (kernel.prologue)
+    return kernel.tile_m == 256 && !pp ? cutlass_builds::prologue_cooperative_256x64(kernel.stats) : nullptr;
   if (kernel.tile_m == 128 && pp) return cutlass_builds::pingpong_128x64(kernel.stats);
   if (kernel.tile_m == 128) return cutlass_builds::cooperative_128x64(kernel.stats);
   if (kernel.tile_m == 256 && !pp) return cutlass_builds::cooperative_256x64(kernel.stats);
@@ -62,6 +74,13 @@ std::string cutlass_conv_stats_refusal(const CutlassKernel& kernel, int m, int k
   (void)kernel, (void)m, (void)k, (void)c;
   return "built without CUTLASS (the build covers no sm_90)";
 #endif
+}
+
+CutlassPartials cutlass_partials_layout(const CutlassKernel& kernel, int m, int k) {
+#if defined(LAB_WITH_CUTLASS)
+  if (const cutlass_builds::Ops* ops = ops_of(kernel)) return ops->partials(m, k);
+#endif
+  return cutlass_builds::partials_layout(kernel.tile_m, kernel.tile_n, m, k);
 }
 
 size_t cutlass_conv_stats_workspace(const CutlassKernel& kernel, int m, int k, int c) {

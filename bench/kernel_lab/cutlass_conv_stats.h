@@ -14,6 +14,10 @@
 // Its schedule: both consumer warpgroups on one tile (Cooperative), or each on a tile of its own by
 // turns, so that one's epilogue runs beside the other's mainloop (PingPong). Its tile: tile_m
 // pixels by tile_n output channels, 64 input channels a step.
+//
+// With a prologue (conv3 of a bottleneck, as cuDNN's SbrConvStats): x is the previous BN's input and
+// the GEMM reads relu(x * scale + shift), scale and shift fp16 per input channel, applied to each
+// k-block of x in registers before its wgmma (kernel_lab/cutlass_prologue_mainloop.cuh).
 #pragma once
 
 #include <cstddef>
@@ -24,13 +28,16 @@
 
 namespace lab {
 
-enum class Schedule { Cooperative, PingPong };
+// Resident*: not CUTLASS's kernel but ours (cutlass_resident_kernel.cuh), each CTA one column of
+// tiles, their statistics added in registers; its consumer warpgroups on one tile, or ping-pong.
+enum class Schedule { Cooperative, PingPong, Resident, ResidentPingPong };
 
 // One build of the kernel.
 struct CutlassKernel {
   bool stats;  // false: y alone
   Schedule schedule;
   int tile_m, tile_n;
+  bool prologue = false;  // the previous BN applied as x is read
 };
 // Every build there is, in the order the lab shows them.
 const std::vector<CutlassKernel>& cutlass_kernels();
@@ -44,6 +51,8 @@ struct CutlassConvStats {
   int m, k, c;
   void* workspace = nullptr;  // cutlass_conv_stats_workspace() bytes
   size_t workspace_bytes = 0;
+  const void* scale = nullptr;  // fp16 [C]: the prologue's, for a build with one
+  const void* shift = nullptr;
 };
 
 // Where the statistics are left: at the start of the workspace, `rows` rows of `row_len` floats

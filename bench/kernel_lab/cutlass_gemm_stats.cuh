@@ -19,6 +19,7 @@
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "kernel_lab/cutlass_kernel_builds.h"
+#include "kernel_lab/cutlass_prologue_mainloop.cuh"
 
 namespace lab::cutlass_builds {
 namespace {
@@ -81,8 +82,9 @@ struct PingPong {
 };
 
 // The persistent Hopper GEMM with the epilogue tree Epi, the schedule Sched and a TileM x TileN x 64
-// tile, and how to launch it.
-template <class Epi, class Sched, int TileM, int TileN>
+// tile, and how to launch it. Prologue: the previous BN applied to x in registers
+// (cutlass_prologue_mainloop.cuh), else CUTLASS's own mainloop, A read by wgmma from shared memory.
+template <class Epi, class Sched, int TileM, int TileN, bool Prologue = false>
 struct CutlassGemm {
   using Tree = typename Epi::Tree;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
@@ -90,11 +92,13 @@ struct CutlassGemm {
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, 8, Half,
       cutlass::layout::RowMajor, 8, typename Sched::Epilogue, Tree>::CollectiveOp;
 
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  static constexpr int kEpilogueBytes = static_cast<int>(sizeof(typename Epilogue::SharedStorage));
+  using OwnMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Half, cutlass::layout::RowMajor, 8, Half,
       cutlass::layout::ColumnMajor, 8, float, TileShape<TileM, TileN>, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      typename Sched::Kernel>::CollectiveOp;
+      cutlass::gemm::collective::StageCountAutoCarveout<kEpilogueBytes>, typename Sched::Kernel>::CollectiveOp;
+  using Mainloop = std::conditional_t<
+      Prologue, PrologueMainloop<typename Sched::Kernel, TileShape<TileM, TileN>, kEpilogueBytes>, OwnMainloop>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
@@ -104,15 +108,24 @@ struct CutlassGemm {
     const typename Kernel::StrideA sa = make_stride(int64_t(a.c), _1{}, int64_t(a.m) * a.c);
     const typename Kernel::StrideB sb = make_stride(int64_t(a.c), _1{}, int64_t(a.k) * a.c);
     const typename Kernel::StrideD sd = make_stride(int64_t(a.k), _1{}, int64_t(a.m) * a.k);
+    typename Mainloop::Arguments mainloop{};
+    if constexpr (Prologue)
+      mainloop = {{static_cast<const Half*>(a.x), sa, static_cast<const Half*>(a.w), sb}, a.scale, a.shift};
+    else
+      mainloop = {static_cast<const Half*>(a.x), sa, static_cast<const Half*>(a.w), sb};
     typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
                                   {a.m, a.k, a.c, 1},
-                                  {static_cast<const Half*>(a.x), sa, static_cast<const Half*>(a.w), sb},
+                                  mainloop,
                                   {{}, nullptr, sd, static_cast<Half*>(a.y), sd}};
     args.epilogue.thread = Epi::arguments(a);
     return args;
   }
 
   static std::string refusal(int m, int k, int c) {
+    // The prologue's loop reads the BN's coefficients of whole k-tiles, and TMA's zero rows past M
+    // would go through it as relu(shift) into the statistics.
+    if (Prologue && c % 64) return "input channels not a multiple of 64";
+    if (Prologue && m % TileM) return "pixels not a multiple of the tile's " + std::to_string(TileM) + " rows";
     const CutlassConvStats probe{nullptr, nullptr, nullptr, m, k, c};
     return Gemm::can_implement(arguments(probe)) == cutlass::Status::kSuccess ? ""
                                                                               : "CUTLASS cannot implement this shape";
@@ -130,6 +143,7 @@ struct CutlassGemm {
   static void run(const CutlassConvStats& a, cudaStream_t stream) {
     const typename Gemm::Arguments args = arguments(a);
     if (workspace(a.m, a.k, a.c) > a.workspace_bytes) throw Fatal("CUTLASS conv stats: workspace too small");
+    if (Prologue && (!a.scale || !a.shift)) throw Fatal("CUTLASS conv stats: the prologue's scale and shift missing");
     Gemm gemm;
     cutlass::Status st = gemm.initialize(
         args, a.workspace ? static_cast<char*>(a.workspace) + partials_bytes(a.m, a.k) : nullptr, stream);
@@ -139,17 +153,19 @@ struct CutlassGemm {
     CUDA_CHECK(cudaGetLastError());
   }
 
+  static CutlassPartials partials(int m, int k) { return partials_layout(TileM, TileN, m, k); }
+
   static const Ops* ops() {
-    static const Ops o{&refusal, &workspace, &run};
+    static const Ops o{&refusal, &workspace, &run, &partials};
     return &o;
   }
 };
 
 // The builds of one schedule and tile.
-template <class Sched, int TileM, int TileN>
+template <class Sched, int TileM, int TileN, bool Prologue = false>
 const Ops* ops_of(bool stats) {
-  return stats ? CutlassGemm<Stats<TileM, TileN>, Sched, TileM, TileN>::ops()
-               : CutlassGemm<Plain, Sched, TileM, TileN>::ops();
+  return stats ? CutlassGemm<Stats<TileM, TileN>, Sched, TileM, TileN, Prologue>::ops()
+               : CutlassGemm<Plain, Sched, TileM, TileN, Prologue>::ops();
 }
 
 }  // namespace

@@ -20,11 +20,17 @@ struct Ops {
   std::string (*refusal)(int m, int k, int c);  // "" where CUTLASS can run the shape
   size_t (*workspace)(int m, int k, int c);
   void (*run)(const CutlassConvStats& a, cudaStream_t stream);
+  CutlassPartials (*partials)(int m, int k);  // where the statistics are left
 };
 
 // Each file's build, with the statistics or without.
 const Ops* cooperative_128x64(bool stats);
 const Ops* pingpong_128x64(bool stats);
 const Ops* cooperative_256x64(bool stats);
+// With the previous BN's prologue.
+const Ops* prologue_cooperative_256x64(bool stats);
+// The resident kernel of ours (cutlass_resident_kernel.cuh), with the prologue or without, its
+// consumer warpgroups on one tile or ping-pong.
+const Ops* resident_128x64(bool stats, bool prologue, bool pingpong);
 
 }  // namespace lab::cutlass_builds
