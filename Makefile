@@ -186,6 +186,16 @@ build/obj/kernels/%.o: kernels/%.cu build/cuda-arch | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
 
+# The 1x1 convs with BN statistics of our own (kernels/conv1x1_stats.h) use CUTLASS's TMA and wgmma:
+# compiled for the architecture-specific sm_90a alone where the build covers sm_90, else without
+# the kernel (every shape refused: the network runs cuDNN's patterns).
+ifneq ($(filter 90,$(SASS_ARCHS)),)
+build/obj/kernels/conv1x1_stats.o: NVFLAGS = -std=c++20 -O3 -lineinfo -DNDEBUG -DCONV1X1_WITH_CUTLASS \
+                                   --expt-relaxed-constexpr -gencode arch=compute_90a,code=sm_90a $(INCLUDES) \
+                                   -isystem $(CUTLASS_INC)
+build/obj/kernels/conv1x1_stats.o: $(CUTLASS_STAMP)
+endif
+
 # The architectures built, rewritten only when they change: the kernels depend on it, and so does
 # src/core/device.cpp, which receives the list and refuses at start a GPU the build holds no code for.
 build/cuda-arch: FORCE

@@ -5,6 +5,7 @@
 #include "core/check.h"
 #include "core/errors.h"
 #include "kernel_lab/cutlass_kernel_builds.h"
+#include "kernels/conv1x1_stats.h"
 
 namespace lab {
 
@@ -34,14 +35,35 @@ std::string cutlass_kernel_text(const CutlassKernel& k) {
 #if defined(LAB_WITH_CUTLASS)
 namespace {
 
+// The resident kernel is the trainer's (kernels/conv1x1_stats.h), its two schedules as builds here;
+// with the prologue where the conv's arguments carry a scale and shift.
+template <bool Stats, bool PingPong>
+struct Resident {
+  static std::string refusal(int m, int k, int c) { return conv1x1_stats_refusal(m, k, c); }
+  static size_t workspace(int m, int k, int) { return Stats ? conv1x1_partials_bytes(m, k) : 0; }
+  static CutlassPartials partials(int m, int k) { return {conv1x1_partial_rows(m, k), k}; }
+  static void run(const CutlassConvStats& a, cudaStream_t stream) {
+    if (workspace(a.m, a.k, a.c) > a.workspace_bytes) throw Fatal("resident conv stats: workspace too small");
+    conv1x1_stats({a.x, a.w, a.y, a.m, a.k, a.c, a.scale, a.shift, Stats ? static_cast<float*>(a.workspace) : nullptr,
+                   PingPong ? Conv1x1Schedule::PingPong : Conv1x1Schedule::Cooperative},
+                  stream);
+  }
+  static const cutlass_builds::Ops* ops() {
+    static const cutlass_builds::Ops o{&refusal, &workspace, &run, &partials};
+    return &o;
+  }
+};
+
 // The build of `kernel`, or nullptr where there is none.
 const cutlass_builds::Ops* ops_of(const CutlassKernel& kernel) {
   const bool pp = kernel.schedule == Schedule::PingPong;
   if (kernel.tile_n != 64) return nullptr;
-  if (kernel.schedule == Schedule::Resident || kernel.schedule == Schedule::ResidentPingPong)
-    return kernel.tile_m == 128 ? cutlass_builds::resident_128x64(kernel.stats, kernel.prologue,
-                                                                  kernel.schedule == Schedule::ResidentPingPong)
-                                : nullptr;
+  if (kernel.schedule == Schedule::Resident || kernel.schedule == Schedule::ResidentPingPong) {
+    if (kernel.tile_m != 128) return nullptr;
+    if (kernel.schedule == Schedule::ResidentPingPong)
+      return kernel.stats ? Resident<true, true>::ops() : Resident<false, true>::ops();
+    return kernel.stats ? Resident<true, false>::ops() : Resident<false, false>::ops();
+  }
   if (kernel.prologue)
     return kernel.tile_m == 256 && !pp ? cutlass_builds::prologue_cooperative_256x64(kernel.stats) : nullptr;
   if (kernel.tile_m == 128 && pp) return cutlass_builds::pingpong_128x64(kernel.stats);

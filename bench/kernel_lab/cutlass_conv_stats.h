@@ -17,7 +17,7 @@
 //
 // With a prologue (conv3 of a bottleneck, as cuDNN's SbrConvStats): x is the previous BN's input and
 // the GEMM reads relu(x * scale + shift), scale and shift fp16 per input channel, applied to each
-// k-block of x in registers before its wgmma (kernel_lab/cutlass_prologue_mainloop.cuh).
+// k-block of x in registers before its wgmma (kernels/cutlass_prologue_mainloop.cuh).
 #pragma once
 
 #include <cstddef>
@@ -28,8 +28,8 @@
 
 namespace lab {
 
-// Resident*: not CUTLASS's kernel but ours (cutlass_resident_kernel.cuh), each CTA one column of
-// tiles, their statistics added in registers; its consumer warpgroups on one tile, or ping-pong.
+// Resident*: not CUTLASS's kernel but the trainer's (kernels/conv1x1_stats.h), each CTA one column
+// of tiles, their statistics added in registers; its consumer warpgroups on one tile, or ping-pong.
 enum class Schedule { Cooperative, PingPong, Resident, ResidentPingPong };
 
 // One build of the kernel.

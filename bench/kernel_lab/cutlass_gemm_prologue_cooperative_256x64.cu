@@ -1,5 +1,5 @@
 // The CUTLASS GEMM with statistics (kernel_lab/cutlass_gemm_stats.cuh) and the previous BN applied
-// to x in registers (kernel_lab/cutlass_prologue_mainloop.cuh): the cooperative schedule with 256x64
+// to x in registers (kernels/cutlass_prologue_mainloop.cuh): the cooperative schedule with 256x64
 // tiles, in a file of its own so that the builds compile side by side.
 #include "kernel_lab/cutlass_kernel_builds.h"
 

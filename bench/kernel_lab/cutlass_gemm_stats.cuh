@@ -19,7 +19,7 @@
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "kernel_lab/cutlass_kernel_builds.h"
-#include "kernel_lab/cutlass_prologue_mainloop.cuh"
+#include "kernels/cutlass_prologue_mainloop.cuh"
 
 namespace lab::cutlass_builds {
 namespace {
@@ -83,7 +83,7 @@ struct PingPong {
 
 // The persistent Hopper GEMM with the epilogue tree Epi, the schedule Sched and a TileM x TileN x 64
 // tile, and how to launch it. Prologue: the previous BN applied to x in registers
-// (cutlass_prologue_mainloop.cuh), else CUTLASS's own mainloop, A read by wgmma from shared memory.
+// (kernels/cutlass_prologue_mainloop.cuh), else CUTLASS's own mainloop, A read by wgmma from shared memory.
 template <class Epi, class Sched, int TileM, int TileN, bool Prologue = false>
 struct CutlassGemm {
   using Tree = typename Epi::Tree;
@@ -98,7 +98,7 @@ struct CutlassGemm {
       cutlass::layout::ColumnMajor, 8, float, TileShape<TileM, TileN>, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<kEpilogueBytes>, typename Sched::Kernel>::CollectiveOp;
   using Mainloop = std::conditional_t<
-      Prologue, PrologueMainloop<typename Sched::Kernel, TileShape<TileM, TileN>, kEpilogueBytes>, OwnMainloop>;
+      Prologue, conv1x1::PrologueMainloop<typename Sched::Kernel, TileShape<TileM, TileN>, kEpilogueBytes>, OwnMainloop>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;

@@ -29,8 +29,5 @@ const Ops* pingpong_128x64(bool stats);
 const Ops* cooperative_256x64(bool stats);
 // With the previous BN's prologue.
 const Ops* prologue_cooperative_256x64(bool stats);
-// The resident kernel of ours (cutlass_resident_kernel.cuh), with the prologue or without, its
-// consumer warpgroups on one tile or ping-pong.
-const Ops* resident_128x64(bool stats, bool prologue, bool pingpong);
 
 }  // namespace lab::cutlass_builds

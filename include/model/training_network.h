@@ -65,12 +65,13 @@ class TrainingNetwork : public Network {
   void plan_blocks(AutotuneCache& cache, size_t largest);  // largest: of the activations, in elements
   void allocate(size_t largest);
   void give_fused_workspaces();
+  void plan_own_convs();  // which 1x1 convs' training forward runs our kernel (BlockRun::c1_own, ...)
   void block_forward(const Block& b, BlockRun& r, const void* in, bool train);
   void block_backward(const Block& b, BlockRun& r, const void* in, const void* dy2);
   // y = conv(x), or conv(relu(bn_prev(x))) with `prologue`, then bn's coefficients from y's
-  // statistics (training) or its running statistics (evaluation).
+  // statistics (training) or its running statistics (evaluation). `own`: in training by our kernel.
   void conv_stats(const struct ConvUnit& c, const FusedCall& fused, const void* x, void* y, const Bn& bn, Shape4 s,
-                  bool train, const Bn* prologue, void* stored, Shape4 s_prev);
+                  bool train, const Bn* prologue, void* stored, Shape4 s_prev, bool own);
   // The backward of conv c whose input was relu(bn(x)): its weight gradient, and dx, the gradient of
   // bn's input x, from dy.
   void inner_backward(const struct ConvUnit& c, const FusedCall& wgrad, const FusedCall& dgrad, bool fwd_fused,
@@ -102,6 +103,7 @@ class TrainingNetwork : public Network {
   DeviceBuffer fused_sums_, fused_half_;  // per fused BN: sums (sum, sum of squares); fp16 scale/shift
   DeviceBuffer zeros_;                    // a zero vector (the dx pass after a fused data gradient)
   DeviceBuffer fused_workspaces_;         // each conv's fused patterns' own workspaces (FusedCall)
+  DeviceBuffer own_partials_;             // our 1x1 convs' partial BN sums (plan_own_convs)
   std::unique_ptr<Lane> lane_;
   const void* images_ = nullptr;          // the batch of the last forward (backward's stem input)
 };

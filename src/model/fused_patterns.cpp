@@ -20,6 +20,7 @@ constexpr PatternNames kPatterns[] = {
     {FusedPattern::SbrConvStats, "scale-bias-ReLU + conv + statistics", "sbr-conv-stats"},
     {FusedPattern::SbrWgrad, "scale-bias-ReLU + weight gradient", "sbr-wgrad"},
     {FusedPattern::DgradDreluDbn, "data gradient + ReLU backward + BN backward weights", "dgrad-drelu-dbn"},
+    {FusedPattern::OwnConvStats, "1x1 conv + statistics by a kernel of ours", "own-conv"},
     {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
     {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
     {FusedPattern::ConvBnAddRelu, "conv + BN + residual add + ReLU", "conv-bn-add-relu"},
@@ -114,5 +115,9 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
                     std::to_string(layers.size()) + (layers.size() == 1 ? " conv (" : " convs (") + names +
                     "): " + r.refused[i].why);
   }
+  if (r.own)
+    lines.push_back("  and for " + std::to_string(r.own) +
+                    " 1x1 stride-1 convs the forward with its BN statistics runs a kernel of ours in training "
+                    "(kernels/conv1x1_stats.h), in place of cuDNN's pattern or the plain conv (--no-fuse own-conv: not)");
   return lines;
 }

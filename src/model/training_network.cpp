@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/elapsed.h"
+#include "kernels/conv1x1_stats.h"
 #include "kernels/loss.h"
 #include "kernels/pooling.h"
 #include "model/fused_conv.h"
@@ -37,6 +38,8 @@ struct TrainingNetwork::BlockRun {
     FusedCall fwd, wgrad, dgrad;  // SbrConvStats, SbrWgrad, DgradDreluDbn
   } c2, c3;
   FusedCall down_stats;         // ConvStats
+  // Training's forward with statistics by our kernel instead (kernels/conv1x1_stats.h: OwnConvStats).
+  bool c1_own = false, c3_own = false, down_own = false;
   DeviceBuffer a1, y1, a2, y2, a3, ad, out, relu_bits;
   bool stores_y1() const { return !c2.fwd || !c2.wgrad; }
   bool stores_y2() const { return !c3.fwd || !c3.wgrad; }
@@ -80,6 +83,7 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
   const size_t ws = conv_workspace_;  // the fused patterns have their own (give_fused_workspaces)
   if (cfg.fuses()) plan_blocks(cache, largest);
   allocate(largest);
+  plan_own_convs();
   give_fused_workspaces();
   workspace_ = DeviceBuffer(ws, "cuDNN workspace (--workspace-mb)");
   algo_report_.workspace = ws;
@@ -241,9 +245,51 @@ void TrainingNetwork::forward(const void* images, bool train) {
   classify(cur);
 }
 
+// Where our 1x1 conv with statistics (kernels/conv1x1_stats.h) runs training's forward in place of
+// cuDNN's ConvStats or SbrConvStats, or of the plain conv and our statistics pass: fp16 NHWC, fusing,
+// not switched off by --no-fuse own-conv, on a GPU it runs on, at every 1x1 stride-1 conv. Not
+// planned conv by conv: timed alone it beats cuDNN's fused patterns at most shapes and ties at the
+// rest, and in the step only the whole set was measured (bench/results/levers-session16-*).
+// conv3 applies the previous BN as it reads: it needs that BN's fp16 copies, and SbrConvStats
+// planned (where it is not, the network stores relu(bn2(a2)) in the forward for the backward).
+void TrainingNetwork::plan_own_convs() {
+  if (!cfg_.fuses() || (cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnConvStats)) ||
+      cfg_.dtype != DType::F16 || cfg_.layout != Layout::NHWC)
+    return;
+  size_t bytes = 0;
+  auto takes = [&](const ConvUnit& u, Shape4 out) {
+    const ConvGeometry& g = u.geometry();
+    const int m = out.n * out.h * out.w;
+    if (g.r != 1 || g.stride != 1 || g.pad != 0 || !conv1x1_stats_refusal(m, g.k, g.c).empty()) return false;
+    bytes = std::max(bytes, conv1x1_partials_bytes(m, g.k));
+    ++fusion_report_.own;
+    return true;
+  };
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    const Block& b = layers_->blocks[i];
+    BlockRun& r = runs_[i];
+    r.c1_own = takes(b.c1, b.mid1);
+    r.c3_own = r.c3.fwd && b.b2.scale_h && takes(b.c3, b.out);
+    r.down_own = b.down && takes(*b.down, b.out);
+  }
+  // One buffer for all: each conv's finalize reads its partial sums right after it, on one stream.
+  if (bytes) own_partials_ = DeviceBuffer(bytes, "partial BN sums of our 1x1 convs");
+}
+
 void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, const void* x, void* y, const Bn& bn,
-                                 Shape4 s, bool train, const Bn* prologue, void* stored, Shape4 s_prev) {
+                                 Shape4 s, bool train, const Bn* prologue, void* stored, Shape4 s_prev, bool own) {
   const cudaStream_t stream = ctx_.stream;
+  if (own && train) {
+    const ConvGeometry& g = c.geometry();
+    const int m = s.n * s.h * s.w;
+    float* partials = own_partials_.as<float>();
+    conv1x1_stats({x, params_.working(c.weight), y, m, g.k, g.c, prologue ? prologue->scale_h : nullptr,
+                   prologue ? prologue->shift_h : nullptr, partials},
+                  stream);
+    bn_finalize_partials(partials, conv1x1_partial_rows(m, g.k), g.k, s.per_channel(), bn.st, bn.channels, bn.scale_h,
+                         bn.shift_h, stream);
+    return;
+  }
   if (fused) {
     FusedArgs a{.x = x, .w = params_.working(c.weight), .y = y, .sum = bn.sum, .sqsum = bn.sqsum};
     if (prologue) prologue->set_coefficients(a, *fused.plan);  // the previous BN, applied as x is read
@@ -268,10 +314,11 @@ void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, cons
 }
 
 void TrainingNetwork::block_forward(const Block& b, BlockRun& r, const void* in, bool train) {
-  conv_stats(b.c1, r.c1_stats, in, r.a1.get(), b.b1, b.mid1, train, nullptr, nullptr, {});
-  conv_stats(b.c2, r.c2.fwd, r.a1.get(), r.a2.get(), b.b2, b.mid2, train, &b.b1, r.y1.get(), b.mid1);
-  conv_stats(b.c3, r.c3.fwd, r.a2.get(), r.a3.get(), b.b3, b.out, train, &b.b2, r.y2.get(), b.mid2);
-  if (b.down) conv_stats(*b.down, r.down_stats, in, r.ad.get(), *b.bdown, b.out, train, nullptr, nullptr, {});
+  conv_stats(b.c1, r.c1_stats, in, r.a1.get(), b.b1, b.mid1, train, nullptr, nullptr, {}, r.c1_own);
+  conv_stats(b.c2, r.c2.fwd, r.a1.get(), r.a2.get(), b.b2, b.mid2, train, &b.b1, r.y1.get(), b.mid1, false);
+  conv_stats(b.c3, r.c3.fwd, r.a2.get(), r.a3.get(), b.b3, b.out, train, &b.b2, r.y2.get(), b.mid2, r.c3_own);
+  if (b.down)
+    conv_stats(*b.down, r.down_stats, in, r.ad.get(), *b.bdown, b.out, train, nullptr, nullptr, {}, r.down_own);
   join_forward(b, r, in, train);
 }
 

@@ -474,10 +474,10 @@ TEST(Options, CompressionAndAccumulation) {
   EXPECT_NO_THROW(parse({"--grad-compression", "none", "--allreduce-dtype", "fp32"}));
 }
 
-const FusedPattern kEveryPattern[] = {FusedPattern::ConvStats,     FusedPattern::SbrConvStats, FusedPattern::SbrWgrad,
-                                      FusedPattern::DgradDreluDbn, FusedPattern::ConvBn,       FusedPattern::ConvBnRelu,
-                                      FusedPattern::ConvBnAddRelu, FusedPattern::GemmBn,       FusedPattern::GemmBnRelu,
-                                      FusedPattern::GemmBnAddRelu};
+const FusedPattern kEveryPattern[] = {
+    FusedPattern::ConvStats, FusedPattern::SbrConvStats,  FusedPattern::SbrWgrad, FusedPattern::DgradDreluDbn,
+    FusedPattern::OwnConvStats, FusedPattern::ConvBn,     FusedPattern::ConvBnRelu, FusedPattern::ConvBnAddRelu,
+    FusedPattern::GemmBn, FusedPattern::GemmBnRelu,       FusedPattern::GemmBnAddRelu};
 
 // --no-fuse: which fused BN patterns run plain (model/fused_patterns.h), as bits and as the one
 // text the ranks compare.

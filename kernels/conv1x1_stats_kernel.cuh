@@ -7,13 +7,13 @@
 // channels) and walks down its rows of pixels, so a thread's accumulators fall on the same channels
 // in every tile: it adds each tile's values and squares into registers, and reduces across lanes
 // and warps once, at its end, into one row of partial sums (rows: the CTAs of a column, at most one
-// per SM). bn_finalize_partials adds the rows up, as for the CUTLASS builds.
+// per SM). bn_finalize_partials (kernels/batchnorm.h) adds the rows up.
 //
 // Roles (384 threads, one CTA an SM): warp 0 issues the TMA loads of A and B tile after tile,
 // stages ahead; the two consumer warpgroups each multiply 64 of the tile's 128 rows, or ping-pong
 // each all of every other tile (CUTLASS's mainloop, or with the previous BN the prologue's,
-// cutlass_prologue_mainloop.cuh), then add y's
-// statistics from their accumulators and store y in fp16 through shared memory, whole rows at once.
+// kernels/cutlass_prologue_mainloop.cuh), then add y's statistics from their accumulators and store
+// y in fp16 through shared memory, whole rows at once. Launched by kernels/conv1x1_stats.cu.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -23,9 +23,9 @@
 #include "cutlass/arch/barrier.h"
 #include "cutlass/arch/reg_reconfig.h"
 #include "cutlass/pipeline/pipeline.hpp"
-#include "kernel_lab/cutlass_prologue_mainloop.cuh"
+#include "kernels/cutlass_prologue_mainloop.cuh"
 
-namespace lab::cutlass_builds {
+namespace conv1x1 {
 
 template <int TileM, int TileN, bool Prologue, bool PingPong>
 struct ResidentConvStats {
@@ -223,4 +223,4 @@ __global__ void __launch_bounds__(K::kThreads, 1) resident_conv_stats(const __gr
 #endif
 }
 
-}  // namespace lab::cutlass_builds
+}  // namespace conv1x1

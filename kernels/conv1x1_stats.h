@@ -1,0 +1,47 @@
+// A 1x1 stride-1 conv in NHWC fp16 with its output's BN statistics, by a kernel of ours: training's
+// forward of every block's conv1 and conv3 and layer1's shortcut, in place of cuDNN's fused
+// ConvStats and SbrConvStats (model/fused_conv.h). In NHWC such a conv is one GEMM:
+// y[m, k] = sum over c of x[m, c] w[k, c], m = N*H*W.
+//
+// Why a kernel of ours (bench/results/levers-session16-nvidia-h200-2026-11-29.md): each CTA keeps
+// one column of 64 output channels and walks down its rows of 128 pixels, so the statistics are
+// added in registers across its tiles and reduced once; with a prologue, the previous BN,
+// relu(x * scale + shift) per input channel, is applied to x in registers before each wgmma (what
+// SbrConvStats does for conv3). Timed alone it took 908 µs a step for the 33 such convs against
+// cuDNN's fused patterns 1,083 on an H200; in bin/train the step was 0.4-1.1% faster.
+//
+// Hopper only: written with CUTLASS's TMA loads and wgmma, compiled for sm_90a where the build
+// covers sm_90 (else every shape is refused, and the network runs cuDNN's patterns).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include <cuda_runtime.h>
+
+// Its two schedules: each consumer warpgroup on every other tile, their mainloops by turns, so that
+// one stores while the other multiplies (PingPong; bin/train's), or both on each tile (Cooperative).
+enum class Conv1x1Schedule { PingPong, Cooperative };
+
+struct Conv1x1Stats {
+  const void* x;  // fp16 [m, c]; with a prologue the previous BN's input
+  const void* w;  // fp16 [k, c]: the KRSC filter of a 1x1 conv
+  void* y;        // fp16 [m, k]
+  int m, k, c;
+  // fp16 [c] each, or both null: the previous BN's scale and shift, applied as relu(x * scale + shift).
+  const void* scale = nullptr;
+  const void* shift = nullptr;
+  // conv1x1_partial_rows() rows of k sums, then as many of sums of squares, for bn_finalize_partials;
+  // nullptr: y alone.
+  float* partials = nullptr;
+  Conv1x1Schedule schedule = Conv1x1Schedule::PingPong;
+};
+
+// "" where this build and GPU run the shape (m pixels, k output and c input channels), else why not.
+std::string conv1x1_stats_refusal(int m, int k, int c);
+// The rows of partial sums it leaves (one per CTA of a column of tiles), and their bytes, both
+// statistics.
+int conv1x1_partial_rows(int m, int k);
+size_t conv1x1_partials_bytes(int m, int k);
+// y, and with partials its statistics, on `stream`. A refused shape or a CUDA error throws (Fatal).
+void conv1x1_stats(const Conv1x1Stats& a, cudaStream_t stream);

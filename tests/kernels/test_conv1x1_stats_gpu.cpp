@@ -1,0 +1,121 @@
+// The 1x1 conv with BN statistics of our own (kernels/conv1x1_stats.h) against the CPU reference in
+// double: y, and the per-channel sums and sums of squares its rows of partial sums add up to; with
+// the previous BN applied as x is read and without; both schedules; shapes where a CTA walks several
+// tiles (the statistics added across them) and where a tile's k-tiles outnumber the stages (the
+// ping-pong warpgroups' turns). The kernel runs on sm_90 only: elsewhere these tests skip.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/errors.h"
+#include "kernels/conv1x1_stats.h"
+#include "support/gpu_test_util.h"
+
+namespace {
+
+using gpu_test::ctx;
+using gpu_test::DeviceTensor;
+using ref::Vec;
+
+// Skips, with the reason, where the kernel does not run the shape here.
+#define SKIP_UNLESS_RUNS(m, k, c)                                                               \
+  do {                                                                                          \
+    SKIP_WITHOUT_GPU("the 1x1 conv with statistics");                                           \
+    if (const std::string why = conv1x1_stats_refusal(m, k, c); !why.empty()) GTEST_SKIP() << why; \
+  } while (0)
+
+struct Case {
+  int m, k, c;
+  bool prologue;
+  Conv1x1Schedule schedule;
+};
+
+void check(const Case& t) {
+  auto rng = gpu_test::test_rng();
+  const Vec x = gpu_test::quantize(DType::F16, gpu_test::random_uniform(rng, size_t(t.m) * t.c, -1.0, 1.0));
+  const Vec w = gpu_test::quantize(DType::F16, gpu_test::random_normal(rng, size_t(t.k) * t.c, 0.0, 1.0 / std::sqrt(t.c)));
+  const Vec s = gpu_test::quantize(DType::F16, gpu_test::random_uniform(rng, t.c, 0.5, 1.5));
+  const Vec b = gpu_test::quantize(DType::F16, gpu_test::random_normal(rng, t.c, 0.0, 0.5));
+  // What the GEMM reads: relu(x * s + b) rounded once to fp16 (one fused multiply-add), or x.
+  Vec in = x;
+  if (t.prologue)
+    for (size_t i = 0; i < in.size(); ++i)
+      in[i] = gpu_test::quantize(DType::F16, std::max(0.0, x[i] * s[i % t.c] + b[i % t.c]));
+  Vec y(size_t(t.m) * t.k), sum(t.k, 0.0), sq(t.k, 0.0);
+  for (int i = 0; i < t.m; ++i)
+    for (int o = 0; o < t.k; ++o) {
+      double acc = 0;
+      for (int j = 0; j < t.c; ++j) acc += in[size_t(i) * t.c + j] * w[size_t(o) * t.c + j];
+      y[size_t(i) * t.k + o] = acc;
+      sum[o] += acc;
+      sq[o] += acc * acc;
+    }
+
+  const int rows = conv1x1_partial_rows(t.m, t.k);
+  DeviceTensor dx(x, DType::F16), dw(w, DType::F16), ds(s, DType::F16), db(b, DType::F16);
+  DeviceTensor dy(y.size(), DType::F16, "conv output"), part(2 * size_t(rows) * t.k, DType::F32, "partial sums");
+  dy.poison();
+  part.poison();
+  conv1x1_stats({dx.get(), dw.get(), dy.get(), t.m, t.k, t.c, t.prologue ? ds.get() : nullptr,
+                 t.prologue ? db.get() : nullptr, part.f32(), t.schedule},
+                ctx().stream);
+  CUDA_CHECK(cudaStreamSynchronize(ctx().stream));
+  EXPECT_CLOSE(dy.download(), y, gpu_test::kTolF16) << "y";
+  const Vec p = part.download();
+  Vec got_sum(t.k, 0.0), got_sq(t.k, 0.0);
+  for (int r = 0; r < rows; ++r)
+    for (int o = 0; o < t.k; ++o) {
+      got_sum[o] += p[size_t(r) * t.k + o];
+      got_sq[o] += p[(size_t(rows) + r) * t.k + o];
+    }
+  // fp32 accumulators of fp16 inputs: held to the fp32 bound, as the fused patterns' statistics are.
+  EXPECT_CLOSE(got_sum, sum, gpu_test::kTolF32) << "the sums";
+  EXPECT_CLOSE(got_sq, sq, gpu_test::kTolF32) << "the sums of squares";
+}
+
+// One tile a CTA, no prologue (conv1, the first shortcut).
+TEST(Conv1x1Stats, OneTileACtaMatchesTheReference) {
+  const Case t{128 * 4, 128, 64, false, Conv1x1Schedule::PingPong};
+  SKIP_UNLESS_RUNS(t.m, t.k, t.c);
+  check(t);
+}
+
+// 16 columns of tiles share the SMs: each CTA walks several rows of tiles and adds their statistics
+// in registers; the previous BN applied as x is read (conv3).
+TEST(Conv1x1Stats, SeveralTilesACtaWithThePrologueMatchTheReference) {
+  const Case t{128 * 32, 1024, 64, true, Conv1x1Schedule::PingPong};
+  SKIP_UNLESS_RUNS(t.m, t.k, t.c);
+  check(t);
+}
+
+// 8 k-tiles a tile, more than the pipeline's stages: the ping-pong warpgroups must take turns.
+TEST(Conv1x1Stats, MoreKTilesThanStagesMatchTheReference) {
+  const Case t{128 * 16, 1024, 512, true, Conv1x1Schedule::PingPong};
+  SKIP_UNLESS_RUNS(t.m, t.k, t.c);
+  check(t);
+}
+
+TEST(Conv1x1Stats, CooperativeScheduleMatchesTheReference) {
+  const Case t{128 * 32, 1024, 128, true, Conv1x1Schedule::Cooperative};
+  SKIP_UNLESS_RUNS(t.m, t.k, t.c);
+  check(t);
+}
+
+// Shapes the tiles do not cover are refused before anything runs, and running one throws.
+TEST(Conv1x1Stats, ShapesTheTilesDoNotCoverAreRefused) {
+  SKIP_UNLESS_RUNS(128, 64, 64);
+  EXPECT_NE(conv1x1_stats_refusal(100, 64, 64), "");
+  EXPECT_NE(conv1x1_stats_refusal(128, 96, 64), "");
+  EXPECT_NE(conv1x1_stats_refusal(128, 64, 72), "");
+  EXPECT_THROW(conv1x1_stats({nullptr, nullptr, nullptr, 100, 64, 64}, ctx().stream), Fatal);
+}
+
+// A prologue needs both its coefficients.
+TEST(Conv1x1Stats, APrologueWithOneCoefficientIsRefused) {
+  SKIP_UNLESS_RUNS(128, 64, 64);
+  DeviceTensor s(64, DType::F16);
+  EXPECT_THROW(conv1x1_stats({nullptr, nullptr, nullptr, 128, 64, 64, s.get(), nullptr}, ctx().stream), Fatal);
+}
+
+}  // namespace
