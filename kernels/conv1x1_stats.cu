@@ -40,7 +40,7 @@ std::string gpu_refusal() {
 
 template <bool Prologue, bool PingPong>
 void launch(const Conv1x1Stats& a, cudaStream_t stream) {
-  using K = conv1x1::ResidentConvStats<kTileM, kTileN, Prologue, PingPong>;
+  using K = trainer_kernels::ResidentConvStats<kTileM, kTileN, Prologue, PingPong>;
   typename K::Mainloop::Arguments args{};
   args.ptr_A = static_cast<const cutlass::half_t*>(a.x);
   args.dA = cute::make_stride(int64_t(a.c), cute::_1{}, int64_t(a.m) * a.c);
@@ -61,12 +61,12 @@ void launch(const Conv1x1Stats& a, cudaStream_t stream) {
                              ctas_per_column(a.m, a.k)};
   constexpr int smem = int(sizeof(typename K::SharedStorage));
   static const bool sized = [] {  // once a build: above 48 KiB a kernel must ask for its shared memory
-    CUDA_CHECK(cudaFuncSetAttribute(conv1x1::resident_conv_stats<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(trainer_kernels::resident_conv_stats<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     smem));
     return true;
   }();
   (void)sized;
-  conv1x1::resident_conv_stats<K><<<p.n_tiles * p.ctas_per_column, K::kThreads, smem, stream>>>(p);
+  trainer_kernels::resident_conv_stats<K><<<p.n_tiles * p.ctas_per_column, K::kThreads, smem, stream>>>(p);
   CUDA_CHECK(cudaGetLastError());
 }
 #endif

@@ -25,7 +25,7 @@
 #include "cutlass/pipeline/pipeline.hpp"
 #include "kernels/cutlass_prologue_mainloop.cuh"
 
-namespace conv1x1 {
+namespace trainer_kernels {
 
 template <int TileM, int TileN, bool Prologue, bool PingPong>
 struct ResidentConvStats {
@@ -223,4 +223,4 @@ __global__ void __launch_bounds__(K::kThreads, 1) resident_conv_stats(const __gr
 #endif
 }
 
-}  // namespace conv1x1
+}  // namespace trainer_kernels

@@ -25,7 +25,7 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/collective/sm90_mma_tma_gmma_rs_warpspecialized.hpp"
 
-namespace conv1x1 {
+namespace trainer_kernels {
 
 using namespace cute;
 
@@ -173,4 +173,4 @@ struct PrologueMainloop : RegisterAMainloop<KernelSchedule, TileShape, carveout>
   CUTLASS_DEVICE void mma_tail(MainloopPipeline, PipelineState, int) {}
 };
 
-}  // namespace conv1x1
+}  // namespace trainer_kernels

@@ -98,7 +98,7 @@ struct CutlassGemm {
       cutlass::layout::ColumnMajor, 8, float, TileShape<TileM, TileN>, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<kEpilogueBytes>, typename Sched::Kernel>::CollectiveOp;
   using Mainloop = std::conditional_t<
-      Prologue, conv1x1::PrologueMainloop<typename Sched::Kernel, TileShape<TileM, TileN>, kEpilogueBytes>, OwnMainloop>;
+      Prologue, trainer_kernels::PrologueMainloop<typename Sched::Kernel, TileShape<TileM, TileN>, kEpilogueBytes>, OwnMainloop>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
