@@ -15,7 +15,7 @@
 
 namespace {
 
-constexpr int kTileM = 128, kTileN = 64, kTileK = 64;
+constexpr int kTileM = 128, kTileN = 64;
 
 int sm_count() {
   int dev = 0, v = 0;
@@ -78,7 +78,7 @@ std::string conv1x1_stats_refusal(int m, int k, int c) {
   if (const std::string why = gpu_refusal(); !why.empty()) return why;
   if (m <= 0 || m % kTileM) return "pixels not a positive multiple of the tile's 128 rows";
   if (k <= 0 || k % kTileN) return "output channels not a positive multiple of the tile's 64";
-  if (c <= 0 || c % kTileK) return "input channels not a positive multiple of 64";
+  if (c <= 0 || c % 64) return "input channels not a positive multiple of the k-tile's 64";
   if (k / kTileN > sm_count()) return "more columns of tiles than SMs";
   return "";
 #else
