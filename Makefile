@@ -188,11 +188,12 @@ build/obj/kernels/%.o: kernels/%.cu build/cuda-arch | build/.deps-ok
 
 # The 1x1 convs with BN statistics of our own (kernels/conv1x1_stats.h) use CUTLASS's TMA and wgmma:
 # compiled for the architecture-specific sm_90a alone where the build covers sm_90, else without
-# the kernel (every shape refused: the network runs cuDNN's patterns).
+# the kernel (every shape refused: the network runs cuDNN's patterns). The kernel lab's CUTLASS
+# builds are compiled the same way (SM90A_NVFLAGS).
+SM90A_NVFLAGS = -std=c++20 -O3 -lineinfo -DNDEBUG --expt-relaxed-constexpr -gencode arch=compute_90a,code=sm_90a \
+                $(INCLUDES) -isystem $(CUTLASS_INC)
 ifneq ($(filter 90,$(SASS_ARCHS)),)
-build/obj/kernels/conv1x1_stats.o: NVFLAGS = -std=c++20 -O3 -lineinfo -DNDEBUG -DCONV1X1_WITH_CUTLASS \
-                                   --expt-relaxed-constexpr -gencode arch=compute_90a,code=sm_90a $(INCLUDES) \
-                                   -isystem $(CUTLASS_INC)
+build/obj/kernels/conv1x1_stats.o: NVFLAGS = $(SM90A_NVFLAGS) -DCONV1X1_WITH_CUTLASS
 build/obj/kernels/conv1x1_stats.o: $(CUTLASS_STAMP)
 endif
 
@@ -300,8 +301,7 @@ build/kernel_lab/%.o: bench/kernel_lab/%.cu build/cuda-arch | build/.deps-ok
 # the build covers sm_90, else built without CUTLASS (each of its versions is then refused).
 LAB_CUTLASS_OBJ := $(patsubst bench/kernel_lab/%.cu,build/kernel_lab/%.o,$(wildcard bench/kernel_lab/cutlass_*.cu))
 ifneq ($(filter 90,$(SASS_ARCHS)),)
-$(LAB_CUTLASS_OBJ): NVFLAGS = -std=c++20 -O3 -lineinfo -DNDEBUG -DLAB_WITH_CUTLASS --expt-relaxed-constexpr \
-                              -gencode arch=compute_90a,code=sm_90a $(INCLUDES) -isystem $(CUTLASS_INC)
+$(LAB_CUTLASS_OBJ): NVFLAGS = $(SM90A_NVFLAGS) -DLAB_WITH_CUTLASS
 $(LAB_CUTLASS_OBJ): $(CUTLASS_STAMP)
 endif
 build/obj/programs/kernel_lab.o: CXXFLAGS += -Ibench -Itests

@@ -17,26 +17,27 @@ namespace {
 
 constexpr int kTileM = 128, kTileN = 64;
 
-int sm_count() {
-  int dev = 0, v = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-  return v;
+// What the kernel asks of the GPU: read once, on the first GPU it runs on (as one_wave_grid in
+// kernels/common.cuh), not at each of a step's 33 launches.
+struct Gpu {
+  int sms, cc;  // cc: major * 10 + minor
+};
+const Gpu& gpu() {
+  static const Gpu g = [] {
+    int dev = 0, sms = 0, major = 0, minor = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    return Gpu{sms, 10 * major + minor};
+  }();
+  return g;
 }
 
 // The CTAs that share a column of tiles: as many as fill the SMs, one CTA an SM.
-int ctas_per_column(int m, int k) { return std::max(1, std::min(m / kTileM, sm_count() / std::max(1, k / kTileN))); }
+int ctas_per_column(int m, int k) { return std::max(1, std::min(m / kTileM, gpu().sms / std::max(1, k / kTileN))); }
 
 #if defined(CONV1X1_WITH_CUTLASS)
-std::string gpu_refusal() {
-  int dev = 0, major = 0, minor = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  if (major != 9 || minor != 0)
-    return "compiled for sm_90a only (this GPU is sm_" + std::to_string(10 * major + minor) + ")";
-  return "";
-}
 
 template <bool Prologue, bool PingPong>
 void launch(const Conv1x1Stats& a, cudaStream_t stream) {
@@ -73,13 +74,18 @@ void launch(const Conv1x1Stats& a, cudaStream_t stream) {
 
 }  // namespace
 
+std::string sm90a_gpu_refusal() {
+  const int cc = gpu().cc;
+  return cc == 90 ? "" : "compiled for sm_90a only (this GPU is sm_" + std::to_string(cc) + ")";
+}
+
 std::string conv1x1_stats_refusal(int m, int k, int c) {
 #if defined(CONV1X1_WITH_CUTLASS)
-  if (const std::string why = gpu_refusal(); !why.empty()) return why;
+  if (const std::string why = sm90a_gpu_refusal(); !why.empty()) return why;
   if (m <= 0 || m % kTileM) return "pixels not a positive multiple of the tile's 128 rows";
   if (k <= 0 || k % kTileN) return "output channels not a positive multiple of the tile's 64";
   if (c <= 0 || c % 64) return "input channels not a positive multiple of the k-tile's 64";
-  if (k / kTileN > sm_count()) return "more columns of tiles than SMs";
+  if (k / kTileN > gpu().sms) return "more columns of tiles than SMs";
   return "";
 #else
   (void)m, (void)k, (void)c;

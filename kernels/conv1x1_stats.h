@@ -37,6 +37,9 @@ struct Conv1x1Stats {
   Conv1x1Schedule schedule = Conv1x1Schedule::PingPong;
 };
 
+// "" on an sm_90 GPU (H100, H200), else why code compiled for sm_90a alone cannot run on this one:
+// this kernel's, and the kernel lab's CUTLASS builds'.
+std::string sm90a_gpu_refusal();
 // "" where this build and GPU run the shape (m pixels, k output and c input channels), else why not.
 std::string conv1x1_stats_refusal(int m, int k, int c);
 // The rows of partial sums it leaves (one per CTA of a column of tiles), and their bytes, both

@@ -72,22 +72,12 @@ const cutlass_builds::Ops* ops_of(const CutlassKernel& kernel) {
   return nullptr;
 }
 
-std::string gpu_refusal() {
-  int dev = 0, major = 0, minor = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  if (major != 9 || minor != 0)
-    return "compiled for sm_90a only (this GPU is sm_" + std::to_string(10 * major + minor) + ")";
-  return "";
-}
-
 }  // namespace
 #endif
 
 std::string cutlass_conv_stats_refusal(const CutlassKernel& kernel, int m, int k, int c) {
 #if defined(LAB_WITH_CUTLASS)
-  if (const std::string why = gpu_refusal(); !why.empty()) return why;
+  if (const std::string why = sm90a_gpu_refusal(); !why.empty()) return why;
   if (k % 8 || c % 8) return "channels not in multiples of 8";
   const cutlass_builds::Ops* ops = ops_of(kernel);
   if (!ops) return "no such build (" + cutlass_kernel_text(kernel) + ")";

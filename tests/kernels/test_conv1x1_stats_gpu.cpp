@@ -31,7 +31,9 @@ struct Case {
   Conv1x1Schedule schedule;
 };
 
+// Runs the case and compares; skips (with the reason) where the kernel does not run it here.
 void check(const Case& t) {
+  SKIP_UNLESS_RUNS(t.m, t.k, t.c);
   auto rng = gpu_test::test_rng();
   const Vec x = gpu_test::quantize(DType::F16, gpu_test::random_uniform(rng, size_t(t.m) * t.c, -1.0, 1.0));
   const Vec w = gpu_test::quantize(DType::F16, gpu_test::random_normal(rng, size_t(t.k) * t.c, 0.0, 1.0 / std::sqrt(t.c)));
@@ -76,30 +78,22 @@ void check(const Case& t) {
 
 // One tile a CTA, no prologue (conv1, the first shortcut).
 TEST(Conv1x1Stats, OneTileACtaMatchesTheReference) {
-  const Case t{128 * 4, 128, 64, false, Conv1x1Schedule::PingPong};
-  SKIP_UNLESS_RUNS(t.m, t.k, t.c);
-  check(t);
+  check({128 * 4, 128, 64, false, Conv1x1Schedule::PingPong});
 }
 
 // 16 columns of tiles share the SMs: each CTA walks several rows of tiles and adds their statistics
 // in registers; the previous BN applied as x is read (conv3).
 TEST(Conv1x1Stats, SeveralTilesACtaWithThePrologueMatchTheReference) {
-  const Case t{128 * 32, 1024, 64, true, Conv1x1Schedule::PingPong};
-  SKIP_UNLESS_RUNS(t.m, t.k, t.c);
-  check(t);
+  check({128 * 32, 1024, 64, true, Conv1x1Schedule::PingPong});
 }
 
 // 8 k-tiles a tile, more than the pipeline's stages: the ping-pong warpgroups must take turns.
 TEST(Conv1x1Stats, MoreKTilesThanStagesMatchTheReference) {
-  const Case t{128 * 16, 1024, 512, true, Conv1x1Schedule::PingPong};
-  SKIP_UNLESS_RUNS(t.m, t.k, t.c);
-  check(t);
+  check({128 * 16, 1024, 512, true, Conv1x1Schedule::PingPong});
 }
 
 TEST(Conv1x1Stats, CooperativeScheduleMatchesTheReference) {
-  const Case t{128 * 32, 1024, 128, true, Conv1x1Schedule::Cooperative};
-  SKIP_UNLESS_RUNS(t.m, t.k, t.c);
-  check(t);
+  check({128 * 32, 1024, 128, true, Conv1x1Schedule::Cooperative});
 }
 
 // Shapes the tiles do not cover are refused before anything runs, and running one throws.
