@@ -224,12 +224,53 @@ static void check_backward_args(const BnBackwardArgs& a) {
     throw Fatal("bn_backward: with dy in two parts, dres must be dy's buffer (the reduction writes dz there)");
 }
 
-// Over 60 lines: reduce, finalize and apply of both BNs (and the identity shortcut) in the order
-// the data flows, kept together so the three launches read as one backward pass.
+namespace {
+// The finalize of the sums in `partials` (chunks rows of each), then the apply with the ReLU mask
+// `applied` (None where dy already holds dz).
+template <class T, Layout L>
+void finalize_and_apply(const BnBackwardArgs& a, Shape4 s, const float* partials, int chunks, ReluMask applied,
+                        cudaStream_t stream) {
+  const bool dual = a.x2 != nullptr, dres = a.dres != nullptr;
+  const BnChannelState none{};
+  finalize_backward<<<finalize_blocks(s.c), 32 * kFinalizeWarps, 0, stream>>>(
+      partials, chunks, s.c, s.per_channel(), dual ? 3 : 2, *a.bn, a.dgamma, a.dbeta,
+      dual ? *a.bn2 : none, a.dgamma2, a.dbeta2);
+  CUDA_CHECK_LAUNCH();
+
+  const unsigned vecs = static_cast<unsigned>(s.count() / kVec<T>);
+  const size_t work = (vecs + kApplyUnroll<L> - 1) / kApplyUnroll<L>;
+  const BackwardApply args{a.dy, a.y, a.x, a.x2, a.relu_bits, a.bn->bwd_coef, dual ? a.bn2->bwd_coef : nullptr,
+                           a.bn->scale, a.bn->shift, a.dx, a.dx2, a.dres};
+  auto apply = [&]<ReluMask kMask, bool kDual, bool kDres>() {
+    launch_one_wave<apply_backward<T, L, kMask, kDual, kDres>, kThreads>(work, stream, args, s, vecs);
+  };
+  switch (applied) {
+    case ReluMask::None:
+      if (dual) apply.template operator()<ReluMask::None, true, false>();
+      else apply.template operator()<ReluMask::None, false, false>();
+      break;
+    case ReluMask::FromInput: apply.template operator()<ReluMask::FromInput, false, false>(); break;
+    case ReluMask::FromOutput:
+      if (dual) apply.template operator()<ReluMask::FromOutput, true, false>();
+      else if (dres) apply.template operator()<ReluMask::FromOutput, false, true>();
+      else apply.template operator()<ReluMask::FromOutput, false, false>();
+      break;
+    case ReluMask::FromBits:
+      if (dual) apply.template operator()<ReluMask::FromBits, true, false>();
+      else if (dres) apply.template operator()<ReluMask::FromBits, false, true>();
+      else apply.template operator()<ReluMask::FromBits, false, false>();
+      break;
+  }
+  CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+// Reduce, then finalize and apply, of both BNs (and the identity shortcut) in the order the data
+// flows.
 void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* scratch, cudaStream_t stream) {
   check_supported(s, t, l);
   check_backward_args(a);
-  const bool dual = a.x2 != nullptr, dres = a.dres != nullptr;
+  const bool dual = a.x2 != nullptr;
   dispatch(t, l, [&]<class T, Layout L>() {
     const ReduceGrid g = reduce_grid<T>(s, L);
     auto reduce_op = [&]<ReluMask kMask, bool kDual, bool kTwoParts>() {
@@ -272,38 +313,16 @@ void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* sc
         break;
     }
 
-    const BnChannelState none{};
-    finalize_backward<<<finalize_blocks(s.c), 32 * kFinalizeWarps, 0, stream>>>(
-        scratch, g.chunks, s.c, s.per_channel(), dual ? 3 : 2, *a.bn, a.dgamma, a.dbeta,
-        dual ? *a.bn2 : none, a.dgamma2, a.dbeta2);
-    CUDA_CHECK_LAUNCH();
-
-    const unsigned vecs = static_cast<unsigned>(s.count() / kVec<T>);
-    const size_t work = (vecs + kApplyUnroll<L> - 1) / kApplyUnroll<L>;
-    const BackwardApply args{a.dy, a.y, a.x, a.x2, a.relu_bits, a.bn->bwd_coef, dual ? a.bn2->bwd_coef : nullptr,
-                             a.bn->scale, a.bn->shift, a.dx, a.dx2, a.dres};
-    auto apply = [&]<ReluMask kMask, bool kDual, bool kDres>() {
-      launch_one_wave<apply_backward<T, L, kMask, kDual, kDres>, kThreads>(work, stream, args, s, vecs);
-    };
     // dy in two parts: the reduction left dz, masked, in dy's buffer (dres's, for the identity shortcut).
-    const ReluMask applied = a.dy2 ? ReluMask::None : a.relu;
-    switch (applied) {
-      case ReluMask::None:
-        if (dual) apply.template operator()<ReluMask::None, true, false>();
-        else apply.template operator()<ReluMask::None, false, false>();
-        break;
-      case ReluMask::FromInput: apply.template operator()<ReluMask::FromInput, false, false>(); break;
-      case ReluMask::FromOutput:
-        if (dual) apply.template operator()<ReluMask::FromOutput, true, false>();
-        else if (dres) apply.template operator()<ReluMask::FromOutput, false, true>();
-        else apply.template operator()<ReluMask::FromOutput, false, false>();
-        break;
-      case ReluMask::FromBits:
-        if (dual) apply.template operator()<ReluMask::FromBits, true, false>();
-        else if (dres) apply.template operator()<ReluMask::FromBits, false, true>();
-        else apply.template operator()<ReluMask::FromBits, false, false>();
-        break;
-    }
-    CUDA_CHECK_LAUNCH();
+    finalize_and_apply<T, L>(a, s, scratch, g.chunks, a.dy2 ? ReluMask::None : a.relu, stream);
   });
+}
+
+void bn_backward_from_sums(const BnBackwardArgs& a, const float* partials, int rows, Shape4 s, DType t, Layout l,
+                           cudaStream_t stream) {
+  check_supported(s, t, l);
+  if (a.relu != ReluMask::None || a.dy2 || a.dres)
+    throw Fatal("bn_backward_from_sums: dy must hold dz, masked and summed (no ReLU mask, second part or dres)");
+  if (rows < 1) throw Fatal("bn_backward_from_sums: no rows of sums");
+  dispatch(t, l, [&]<class T, Layout L>() { finalize_and_apply<T, L>(a, s, partials, rows, ReluMask::None, stream); });
 }

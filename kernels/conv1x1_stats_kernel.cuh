@@ -1,23 +1,28 @@
-// A 1x1 conv with its output's BN statistics as a persistent kernel of ours, built from CUTLASS's
-// pieces (TMA loads, the stage pipeline, wgmma) but with its own tile loop and epilogue.
+// A 1x1 conv as a persistent kernel of ours, built from CUTLASS's pieces (TMA loads, the stage
+// pipeline, wgmma) but with its own tile loop and epilogue, which takes BN sums of what it writes.
 //
 // Why: CUTLASS's epilogue reduces each tile's statistics across its warps (shared memory, barriers)
 // before the next tile's mainloop, and writes a row of partial sums per row of tiles: at layer1's
 // 4,096 tiles that costs more than the GEMM. Here each CTA keeps one column of tiles (TileN output
-// channels) and walks down its rows of pixels, so a thread's accumulators fall on the same channels
-// in every tile: it adds each tile's values and squares into registers, and reduces across lanes
-// and warps once, at its end, into one row of partial sums (rows: the CTAs of a column, at most one
-// per SM). bn_finalize_partials (kernels/batchnorm.h) adds the rows up.
+// channels) and walks down its rows of pixels, so a thread's sums fall on the same channels in
+// every tile: it adds each tile's into registers, and reduces across lanes and warps once, at its
+// end, into one row of partial sums (rows: the CTAs of a column, at most one per SM). A finalize
+// kernel adds the rows up (kernels/batchnorm.h).
 //
 // Roles (384 threads, one CTA an SM): warp 0 issues the TMA loads of A and B tile after tile,
 // stages ahead; the two consumer warpgroups each multiply 64 of the tile's 128 rows, or ping-pong
 // each all of every other tile (CUTLASS's mainloop, or with the previous BN the prologue's,
-// kernels/cutlass_prologue_mainloop.cuh), then add y's statistics from their accumulators and store
-// y in fp16 through shared memory, whole rows at once. Launched by kernels/conv1x1_stats.cu.
+// kernels/cutlass_prologue_mainloop.cuh), then put the tile in fp16 in shared memory and hand it to
+// the epilogue, which writes it out in whole rows:
+//   - StatsEpilogue (the forward, kernels/conv1x1_stats.h): y, and y's statistics, added from the
+//     fp32 accumulators;
+//   - JoinGradEpilogue (a data gradient, kernels/conv1x1_dgrad_join.h): the previous block's join
+//     backward: dz = (dx + the shortcut's gradient) where its ReLU passed, and dz's BN sums.
 #pragma once
 
 #include <cuda_fp16.h>
 
+#include <cstdint>
 #include <type_traits>
 
 #include "cutlass/arch/barrier.h"
@@ -27,9 +32,231 @@
 
 namespace trainer_kernels {
 
-template <int TileM, int TileN, bool Prologue, bool PingPong>
-struct ResidentConvStats {
+// y[m, n] = sum over k of x[m, k] w[n, k] (the forward: w is KRSC, K-major), and per column of y
+// its sum and sum of squares, added from the fp32 accumulators.
+struct StatsEpilogue {
+  static constexpr int kSums = 2;
+  static constexpr int kSideTensors = 0;  // tiles it reads beside its own
+  using LayoutB = cutlass::layout::ColumnMajor;  // w[n, k]
+  struct Params {
+    cutlass::half_t* y;  // [m, n]
+    float* partials;     // [2][ctas_per_column][n], or nullptr: y alone
+  };
+
+  template <class K>
+  struct Run {
+    // wgmma's accumulators: values (2 neighbouring columns, 2 rows 8 apart, TileN / 8 groups of 8
+    // columns) by row blocks: a thread holds 2 * TileN / 8 columns, its statistics one slot each.
+    static constexpr int kSlots = 2 * K::kTileN / 8;
+    const Params& p;
+    float sum[kSlots], sqsum[kSlots];
+    __device__ explicit Run(const Params& params) : p(params) {}
+    __device__ void begin(int, int) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int s = 0; s < kSlots; ++s) sum[s] = sqsum[s] = 0.f;
+    }
+    // The accumulators of a pair of neighbouring columns, slot pair v2.
+    __device__ void values(int v2, float a, float b) {
+      if (!p.partials) return;
+      sum[2 * v2] += a;
+      sum[2 * v2 + 1] += b;
+      sqsum[2 * v2] += a * a;
+      sqsum[2 * v2 + 1] += b * b;
+    }
+    __device__ void load(__half (*)[K::kSideRows][K::kTileN], int64_t, int, int, int) {}
+    // The staged tile out in whole rows of 16-byte chunks (whole sectors, not the fragments'
+    // 16-byte pieces).
+    __device__ void rows(const __half (*staged)[K::kRowPitch], __half (*)[K::kSideRows][K::kTileN], int64_t row0, int n0,
+                         int n, int tt) {
+      constexpr int kChunks = K::kTileN / 8;  // 16-byte chunks a row
+      cutlass::half_t* y = p.y + row0 * n + n0;
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = tt; c < K::kTileM * kChunks; c += K::kTileThreads) {
+        const int row = c / kChunks, col = c % kChunks * 8;
+        *reinterpret_cast<uint4*>(y + int64_t(row) * n + col) = *reinterpret_cast<const uint4*>(&staged[row][col]);
+      }
+    }
+    // Across the lanes that hold the same columns (those of one lane % 4), then across the warps
+    // through `stats`: after the shuffles lanes 0-3 hold their warp's sums, each of its own columns.
+    template <class SlotColumn>
+    __device__ void finish(int t, float (*stats)[K::kConsumerWarps][K::kTileN], SlotColumn slot_column, int row,
+                           int rows, int n0, int n) {
+      if (!p.partials) return;
+      CUTLASS_PRAGMA_UNROLL
+      for (int s = 0; s < kSlots; ++s) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int lanes = 4; lanes < 32; lanes *= 2) {
+          sum[s] += __shfl_xor_sync(0xFFFFFFFF, sum[s], lanes);
+          sqsum[s] += __shfl_xor_sync(0xFFFFFFFF, sqsum[s], lanes);
+        }
+      }
+      const int cw = t / 32, lane = t % 32;
+      if (lane < 4) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int v2 = 0; v2 < K::kTileN / 8; ++v2)
+          CUTLASS_PRAGMA_UNROLL
+          for (int v0 = 0; v0 < 2; ++v0) {
+            stats[0][cw][slot_column(v0, v2)] = sum[2 * v2 + v0];
+            stats[1][cw][slot_column(v0, v2)] = sqsum[2 * v2 + v0];
+          }
+      }
+      cutlass::arch::NamedBarrier::sync(K::kConsumerThreads, K::kConsumersBarrier);
+      write_partials<K, kSums>(t, stats, p.partials, row, rows, n0, n);
+    }
+  };
+
+  // Row `row` of the partial sums: each sum's column added over the warps, in a fixed order.
+  template <class K, int Sums>
+  __device__ static void write_partials(int t, float (*stats)[K::kConsumerWarps][K::kTileN], float* partials, int row,
+                                        int rows, int n0, int n, const float* scale0 = nullptr,
+                                        const float* scale1 = nullptr, const float* scale2 = nullptr) {
+    if (t >= Sums * K::kTileN) return;
+    const int which = t / K::kTileN, col = t % K::kTileN;
+    float total = 0.f;
+    for (int w = 0; w < K::kConsumerWarps; ++w) total += stats[which][w][col];
+    const float* scale = which == 0 ? scale0 : which == 1 ? scale1 : scale2;
+    if (scale) total *= scale[n0 + col];
+    partials[(int64_t(which) * rows + row) * n + n0 + col] = total;
+  }
+};
+
+// The backward of a block's join, out = relu(bn3(a3) + shortcut), taken where the next block's
+// conv1 writes its data gradient: dx[m, n] = sum over k of dy[m, k] w[k, n] (w is KRSC, so
+// N-major here) is this block output's gradient from the main path; with the shortcut's part g
+// (read from dz, then overwritten), dz = (dx + g) where the join's ReLU passed (its bits), in fp16,
+// and per channel the sums of dz, dz * xhat and dz * xhat2 (a3's and the projection shortcut's BN
+// input's normalized values) that the BN backward needs. A thread keeps the same 8 channels of each
+// row it handles, so its sums stay in registers.
+struct JoinGradEpilogue {
+  static constexpr int kSums = 3;
+  static constexpr int kSideTensors = 3;  // g, x and x2
+  using LayoutB = cutlass::layout::RowMajor;  // w[k, n]
+  struct Params {
+    cutlass::half_t* dz;   // [m, n]: in, the shortcut's part of the gradient; out, dz
+    const uint8_t* bits;   // the join's ReLU bits: one byte per 8 channels, bit j channel j
+    const __half* x;       // [m, n]: bn3's input, a3
+    const float *mean, *invstd;
+    const __half* x2;      // [m, n]: the shortcut BN's input, or nullptr (identity shortcut)
+    const float *mean2, *invstd2;
+    float* partials;       // [3][ctas_per_column][n]: dz, dz * xhat, dz * xhat2
+  };
+
+  template <class K>
+  struct Run {
+    static constexpr int kChunks = K::kTileN / 8;  // 8 channels, 16 bytes, a chunk
+    static_assert(K::kTileThreads % kChunks == 0, "a thread's chunks must stay in one column");
+    const Params& p;
+    float s0[8], s1[8], s2[8], mean[8], mean2[8];
+    int col = 0;  // the thread's first column in the tile
+    __device__ explicit Run(const Params& params) : p(params) {}
+    __device__ void begin(int tt, int n0) {
+      col = tt % kChunks * 8;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < 8; ++j) {
+        s0[j] = s1[j] = s2[j] = 0.f;
+        mean[j] = p.mean[n0 + col + j];
+        mean2[j] = p.x2 ? p.mean2[n0 + col + j] : 0.f;
+      }
+    }
+    __device__ void values(int, float, float) {}
+    // A thread's chunks of the tile (kPerThread rows, the same 8 columns) of g, x and x2, copied to
+    // shared memory (cp.async) and its bits to registers before the tile's mainloop, so that they
+    // arrive while it multiplies: loaded after it, a chunk at a time (each a round trip to memory),
+    // the kernel took twice its bytes' time; in registers they spilled. Each thread reads back only
+    // the chunks it copied: no barrier.
+    static constexpr int kPerThread = K::kTileM * kChunks / K::kTileThreads;
+    unsigned bits[kPerThread];
+    __device__ static void copy_async(__half* to, const void* from) {
+      const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(to));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(from));
+    }
+    __device__ void load(__half (*side)[K::kSideRows][K::kTileN], int64_t row0, int n0, int n, int tt) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kPerThread; ++i) {
+        const int row = (tt + i * K::kTileThreads) / kChunks;
+        const int64_t at = (row0 + row) * n + n0 + col;
+        copy_async(&side[0][row][col], p.dz + at);
+        copy_async(&side[1][row][col], p.x + at);
+        if (p.x2) copy_async(&side[2][row][col], p.x2 + at);
+        bits[i] = __ldg(p.bits + at / 8);
+      }
+      asm volatile("cp.async.commit_group;\n" ::);
+    }
+    // dz and the sums from the staged dx and what load() brought, and dz stored over g.
+    __device__ void rows(const __half (*staged)[K::kRowPitch], __half (*side)[K::kSideRows][K::kTileN], int64_t row0,
+                         int n0, int n, int tt) {
+      const bool dual = p.x2 != nullptr;
+      asm volatile("cp.async.wait_all;\n" ::: "memory");
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kPerThread; ++i) {
+        const int row = (tt + i * K::kTileThreads) / kChunks;
+        const uint4 gv = *reinterpret_cast<const uint4*>(&side[0][row][col]);
+        const uint4 xv = *reinterpret_cast<const uint4*>(&side[1][row][col]);
+        const uint4 x2v = dual ? *reinterpret_cast<const uint4*>(&side[2][row][col]) : uint4{};
+        const uint4 dx = *reinterpret_cast<const uint4*>(&staged[row][col]);
+        const __half2* dxh = reinterpret_cast<const __half2*>(&dx);
+        const __half2* gh = reinterpret_cast<const __half2*>(&gv);
+        const __half2* xh = reinterpret_cast<const __half2*>(&xv);
+        const __half2* x2h = reinterpret_cast<const __half2*>(&x2v);
+        uint4 out;
+        __half2* oh = reinterpret_cast<__half2*>(&out);
+        CUTLASS_PRAGMA_UNROLL
+        for (int j2 = 0; j2 < 4; ++j2) {
+          const float2 d = __half22float2(dxh[j2]), s = __half22float2(gh[j2]), xf = __half22float2(xh[j2]),
+                       x2f = __half22float2(x2h[j2]);
+          const int j = 2 * j2;
+          const __half2 zh = __floats2half2_rn((bits[i] >> j) & 1u ? d.x + s.x : 0.f,
+                                               (bits[i] >> (j + 1)) & 1u ? d.y + s.y : 0.f);
+          oh[j2] = zh;
+          const float2 z = __half22float2(zh);  // the sums of what is written, as the BN apply reads it
+          s0[j] += z.x;
+          s0[j + 1] += z.y;
+          s1[j] += z.x * (xf.x - mean[j]);
+          s1[j + 1] += z.y * (xf.y - mean[j + 1]);
+          if (dual) {
+            s2[j] += z.x * (x2f.x - mean2[j]);
+            s2[j + 1] += z.y * (x2f.y - mean2[j + 1]);
+          }
+        }
+        *reinterpret_cast<uint4*>(p.dz + (row0 + row) * n + n0 + col) = out;
+      }
+    }
+    // Across the lanes of the same columns (lane % kChunks), then the warps through `stats`; the
+    // sums of dz * (x - mean) scaled by invstd as they are written.
+    template <class SlotColumn>
+    __device__ void finish(int t, float (*stats)[K::kConsumerWarps][K::kTileN], SlotColumn, int row, int rows, int n0,
+                           int n) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < 8; ++j)
+        CUTLASS_PRAGMA_UNROLL
+        for (int lanes = kChunks; lanes < 32; lanes *= 2) {
+          s0[j] += __shfl_xor_sync(0xFFFFFFFF, s0[j], lanes);
+          s1[j] += __shfl_xor_sync(0xFFFFFFFF, s1[j], lanes);
+          s2[j] += __shfl_xor_sync(0xFFFFFFFF, s2[j], lanes);
+        }
+      const int cw = t / 32, lane = t % 32;
+      if (lane < kChunks) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < 8; ++j) {
+          stats[0][cw][col + j] = s0[j];
+          stats[1][cw][col + j] = s1[j];
+          stats[2][cw][col + j] = s2[j];
+        }
+      }
+      cutlass::arch::NamedBarrier::sync(K::kConsumerThreads, K::kConsumersBarrier);
+      if (p.x2)
+        StatsEpilogue::write_partials<K, 3>(t, stats, p.partials, row, rows, n0, n, nullptr, p.invstd, p.invstd2);
+      else
+        StatsEpilogue::write_partials<K, 2>(t, stats, p.partials, row, rows, n0, n, nullptr, p.invstd);
+    }
+  };
+};
+
+template <int TileM, int TileN, bool Prologue, bool PingPong, class Epilogue>
+struct ResidentConv {
   using Tile = Shape<Int<TileM>, Int<TileN>, _64>;
+  using Epi = Epilogue;
+  static constexpr int kTileM = TileM, kTileN = TileN;
   static constexpr int kThreads = 384;
   static constexpr int kConsumerThreads = 256;
   static constexpr int kConsumerWarps = kConsumerThreads / 32;
@@ -38,20 +265,30 @@ struct ResidentConvStats {
   static constexpr int kGroupsPerTile = PingPong ? 1 : 2;
   static constexpr int kTileThreads = kGroupsPerTile * cutlass::NumThreadsPerWarpGroup;
   static constexpr int kStagingTiles = PingPong ? 2 : 1;
+  // Named barriers (0 is __syncthreads'): all consumers, and each tile's threads (ping-pong: each
+  // warpgroup's own).
+  static constexpr int kConsumersBarrier = 1;
+  static constexpr int kTileBarrier = 2;
   using Schedule = std::conditional_t<PingPong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                                       cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
-  // Each consumer warp's column sums, then its sums of squares, for the reduction at the end.
-  static constexpr int kStatsBytes = 2 * kConsumerWarps * TileN * int(sizeof(float));
-  // y's tile in fp16 on its way out, each row padded by 16 bytes: the accumulators' lanes (8 rows
-  // by 4 column pairs) then write 32 different banks.
+  // Each consumer warp's column sums, for the reduction at the end.
+  static constexpr int kStatsBytes = Epilogue::kSums * kConsumerWarps * TileN * int(sizeof(float));
+  // The output tile in fp16 on its way out, each row padded by 16 bytes: the accumulators' lanes (8
+  // rows by 4 column pairs) then write 32 different banks.
   static constexpr int kRowPitch = TileN + 8;
   static constexpr int kStagingBytes = kStagingTiles * TileM * kRowPitch * 2;
-  static constexpr int kCarveout = kStatsBytes + kStagingBytes + 64;  // 64: the turns' barriers
+  // The tiles the epilogue reads beside its own (at least one, unused, where it reads none).
+  static constexpr int kSideTensors = Epilogue::kSideTensors > 0 ? Epilogue::kSideTensors : 1;
+  static constexpr int kSideRows = Epilogue::kSideTensors > 0 ? TileM : 1;
+  static constexpr int kSideBytes = kStagingTiles * kSideTensors * kSideRows * TileN * 2;
+  static constexpr int kCarveout = kStatsBytes + kStagingBytes + kSideBytes + 64;  // 64: the turns' barriers
   // Without a prologue CUTLASS's own mainloop (wgmma reads A from shared memory).
   using OwnMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::half_t, cutlass::layout::RowMajor, 8,
-      cutlass::half_t, cutlass::layout::ColumnMajor, 8, float, Tile, Shape<_1, _1, _1>,
+      cutlass::half_t, typename Epilogue::LayoutB, 8, float, Tile, Shape<_1, _1, _1>,
       cutlass::gemm::collective::StageCountAutoCarveout<kCarveout>, Schedule>::CollectiveOp;
+  static_assert(!Prologue || std::is_same_v<typename Epilogue::LayoutB, cutlass::layout::ColumnMajor>,
+                "the prologue mainloop reads a K-major B");
   using Mainloop = std::conditional_t<Prologue, PrologueMainloop<Schedule, Tile, kCarveout>, OwnMainloop>;
   using TiledMma = typename Mainloop::TiledMma;
   using Pipeline = typename Mainloop::MainloopPipeline;
@@ -65,33 +302,27 @@ struct ResidentConvStats {
     typename Mainloop::TensorStorage tensors;
     typename Mainloop::PipelineStorage pipeline;
     alignas(16) typename TurnBarrier::SharedStorage turns;
-    float stats[2][kConsumerWarps][TileN];
-    alignas(16) __half y[kStagingTiles][TileM][kRowPitch];
+    float stats[Epilogue::kSums][kConsumerWarps][TileN];
+    alignas(16) __half staged[kStagingTiles][TileM][kRowPitch];
+    alignas(16) __half side[kStagingTiles][kSideTensors][kSideRows][TileN];
   };
 
   struct Params {
     typename Mainloop::Params mainloop;
-    int m, k, c;
-    cutlass::half_t* y;       // [m, k]
-    float* partials;          // [2][ctas_per_column][k], or nullptr: y alone
-    int n_tiles;              // columns of tiles (k / TileN)
+    int m, n, k;              // the GEMM's: [m, k] by [k, n]
+    typename Epilogue::Params epilogue;
+    int n_tiles;              // columns of tiles (n / TileN)
     int m_tiles;              // rows of tiles (m / TileM)
     int ctas_per_column;      // the grid is n_tiles x ctas_per_column
   };
 };
 
-// Named barriers (0 is __syncthreads'): all consumers, and each tile's threads (ping-pong: each
-// warpgroup's own).
-constexpr int kConsumersBarrier = 1;
-constexpr int kTileBarrier = 2;
-
 template <class K>
-__global__ void __launch_bounds__(K::kThreads, 1) resident_conv_stats(const __grid_constant__ typename K::Params p) {
+__global__ void __launch_bounds__(K::kThreads, 1) resident_conv(const __grid_constant__ typename K::Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
   extern __shared__ char smem_raw[];
   auto& ss = *reinterpret_cast<typename K::SharedStorage*>(smem_raw);
-  constexpr int TileM = size<0>(typename K::Tile{});
-  constexpr int TileN = size<1>(typename K::Tile{});
+  constexpr int TileM = K::kTileM, TileN = K::kTileN;
   const int warp_group = threadIdx.x / cutlass::NumThreadsPerWarpGroup;
   const int warp = threadIdx.x / 32;
   if (threadIdx.x == 0) K::Mainloop::prefetch_tma_descriptors(p.mainloop);
@@ -111,10 +342,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) resident_conv_stats(const __gr
   __syncthreads();  // the barriers initialised before anyone waits on them
 
   typename K::Mainloop mainloop;
-  auto inputs = mainloop.load_init(make_shape(p.m, p.k, p.c, 1), p.mainloop);
+  auto inputs = mainloop.load_init(make_shape(p.m, p.n, p.k, 1), p.mainloop);
   const int column = blockIdx.x % p.n_tiles;  // this CTA's column of tiles
   const int first = blockIdx.x / p.n_tiles;   // its first row of tiles, then every ctas_per_column-th
-  const int k_tiles = p.c / size<2>(typename K::Tile{});
+  const int k_tiles = p.k / size<2>(typename K::Tile{});
 
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<40>();
@@ -139,33 +370,30 @@ __global__ void __launch_bounds__(K::kThreads, 1) resident_conv_stats(const __gr
   // Each accumulator's (row, column) in the tile; a thread's columns are the same in every tile.
   Tensor cC = thread_mma.partition_C(make_identity_tensor(make_shape(Int<TileM>{}, Int<TileN>{})));
   Tensor accum = partition_fragment_C(tiled_mma, make_shape(Int<TileM>{}, Int<TileN>{}));
-  // wgmma's accumulators: values (2 neighbouring columns, 2 rows 8 apart, TileN / 8 groups of 8
-  // columns) by row blocks: a thread holds 2 * TileN / 8 columns, its statistics one slot each.
   static_assert(size<0>(accum) == TileN / 2 && size<2>(accum) == 1, "not wgmma's m64nNk16 accumulator layout");
-  constexpr int kGroups8 = TileN / 8, kSlots = 2 * kGroups8;
+  constexpr int kGroups8 = TileN / 8;
   auto value = [&](int v0, int v1, int v2, int m) -> float& {
     return accum(make_coord(make_coord(v0, v1, v2), m, 0));
   };
   auto slot_column = [&](int v0, int v2) { return get<1>(cC(make_coord(make_coord(v0, 0, v2), 0, 0))); };
-  float sum[kSlots], sqsum[kSlots];
-  CUTLASS_PRAGMA_UNROLL
-  for (int s = 0; s < kSlots; ++s) sum[s] = sqsum[s] = 0.f;
-  const bool stats = p.partials != nullptr;
   const int n0 = column * TileN;
-  __half(*staged)[K::kRowPitch] = ss.y[group];
+  typename K::Epi::template Run<K> epilogue(p.epilogue);
+  epilogue.begin(tt, n0);
+  __half(*staged)[K::kRowPitch] = ss.staged[group];
+  __half(*side)[K::kSideRows][TileN] = ss.side[group];
 
   typename K::PipeState read;
   read.advance(group * k_tiles);  // ping-pong: the second warpgroup starts at the CTA's second tile
   for (int mt = first + group * p.ctas_per_column; mt < p.m_tiles; mt += p.ctas_per_column * (2 / K::kGroupsPerTile)) {
+    epilogue.load(side, int64_t(mt) * TileM, n0, p.n, tt);  // what the epilogue reads beside the tile, in flight meanwhile
     if constexpr (K::kGroupsPerTile == 1) turns.wait();
     mainloop.mma(pipeline, read, accum, k_tiles, tt, ss.tensors, p.mainloop);
     if constexpr (K::kGroupsPerTile == 1) turns.arrive();
     mainloop.mma_tail(pipeline, read, k_tiles);  // the wgmmas done, the last stages given back
     read.advance(k_tiles * (2 / K::kGroupsPerTile));  // its own tile, and ping-pong: the other's
-    // The statistics of the fp32 accumulators; y in fp16 through shared memory, the neighbouring
-    // columns as one half2, then out in whole rows of 16-byte chunks (whole sectors, not the
-    // fragments' 16-byte pieces).
-    cutlass::arch::NamedBarrier::sync(K::kTileThreads, kTileBarrier + group);  // the last tile's read
+    // The tile in fp16 through shared memory, the neighbouring columns as one half2; the epilogue
+    // sees the fp32 accumulators on the way, then the staged tile.
+    cutlass::arch::NamedBarrier::sync(K::kTileThreads, K::kTileBarrier + group);  // the last tile's read
     CUTLASS_PRAGMA_UNROLL
     for (int m = 0; m < size<1>(accum); ++m)
       CUTLASS_PRAGMA_UNROLL
@@ -175,51 +403,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) resident_conv_stats(const __gr
           const float a = value(0, v1, v2, m), b = value(1, v1, v2, m);
           const auto rc = cC(make_coord(make_coord(0, v1, v2), m, 0));
           *reinterpret_cast<__half2*>(&staged[get<0>(rc)][get<1>(rc)]) = __floats2half2_rn(a, b);
-          if (stats) {
-            sum[2 * v2] += a;
-            sum[2 * v2 + 1] += b;
-            sqsum[2 * v2] += a * a;
-            sqsum[2 * v2 + 1] += b * b;
-          }
+          epilogue.values(v2, a, b);
         }
-    cutlass::arch::NamedBarrier::sync(K::kTileThreads, kTileBarrier + group);
-    constexpr int kChunks = TileN / 8;  // 16-byte chunks a row
-    cutlass::half_t* y = p.y + int64_t(mt) * TileM * p.k + n0;
-    CUTLASS_PRAGMA_UNROLL
-    for (int c = tt; c < TileM * kChunks; c += K::kTileThreads) {
-      const int row = c / kChunks, col = c % kChunks * 8;
-      *reinterpret_cast<uint4*>(y + int64_t(row) * p.k + col) = *reinterpret_cast<const uint4*>(&staged[row][col]);
-    }
+    cutlass::arch::NamedBarrier::sync(K::kTileThreads, K::kTileBarrier + group);
+    epilogue.rows(staged, side, int64_t(mt) * TileM, n0, p.n, tt);
   }
-  if (!stats) return;
-
-  // Across the lanes that hold the same columns (those of one lane % 4), then across the warps:
-  // after the shuffles lanes 0-3 hold their warp's sums, each of its own columns.
-  CUTLASS_PRAGMA_UNROLL
-  for (int s = 0; s < kSlots; ++s) {
-    CUTLASS_PRAGMA_UNROLL
-    for (int lanes = 4; lanes < 32; lanes *= 2) {
-      sum[s] += __shfl_xor_sync(0xFFFFFFFF, sum[s], lanes);
-      sqsum[s] += __shfl_xor_sync(0xFFFFFFFF, sqsum[s], lanes);
-    }
-  }
-  const int cw = t / 32, lane = t % 32;
-  if (lane < 4) {
-    CUTLASS_PRAGMA_UNROLL
-    for (int v2 = 0; v2 < kGroups8; ++v2)
-      CUTLASS_PRAGMA_UNROLL
-      for (int v0 = 0; v0 < 2; ++v0) {
-        ss.stats[0][cw][slot_column(v0, v2)] = sum[2 * v2 + v0];
-        ss.stats[1][cw][slot_column(v0, v2)] = sqsum[2 * v2 + v0];
-      }
-  }
-  cutlass::arch::NamedBarrier::sync(K::kConsumerThreads, kConsumersBarrier);
-  if (t < 2 * TileN) {
-    const int which = t / TileN, col = t % TileN;
-    float total = 0.f;
-    for (int w = 0; w < K::kConsumerWarps; ++w) total += ss.stats[which][w][col];
-    p.partials[(int64_t(which) * p.ctas_per_column + first) * p.k + n0 + col] = total;
-  }
+  epilogue.finish(t, ss.stats, slot_column, first, p.ctas_per_column, n0, p.n);
 #endif
 }
 

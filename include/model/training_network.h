@@ -65,9 +65,11 @@ class TrainingNetwork : public Network {
   void plan_blocks(AutotuneCache& cache, size_t largest);  // largest: of the activations, in elements
   void allocate(size_t largest);
   void give_fused_workspaces();
-  void plan_own_convs();  // which 1x1 convs' training forward runs our kernel (BlockRun::c1_own, ...)
+  // Which 1x1 convs' training forward runs our kernel (BlockRun::c1_own, ...), and which conv1s'
+  // data gradient (BlockRun::c1_joins).
+  void plan_own_convs();
   void block_forward(const Block& b, BlockRun& r, const void* in, bool train);
-  void block_backward(const Block& b, BlockRun& r, const void* in, const void* dy2);
+  void block_backward(size_t i);
   // y = conv(x), or conv(relu(bn_prev(x))) with `prologue`, then bn's coefficients from y's
   // statistics (training) or its running statistics (evaluation). `own`: in training by our kernel.
   void conv_stats(const struct ConvUnit& c, const FusedCall& fused, const void* x, void* y, const Bn& bn, Shape4 s,
@@ -76,10 +78,14 @@ class TrainingNetwork : public Network {
   // bn's input x, from dy.
   void inner_backward(const struct ConvUnit& c, const FusedCall& wgrad, const FusedCall& dgrad, bool fwd_fused,
                       const void* x, const Bn& bn, void* stored, Shape4 s_in, void* dy, void* dx);
-  // A conv's plain backward: dw (beside, on the lane) and dx = dgrad(dy).
-  void conv_backward(const struct ConvUnit& c, const void* x, const void* dy, void* dx);
+  // A conv's plain backward: dw (beside, on the lane) and dx = dgrad(dy); with `joined`, the data
+  // gradient by our kernel that writes the previous block's dz instead (kernels/conv1x1_dgrad_join.h).
+  void conv_backward(const struct ConvUnit& c, const void* x, const void* dy, void* dx,
+                     const struct Conv1x1DgradJoin* joined = nullptr);
   void join_forward(const Block& b, BlockRun& r, const void* in, bool train);
-  void join_backward(const Block& b, BlockRun& r, const void* dy2);
+  // dy2: the second part of the output's gradient, or nullptr; joined: the next block's conv1 left
+  // dz and its sums (BlockRun::c1_joins).
+  void join_backward(const Block& b, BlockRun& r, const void* dy2, bool joined);
   // bn's coefficients for y = bn(x): from x's statistics in training, else the running ones; with
   // their fp16 copies where the next conv's prologue reads them (bn.scale_h).
   void bn_forward(const Bn& bn, const void* x, Shape4 s, bool train);
@@ -103,7 +109,7 @@ class TrainingNetwork : public Network {
   DeviceBuffer fused_sums_, fused_half_;  // per fused BN: sums (sum, sum of squares); fp16 scale/shift
   DeviceBuffer zeros_;                    // a zero vector (the dx pass after a fused data gradient)
   DeviceBuffer fused_workspaces_;         // each conv's fused patterns' own workspaces (FusedCall)
-  DeviceBuffer own_partials_;             // our 1x1 convs' partial BN sums (plan_own_convs)
+  DeviceBuffer own_partials_;             // our 1x1 convs' partial BN sums, forward and backward (plan_own_convs)
   std::unique_ptr<Lane> lane_;
   const void* images_ = nullptr;          // the batch of the last forward (backward's stem input)
 };

@@ -21,6 +21,8 @@ constexpr PatternNames kPatterns[] = {
     {FusedPattern::SbrWgrad, "scale-bias-ReLU + weight gradient", "sbr-wgrad"},
     {FusedPattern::DgradDreluDbn, "data gradient + ReLU backward + BN backward weights", "dgrad-drelu-dbn"},
     {FusedPattern::OwnConvStats, "1x1 conv + statistics by a kernel of ours", "own-conv"},
+    {FusedPattern::OwnJoinDgrad, "1x1 data gradient + the previous join's BN backward sums by a kernel of ours",
+     "own-join-dgrad"},
     {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
     {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
     {FusedPattern::ConvBnAddRelu, "conv + BN + residual add + ReLU", "conv-bn-add-relu"},
@@ -119,5 +121,10 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
     lines.push_back("  and for " + std::to_string(r.own) +
                     " 1x1 stride-1 convs the forward with its BN statistics runs a kernel of ours in training "
                     "(kernels/conv1x1_stats.h), in place of cuDNN's pattern or the plain conv (--no-fuse own-conv: not)");
+  if (r.own_join)
+    lines.push_back("  and for " + std::to_string(r.own_join) +
+                    " conv1s the data gradient takes the previous block's join backward as it is written, by a kernel "
+                    "of ours (kernels/conv1x1_dgrad_join.h), in place of the plain data gradient and our reduction "
+                    "pass (--no-fuse own-join-dgrad: not)");
   return lines;
 }

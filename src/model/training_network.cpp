@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/elapsed.h"
+#include "kernels/conv1x1_dgrad_join.h"
 #include "kernels/conv1x1_stats.h"
 #include "kernels/loss.h"
 #include "kernels/pooling.h"
@@ -40,6 +41,9 @@ struct TrainingNetwork::BlockRun {
   FusedCall down_stats;         // ConvStats
   // Training's forward with statistics by our kernel instead (kernels/conv1x1_stats.h: OwnConvStats).
   bool c1_own = false, c3_own = false, down_own = false;
+  // conv1's data gradient by our kernel that takes the previous block's join backward (dz and its
+  // sums; kernels/conv1x1_dgrad_join.h: OwnJoinDgrad), instead of writing its part of the gradient.
+  bool c1_joins = false;
   DeviceBuffer a1, y1, a2, y2, a3, ad, out, relu_bits;
   bool stores_y1() const { return !c2.fwd || !c2.wgrad; }
   bool stores_y2() const { return !c3.fwd || !c3.wgrad; }
@@ -252,17 +256,32 @@ void TrainingNetwork::forward(const void* images, bool train) {
 // rest, and in the step only the whole set was measured (bench/results/levers-session16-*).
 // conv3 applies the previous BN as it reads: it needs that BN's fp16 copies, and SbrConvStats
 // planned (where it is not, the network stores relu(bn2(a2)) in the forward for the backward).
+// The same for every conv1 but the first block's (whose input's gradient goes to the stem's BN),
+// in the backward: its data gradient takes the previous block's join backward (--no-fuse
+// own-join-dgrad: not).
 void TrainingNetwork::plan_own_convs() {
-  if (!cfg_.fuses() || (cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnConvStats)) ||
-      cfg_.dtype != DType::F16 || cfg_.layout != Layout::NHWC)
-    return;
+  if (!cfg_.fuses() || cfg_.dtype != DType::F16 || cfg_.layout != Layout::NHWC) return;
+  const bool forward = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnConvStats));
+  const bool joins = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnJoinDgrad));
   size_t bytes = 0;
+  auto one_gemm = [](const ConvUnit& u) {
+    const ConvGeometry& g = u.geometry();
+    return g.r == 1 && g.stride == 1 && g.pad == 0;
+  };
   auto takes = [&](const ConvUnit& u, Shape4 out) {
     const ConvGeometry& g = u.geometry();
     const int m = out.n * out.h * out.w;
-    if (g.r != 1 || g.stride != 1 || g.pad != 0 || !conv1x1_stats_refusal(m, g.k, g.c).empty()) return false;
+    if (!forward || !one_gemm(u) || !conv1x1_stats_refusal(m, g.k, g.c).empty()) return false;
     bytes = std::max(bytes, conv1x1_partials_bytes(m, g.k));
     ++fusion_report_.own;
+    return true;
+  };
+  auto takes_join = [&](const ConvUnit& u, Shape4 in) {
+    const ConvGeometry& g = u.geometry();
+    const int m = in.n * in.h * in.w;
+    if (!joins || !one_gemm(u) || !conv1x1_dgrad_join_refusal(m, g.k, g.c).empty()) return false;
+    bytes = std::max(bytes, conv1x1_dgrad_join_partials_bytes(m, g.c));
+    ++fusion_report_.own_join;
     return true;
   };
   for (size_t i = 0; i < runs_.size(); ++i) {
@@ -271,6 +290,7 @@ void TrainingNetwork::plan_own_convs() {
     r.c1_own = takes(b.c1, b.mid1);
     r.c3_own = r.c3.fwd && b.b2.scale_h && takes(b.c3, b.out);
     r.down_own = b.down && takes(*b.down, b.out);
+    r.c1_joins = i > 0 && takes_join(b.c1, b.in);
   }
   // One buffer for all: each conv's finalize reads its partial sums right after it, on one stream.
   if (bytes) own_partials_ = DeviceBuffer(bytes, "partial BN sums of our 1x1 convs");
@@ -385,10 +405,7 @@ void TrainingNetwork::backward() {
   grad_ready(layers_->fc_weight);
   grad_ready(layers_->fc_bias);  // written by loss(), before backward
   global_avgpool_backward(dfeat_.get(), layers_->blocks.back().out, t, l, grad_[0].get(), ctx_.stream);
-  for (size_t i = runs_.size(); i-- > 0;) {
-    const void* in = i == 0 ? stem_y_.get() : runs_[i - 1].out.get();
-    block_backward(layers_->blocks[i], runs_[i], in, i + 1 == runs_.size() ? nullptr : grad_[2].get());
-  }
+  for (size_t i = runs_.size(); i-- > 0;) block_backward(i);
   const Bn& bn = layers_->stem_bn;
   const BnBackwardArgs stem{.dy = grad_[0].get(), .dy2 = grad_[2].get(), .relu = ReluMask::FromInput,
                             .x = stem_a_.get(), .bn = &bn.st, .dgamma = params_.vector_grad(bn.gamma),
@@ -402,18 +419,38 @@ void TrainingNetwork::backward() {
   grad_ready(c.weight);
 }
 
-void TrainingNetwork::block_backward(const Block& b, BlockRun& r, const void* in, const void* dy2) {
+// Block i's output gradient arrives from the head (g[0] alone, the last block), in two parts (g[0]
+// and the next block's conv1's in g[2]), or, where the next block's conv1 joins (BlockRun::c1_joins),
+// already as dz in g[0] with its sums in own_partials_.
+void TrainingNetwork::block_backward(size_t i) {
+  const Block& b = layers_->blocks[i];
+  BlockRun& r = runs_[i];
+  const void* in = i == 0 ? stem_y_.get() : runs_[i - 1].out.get();
   void *g0 = grad_[0].get(), *g1 = grad_[1].get(), *g2 = grad_[2].get(), *g3 = grad_[3].get();
-  join_backward(b, r, dy2);  // g1: the gradient of a3; g3: of the shortcut conv's output
+  const bool last = i + 1 == runs_.size(), joined = !last && runs_[i + 1].c1_joins;
+  join_backward(b, r, last || joined ? nullptr : g2, joined);  // g1: the gradient of a3; g3: of the shortcut conv's output
   if (b.down) conv_backward(*b.down, in, g3, g0);
   inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, bool(r.c3.fwd), r.a2.get(), b.b2, r.y2.get(), b.mid2, g1, g3);
   inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, bool(r.c2.fwd), r.a1.get(), b.b1, r.y1.get(), b.mid1, g3, g1);
-  conv_backward(b.c1, in, g1, g2);
+  if (!r.c1_joins) return conv_backward(b.c1, in, g1, g2);
+  // g[0] holds this block's shortcut gradient, the previous block output's first part: dz over it.
+  const Block& prev = layers_->blocks[i - 1];
+  BlockRun& pr = runs_[i - 1];
+  const ConvGeometry& g = b.c1.geometry();
+  Conv1x1DgradJoin joins{.dy = g1, .w = params_.working(b.c1.weight), .dz = g0, .relu_bits = pr.relu_bits.as<uint8_t>(),
+                         .x = pr.a3.get(), .mean = prev.b3.st.save_mean, .invstd = prev.b3.st.save_invstd,
+                         .partials = own_partials_.as<float>(), .m = b.in.n * b.in.h * b.in.w, .k = g.k, .c = g.c};
+  if (prev.down) {
+    joins.x2 = pr.ad.get();
+    joins.mean2 = prev.bdown->st.save_mean;
+    joins.invstd2 = prev.bdown->st.save_invstd;
+  }
+  conv_backward(b.c1, in, g1, nullptr, &joins);
 }
 
 // The join: out = relu(bn3(a3) + shortcut). From its output's gradient (g[0] + dy2): g[1] = the
 // gradient of a3, and g[3] = that of the shortcut conv's output, or g[0] = the identity shortcut's.
-void TrainingNetwork::join_backward(const Block& b, BlockRun& r, const void* dy2) {
+void TrainingNetwork::join_backward(const Block& b, BlockRun& r, const void* dy2, bool joined) {
   // The ReLU came after the residual add: join_forward's bits.
   BnBackwardArgs last{.dy = grad_[0].get(), .dy2 = dy2, .relu = ReluMask::FromBits,
                       .relu_bits = r.relu_bits.as<uint8_t>(), .x = r.a3.get(), .bn = &b.b3.st,
@@ -428,16 +465,29 @@ void TrainingNetwork::join_backward(const Block& b, BlockRun& r, const void* dy2
   } else {
     last.dres = grad_[0].get();  // identity shortcut: the input's gradient starts as dz
   }
-  bn_backward(last, b.out, cfg_.dtype, cfg_.layout, bn_scratch_.as<float>(), ctx_.stream);
+  if (joined) {  // dz, masked, is in g[0] already (the identity shortcut's gradient too), its sums beside
+    last.relu = ReluMask::None;
+    last.relu_bits = nullptr;
+    last.dres = nullptr;
+    const int m = b.out.n * b.out.h * b.out.w;
+    bn_backward_from_sums(last, own_partials_.as<float>(), conv1x1_dgrad_join_rows(m, b.out.c), b.out, cfg_.dtype,
+                          cfg_.layout, ctx_.stream);
+  } else {
+    bn_backward(last, b.out, cfg_.dtype, cfg_.layout, bn_scratch_.as<float>(), ctx_.stream);
+  }
   bn_grads_ready(b.b3);
   if (b.down) bn_grads_ready(*b.bdown);
 }
 
-void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void* dy, void* dx) {
+void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void* dy, void* dx,
+                                    const Conv1x1DgradJoin* joined) {
   wgrad_beside([&](cudaStream_t, void* ws, size_t wsb) {
     c.conv->backward_filter(ctx_.cudnn, x, dy, params_.weight_grad(c.weight), ws, wsb);
   });
-  c.conv->backward_data(ctx_.cudnn, dy, params_.working(c.weight), dx, workspace_.get(), workspace_.bytes());
+  if (joined)
+    conv1x1_dgrad_join(*joined, ctx_.stream);
+  else
+    c.conv->backward_data(ctx_.cudnn, dy, params_.working(c.weight), dx, workspace_.get(), workspace_.bytes());
   lane_join();
   grad_ready(c.weight);
 }

@@ -301,6 +301,24 @@ TEST(KernelArgs, BatchNormBackwardRejectsResidualPathsWithoutRelu) {
   EXPECT_THROW(bn_backward(g, {2, 8, 4, 4}, DType::F32, Layout::NCHW, nullptr, nullptr), Fatal);
 }
 
+// The backward from a conv's sums takes dz as it is: a mask, a second part or dres is a caller's bug.
+TEST(KernelArgs, BatchNormBackwardFromSumsRejectsWhatDzAlreadyHas) {
+  const BnChannelState st{};
+  int dummy = 0;
+  float sums[48] = {};
+  for (int which = 0; which < 3; ++which) {
+    BnBackwardArgs b{};
+    b.bn = &st;
+    if (which == 0) b.relu = ReluMask::FromBits, b.relu_bits = reinterpret_cast<uint8_t*>(&dummy);
+    if (which == 1) b.dy2 = &dummy;
+    if (which == 2) b.dres = &dummy;
+    EXPECT_THROW(bn_backward_from_sums(b, sums, 1, {2, 8, 4, 4}, DType::F32, Layout::NHWC, nullptr), Fatal);
+  }
+  BnBackwardArgs b{};
+  b.bn = &st;
+  EXPECT_THROW(bn_backward_from_sums(b, sums, 0, {2, 8, 4, 4}, DType::F32, Layout::NHWC, nullptr), Fatal);
+}
+
 TEST(KernelArgs, BatchNormApplyRejectsReluBitsWithoutRelu) {
   uint8_t bits[64];
   ApplyArgs a{};

@@ -1,0 +1,75 @@
+// What the launchers of our resident 1x1 conv kernels share (kernels/conv1x1_stats.cu and
+// kernels/conv1x1_dgrad_join.cu): the tile, the GPU's facts, the grid, which GEMMs they can tile, and
+// the launch of kernels/conv1x1_stats_kernel.cuh.
+#pragma once
+
+#include <algorithm>
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "core/check.h"
+#include "kernels/conv1x1_stats.h"
+
+#if defined(CONV1X1_WITH_CUTLASS)
+#include "kernels/conv1x1_stats_kernel.cuh"
+#endif
+
+namespace trainer_kernels::conv1x1 {
+
+constexpr int kTileM = 128, kTileN = 64, kTileK = 64;
+
+// What the kernels ask of the GPU: read once, on the first GPU they run on (as one_wave_grid in
+// kernels/common.cuh), not at each of a step's launches.
+struct Gpu {
+  int sms, cc;  // cc: major * 10 + minor
+};
+inline const Gpu& gpu() {
+  static const Gpu g = [] {
+    int dev = 0, sms = 0, major = 0, minor = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    return Gpu{sms, 10 * major + minor};
+  }();
+  return g;
+}
+
+// The CTAs that share a column of tiles: as many as fill the SMs, one CTA an SM.
+inline int ctas_per_column(int m, int n) { return std::max(1, std::min(m / kTileM, gpu().sms / std::max(1, n / kTileN))); }
+
+// "" where this build and GPU tile the GEMM [m, k] by [k, n], else why not.
+inline std::string gemm_refusal(int m, int n, int k) {
+#if defined(CONV1X1_WITH_CUTLASS)
+  if (std::string why = sm90a_gpu_refusal(); !why.empty()) return why;
+  if (m <= 0 || m % kTileM) return "pixels not a positive multiple of the tile's 128 rows";
+  if (n <= 0 || n % kTileN) return "output channels not a positive multiple of the tile's 64";
+  if (k <= 0 || k % kTileK) return "input channels not a positive multiple of the k-tile's 64";
+  if (n / kTileN > gpu().sms) return "more columns of tiles than SMs";
+  return "";
+#else
+  (void)m, (void)n, (void)k;
+  return "built without it (the build covers no sm_90)";
+#endif
+}
+
+#if defined(CONV1X1_WITH_CUTLASS)
+// The kernel K on params whose mainloop, shape and epilogue are set: the grid and the rest filled in.
+template <class K>
+void launch(typename K::Params p, cudaStream_t stream) {
+  p.n_tiles = p.n / kTileN;
+  p.m_tiles = p.m / kTileM;
+  p.ctas_per_column = ctas_per_column(p.m, p.n);
+  constexpr int smem = int(sizeof(typename K::SharedStorage));
+  static const bool sized = [] {  // once a build: above 48 KiB a kernel must ask for its shared memory
+    CUDA_CHECK(cudaFuncSetAttribute(resident_conv<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    return true;
+  }();
+  (void)sized;
+  resident_conv<K><<<p.n_tiles * p.ctas_per_column, K::kThreads, smem, stream>>>(p);
+  CUDA_CHECK(cudaGetLastError());
+}
+#endif
+
+}  // namespace trainer_kernels::conv1x1

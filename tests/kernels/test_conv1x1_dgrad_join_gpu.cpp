@@ -1,0 +1,229 @@
+// The 1x1 data gradient that takes the previous join's backward (kernels/conv1x1_dgrad_join.h),
+// against the CPU reference in double: dz = (dx + g) where the ReLU bit is set, dx = dy w; and its
+// rows of partial sums against the sums of the dz it wrote (dz, dz * xhat, dz * xhat2). Then, fed to
+// bn_backward_from_sums, the same gradients as the two-pass backward the network runs without it
+// (the plain data gradient, then bn_backward with the gradient in two parts and the ReLU bits).
+// Identity and projection shortcuts; a CTA walking several tiles; more k-tiles than stages. The
+// kernel runs on sm_90 only: elsewhere these tests skip.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/errors.h"
+#include "kernels/conv1x1_dgrad_join.h"
+#include "support/bn_data.h"
+#include "support/gpu_test_util.h"
+
+namespace {
+
+using gpu_test::ctx;
+using gpu_test::DeviceTensor;
+using gpu_test::quantize;
+using ref::Vec;
+
+#define SKIP_UNLESS_JOIN_RUNS(m, k, c)                                                                  \
+  do {                                                                                                  \
+    SKIP_WITHOUT_GPU("the 1x1 data gradient with the join's backward");                                 \
+    if (const std::string why = conv1x1_dgrad_join_refusal(m, k, c); !why.empty()) GTEST_SKIP() << why; \
+  } while (0)
+
+struct Case {
+  int m, k, c;  // pixels, the conv's output channels (dy's), its input channels (dz's)
+  bool dual;    // a projection shortcut: a second BN
+};
+
+// Everything one case reads, in fp16 where the network keeps it so, and on the device.
+struct Inputs {
+  Vec dy, w, g, x, x2;
+  std::vector<uint8_t> bits;
+  gpu_test::HostBn h, h2;
+  DeviceTensor dy_d, w_d, x_d, x2_d;
+  gpu_test::DeviceBn bn, bn2;
+  DeviceBuffer bits_d;
+  Inputs(const Case& t, std::mt19937_64& rng)
+      : dy(quantize(DType::F16, gpu_test::random_normal(rng, size_t(t.m) * t.k))),
+        w(quantize(DType::F16, gpu_test::random_normal(rng, size_t(t.k) * t.c, 0.0, 1.0 / std::sqrt(t.k)))),
+        g(quantize(DType::F16, gpu_test::random_normal(rng, size_t(t.m) * t.c))),
+        x(quantize(DType::F16, gpu_test::random_normal(rng, size_t(t.m) * t.c, 0.5, 2.0))),
+        x2(quantize(DType::F16, gpu_test::random_normal(rng, size_t(t.m) * t.c, -0.5, 1.0))),
+        bits(size_t(t.m) * t.c / 8),
+        h(gpu_test::random_bn(rng, t.c)),
+        h2(gpu_test::random_bn(rng, t.c)),
+        dy_d(dy, DType::F16),
+        w_d(w, DType::F16),
+        x_d(x, DType::F16),
+        x2_d(x2, DType::F16),
+        bn(h),
+        bn2(h2),
+        bits_d(bits.size(), "test ReLU bits") {
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (uint8_t& b : bits) b = uint8_t(byte(rng));
+    CUDA_CHECK(cudaMemcpy(bits_d.get(), bits.data(), bits.size(), cudaMemcpyHostToDevice));
+    // The batch statistics of x and x2, as the forward saves them (NHWC: m pixels of c channels).
+    const Shape4 s{t.m, t.c, 1, 1};
+    DeviceTensor scratch(bn_scratch_floats(s, DType::F16, Layout::NHWC), DType::F32, "bn scratch");
+    bn_forward_train_stats(x_d.get(), s, DType::F16, Layout::NHWC, bn.state(), scratch.f32(), ctx().stream);
+    bn_forward_train_stats(x2_d.get(), s, DType::F16, Layout::NHWC, bn2.state(), scratch.f32(), ctx().stream);
+    CUDA_CHECK(cudaStreamSynchronize(ctx().stream));
+  }
+  bool bit(size_t e) const { return (bits[e / 8] >> (e % 8)) & 1u; }
+  // dx = dy w in double, rounded to fp16 as a data gradient is stored.
+  Vec dx(const Case& t) const {
+    Vec out(size_t(t.m) * t.c, 0.0);
+    for (int i = 0; i < t.m; ++i)
+      for (int o = 0; o < t.k; ++o) {
+        const double d = dy[size_t(i) * t.k + o];
+        for (int j = 0; j < t.c; ++j) out[size_t(i) * t.c + j] += d * w[size_t(o) * t.c + j];
+      }
+    return quantize(DType::F16, out);
+  }
+  Conv1x1DgradJoin args(const Case& t, DeviceTensor& dz, DeviceTensor& partials) const {
+    Conv1x1DgradJoin a{.dy = dy_d.get(), .w = w_d.get(), .dz = dz.get(), .relu_bits = bits_d.as<uint8_t>(),
+                       .x = x_d.get(), .mean = bn.save_mean.f32(), .invstd = bn.save_invstd.f32(),
+                       .partials = partials.f32(), .m = t.m, .k = t.k, .c = t.c};
+    if (t.dual) {
+      a.x2 = x2_d.get();
+      a.mean2 = bn2.save_mean.f32();
+      a.invstd2 = bn2.save_invstd.f32();
+    }
+    return a;
+  }
+};
+
+void check_against_reference(const Case& t) {
+  SKIP_UNLESS_JOIN_RUNS(t.m, t.k, t.c);
+  auto rng = gpu_test::test_rng();
+  const Inputs in(t, rng);
+  const Vec dx = in.dx(t);
+  Vec want(dx.size());
+  for (size_t e = 0; e < dx.size(); ++e) want[e] = in.bit(e) ? quantize(DType::F16, dx[e] + in.g[e]) : 0.0;
+
+  const int rows = conv1x1_dgrad_join_rows(t.m, t.c);
+  DeviceTensor dz(in.g, DType::F16), part(3 * size_t(rows) * t.c, DType::F32, "partial sums");
+  part.poison();
+  conv1x1_dgrad_join(in.args(t, dz, part), ctx().stream);
+  CUDA_CHECK(cudaStreamSynchronize(ctx().stream));
+  const Vec got = dz.download();
+  EXPECT_CLOSE(got, want, gpu_test::kTolF16) << "dz";
+  size_t leaked = 0;
+  for (size_t e = 0; e < got.size(); ++e) leaked += !in.bit(e) && got[e] != 0.0;
+  EXPECT_EQ(leaked, 0u) << "dz not zero where the ReLU did not pass";
+
+  // The sums, of the dz written (what the apply then reads), in double.
+  const Vec mean = in.bn.save_mean.download(), invstd = in.bn.save_invstd.download();
+  const Vec mean2 = in.bn2.save_mean.download(), invstd2 = in.bn2.save_invstd.download();
+  Vec s0(t.c, 0.0), s1(t.c, 0.0), s2(t.c, 0.0);
+  for (size_t e = 0; e < got.size(); ++e) {
+    const size_t j = e % t.c;
+    s0[j] += got[e];
+    s1[j] += got[e] * (in.x[e] - mean[j]) * invstd[j];
+    s2[j] += got[e] * (in.x2[e] - mean2[j]) * invstd2[j];
+  }
+  const Vec p = part.download();
+  Vec g0(t.c, 0.0), g1(t.c, 0.0), g2(t.c, 0.0);
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < t.c; ++j) {
+      g0[j] += p[size_t(r) * t.c + j];
+      g1[j] += p[(size_t(rows) + r) * t.c + j];
+      if (t.dual) g2[j] += p[(2 * size_t(rows) + r) * t.c + j];
+    }
+  EXPECT_CLOSE(g0, s0, gpu_test::kTolF32) << "the sums of dz";
+  EXPECT_CLOSE(g1, s1, gpu_test::kTolF32) << "the sums of dz * xhat";
+  if (t.dual) {
+    EXPECT_CLOSE(g2, s2, gpu_test::kTolF32) << "the sums of dz * xhat2";
+  }
+}
+
+// One tile a CTA (layer1's shapes, scaled down), an identity shortcut.
+TEST(Conv1x1DgradJoin, IdentityShortcutMatchesTheReference) { check_against_reference({128 * 8, 64, 256, false}); }
+
+// A projection shortcut; 16 columns of tiles, so each CTA walks several rows of tiles.
+TEST(Conv1x1DgradJoin, ProjectionShortcutSeveralTilesACtaMatchTheReference) {
+  check_against_reference({128 * 24, 128, 1024, true});
+}
+
+// 8 k-tiles a tile, more than the pipeline's stages (layer4's conv1: 512 channels in dy).
+TEST(Conv1x1DgradJoin, MoreKTilesThanStagesMatchTheReference) { check_against_reference({128 * 8, 512, 256, true}); }
+
+// Fed to bn_backward_from_sums, the same gradients as the plain path: dx stored in fp16, then
+// bn_backward with dy in two parts (g and dx) and the ReLU bits, as the network runs without it.
+// dz may differ in the last bit where dx's two roundings (fp32 accumulators here, double there)
+// fall on either side of an fp16 value, so the two are held to the fp16 bound, the BN weight
+// gradients to 1e-3.
+TEST(Conv1x1DgradJoin, JoinedBackwardGivesThePlainPathsGradients) {
+  for (const bool dual : {false, true}) {
+    SCOPED_TRACE(dual ? "projection shortcut" : "identity shortcut");
+    const Case t{128 * 16, 128, 512, dual};
+    SKIP_UNLESS_JOIN_RUNS(t.m, t.k, t.c);
+    auto rng = gpu_test::test_rng(dual ? "dual" : "identity");
+    const Inputs in(t, rng);
+    const Shape4 s{t.m, t.c, 1, 1};
+    cudaStream_t stream = ctx().stream;
+    const BnChannelState st = in.bn.state(), st2 = in.bn2.state();
+    struct Out {
+      Vec dz, dx, dx2, dgamma, dbeta, dgamma2, dbeta2;
+    };
+    auto backward = [&](bool joined) {
+      DeviceTensor dz(in.g, DType::F16), dx(s.count(), DType::F16), dx2(s.count(), DType::F16);
+      DeviceTensor dg(t.c, DType::F32), db(t.c, DType::F32), dg2(t.c, DType::F32), db2(t.c, DType::F32);
+      for (DeviceTensor* p : {&dx, &dx2, &dg, &db, &dg2, &db2}) p->poison();
+      BnBackwardArgs b{.dy = dz.get(), .x = in.x_d.get(), .bn = &st, .dgamma = dg.f32(), .dbeta = db.f32(), .dx = dx.get()};
+      if (dual) {
+        b.x2 = in.x2_d.get();
+        b.bn2 = &st2;
+        b.dgamma2 = dg2.f32();
+        b.dbeta2 = db2.f32();
+        b.dx2 = dx2.get();
+      }
+      if (joined) {
+        const int rows = conv1x1_dgrad_join_rows(t.m, t.c);
+        DeviceTensor part(3 * size_t(rows) * t.c, DType::F32, "partial sums");
+        part.poison();
+        conv1x1_dgrad_join(in.args(t, dz, part), stream);
+        bn_backward_from_sums(b, part.f32(), rows, s, DType::F16, Layout::NHWC, stream);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+      } else {
+        const DeviceTensor dy2(in.dx(t), DType::F16);
+        DeviceTensor scratch(bn_scratch_floats(s, DType::F16, Layout::NHWC), DType::F32, "bn scratch");
+        b.dy2 = dy2.get();
+        b.relu = ReluMask::FromBits;
+        b.relu_bits = in.bits_d.as<uint8_t>();
+        if (!dual) b.dres = dz.get();
+        bn_backward(b, s, DType::F16, Layout::NHWC, scratch.f32(), stream);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+      }
+      Out o{dz.download(), dx.download(), {}, dg.download(), db.download(), {}, {}};
+      if (dual) o.dx2 = dx2.download(), o.dgamma2 = dg2.download(), o.dbeta2 = db2.download();
+      return o;
+    };
+    const Out joined = backward(true), plain = backward(false);
+    EXPECT_CLOSE(joined.dz, plain.dz, gpu_test::kTolF16) << "dz (the identity shortcut's gradient)";
+    EXPECT_CLOSE(joined.dx, plain.dx, gpu_test::kTolF16) << "bn3's input gradient";
+    EXPECT_CLOSE(joined.dgamma, plain.dgamma, 1e-3) << "dgamma";
+    EXPECT_CLOSE(joined.dbeta, plain.dbeta, 1e-3) << "dbeta";
+    if (dual) {
+      EXPECT_CLOSE(joined.dx2, plain.dx2, gpu_test::kTolF16) << "the shortcut BN's input gradient";
+      EXPECT_CLOSE(joined.dgamma2, plain.dgamma2, 1e-3) << "dgamma2";
+      EXPECT_CLOSE(joined.dbeta2, plain.dbeta2, 1e-3) << "dbeta2";
+    }
+  }
+}
+
+// Shapes the tiles do not cover are refused, running one throws, and so does a second BN given in part.
+TEST(Conv1x1DgradJoin, ShapesTheTilesDoNotCoverAndPartialArgumentsAreRefused) {
+  SKIP_UNLESS_JOIN_RUNS(128, 64, 64);
+  EXPECT_NE(conv1x1_dgrad_join_refusal(100, 64, 64), "");
+  EXPECT_NE(conv1x1_dgrad_join_refusal(128, 72, 64), "");
+  EXPECT_NE(conv1x1_dgrad_join_refusal(128, 64, 96), "");
+  Conv1x1DgradJoin a{};
+  a.m = 100, a.k = 64, a.c = 64;
+  EXPECT_THROW(conv1x1_dgrad_join(a, ctx().stream), Fatal);
+  DeviceTensor x2(64, DType::F16);
+  a.m = 128;
+  a.x2 = x2.get();  // without mean2 and invstd2
+  EXPECT_THROW(conv1x1_dgrad_join(a, ctx().stream), Fatal);
+}
+
+}  // namespace
