@@ -186,15 +186,15 @@ build/obj/kernels/%.o: kernels/%.cu build/cuda-arch | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
 
-# Our 1x1 convs with BN sums (kernels/conv1x1_stats.h, conv1x1_dgrad_join.h) use CUTLASS's TMA, wgmma:
+# Our 1x1 convs with BN sums (kernels/conv1x1_stats.h, conv1x1_dgrad*.h) use CUTLASS's TMA, wgmma:
 # compiled for the architecture-specific sm_90a alone where the build covers sm_90, else without
 # the kernel (every shape refused: the network runs cuDNN's patterns). The kernel lab's CUTLASS
 # builds are compiled the same way (SM90A_NVFLAGS).
 SM90A_NVFLAGS = -std=c++20 -O3 -lineinfo -DNDEBUG --expt-relaxed-constexpr -gencode arch=compute_90a,code=sm_90a \
                 $(INCLUDES) -isystem $(CUTLASS_INC)
 ifneq ($(filter 90,$(SASS_ARCHS)),)
-build/obj/kernels/conv1x1_stats.o build/obj/kernels/conv1x1_dgrad_join.o: NVFLAGS = $(SM90A_NVFLAGS) -DCONV1X1_WITH_CUTLASS
-build/obj/kernels/conv1x1_stats.o build/obj/kernels/conv1x1_dgrad_join.o: $(CUTLASS_STAMP)
+build/obj/kernels/conv1x1_stats.o build/obj/kernels/conv1x1_dgrad.o: NVFLAGS = $(SM90A_NVFLAGS) -DCONV1X1_WITH_CUTLASS
+build/obj/kernels/conv1x1_stats.o build/obj/kernels/conv1x1_dgrad.o: $(CUTLASS_STAMP)
 endif
 
 # The architectures built, rewritten only when they change: the kernels depend on it, and so does

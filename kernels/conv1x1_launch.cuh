@@ -1,5 +1,5 @@
 // What the launchers of our resident 1x1 conv kernels share (kernels/conv1x1_stats.cu and
-// kernels/conv1x1_dgrad_join.cu): the tile, the GPU's facts, the grid, which GEMMs they can tile, and
+// kernels/conv1x1_dgrad.cu): the tile, the GPU's facts, the grid, which GEMMs they can tile, and
 // the launch of kernels/conv1x1_stats_kernel.cuh.
 #pragma once
 

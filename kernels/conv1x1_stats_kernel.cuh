@@ -16,8 +16,9 @@
 // the epilogue, which writes it out in whole rows:
 //   - StatsEpilogue (the forward, kernels/conv1x1_stats.h): y, and y's statistics, added from the
 //     fp32 accumulators;
-//   - JoinGradEpilogue (a data gradient, kernels/conv1x1_dgrad_join.h): the previous block's join
-//     backward: dz = (dx + the shortcut's gradient) where its ReLU passed, and dz's BN sums.
+//   - BnGradEpilogue (a data gradient, kernels/conv1x1_dgrad_join.h and conv1x1_dgrad_bn.h): the
+//     BN + ReLU backward it feeds: dz (masked; for a join with the shortcut's part added) and the
+//     sums of dz and dz * xhat the BN backward needs.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -120,33 +121,43 @@ struct StatsEpilogue {
   }
 };
 
-// The backward of a block's join, out = relu(bn3(a3) + shortcut), taken where the next block's
-// conv1 writes its data gradient: dx[m, n] = sum over k of dy[m, k] w[k, n] (w is KRSC, so
-// N-major here) is this block output's gradient from the main path; with the shortcut's part g
-// (read from dz, then overwritten), dz = (dx + g) where the join's ReLU passed (its bits), in fp16,
-// and per channel the sums of dz, dz * xhat and dz * xhat2 (a3's and the projection shortcut's BN
-// input's normalized values) that the BN backward needs. A thread keeps the same 8 channels of each
-// row it handles, so its sums stay in registers.
-struct JoinGradEpilogue {
-  static constexpr int kSums = 3;
-  static constexpr int kSideTensors = 3;  // g, x and x2
-  using LayoutB = cutlass::layout::RowMajor;  // w[k, n]
+// A 1x1 conv's data gradient, dx[m, n] = sum over k of dy[m, k] w[k, n] (w is KRSC, so N-major
+// here), with the backward of the BN + ReLU it feeds: dz, what the BN backward starts from, in fp16,
+// and per channel the sums of dz and dz * xhat (x the BN's input) that it needs. A thread keeps the
+// same 8 channels of each row it handles, so its sums stay in registers. Two kinds:
+//   - Join (kernels/conv1x1_dgrad_join.h): dx is the gradient of a block's output from the next
+//     block's conv1; its join, out = relu(bn3(a3) + shortcut), needs dz = (dx + g) where the ReLU
+//     passed (its bits), g the shortcut's part (read from dz, then overwritten), and the sums also
+//     of dz * xhat2 for a projection shortcut's BN;
+//   - Inner (kernels/conv1x1_dgrad_bn.h): dx is the gradient of relu(bn(x)), conv3's input: dz = dx
+//     where bn(x) passed the ReLU as the forward's prologue computed it (fp16 x * scale + shift).
+enum class GradKind { Join, Inner };
+
+template <GradKind kKind>
+struct BnGradEpilogue {
+  static constexpr bool kJoin = kKind == GradKind::Join;
+  static constexpr int kSums = kJoin ? 3 : 2;
+  static constexpr int kSideTensors = kJoin ? 3 : 1;  // tiles read beside its own: g, x and x2, or x
+  using LayoutB = cutlass::layout::RowMajor;          // w[k, n]
   struct Params {
-    cutlass::half_t* dz;   // [m, n]: in, the shortcut's part of the gradient; out, dz
-    const uint8_t* bits;   // the join's ReLU bits: one byte per 8 channels, bit j channel j
-    const __half* x;       // [m, n]: bn3's input, a3
+    cutlass::half_t* dz;   // [m, n]: out, dz (Join: in, the shortcut's part of the gradient)
+    const uint8_t* bits;   // Join: the ReLU bits, one byte per 8 channels, bit j channel j
+    const __half* x;       // [m, n]: the BN's input (Join: bn3's, a3), its batch mean and 1/std
     const float *mean, *invstd;
-    const __half* x2;      // [m, n]: the shortcut BN's input, or nullptr (identity shortcut)
+    const __half* x2;      // Join: [m, n], the shortcut BN's input, or nullptr (identity shortcut)
     const float *mean2, *invstd2;
-    float* partials;       // [3][ctas_per_column][n]: dz, dz * xhat, dz * xhat2
+    const __half2 *scale, *shift;  // Inner: the BN's fp16 scale and shift, as pairs of channels
+    float* partials;       // [kSums][ctas_per_column][n]: dz, dz * xhat (, dz * xhat2)
   };
 
   template <class K>
   struct Run {
     static constexpr int kChunks = K::kTileN / 8;  // 8 channels, 16 bytes, a chunk
     static_assert(K::kTileThreads % kChunks == 0, "a thread's chunks must stay in one column");
+    using Side = __half (*)[K::kSideRows][K::kTileN];
     const Params& p;
     float s0[8], s1[8], s2[8], mean[8], mean2[8];
+    __half2 scale[4], shift[4];
     int col = 0;  // the thread's first column in the tile
     __device__ explicit Run(const Params& params) : p(params) {}
     __device__ void begin(int tt, int n0) {
@@ -155,58 +166,69 @@ struct JoinGradEpilogue {
       for (int j = 0; j < 8; ++j) {
         s0[j] = s1[j] = s2[j] = 0.f;
         mean[j] = p.mean[n0 + col + j];
-        mean2[j] = p.x2 ? p.mean2[n0 + col + j] : 0.f;
+        mean2[j] = kJoin && p.x2 ? p.mean2[n0 + col + j] : 0.f;
       }
+      if constexpr (!kJoin)
+        CUTLASS_PRAGMA_UNROLL
+        for (int j2 = 0; j2 < 4; ++j2) {
+          scale[j2] = p.scale[(n0 + col) / 2 + j2];
+          shift[j2] = p.shift[(n0 + col) / 2 + j2];
+        }
     }
     __device__ void values(int, float, float) {}
-    // A thread's chunks of the tile (kPerThread rows, the same 8 columns) of g, x and x2, copied to
-    // shared memory (cp.async) and its bits to registers before the tile's mainloop, so that they
-    // arrive while it multiplies: loaded after it, a chunk at a time (each a round trip to memory),
-    // the kernel took twice its bytes' time; in registers they spilled. Each thread reads back only
-    // the chunks it copied: no barrier.
+    // A thread's chunks of the tile (kPerThread rows, the same 8 columns) of what it reads beside
+    // dx, copied to shared memory (cp.async) and the bits to registers before the tile's mainloop,
+    // so that they arrive while it multiplies: loaded after it, a chunk at a time (each a round
+    // trip to memory), the kernel took twice its bytes' time; held in registers they spilled. Each
+    // thread reads back only the chunks it copied: no barrier.
     static constexpr int kPerThread = K::kTileM * kChunks / K::kTileThreads;
     unsigned bits[kPerThread];
     __device__ static void copy_async(__half* to, const void* from) {
       const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(to));
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(from));
     }
-    __device__ void load(__half (*side)[K::kSideRows][K::kTileN], int64_t row0, int n0, int n, int tt) {
+    __device__ void load(Side side, int64_t row0, int n0, int n, int tt) {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kPerThread; ++i) {
         const int row = (tt + i * K::kTileThreads) / kChunks;
         const int64_t at = (row0 + row) * n + n0 + col;
-        copy_async(&side[0][row][col], p.dz + at);
-        copy_async(&side[1][row][col], p.x + at);
-        if (p.x2) copy_async(&side[2][row][col], p.x2 + at);
-        bits[i] = __ldg(p.bits + at / 8);
+        copy_async(&side[0][row][col], p.x + at);
+        if constexpr (kJoin) {
+          copy_async(&side[1][row][col], p.dz + at);
+          if (p.x2) copy_async(&side[2][row][col], p.x2 + at);
+          bits[i] = __ldg(p.bits + at / 8);
+        }
       }
       asm volatile("cp.async.commit_group;\n" ::);
     }
-    // dz and the sums from the staged dx and what load() brought, and dz stored over g.
-    __device__ void rows(const __half (*staged)[K::kRowPitch], __half (*side)[K::kSideRows][K::kTileN], int64_t row0,
-                         int n0, int n, int tt) {
-      const bool dual = p.x2 != nullptr;
+    // dz and the sums from the staged dx and what load() brought; dz stored (Join: over g).
+    __device__ void rows(const __half (*staged)[K::kRowPitch], Side side, int64_t row0, int n0, int n, int tt) {
+      const bool dual = kJoin && p.x2 != nullptr;
       asm volatile("cp.async.wait_all;\n" ::: "memory");
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kPerThread; ++i) {
         const int row = (tt + i * K::kTileThreads) / kChunks;
-        const uint4 gv = *reinterpret_cast<const uint4*>(&side[0][row][col]);
-        const uint4 xv = *reinterpret_cast<const uint4*>(&side[1][row][col]);
-        const uint4 x2v = dual ? *reinterpret_cast<const uint4*>(&side[2][row][col]) : uint4{};
         const uint4 dx = *reinterpret_cast<const uint4*>(&staged[row][col]);
+        const uint4 xv = *reinterpret_cast<const uint4*>(&side[0][row][col]);
+        const uint4 gv = kJoin ? *reinterpret_cast<const uint4*>(&side[1][row][col]) : uint4{};
+        const uint4 x2v = dual ? *reinterpret_cast<const uint4*>(&side[2][row][col]) : uint4{};
         const __half2* dxh = reinterpret_cast<const __half2*>(&dx);
-        const __half2* gh = reinterpret_cast<const __half2*>(&gv);
         const __half2* xh = reinterpret_cast<const __half2*>(&xv);
+        const __half2* gh = reinterpret_cast<const __half2*>(&gv);
         const __half2* x2h = reinterpret_cast<const __half2*>(&x2v);
         uint4 out;
         __half2* oh = reinterpret_cast<__half2*>(&out);
         CUTLASS_PRAGMA_UNROLL
         for (int j2 = 0; j2 < 4; ++j2) {
-          const float2 d = __half22float2(dxh[j2]), s = __half22float2(gh[j2]), xf = __half22float2(xh[j2]),
-                       x2f = __half22float2(x2h[j2]);
           const int j = 2 * j2;
-          const __half2 zh = __floats2half2_rn((bits[i] >> j) & 1u ? d.x + s.x : 0.f,
-                                               (bits[i] >> (j + 1)) & 1u ? d.y + s.y : 0.f);
+          const float2 d = __half22float2(dxh[j2]), xf = __half22float2(xh[j2]);
+          __half2 zh;
+          if constexpr (kJoin) {
+            const float2 g = __half22float2(gh[j2]);
+            zh = __floats2half2_rn((bits[i] >> j) & 1u ? d.x + g.x : 0.f, (bits[i] >> (j + 1)) & 1u ? d.y + g.y : 0.f);
+          } else {  // where relu(x * scale + shift), one fp16 multiply-add as the prologue does it, passed
+            zh = __hmul2(dxh[j2], __hgt2(__hfma2(xh[j2], scale[j2], shift[j2]), __float2half2_rn(0.f)));
+          }
           oh[j2] = zh;
           const float2 z = __half22float2(zh);  // the sums of what is written, as the BN apply reads it
           s0[j] += z.x;
@@ -214,6 +236,7 @@ struct JoinGradEpilogue {
           s1[j] += z.x * (xf.x - mean[j]);
           s1[j + 1] += z.y * (xf.y - mean[j + 1]);
           if (dual) {
+            const float2 x2f = __half22float2(x2h[j2]);
             s2[j] += z.x * (x2f.x - mean2[j]);
             s2[j + 1] += z.y * (x2f.y - mean2[j + 1]);
           }
@@ -232,7 +255,7 @@ struct JoinGradEpilogue {
         for (int lanes = kChunks; lanes < 32; lanes *= 2) {
           s0[j] += __shfl_xor_sync(0xFFFFFFFF, s0[j], lanes);
           s1[j] += __shfl_xor_sync(0xFFFFFFFF, s1[j], lanes);
-          s2[j] += __shfl_xor_sync(0xFFFFFFFF, s2[j], lanes);
+          if constexpr (kJoin) s2[j] += __shfl_xor_sync(0xFFFFFFFF, s2[j], lanes);
         }
       const int cw = t / 32, lane = t % 32;
       if (lane < kChunks) {
@@ -240,17 +263,19 @@ struct JoinGradEpilogue {
         for (int j = 0; j < 8; ++j) {
           stats[0][cw][col + j] = s0[j];
           stats[1][cw][col + j] = s1[j];
-          stats[2][cw][col + j] = s2[j];
+          if constexpr (kJoin) stats[2][cw][col + j] = s2[j];
         }
       }
       cutlass::arch::NamedBarrier::sync(K::kConsumerThreads, K::kConsumersBarrier);
-      if (p.x2)
+      if (kJoin && p.x2)
         StatsEpilogue::write_partials<K, 3>(t, stats, p.partials, row, rows, n0, n, nullptr, p.invstd, p.invstd2);
       else
         StatsEpilogue::write_partials<K, 2>(t, stats, p.partials, row, rows, n0, n, nullptr, p.invstd);
     }
   };
 };
+using JoinGradEpilogue = BnGradEpilogue<GradKind::Join>;
+using InnerGradEpilogue = BnGradEpilogue<GradKind::Inner>;
 
 template <int TileM, int TileN, bool Prologue, bool PingPong, class Epilogue>
 struct ResidentConv {

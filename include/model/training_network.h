@@ -65,8 +65,8 @@ class TrainingNetwork : public Network {
   void plan_blocks(AutotuneCache& cache, size_t largest);  // largest: of the activations, in elements
   void allocate(size_t largest);
   void give_fused_workspaces();
-  // Which 1x1 convs' training forward runs our kernel (BlockRun::c1_own, ...), and which conv1s'
-  // data gradient (BlockRun::c1_joins).
+  // Which 1x1 convs' training forward runs our kernel (BlockRun::c1_own, ...), and which conv1s' and
+  // conv3s' data gradient (BlockRun::c1_joins, c3_dgrad_own).
   void plan_own_convs();
   void block_forward(const Block& b, BlockRun& r, const void* in, bool train);
   void block_backward(size_t i);
@@ -75,9 +75,9 @@ class TrainingNetwork : public Network {
   void conv_stats(const struct ConvUnit& c, const FusedCall& fused, const void* x, void* y, const Bn& bn, Shape4 s,
                   bool train, const Bn* prologue, void* stored, Shape4 s_prev, bool own);
   // The backward of conv c whose input was relu(bn(x)): its weight gradient, and dx, the gradient of
-  // bn's input x, from dy.
+  // bn's input x, from dy; own_dgrad: the data gradient by our kernel (BlockRun::c3_dgrad_own).
   void inner_backward(const struct ConvUnit& c, const FusedCall& wgrad, const FusedCall& dgrad, bool fwd_fused,
-                      const void* x, const Bn& bn, void* stored, Shape4 s_in, void* dy, void* dx);
+                      const void* x, const Bn& bn, void* stored, Shape4 s_in, void* dy, void* dx, bool own_dgrad);
   // A conv's plain backward: dw (beside, on the lane) and dx = dgrad(dy); with `joined`, the data
   // gradient by our kernel that writes the previous block's dz instead (kernels/conv1x1_dgrad_join.h).
   void conv_backward(const struct ConvUnit& c, const void* x, const void* dy, void* dx,

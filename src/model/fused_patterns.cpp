@@ -23,6 +23,8 @@ constexpr PatternNames kPatterns[] = {
     {FusedPattern::OwnConvStats, "1x1 conv + statistics by a kernel of ours", "own-conv"},
     {FusedPattern::OwnJoinDgrad, "1x1 data gradient + the previous join's BN backward sums by a kernel of ours",
      "own-join-dgrad"},
+    {FusedPattern::OwnDgradDbn, "1x1 data gradient + ReLU backward + BN backward sums by a kernel of ours",
+     "own-dgrad-dbn"},
     {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
     {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
     {FusedPattern::ConvBnAddRelu, "conv + BN + residual add + ReLU", "conv-bn-add-relu"},
@@ -126,5 +128,10 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
                     " conv1s the data gradient takes the previous block's join backward as it is written, by a kernel "
                     "of ours (kernels/conv1x1_dgrad_join.h), in place of the plain data gradient and our reduction "
                     "pass (--no-fuse own-join-dgrad: not)");
+  if (r.own_dgrad)
+    lines.push_back("  and for " + std::to_string(r.own_dgrad) +
+                    " conv3s the data gradient with the ReLU and BN backward sums runs a kernel of ours "
+                    "(kernels/conv1x1_dgrad_bn.h), in place of cuDNN's pattern or the plain data gradient "
+                    "(--no-fuse own-dgrad-dbn: not)");
   return lines;
 }

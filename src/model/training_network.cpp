@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/elapsed.h"
+#include "kernels/conv1x1_dgrad_bn.h"
 #include "kernels/conv1x1_dgrad_join.h"
 #include "kernels/conv1x1_stats.h"
 #include "kernels/loss.h"
@@ -44,6 +45,9 @@ struct TrainingNetwork::BlockRun {
   // conv1's data gradient by our kernel that takes the previous block's join backward (dz and its
   // sums; kernels/conv1x1_dgrad_join.h: OwnJoinDgrad), instead of writing its part of the gradient.
   bool c1_joins = false;
+  // conv3's data gradient with bn2's ReLU and backward sums by our kernel (kernels/conv1x1_dgrad_bn.h:
+  // OwnDgradDbn), where its forward was ours (c3_own: the ReLU mask is that prologue's).
+  bool c3_dgrad_own = false;
   DeviceBuffer a1, y1, a2, y2, a3, ad, out, relu_bits;
   bool stores_y1() const { return !c2.fwd || !c2.wgrad; }
   bool stores_y2() const { return !c3.fwd || !c3.wgrad; }
@@ -256,13 +260,14 @@ void TrainingNetwork::forward(const void* images, bool train) {
 // rest, and in the step only the whole set was measured (bench/results/levers-session16-*).
 // conv3 applies the previous BN as it reads: it needs that BN's fp16 copies, and SbrConvStats
 // planned (where it is not, the network stores relu(bn2(a2)) in the forward for the backward).
-// The same for every conv1 but the first block's (whose input's gradient goes to the stem's BN),
-// in the backward: its data gradient takes the previous block's join backward (--no-fuse
-// own-join-dgrad: not).
+// In the backward, every conv1's but the first block's (whose input's gradient goes to the stem's
+// BN) data gradient takes the previous block's join backward (--no-fuse own-join-dgrad: not), and
+// conv3's, where its forward was ours, bn2's ReLU and backward sums (--no-fuse own-dgrad-dbn: not).
 void TrainingNetwork::plan_own_convs() {
   if (!cfg_.fuses() || cfg_.dtype != DType::F16 || cfg_.layout != Layout::NHWC) return;
   const bool forward = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnConvStats));
   const bool joins = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnJoinDgrad));
+  const bool dgrads = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnDgradDbn));
   size_t bytes = 0;
   auto one_gemm = [](const ConvUnit& u) {
     const ConvGeometry& g = u.geometry();
@@ -284,6 +289,14 @@ void TrainingNetwork::plan_own_convs() {
     ++fusion_report_.own_join;
     return true;
   };
+  auto takes_dgrad = [&](const ConvUnit& u, Shape4 in) {
+    const ConvGeometry& g = u.geometry();
+    const int m = in.n * in.h * in.w;
+    if (!dgrads || !one_gemm(u) || !conv1x1_dgrad_bn_refusal(m, g.k, g.c).empty()) return false;
+    bytes = std::max(bytes, conv1x1_dgrad_bn_partials_bytes(m, g.c));
+    ++fusion_report_.own_dgrad;
+    return true;
+  };
   for (size_t i = 0; i < runs_.size(); ++i) {
     const Block& b = layers_->blocks[i];
     BlockRun& r = runs_[i];
@@ -291,6 +304,7 @@ void TrainingNetwork::plan_own_convs() {
     r.c3_own = r.c3.fwd && b.b2.scale_h && takes(b.c3, b.out);
     r.down_own = b.down && takes(*b.down, b.out);
     r.c1_joins = i > 0 && takes_join(b.c1, b.in);
+    r.c3_dgrad_own = r.c3_own && takes_dgrad(b.c3, b.mid2);
   }
   // One buffer for all: each conv's finalize reads its partial sums right after it, on one stream.
   if (bytes) own_partials_ = DeviceBuffer(bytes, "partial BN sums of our 1x1 convs");
@@ -430,8 +444,9 @@ void TrainingNetwork::block_backward(size_t i) {
   const bool last = i + 1 == runs_.size(), joined = !last && runs_[i + 1].c1_joins;
   join_backward(b, r, last || joined ? nullptr : g2, joined);  // g1: the gradient of a3; g3: of the shortcut conv's output
   if (b.down) conv_backward(*b.down, in, g3, g0);
-  inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, bool(r.c3.fwd), r.a2.get(), b.b2, r.y2.get(), b.mid2, g1, g3);
-  inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, bool(r.c2.fwd), r.a1.get(), b.b1, r.y1.get(), b.mid1, g3, g1);
+  inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, bool(r.c3.fwd), r.a2.get(), b.b2, r.y2.get(), b.mid2, g1, g3,
+                 r.c3_dgrad_own);
+  inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, bool(r.c2.fwd), r.a1.get(), b.b1, r.y1.get(), b.mid1, g3, g1, false);
   if (!r.c1_joins) return conv_backward(b.c1, in, g1, g2);
   // g[0] holds this block's shortcut gradient, the previous block output's first part: dz over it.
   const Block& prev = layers_->blocks[i - 1];
@@ -494,7 +509,7 @@ void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void
 
 void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, const FusedCall& dgrad,
                                      bool fwd_fused, const void* x, const Bn& bn, void* stored, Shape4 s_in, void* dy,
-                                     void* dx) {
+                                     void* dx, bool own_dgrad) {
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
   const cudaStream_t stream = ctx_.stream;
@@ -511,7 +526,18 @@ void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, 
   });
   float* coef = bn.st.bwd_coef;  // dx = coef[c] * g + coef[C + c] * x + coef[2C + c]
   const int C = bn.channels;
-  if (dgrad) {
+  if (own_dgrad) {  // dz over dx, its sums beside; then the BN backward's apply
+    const ConvGeometry& g = c.geometry();
+    const int m = s_in.n * s_in.h * s_in.w;
+    float* partials = own_partials_.as<float>();
+    conv1x1_dgrad_bn({.dy = dy, .w = params_.working(c.weight), .dz = dx, .x = x, .mean = bn.st.save_mean,
+                      .invstd = bn.st.save_invstd, .scale = bn.scale_h, .shift = bn.shift_h, .partials = partials,
+                      .m = m, .k = g.k, .c = g.c},
+                     stream);
+    const BnBackwardArgs mid{.dy = dx, .x = x, .bn = &bn.st, .dgamma = params_.vector_grad(bn.gamma),
+                             .dbeta = params_.vector_grad(bn.beta), .dx = dx};
+    bn_backward_from_sums(mid, partials, conv1x1_dgrad_bn_rows(m, g.c), s_in, t, l, stream);
+  } else if (dgrad) {
     const FusedArgs a{.x = x, .w = params_.working(c.weight), .dy = dy, .mean = bn.st.save_mean,
                       .invstd = bn.st.save_invstd, .gamma = bn.st.gamma, .beta = bn.st.beta, .g = dx,
                       .dgamma = params_.vector_grad(bn.gamma), .dbeta = params_.vector_grad(bn.beta),

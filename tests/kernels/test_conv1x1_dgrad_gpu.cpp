@@ -1,10 +1,13 @@
-// The 1x1 data gradient that takes the previous join's backward (kernels/conv1x1_dgrad_join.h),
-// against the CPU reference in double: dz = (dx + g) where the ReLU bit is set, dx = dy w; and its
-// rows of partial sums against the sums of the dz it wrote (dz, dz * xhat, dz * xhat2). Then, fed to
-// bn_backward_from_sums, the same gradients as the two-pass backward the network runs without it
-// (the plain data gradient, then bn_backward with the gradient in two parts and the ReLU bits).
-// Identity and projection shortcuts; a CTA walking several tiles; more k-tiles than stages. The
-// kernel runs on sm_90 only: elsewhere these tests skip.
+// The 1x1 data gradients with a BN backward's sums, against the CPU reference in double, dx = dy w:
+//   - taking the previous join's backward (kernels/conv1x1_dgrad_join.h): dz = (dx + g) where the
+//     ReLU bit is set; its sums of dz, dz * xhat and dz * xhat2;
+//   - with bn2's ReLU (kernels/conv1x1_dgrad_bn.h): dz = dx where fp16(x * scale + shift) > 0, as
+//     the forward's prologue computed it; its sums of dz and dz * xhat;
+// each sum against the sums of the dz the kernel wrote. Then, fed to bn_backward_from_sums, the
+// join's the same gradients as the two-pass backward the network runs without it (the plain data
+// gradient, then bn_backward with the gradient in two parts and the ReLU bits). Identity and
+// projection shortcuts; a CTA walking several tiles; more k-tiles than stages. The kernels run on
+// sm_90 only: elsewhere these tests skip.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "kernels/conv1x1_dgrad_bn.h"
 #include "kernels/conv1x1_dgrad_join.h"
 #include "support/bn_data.h"
 #include "support/gpu_test_util.h"
@@ -23,23 +27,26 @@ using gpu_test::DeviceTensor;
 using gpu_test::quantize;
 using ref::Vec;
 
-#define SKIP_UNLESS_JOIN_RUNS(m, k, c)                                                                  \
-  do {                                                                                                  \
-    SKIP_WITHOUT_GPU("the 1x1 data gradient with the join's backward");                                 \
-    if (const std::string why = conv1x1_dgrad_join_refusal(m, k, c); !why.empty()) GTEST_SKIP() << why; \
+// Skips, with the reason, where the kernel (refusal: its refusal function) does not run the shape here.
+#define SKIP_UNLESS_RUNS(refusal, m, k, c)                                                 \
+  do {                                                                                     \
+    SKIP_WITHOUT_GPU("the 1x1 data gradients with BN backward sums");                      \
+    if (const std::string why = (refusal)(m, k, c); !why.empty()) GTEST_SKIP() << why;     \
   } while (0)
 
+enum class Kind { Join, Inner };
 struct Case {
   int m, k, c;  // pixels, the conv's output channels (dy's), its input channels (dz's)
-  bool dual;    // a projection shortcut: a second BN
+  bool dual;    // Join: a projection shortcut, a second BN
+  Kind kind = Kind::Join;
 };
 
 // Everything one case reads, in fp16 where the network keeps it so, and on the device.
 struct Inputs {
-  Vec dy, w, g, x, x2;
+  Vec dy, w, g, x, x2, scale, shift;
   std::vector<uint8_t> bits;
   gpu_test::HostBn h, h2;
-  DeviceTensor dy_d, w_d, x_d, x2_d;
+  DeviceTensor dy_d, w_d, x_d, x2_d, scale_d, shift_d;
   gpu_test::DeviceBn bn, bn2;
   DeviceBuffer bits_d;
   Inputs(const Case& t, std::mt19937_64& rng)
@@ -48,6 +55,8 @@ struct Inputs {
         g(quantize(DType::F16, gpu_test::random_normal(rng, size_t(t.m) * t.c))),
         x(quantize(DType::F16, gpu_test::random_normal(rng, size_t(t.m) * t.c, 0.5, 2.0))),
         x2(quantize(DType::F16, gpu_test::random_normal(rng, size_t(t.m) * t.c, -0.5, 1.0))),
+        scale(quantize(DType::F16, gpu_test::random_uniform(rng, t.c, 0.5, 1.5))),
+        shift(quantize(DType::F16, gpu_test::random_normal(rng, t.c, -0.5, 1.0))),
         bits(size_t(t.m) * t.c / 8),
         h(gpu_test::random_bn(rng, t.c)),
         h2(gpu_test::random_bn(rng, t.c)),
@@ -55,6 +64,8 @@ struct Inputs {
         w_d(w, DType::F16),
         x_d(x, DType::F16),
         x2_d(x2, DType::F16),
+        scale_d(scale, DType::F16),
+        shift_d(shift, DType::F16),
         bn(h),
         bn2(h2),
         bits_d(bits.size(), "test ReLU bits") {
@@ -69,6 +80,11 @@ struct Inputs {
     CUDA_CHECK(cudaStreamSynchronize(ctx().stream));
   }
   bool bit(size_t e) const { return (bits[e / 8] >> (e % 8)) & 1u; }
+  // Where relu(x * scale + shift) passed, as the forward's prologue computes it: one fp16 multiply-add.
+  bool passes(size_t e, int c) const {
+    const size_t j = e % c;
+    return quantize(DType::F16, x[e] * scale[j] + shift[j]) > 0.0;
+  }
   // dx = dy w in double, rounded to fp16 as a data gradient is stored.
   Vec dx(const Case& t) const {
     Vec out(size_t(t.m) * t.c, 0.0);
@@ -90,26 +106,36 @@ struct Inputs {
     }
     return a;
   }
+  Conv1x1DgradBn inner_args(const Case& t, DeviceTensor& dz, DeviceTensor& partials) const {
+    return {.dy = dy_d.get(), .w = w_d.get(), .dz = dz.get(), .x = x_d.get(), .mean = bn.save_mean.f32(),
+            .invstd = bn.save_invstd.f32(), .scale = scale_d.get(), .shift = shift_d.get(),
+            .partials = partials.f32(), .m = t.m, .k = t.k, .c = t.c};
+  }
 };
 
 void check_against_reference(const Case& t) {
-  SKIP_UNLESS_JOIN_RUNS(t.m, t.k, t.c);
+  const bool join = t.kind == Kind::Join;
+  SKIP_UNLESS_RUNS(join ? conv1x1_dgrad_join_refusal : conv1x1_dgrad_bn_refusal, t.m, t.k, t.c);
   auto rng = gpu_test::test_rng();
   const Inputs in(t, rng);
   const Vec dx = in.dx(t);
   Vec want(dx.size());
-  for (size_t e = 0; e < dx.size(); ++e) want[e] = in.bit(e) ? quantize(DType::F16, dx[e] + in.g[e]) : 0.0;
+  auto passed = [&](size_t e) { return join ? in.bit(e) : in.passes(e, t.c); };
+  for (size_t e = 0; e < dx.size(); ++e)
+    want[e] = !passed(e) ? 0.0 : join ? quantize(DType::F16, dx[e] + in.g[e]) : dx[e];
 
-  const int rows = conv1x1_dgrad_join_rows(t.m, t.c);
+  const int rows = join ? conv1x1_dgrad_join_rows(t.m, t.c) : conv1x1_dgrad_bn_rows(t.m, t.c);
   DeviceTensor dz(in.g, DType::F16), part(3 * size_t(rows) * t.c, DType::F32, "partial sums");
   part.poison();
-  conv1x1_dgrad_join(in.args(t, dz, part), ctx().stream);
+  if (join) conv1x1_dgrad_join(in.args(t, dz, part), ctx().stream);
+  else conv1x1_dgrad_bn(in.inner_args(t, dz, part), ctx().stream);
   CUDA_CHECK(cudaStreamSynchronize(ctx().stream));
   const Vec got = dz.download();
   EXPECT_CLOSE(got, want, gpu_test::kTolF16) << "dz";
-  size_t leaked = 0;
-  for (size_t e = 0; e < got.size(); ++e) leaked += !in.bit(e) && got[e] != 0.0;
+  size_t leaked = 0, zeros = 0;
+  for (size_t e = 0; e < got.size(); ++e) leaked += !passed(e) && got[e] != 0.0, zeros += !passed(e);
   EXPECT_EQ(leaked, 0u) << "dz not zero where the ReLU did not pass";
+  EXPECT_GT(zeros, got.size() / 10) << "the ReLU should stop some elements";
 
   // The sums, of the dz written (what the apply then reads), in double.
   const Vec mean = in.bn.save_mean.download(), invstd = in.bn.save_invstd.download();
@@ -147,6 +173,23 @@ TEST(Conv1x1DgradJoin, ProjectionShortcutSeveralTilesACtaMatchTheReference) {
 // 8 k-tiles a tile, more than the pipeline's stages (layer4's conv1: 512 channels in dy).
 TEST(Conv1x1DgradJoin, MoreKTilesThanStagesMatchTheReference) { check_against_reference({128 * 8, 512, 256, true}); }
 
+// conv3's data gradient at layer1's channels (256 -> 64: 4 k-tiles, one column of tiles).
+TEST(Conv1x1DgradBn, OneColumnMatchesTheReference) { check_against_reference({128 * 16, 256, 64, false, Kind::Inner}); }
+
+// 16 k-tiles (layer3's 1024 -> 256) and two tiles a CTA (64 rows of tiles over 4 columns).
+TEST(Conv1x1DgradBn, SeveralTilesACtaAndMoreKTilesThanStagesMatchTheReference) {
+  check_against_reference({128 * 64, 1024, 256, false, Kind::Inner});
+}
+
+TEST(Conv1x1DgradBn, ShapesTheTilesDoNotCoverAndAMissingMaskAreRefused) {
+  SKIP_UNLESS_RUNS(conv1x1_dgrad_bn_refusal, 128, 64, 64);
+  EXPECT_NE(conv1x1_dgrad_bn_refusal(100, 64, 64), "");
+  EXPECT_NE(conv1x1_dgrad_bn_refusal(128, 64, 96), "");
+  Conv1x1DgradBn a{};
+  a.m = 128, a.k = 64, a.c = 64;  // no scale and shift
+  EXPECT_THROW(conv1x1_dgrad_bn(a, ctx().stream), Fatal);
+}
+
 // Fed to bn_backward_from_sums, the same gradients as the plain path: dx stored in fp16, then
 // bn_backward with dy in two parts (g and dx) and the ReLU bits, as the network runs without it.
 // dz may differ in the last bit where dx's two roundings (fp32 accumulators here, double there)
@@ -156,7 +199,7 @@ TEST(Conv1x1DgradJoin, JoinedBackwardGivesThePlainPathsGradients) {
   for (const bool dual : {false, true}) {
     SCOPED_TRACE(dual ? "projection shortcut" : "identity shortcut");
     const Case t{128 * 16, 128, 512, dual};
-    SKIP_UNLESS_JOIN_RUNS(t.m, t.k, t.c);
+    SKIP_UNLESS_RUNS(conv1x1_dgrad_join_refusal, t.m, t.k, t.c);
     auto rng = gpu_test::test_rng(dual ? "dual" : "identity");
     const Inputs in(t, rng);
     const Shape4 s{t.m, t.c, 1, 1};
@@ -213,7 +256,7 @@ TEST(Conv1x1DgradJoin, JoinedBackwardGivesThePlainPathsGradients) {
 
 // Shapes the tiles do not cover are refused, running one throws, and so does a second BN given in part.
 TEST(Conv1x1DgradJoin, ShapesTheTilesDoNotCoverAndPartialArgumentsAreRefused) {
-  SKIP_UNLESS_JOIN_RUNS(128, 64, 64);
+  SKIP_UNLESS_RUNS(conv1x1_dgrad_join_refusal, 128, 64, 64);
   EXPECT_NE(conv1x1_dgrad_join_refusal(100, 64, 64), "");
   EXPECT_NE(conv1x1_dgrad_join_refusal(128, 72, 64), "");
   EXPECT_NE(conv1x1_dgrad_join_refusal(128, 64, 96), "");

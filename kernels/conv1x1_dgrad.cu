@@ -1,0 +1,89 @@
+// The 1x1 conv's data gradients with a BN backward's sums (kernels/conv1x1_dgrad_join.h,
+// kernels/conv1x1_dgrad_bn.h): kernels/conv1x1_stats_kernel.cuh with BnGradEpilogue, B (the filter)
+// read N-major, 128x64 tiles, the ping-pong schedule. Compiled only where CONV1X1_WITH_CUTLASS is
+// set (sm_90a); elsewhere every shape is refused.
+#include "kernels/conv1x1_dgrad_bn.h"
+#include "kernels/conv1x1_dgrad_join.h"
+
+#include "core/errors.h"
+#include "kernels/conv1x1_launch.cuh"
+
+using namespace trainer_kernels::conv1x1;
+
+namespace {
+#if defined(CONV1X1_WITH_CUTLASS)
+// dx = dy w (w[k][c], read N-major) with the epilogue's parameters set by the caller.
+template <class Epilogue>
+void launch_dgrad(const void* dy, const void* w, int m, int k, int c, const typename Epilogue::Params& epilogue,
+                  cudaStream_t stream) {
+  using K = trainer_kernels::ResidentConv<kTileM, kTileN, false, true, Epilogue>;
+  typename K::Mainloop::Arguments args{};
+  args.ptr_A = static_cast<const cutlass::half_t*>(dy);
+  args.dA = cute::make_stride(int64_t(k), cute::_1{}, int64_t(m) * k);
+  args.ptr_B = static_cast<const cutlass::half_t*>(w);  // B(n, k) = w[k][n]: N-major
+  args.dB = cute::make_stride(cute::_1{}, int64_t(c), int64_t(k) * c);
+  typename K::Params p{};
+  p.mainloop = K::Mainloop::to_underlying_arguments(cute::make_shape(m, c, k, 1), args, nullptr);
+  p.m = m, p.n = c, p.k = k;
+  p.epilogue = epilogue;
+  launch<K>(p, stream);
+}
+#endif
+}  // namespace
+
+std::string conv1x1_dgrad_join_refusal(int m, int k, int c) { return gemm_refusal(m, c, k); }
+
+int conv1x1_dgrad_join_rows(int m, int c) { return ctas_per_column(m, c); }
+
+size_t conv1x1_dgrad_join_partials_bytes(int m, int c) {
+  return 3 * size_t(conv1x1_dgrad_join_rows(m, c)) * c * sizeof(float);
+}
+
+void conv1x1_dgrad_join(const Conv1x1DgradJoin& a, cudaStream_t stream) {
+  if (const std::string why = conv1x1_dgrad_join_refusal(a.m, a.k, a.c); !why.empty())
+    throw Fatal("conv1x1_dgrad_join: " + why);
+  if (!a.x2 != !a.mean2 || !a.x2 != !a.invstd2)
+    throw Fatal("conv1x1_dgrad_join: the shortcut's BN needs its input, mean and 1/std together");
+#if defined(CONV1X1_WITH_CUTLASS)
+  trainer_kernels::JoinGradEpilogue::Params e{};
+  e.dz = static_cast<cutlass::half_t*>(a.dz);
+  e.bits = a.relu_bits;
+  e.x = static_cast<const __half*>(a.x);
+  e.mean = a.mean;
+  e.invstd = a.invstd;
+  e.x2 = static_cast<const __half*>(a.x2);
+  e.mean2 = a.mean2;
+  e.invstd2 = a.invstd2;
+  e.partials = a.partials;
+  launch_dgrad<trainer_kernels::JoinGradEpilogue>(a.dy, a.w, a.m, a.k, a.c, e, stream);
+#else
+  (void)stream;
+#endif
+}
+
+std::string conv1x1_dgrad_bn_refusal(int m, int k, int c) { return gemm_refusal(m, c, k); }
+
+int conv1x1_dgrad_bn_rows(int m, int c) { return ctas_per_column(m, c); }
+
+size_t conv1x1_dgrad_bn_partials_bytes(int m, int c) {
+  return 2 * size_t(conv1x1_dgrad_bn_rows(m, c)) * c * sizeof(float);
+}
+
+void conv1x1_dgrad_bn(const Conv1x1DgradBn& a, cudaStream_t stream) {
+  if (const std::string why = conv1x1_dgrad_bn_refusal(a.m, a.k, a.c); !why.empty())
+    throw Fatal("conv1x1_dgrad_bn: " + why);
+  if (!a.scale || !a.shift) throw Fatal("conv1x1_dgrad_bn: the ReLU mask needs the BN's fp16 scale and shift");
+#if defined(CONV1X1_WITH_CUTLASS)
+  trainer_kernels::InnerGradEpilogue::Params e{};
+  e.dz = static_cast<cutlass::half_t*>(a.dz);
+  e.x = static_cast<const __half*>(a.x);
+  e.mean = a.mean;
+  e.invstd = a.invstd;
+  e.scale = static_cast<const __half2*>(a.scale);
+  e.shift = static_cast<const __half2*>(a.shift);
+  e.partials = a.partials;
+  launch_dgrad<trainer_kernels::InnerGradEpilogue>(a.dy, a.w, a.m, a.k, a.c, e, stream);
+#else
+  (void)stream;
+#endif
+}

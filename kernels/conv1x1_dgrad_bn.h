@@ -1,0 +1,43 @@
+// The data gradient of a 1x1 stride-1 conv in NHWC fp16 whose input was relu(bn(x)), with that BN
+// + ReLU's backward sums, by a kernel of ours: training's backward of every conv3 whose forward ran
+// our kernel with the previous BN in its prologue (kernels/conv1x1_stats.h).
+//
+// The BN backward needs, from the conv's data gradient dx, dz = dx where relu(bn(x)) passed, then
+// per channel the sums of dz and dz * xhat before it can apply. cuDNN's DgradDreluDbn pattern does
+// that in its epilogue; this is the same work in our resident kernel (the forward's, with B read
+// N-major): dz leaves through shared memory in whole rows, x arrives beside it (cp.async, during the
+// tile's mainloop), the ReLU mask is the forward prologue's own (fp16 x * scale + shift > 0), and
+// the sums stay in registers across a CTA's tiles. The apply that follows is
+// bn_backward_from_sums (kernels/batchnorm.h).
+//
+// dx[m, c] = sum over k of dy[m, k] w[k, c]: one GEMM (m = N*H*W pixels, k the conv's output
+// channels, c its input channels), tiled 128 x 64. Hopper only, compiled for sm_90a where the build
+// covers sm_90.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include <cuda_runtime.h>
+
+struct Conv1x1DgradBn {
+  const void* dy;      // fp16 [m, k]: the conv's output gradient
+  const void* w;       // fp16 [k, c]: its KRSC filter
+  void* dz;            // fp16 [m, c]: out, dz
+  const void* x;       // fp16 [m, c]: the BN's input, its batch mean and 1/std
+  const float* mean;
+  const float* invstd;
+  const void* scale;   // fp16 [c] each: the BN's scale and shift as the forward's prologue read them
+  const void* shift;
+  // conv1x1_dgrad_bn_rows() rows of c sums each of dz and dz * xhat, for bn_backward_from_sums.
+  float* partials;
+  int m, k, c;
+};
+
+// "" where this build and GPU run the shape, else why not.
+std::string conv1x1_dgrad_bn_refusal(int m, int k, int c);
+// The rows of partial sums it leaves, and their bytes (two sums).
+int conv1x1_dgrad_bn_rows(int m, int c);
+size_t conv1x1_dgrad_bn_partials_bytes(int m, int c);
+// dz and its sums on `stream`. A refused shape or a CUDA error throws (Fatal).
+void conv1x1_dgrad_bn(const Conv1x1DgradBn& a, cudaStream_t stream);
