@@ -145,9 +145,10 @@ struct BnBackwardArgs {
 };
 void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* scratch,
                  cudaStream_t stream);
-// The same backward from the sums a conv of ours took as it wrote dz (kernels/conv1x1_dgrad_join.h):
-// partials[(k * rows + r) * s.c + c] for k = 0, 1, 2: dz, dz * xhat and, with a second BN, dz *
-// xhat2; rows of each added in a fixed order (deterministic). a.dy holds dz (masked, both parts
-// summed); a.relu must be None, a.dy2 and a.dres unset (dz is already the identity shortcut's).
+// The same backward from the sums a conv of ours took as it wrote dz (kernels/conv1x1_dgrad_join.h,
+// kernels/conv1x1_dgrad_bn.h): partials[(k * rows + r) * s.c + c] for k = 0, 1, 2: dz, dz * xhat and,
+// with a second BN, dz * xhat2; rows of each added in a fixed order (deterministic). a.dy holds dz
+// (masked; at a join both parts summed); a.relu must be None, a.dy2 and a.dres unset (at a join dz
+// is already the identity shortcut's gradient).
 void bn_backward_from_sums(const BnBackwardArgs& a, const float* partials, int rows, Shape4 s, DType t, Layout l,
                            cudaStream_t stream);

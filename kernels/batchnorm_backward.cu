@@ -324,5 +324,7 @@ void bn_backward_from_sums(const BnBackwardArgs& a, const float* partials, int r
   if (a.relu != ReluMask::None || a.dy2 || a.dres)
     throw Fatal("bn_backward_from_sums: dy must hold dz, masked and summed (no ReLU mask, second part or dres)");
   if (rows < 1) throw Fatal("bn_backward_from_sums: no rows of sums");
+  if (a.x2 && (!a.bn2 || !a.dx2 || !a.dgamma2 || !a.dbeta2))
+    throw Fatal("bn_backward_from_sums: a second BN needs its state, dx2 and its weight gradients");
   dispatch(t, l, [&]<class T, Layout L>() { finalize_and_apply<T, L>(a, s, partials, rows, ReluMask::None, stream); });
 }

@@ -42,6 +42,8 @@ size_t conv1x1_dgrad_join_partials_bytes(int m, int c) {
 void conv1x1_dgrad_join(const Conv1x1DgradJoin& a, cudaStream_t stream) {
   if (const std::string why = conv1x1_dgrad_join_refusal(a.m, a.k, a.c); !why.empty())
     throw Fatal("conv1x1_dgrad_join: " + why);
+  if (!a.dy || !a.w || !a.dz || !a.relu_bits || !a.x || !a.mean || !a.invstd || !a.partials)
+    throw Fatal("conv1x1_dgrad_join: a tensor it reads or writes is missing");
   if (!a.x2 != !a.mean2 || !a.x2 != !a.invstd2)
     throw Fatal("conv1x1_dgrad_join: the shortcut's BN needs its input, mean and 1/std together");
 #if defined(CONV1X1_WITH_CUTLASS)
@@ -73,6 +75,8 @@ void conv1x1_dgrad_bn(const Conv1x1DgradBn& a, cudaStream_t stream) {
   if (const std::string why = conv1x1_dgrad_bn_refusal(a.m, a.k, a.c); !why.empty())
     throw Fatal("conv1x1_dgrad_bn: " + why);
   if (!a.scale || !a.shift) throw Fatal("conv1x1_dgrad_bn: the ReLU mask needs the BN's fp16 scale and shift");
+  if (!a.dy || !a.w || !a.dz || !a.x || !a.mean || !a.invstd || !a.partials)
+    throw Fatal("conv1x1_dgrad_bn: a tensor it reads or writes is missing");
 #if defined(CONV1X1_WITH_CUTLASS)
   trainer_kernels::InnerGradEpilogue::Params e{};
   e.dz = static_cast<cutlass::half_t*>(a.dz);

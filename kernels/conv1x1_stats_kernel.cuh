@@ -111,6 +111,7 @@ struct StatsEpilogue {
   __device__ static void write_partials(int t, float (*stats)[K::kConsumerWarps][K::kTileN], float* partials, int row,
                                         int rows, int n0, int n, const float* scale0 = nullptr,
                                         const float* scale1 = nullptr, const float* scale2 = nullptr) {
+    static_assert(Sums * K::kTileN <= K::kConsumerThreads, "a consumer thread for each column of each sum");
     if (t >= Sums * K::kTileN) return;
     const int which = t / K::kTileN, col = t % K::kTileN;
     float total = 0.f;
@@ -182,10 +183,13 @@ struct BnGradEpilogue {
     // trip to memory), the kernel took twice its bytes' time; held in registers they spilled. Each
     // thread reads back only the chunks it copied: no barrier.
     static constexpr int kPerThread = K::kTileM * kChunks / K::kTileThreads;
+    static_assert(K::kTileM * kChunks % K::kTileThreads == 0, "every thread the same number of chunks");
     unsigned bits[kPerThread];
+    // The "memory" clobbers keep the compiler from moving the last tile's reads of the side tiles
+    // past the next tile's copies into them.
     __device__ static void copy_async(__half* to, const void* from) {
       const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(to));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(from));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(from) : "memory");
     }
     __device__ void load(Side side, int64_t row0, int n0, int n, int tt) {
       CUTLASS_PRAGMA_UNROLL
@@ -199,7 +203,7 @@ struct BnGradEpilogue {
           bits[i] = __ldg(p.bits + at / 8);
         }
       }
-      asm volatile("cp.async.commit_group;\n" ::);
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
     }
     // dz and the sums from the staged dx and what load() brought; dz stored (Join: over g).
     __device__ void rows(const __half (*staged)[K::kRowPitch], Side side, int64_t row0, int n0, int n, int tt) {
@@ -226,8 +230,10 @@ struct BnGradEpilogue {
           if constexpr (kJoin) {
             const float2 g = __half22float2(gh[j2]);
             zh = __floats2half2_rn((bits[i] >> j) & 1u ? d.x + g.x : 0.f, (bits[i] >> (j + 1)) & 1u ? d.y + g.y : 0.f);
-          } else {  // where relu(x * scale + shift), one fp16 multiply-add as the prologue does it, passed
-            zh = __hmul2(dxh[j2], __hgt2(__hfma2(xh[j2], scale[j2], shift[j2]), __float2half2_rn(0.f)));
+          } else {  // where relu(x * scale + shift), one fp16 multiply-add as the prologue does it, passed;
+                    // selected, not multiplied by the mask: an inf in dx must not become a NaN
+            const __half2 y = __hfma2(xh[j2], scale[j2], shift[j2]);
+            zh = __floats2half2_rn(__low2float(y) > 0.f ? d.x : 0.f, __high2float(y) > 0.f ? d.y : 0.f);
           }
           oh[j2] = zh;
           const float2 z = __half22float2(zh);  // the sums of what is written, as the BN apply reads it
@@ -290,8 +296,8 @@ struct ResidentConv {
   static constexpr int kGroupsPerTile = PingPong ? 1 : 2;
   static constexpr int kTileThreads = kGroupsPerTile * cutlass::NumThreadsPerWarpGroup;
   static constexpr int kStagingTiles = PingPong ? 2 : 1;
-  // Named barriers (0 is __syncthreads'): all consumers, and each tile's threads (ping-pong: each
-  // warpgroup's own).
+  // Named barriers (CUTLASS's NamedBarrier adds its reserved ids to these): all consumers, and
+  // each tile's threads (ping-pong: each warpgroup's own).
   static constexpr int kConsumersBarrier = 1;
   static constexpr int kTileBarrier = 2;
   using Schedule = std::conditional_t<PingPong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,

@@ -306,7 +306,9 @@ void TrainingNetwork::plan_own_convs() {
     r.c1_joins = i > 0 && takes_join(b.c1, b.in);
     r.c3_dgrad_own = r.c3_own && takes_dgrad(b.c3, b.mid2);
   }
-  // One buffer for all: each conv's finalize reads its partial sums right after it, on one stream.
+  // One buffer for all, on one stream: each forward conv's and conv3's finalize reads its partial
+  // sums right after it; a joining conv1's are read by the previous block's join_backward, next on
+  // the stream, before any other of these kernels runs.
   if (bytes) own_partials_ = DeviceBuffer(bytes, "partial BN sums of our 1x1 convs");
 }
 
@@ -409,7 +411,9 @@ void TrainingNetwork::bn_grads_ready(const Bn& bn) const {
 // g[0] and the main path's (conv1's data gradient) in g[2]. Whoever reads a block's input gradient
 // next (the previous block's join, the stem's BN) sums the two as it reads them. (cuDNN's graph API
 // through cudnn-frontend cannot accumulate a data gradient into its output, as the legacy calls
-// could with beta = 1.) g[1] and g[3] hold the gradients inside a block.
+// could with beta = 1.) Where conv1 joins (BlockRun::c1_joins), our kernel adds its part to g[0]
+// itself and leaves the previous join's dz there, g[2] unwritten. g[1] and g[3] hold the gradients
+// inside a block.
 void TrainingNetwork::backward() {
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
@@ -463,8 +467,9 @@ void TrainingNetwork::block_backward(size_t i) {
   conv_backward(b.c1, in, g1, nullptr, &joins);
 }
 
-// The join: out = relu(bn3(a3) + shortcut). From its output's gradient (g[0] + dy2): g[1] = the
-// gradient of a3, and g[3] = that of the shortcut conv's output, or g[0] = the identity shortcut's.
+// The join: out = relu(bn3(a3) + shortcut). From its output's gradient (g[0] + dy2, or, joined, dz
+// already in g[0]): g[1] = the gradient of a3, and g[3] = that of the shortcut conv's output, or
+// g[0] = the identity shortcut's.
 void TrainingNetwork::join_backward(const Block& b, BlockRun& r, const void* dy2, bool joined) {
   // The ReLU came after the residual add: join_forward's bits.
   BnBackwardArgs last{.dy = grad_[0].get(), .dy2 = dy2, .relu = ReluMask::FromBits,

@@ -162,6 +162,17 @@ void check_against_reference(const Case& t) {
   }
 }
 
+// A refusal: Fatal, its message naming `why`, before anything runs.
+template <class Run>
+void expect_refused(Run&& run, const std::string& why) {
+  try {
+    run();
+    ADD_FAILURE() << "accepted; expected a refusal naming: " << why;
+  } catch (const Fatal& e) {
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
+}
+
 // One tile a CTA (layer1's shapes, scaled down), an identity shortcut.
 TEST(Conv1x1DgradJoin, IdentityShortcutMatchesTheReference) { check_against_reference({128 * 8, 64, 256, false}); }
 
@@ -181,13 +192,18 @@ TEST(Conv1x1DgradBn, SeveralTilesACtaAndMoreKTilesThanStagesMatchTheReference) {
   check_against_reference({128 * 64, 1024, 256, false, Kind::Inner});
 }
 
-TEST(Conv1x1DgradBn, ShapesTheTilesDoNotCoverAndAMissingMaskAreRefused) {
+TEST(Conv1x1DgradBn, ShapesTheTilesDoNotCoverAndMissingArgumentsAreRefused) {
   SKIP_UNLESS_RUNS(conv1x1_dgrad_bn_refusal, 128, 64, 64);
   EXPECT_NE(conv1x1_dgrad_bn_refusal(100, 64, 64), "");
   EXPECT_NE(conv1x1_dgrad_bn_refusal(128, 64, 96), "");
-  Conv1x1DgradBn a{};
-  a.m = 128, a.k = 64, a.c = 64;  // no scale and shift
-  EXPECT_THROW(conv1x1_dgrad_bn(a, ctx().stream), Fatal);
+  DeviceTensor any(128 * 64, DType::F32);  // stands for every tensor: nothing runs
+  Conv1x1DgradBn a{.dy = any.get(), .w = any.get(), .dz = any.get(), .x = any.get(), .mean = any.f32(),
+                   .invstd = any.f32(), .scale = nullptr, .shift = nullptr,  // the mask's coefficients missing
+                   .partials = any.f32(), .m = 128, .k = 64, .c = 64};
+  expect_refused([&] { conv1x1_dgrad_bn(a, ctx().stream); }, "scale and shift");
+  a.scale = a.shift = any.get();
+  a.partials = nullptr;
+  expect_refused([&] { conv1x1_dgrad_bn(a, ctx().stream); }, "missing");
 }
 
 // Fed to bn_backward_from_sums, the same gradients as the plain path: dx stored in fp16, then
@@ -262,11 +278,15 @@ TEST(Conv1x1DgradJoin, ShapesTheTilesDoNotCoverAndPartialArgumentsAreRefused) {
   EXPECT_NE(conv1x1_dgrad_join_refusal(128, 64, 96), "");
   Conv1x1DgradJoin a{};
   a.m = 100, a.k = 64, a.c = 64;
-  EXPECT_THROW(conv1x1_dgrad_join(a, ctx().stream), Fatal);
-  DeviceTensor x2(64, DType::F16);
-  a.m = 128;
-  a.x2 = x2.get();  // without mean2 and invstd2
-  EXPECT_THROW(conv1x1_dgrad_join(a, ctx().stream), Fatal);
+  expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "pixels");
+  DeviceTensor any(128 * 64, DType::F32);  // stands for every tensor: nothing runs
+  a = {.dy = any.get(), .w = any.get(), .dz = any.get(), .relu_bits = static_cast<const uint8_t*>(any.get()), .x = any.get(),
+       .mean = any.f32(), .invstd = any.f32(), .partials = any.f32(), .m = 128, .k = 64, .c = 64};
+  a.x2 = any.get();  // without mean2 and invstd2
+  expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "the shortcut's BN");
+  a.x2 = nullptr;
+  a.relu_bits = nullptr;
+  expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "missing");
 }
 
 }  // namespace

@@ -476,8 +476,9 @@ TEST(Options, CompressionAndAccumulation) {
 
 const FusedPattern kEveryPattern[] = {
     FusedPattern::ConvStats, FusedPattern::SbrConvStats,  FusedPattern::SbrWgrad, FusedPattern::DgradDreluDbn,
-    FusedPattern::OwnConvStats, FusedPattern::ConvBn,     FusedPattern::ConvBnRelu, FusedPattern::ConvBnAddRelu,
-    FusedPattern::GemmBn, FusedPattern::GemmBnRelu,       FusedPattern::GemmBnAddRelu};
+    FusedPattern::OwnConvStats, FusedPattern::OwnJoinDgrad, FusedPattern::OwnDgradDbn, FusedPattern::ConvBn,
+    FusedPattern::ConvBnRelu, FusedPattern::ConvBnAddRelu, FusedPattern::GemmBn, FusedPattern::GemmBnRelu,
+    FusedPattern::GemmBnAddRelu};
 
 // --no-fuse: which fused BN patterns run plain (model/fused_patterns.h), as bits and as the one
 // text the ranks compare.
