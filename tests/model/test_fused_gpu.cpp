@@ -527,6 +527,25 @@ TEST(FusionReport, SaysHowManyRunAsGemms) {
                       "the BN folded into the filter; the rest run as the plain conv and our BN kernels:");
 }
 
+// Our kernels' lines: how many convs run each, what they replace, and the slug that turns it off.
+TEST(FusionReport, SaysWhereOurKernelsRun) {
+  FusionReport r;
+  r.tried = 80;
+  r.fused = 80;
+  r.own = 33;
+  r.own_join = 15;
+  r.own_dgrad = 16;
+  const std::vector<std::string> lines = fusion_report_lines(r);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_NE(lines[1].find("for 33 1x1 stride-1 convs"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[2].find("for 15 conv1s"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[2].find("--no-fuse own-join-dgrad"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[3].find("for 16 conv3s"), std::string::npos) << lines[3];
+  EXPECT_NE(lines[3].find("--no-fuse own-dgrad-dbn"), std::string::npos) << lines[3];
+  r.own = r.own_join = r.own_dgrad = 0;
+  EXPECT_EQ(fusion_report_lines(r).size(), 1u) << "none of our kernels, no line for them";
+}
+
 TEST(FusionReport, SaysFusionIsOffUnderDeterministic) {
   FusionReport r;
   r.off_for_determinism = true;
