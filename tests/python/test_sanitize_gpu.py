@@ -129,6 +129,7 @@ class SanitizeGpuScript(unittest.TestCase):
             self.assertIn("Shapes/GemmGpu*", call)
             self.assertIn("PredictGpu.BatchNormInTheConvEpiloguesGivesTheUnfusedLogits", call)
             self.assertIn("PredictGpu.GemmConvsWithTheBnFoldedInGiveTheUnfusedLogits", call)  # cuBLASLt's 1x1 convs
+            self.assertIn("Conv1x1Dgrad*", call)  # our 1x1 convs' data gradients with BN sums
         self.assertEqual(sorted(c.split(" [shard ")[1] for c in fused), ["0/4]", "1/4]", "2/4]", "3/4]"])
         self.assertEqual(sum("[shard" in c for c in calls), 4, calls)
         for k in range(1, 5):
