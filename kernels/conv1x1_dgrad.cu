@@ -35,9 +35,7 @@ std::string conv1x1_dgrad_join_refusal(int m, int k, int c) { return gemm_refusa
 
 int conv1x1_dgrad_join_rows(int m, int c) { return ctas_per_column(m, c); }
 
-size_t conv1x1_dgrad_join_partials_bytes(int m, int c) {
-  return 3 * size_t(conv1x1_dgrad_join_rows(m, c)) * c * sizeof(float);
-}
+size_t conv1x1_dgrad_join_partials_bytes(int m, int c) { return partials_bytes(3, m, c); }
 
 void conv1x1_dgrad_join(const Conv1x1DgradJoin& a, cudaStream_t stream) {
   if (const std::string why = conv1x1_dgrad_join_refusal(a.m, a.k, a.c); !why.empty())
@@ -67,9 +65,7 @@ std::string conv1x1_dgrad_bn_refusal(int m, int k, int c) { return gemm_refusal(
 
 int conv1x1_dgrad_bn_rows(int m, int c) { return ctas_per_column(m, c); }
 
-size_t conv1x1_dgrad_bn_partials_bytes(int m, int c) {
-  return 2 * size_t(conv1x1_dgrad_bn_rows(m, c)) * c * sizeof(float);
-}
+size_t conv1x1_dgrad_bn_partials_bytes(int m, int c) { return partials_bytes(2, m, c); }
 
 void conv1x1_dgrad_bn(const Conv1x1DgradBn& a, cudaStream_t stream) {
   if (const std::string why = conv1x1_dgrad_bn_refusal(a.m, a.k, a.c); !why.empty())

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <string>
 
 #include <cuda_runtime.h>
@@ -38,6 +39,9 @@ inline const Gpu& gpu() {
 
 // The CTAs that share a column of tiles: as many as fill the SMs, one CTA an SM.
 inline int ctas_per_column(int m, int n) { return std::max(1, std::min(m / kTileM, gpu().sms / std::max(1, n / kTileN))); }
+
+// The bytes of `sums` kinds of partial sums: a row of n for each CTA of a column, each kind.
+inline size_t partials_bytes(int sums, int m, int n) { return size_t(sums) * ctas_per_column(m, n) * n * sizeof(float); }
 
 // "" where this build and GPU tile the GEMM [m, k] by [k, n], else why not.
 inline std::string gemm_refusal(int m, int n, int k) {

@@ -43,7 +43,7 @@ std::string conv1x1_stats_refusal(int m, int k, int c) { return gemm_refusal(m, 
 
 int conv1x1_partial_rows(int m, int k) { return ctas_per_column(m, k); }
 
-size_t conv1x1_partials_bytes(int m, int k) { return 2 * size_t(conv1x1_partial_rows(m, k)) * k * sizeof(float); }
+size_t conv1x1_partials_bytes(int m, int k) { return partials_bytes(2, m, k); }
 
 void conv1x1_stats(const Conv1x1Stats& a, cudaStream_t stream) {
   if (const std::string why = conv1x1_stats_refusal(a.m, a.k, a.c); !why.empty())

@@ -33,6 +33,22 @@
 
 namespace trainer_kernels {
 
+// Row `row` of the partial sums, from each consumer warp's sums in `stats`: each sum's column added
+// over the warps in a fixed order, times scale_k[column] where given (the epilogues' common end).
+template <class K, int Sums>
+__device__ void write_partials(int t, float (*stats)[K::kConsumerWarps][K::kTileN], float* partials, int row, int rows,
+                               int n0, int n, const float* scale0 = nullptr, const float* scale1 = nullptr,
+                               const float* scale2 = nullptr) {
+  static_assert(Sums * K::kTileN <= K::kConsumerThreads, "a consumer thread for each column of each sum");
+  if (t >= Sums * K::kTileN) return;
+  const int which = t / K::kTileN, col = t % K::kTileN;
+  float total = 0.f;
+  for (int w = 0; w < K::kConsumerWarps; ++w) total += stats[which][w][col];
+  const float* scale = which == 0 ? scale0 : which == 1 ? scale1 : scale2;
+  if (scale) total *= scale[n0 + col];
+  partials[(int64_t(which) * rows + row) * n + n0 + col] = total;
+}
+
 // y[m, n] = sum over k of x[m, k] w[n, k] (the forward: w is KRSC, K-major), and per column of y
 // its sum and sum of squares, added from the fp32 accumulators.
 struct StatsEpilogue {
@@ -105,21 +121,6 @@ struct StatsEpilogue {
       write_partials<K, kSums>(t, stats, p.partials, row, rows, n0, n);
     }
   };
-
-  // Row `row` of the partial sums: each sum's column added over the warps, in a fixed order.
-  template <class K, int Sums>
-  __device__ static void write_partials(int t, float (*stats)[K::kConsumerWarps][K::kTileN], float* partials, int row,
-                                        int rows, int n0, int n, const float* scale0 = nullptr,
-                                        const float* scale1 = nullptr, const float* scale2 = nullptr) {
-    static_assert(Sums * K::kTileN <= K::kConsumerThreads, "a consumer thread for each column of each sum");
-    if (t >= Sums * K::kTileN) return;
-    const int which = t / K::kTileN, col = t % K::kTileN;
-    float total = 0.f;
-    for (int w = 0; w < K::kConsumerWarps; ++w) total += stats[which][w][col];
-    const float* scale = which == 0 ? scale0 : which == 1 ? scale1 : scale2;
-    if (scale) total *= scale[n0 + col];
-    partials[(int64_t(which) * rows + row) * n + n0 + col] = total;
-  }
 };
 
 // A 1x1 conv's data gradient, dx[m, n] = sum over k of dy[m, k] w[k, n] (w is KRSC, so N-major
@@ -274,9 +275,9 @@ struct BnGradEpilogue {
       }
       cutlass::arch::NamedBarrier::sync(K::kConsumerThreads, K::kConsumersBarrier);
       if (kJoin && p.x2)
-        StatsEpilogue::write_partials<K, 3>(t, stats, p.partials, row, rows, n0, n, nullptr, p.invstd, p.invstd2);
+        write_partials<K, 3>(t, stats, p.partials, row, rows, n0, n, nullptr, p.invstd, p.invstd2);
       else
-        StatsEpilogue::write_partials<K, 2>(t, stats, p.partials, row, rows, n0, n, nullptr, p.invstd);
+        write_partials<K, 2>(t, stats, p.partials, row, rows, n0, n, nullptr, p.invstd);
     }
   };
 };

@@ -269,42 +269,33 @@ void TrainingNetwork::plan_own_convs() {
   const bool joins = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnJoinDgrad));
   const bool dgrads = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnDgradDbn));
   size_t bytes = 0;
-  auto one_gemm = [](const ConvUnit& u) {
+  // Whether one of our kernels takes conv u, over the pixels of `s`: switched on, a 1x1 stride-1
+  // conv, a shape it runs (refusal(m, k, c)); counted in `report`, its partial sums (sized by
+  // partials_bytes(m, k, c)) in the shared buffer.
+  auto takes = [&](bool on, const ConvUnit& u, Shape4 s, auto refusal, auto partials_bytes, int& report) {
     const ConvGeometry& g = u.geometry();
-    return g.r == 1 && g.stride == 1 && g.pad == 0;
-  };
-  auto takes = [&](const ConvUnit& u, Shape4 out) {
-    const ConvGeometry& g = u.geometry();
-    const int m = out.n * out.h * out.w;
-    if (!forward || !one_gemm(u) || !conv1x1_stats_refusal(m, g.k, g.c).empty()) return false;
-    bytes = std::max(bytes, conv1x1_partials_bytes(m, g.k));
-    ++fusion_report_.own;
+    const int m = s.n * s.h * s.w;
+    if (!on || g.r != 1 || g.stride != 1 || g.pad != 0 || !refusal(m, g.k, g.c).empty()) return false;
+    bytes = std::max(bytes, partials_bytes(m, g.k, g.c));
+    ++report;
     return true;
   };
-  auto takes_join = [&](const ConvUnit& u, Shape4 in) {
-    const ConvGeometry& g = u.geometry();
-    const int m = in.n * in.h * in.w;
-    if (!joins || !one_gemm(u) || !conv1x1_dgrad_join_refusal(m, g.k, g.c).empty()) return false;
-    bytes = std::max(bytes, conv1x1_dgrad_join_partials_bytes(m, g.c));
-    ++fusion_report_.own_join;
-    return true;
-  };
-  auto takes_dgrad = [&](const ConvUnit& u, Shape4 in) {
-    const ConvGeometry& g = u.geometry();
-    const int m = in.n * in.h * in.w;
-    if (!dgrads || !one_gemm(u) || !conv1x1_dgrad_bn_refusal(m, g.k, g.c).empty()) return false;
-    bytes = std::max(bytes, conv1x1_dgrad_bn_partials_bytes(m, g.c));
-    ++fusion_report_.own_dgrad;
-    return true;
+  auto stats = [&](const ConvUnit& u, Shape4 out) {
+    return takes(forward, u, out, conv1x1_stats_refusal, [](int m, int k, int) { return conv1x1_partials_bytes(m, k); },
+                 fusion_report_.own);
   };
   for (size_t i = 0; i < runs_.size(); ++i) {
     const Block& b = layers_->blocks[i];
     BlockRun& r = runs_[i];
-    r.c1_own = takes(b.c1, b.mid1);
-    r.c3_own = r.c3.fwd && b.b2.scale_h && takes(b.c3, b.out);
-    r.down_own = b.down && takes(*b.down, b.out);
-    r.c1_joins = i > 0 && takes_join(b.c1, b.in);
-    r.c3_dgrad_own = r.c3_own && takes_dgrad(b.c3, b.mid2);
+    r.c1_own = stats(b.c1, b.mid1);
+    r.c3_own = r.c3.fwd && b.b2.scale_h && stats(b.c3, b.out);
+    r.down_own = b.down && stats(*b.down, b.out);
+    r.c1_joins = i > 0 && takes(joins, b.c1, b.in, conv1x1_dgrad_join_refusal,
+                                [](int m, int, int c) { return conv1x1_dgrad_join_partials_bytes(m, c); },
+                                fusion_report_.own_join);
+    r.c3_dgrad_own = r.c3_own && takes(dgrads, b.c3, b.mid2, conv1x1_dgrad_bn_refusal,
+                                       [](int m, int, int c) { return conv1x1_dgrad_bn_partials_bytes(m, c); },
+                                       fusion_report_.own_dgrad);
   }
   // One buffer for all, on one stream: each forward conv's and conv3's finalize reads its partial
   // sums right after it; a joining conv1's are read by the previous block's join_backward, next on
