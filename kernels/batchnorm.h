@@ -17,21 +17,7 @@
 #include <cuda_runtime.h>
 
 #include "core/types.h"
-
-constexpr float kBnEps = 1e-5f;
-constexpr float kBnMomentum = 0.1f;  // running = (1 - m) * running + m * batch (PyTorch's convention)
-
-struct BnChannelState {     // per-channel fp32 vectors of one BN layer, each of length C
-  const float* gamma;
-  const float* beta;
-  float* running_mean;
-  float* running_var;
-  float* save_mean;         // batch mean (training) for backward
-  float* save_invstd;       // 1/sqrt(var + eps)
-  float* scale;             // gamma * invstd     (what apply multiplies by)
-  float* shift;             // beta - mean * scale
-  float* bwd_coef;          // 3*C: dx = k_dz * dz + k_x * x + k_c
-};
+#include "kernels/batchnorm_state.h"
 
 // Why the batch-norm kernels cannot take a tensor of shape s in t and l, "" when they can. Each
 // 16-byte vector they move holds values of one channel only: NHWC needs C, NCHW H*W, a multiple of

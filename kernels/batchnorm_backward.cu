@@ -91,27 +91,6 @@ struct BackwardOp {  // sums of dz, dz * xhat, and dz * xhat2 for the second BN
   }
 };
 
-// What backward_coefs reads of channel c, loaded before the first store (see ForwardInputs).
-struct BackwardInputs {
-  float invstd, gamma, mean;
-};
-__device__ __forceinline__ BackwardInputs load_backward_inputs(const BnChannelState& bn, int c) {
-  return {bn.save_invstd[c], bn.gamma[c], bn.save_mean[c]};
-}
-
-// dx = a*dz + k_x*x + k_c with a = gamma*invstd, k_x = -a*invstd*dgamma/M,
-// k_c = -a*dbeta/M - k_x*mean: the usual formula, expanded so apply needs no xhat.
-__device__ void backward_coefs(const BnChannelState& bn, const BackwardInputs& in, int C, int c, double dgamma,
-                               double dbeta, double M) {
-  const double invstd = in.invstd;
-  const double a = double(in.gamma) * invstd;
-  const double kx = -a * invstd * dgamma / M;
-  const double kc = -a * dbeta / M - kx * in.mean;
-  bn.bwd_coef[c] = static_cast<float>(a);
-  bn.bwd_coef[C + c] = static_cast<float>(kx);
-  bn.bwd_coef[2 * C + c] = static_cast<float>(kc);
-}
-
 __global__ void finalize_backward(const float* partials, int chunks, int C, size_t M, int sums,
                                   BnChannelState bn, float* dgamma, float* dbeta,
                                   BnChannelState bn2, float* dgamma2, float* dbeta2) {
@@ -123,14 +102,8 @@ __global__ void finalize_backward(const float* partials, int chunks, int C, size
   const double t1 = sum_chunks(partials, 1, chunks, C, c, lane);
   const double t2 = sums == 3 ? sum_chunks(partials, 2, chunks, C, c, lane) : 0.0;
   if (lane != 0) return;
-  dbeta[c] = static_cast<float>(t0);
-  dgamma[c] = static_cast<float>(t1);
-  backward_coefs(bn, in, C, c, t1, t0, double(M));
-  if (sums == 3) {
-    dbeta2[c] = static_cast<float>(t0);
-    dgamma2[c] = static_cast<float>(t2);
-    backward_coefs(bn2, in2, C, c, t2, t0, double(M));
-  }
+  finalize_backward_channel(bn, in, dgamma, dbeta, C, c, t1, t0, double(M));
+  if (sums == 3) finalize_backward_channel(bn2, in2, dgamma2, dbeta2, C, c, t2, t0, double(M));
 }
 
 // Device-side arguments of the backward apply (the host struct holds host pointers to BN state).

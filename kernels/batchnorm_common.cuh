@@ -1,6 +1,6 @@
 // What the batch-norm kernels share (batchnorm_stats.cu, batchnorm_apply.cu, batchnorm_backward.cu,
-// batchnorm_eval.cu): launch geometry, the reductions over the batch, the per-channel finalize
-// helpers, and the per-channel constants the elementwise passes load.
+// batchnorm_eval.cu): launch geometry, the reductions over the batch (the per-channel finalize is
+// batchnorm_channel.cuh), and the per-channel constants the elementwise passes load.
 //
 // Batch norm in training and evaluation mode, fused with the residual add and ReLU.
 //
@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "batchnorm.h"
+#include "batchnorm_channel.cuh"
 #include "common.cuh"
 
 namespace trainer_kernels {  // why: kernels/common.cuh
@@ -227,28 +228,6 @@ __device__ __forceinline__ double sum_chunks(const float* partials, int k, int c
   double t = 0;
   for (int ch = lane; ch < chunks; ch += 32) t += partials[(size_t(k) * chunks + ch) * C + c];
   return warp_sum_double(t);
-}
-
-// The per-channel kernels are all latency: a channel's few loads and stores, one thread each.
-// Each reads its inputs before its first store. The compiler cannot move a load above a store
-// through another pointer (they might alias), so a load written after a store is issued only
-// there, and the loads and stores would alternate, each a round trip to memory (a 3.3 µs
-// finalize_sums on an H100; 1.6 µs with the loads first).
-struct ForwardInputs {
-  float gamma, beta, running_mean, running_var;
-};
-struct Coefs {  // a channel's scale and shift
-  float scale, shift;
-};
-// The fp16 copies of a channel's scale and shift, for a fused conv whose prologue reads fp16; none
-// where scale_h is null.
-__device__ __forceinline__ void store_half_coefs(const Coefs& k, int c, __half* scale_h, __half* shift_h) {
-  if (!scale_h) return;
-  scale_h[c] = __float2half_rn(k.scale);
-  shift_h[c] = __float2half_rn(k.shift);
-}
-__device__ __forceinline__ ForwardInputs load_forward_inputs(const BnChannelState& bn, int c) {
-  return {bn.gamma[c], bn.beta[c], bn.running_mean[c], bn.running_var[c]};
 }
 
 // ---- elementwise apply ---------------------------------------------------------------------------

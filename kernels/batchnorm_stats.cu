@@ -38,23 +38,6 @@ struct StatsOp {  // sums of (x - shift) and (x - shift)^2
   }
 };
 
-// Channel c's batch mean and (biased) variance over M values -> save_mean, save_invstd, scale,
-// shift and the running statistics (unbiased variance, PyTorch's momentum convention); returns
-// scale and shift.
-__device__ Coefs store_batch_stats(const BnChannelState& bn, int c, const ForwardInputs& in, double mean, double var,
-                                  double M) {
-  const float invstd = static_cast<float>(1.0 / sqrt(var + kBnEps));
-  bn.save_mean[c] = static_cast<float>(mean);
-  bn.save_invstd[c] = invstd;
-  const float scale = in.gamma * invstd, shift = in.beta - static_cast<float>(mean) * scale;
-  bn.scale[c] = scale;
-  bn.shift[c] = shift;
-  const double unbiased = M > 1 ? var * M / (M - 1) : var;
-  bn.running_mean[c] = static_cast<float>((1.0 - kBnMomentum) * in.running_mean + kBnMomentum * mean);
-  bn.running_var[c] = static_cast<float>((1.0 - kBnMomentum) * in.running_var + kBnMomentum * unbiased);
-  return {scale, shift};
-}
-
 template <class T, Layout L>
 __global__ void finalize_stats(const float* partials, int chunks, const T* x, Shape4 s, BnChannelState bn,
                                __half* scale_h, __half* shift_h) {
@@ -70,17 +53,6 @@ __global__ void finalize_stats(const float* partials, int chunks, const T* x, Sh
   double var = s2 / M - dmean * dmean;
   if (var < 0) var = 0;
   const double mean = shift + dmean;
-  const Coefs k = store_batch_stats(bn, c, in, mean, var, M);
-  store_half_coefs(k, c, scale_h, shift_h);
-}
-
-// Channel c's statistics from the sums of x and x^2 over M values (`in` loaded before any store):
-// the variance as E[x^2] - E[x]^2, in double; then what store_batch_stats and store_half_coefs write.
-__device__ void finalize_channel_from_sums(const BnChannelState& bn, int c, const ForwardInputs& in, double s1,
-                                           double s2, double M, __half* scale_h, __half* shift_h) {
-  const double mean = s1 / M;
-  double var = s2 / M - mean * mean;
-  if (var < 0) var = 0;
   const Coefs k = store_batch_stats(bn, c, in, mean, var, M);
   store_half_coefs(k, c, scale_h, shift_h);
 }
