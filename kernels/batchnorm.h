@@ -138,3 +138,7 @@ void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* sc
 // is already the identity shortcut's gradient).
 void bn_backward_from_sums(const BnBackwardArgs& a, const float* partials, int rows, Shape4 s, DType t, Layout l,
                            cudaStream_t stream);
+// The apply alone, where a conv of ours also finalized its sums (kernels/conv1x1_finalize.h): the
+// coefficients in a.bn->bwd_coef (and a.bn2's) and the weight gradients already written. a as for
+// bn_backward_from_sums; dgamma/dbeta are not touched.
+void bn_backward_apply(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, cudaStream_t stream);

@@ -198,18 +198,11 @@ static void check_backward_args(const BnBackwardArgs& a) {
 }
 
 namespace {
-// The finalize of the sums in `partials` (chunks rows of each), then the apply with the ReLU mask
-// `applied` (None where dy already holds dz).
+// The apply with the ReLU mask `applied` (None where dy already holds dz), from the coefficients in
+// bn.bwd_coef (and bn2's).
 template <class T, Layout L>
-void finalize_and_apply(const BnBackwardArgs& a, Shape4 s, const float* partials, int chunks, ReluMask applied,
-                        cudaStream_t stream) {
+void apply(const BnBackwardArgs& a, Shape4 s, ReluMask applied, cudaStream_t stream) {
   const bool dual = a.x2 != nullptr, dres = a.dres != nullptr;
-  const BnChannelState none{};
-  finalize_backward<<<finalize_blocks(s.c), 32 * kFinalizeWarps, 0, stream>>>(
-      partials, chunks, s.c, s.per_channel(), dual ? 3 : 2, *a.bn, a.dgamma, a.dbeta,
-      dual ? *a.bn2 : none, a.dgamma2, a.dbeta2);
-  CUDA_CHECK_LAUNCH();
-
   const unsigned vecs = static_cast<unsigned>(s.count() / kVec<T>);
   const size_t work = (vecs + kApplyUnroll<L> - 1) / kApplyUnroll<L>;
   const BackwardApply args{a.dy, a.y, a.x, a.x2, a.relu_bits, a.bn->bwd_coef, dual ? a.bn2->bwd_coef : nullptr,
@@ -235,6 +228,28 @@ void finalize_and_apply(const BnBackwardArgs& a, Shape4 s, const float* partials
       break;
   }
   CUDA_CHECK_LAUNCH();
+}
+
+// The finalize of the sums in `partials` (chunks rows of each), then the apply.
+template <class T, Layout L>
+void finalize_and_apply(const BnBackwardArgs& a, Shape4 s, const float* partials, int chunks, ReluMask applied,
+                        cudaStream_t stream) {
+  const bool dual = a.x2 != nullptr;
+  const BnChannelState none{};
+  finalize_backward<<<finalize_blocks(s.c), 32 * kFinalizeWarps, 0, stream>>>(
+      partials, chunks, s.c, s.per_channel(), dual ? 3 : 2, *a.bn, a.dgamma, a.dbeta,
+      dual ? *a.bn2 : none, a.dgamma2, a.dbeta2);
+  CUDA_CHECK_LAUNCH();
+  apply<T, L>(a, s, applied, stream);
+}
+
+// What the backward from a conv's sums needs of a (bn_backward_from_sums, bn_backward_apply).
+void check_dz_args(const BnBackwardArgs& a, const char* who) {
+  const std::string w = who;
+  if (a.relu != ReluMask::None || a.dy2 || a.dres)
+    throw Fatal(w + ": dy must hold dz, masked and summed (no ReLU mask, second part or dres)");
+  if (a.x2 && (!a.bn2 || !a.dx2 || !a.dgamma2 || !a.dbeta2))
+    throw Fatal(w + ": a second BN needs its state, dx2 and its weight gradients");
 }
 }  // namespace
 
@@ -294,10 +309,13 @@ void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* sc
 void bn_backward_from_sums(const BnBackwardArgs& a, const float* partials, int rows, Shape4 s, DType t, Layout l,
                            cudaStream_t stream) {
   check_supported(s, t, l);
-  if (a.relu != ReluMask::None || a.dy2 || a.dres)
-    throw Fatal("bn_backward_from_sums: dy must hold dz, masked and summed (no ReLU mask, second part or dres)");
+  check_dz_args(a, "bn_backward_from_sums");
   if (rows < 1) throw Fatal("bn_backward_from_sums: no rows of sums");
-  if (a.x2 && (!a.bn2 || !a.dx2 || !a.dgamma2 || !a.dbeta2))
-    throw Fatal("bn_backward_from_sums: a second BN needs its state, dx2 and its weight gradients");
   dispatch(t, l, [&]<class T, Layout L>() { finalize_and_apply<T, L>(a, s, partials, rows, ReluMask::None, stream); });
+}
+
+void bn_backward_apply(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, cudaStream_t stream) {
+  check_supported(s, t, l);
+  check_dz_args(a, "bn_backward_apply");
+  dispatch(t, l, [&]<class T, Layout L>() { apply<T, L>(a, s, ReluMask::None, stream); });
 }

@@ -1,8 +1,8 @@
 // A batch norm's per-channel finalize, once a channel's sums over the batch are added: the forward's
 // statistics, scale and shift from the sums of x and x^2, and the backward's weight gradients and
 // apply coefficients from the sums of dz and dz * xhat. Shared by the finalize kernels
-// (batchnorm_stats.cu, batchnorm_backward.cu); a header of its own, apart from batchnorm_common.cuh,
-// for kernels in other files to finalize a BN too.
+// (batchnorm_stats.cu, batchnorm_backward.cu) and our 1x1 convs, whose last CTA of a column of
+// tiles finalizes the column itself (kernels/conv1x1_finalize.h).
 #pragma once
 
 #include <cuda_fp16.h>

@@ -1,6 +1,7 @@
 // A batch-norm layer's per-channel state as the kernels see it, and its constants: apart from
-// kernels/batchnorm.h so that kernels built on CUTLASS (our 1x1 convs) can take it without
-// core/types.h, whose Layout clashes with CUTLASS's.
+// kernels/batchnorm.h so that the kernels built on CUTLASS (our 1x1 convs, which finalize a BN
+// themselves: kernels/conv1x1_finalize.h) can take it without core/types.h, whose Layout clashes
+// with CUTLASS's.
 #pragma once
 
 constexpr float kBnEps = 1e-5f;

@@ -73,6 +73,8 @@ void conv1x1_dgrad_bn(const Conv1x1DgradBn& a, cudaStream_t stream) {
   if (!a.scale || !a.shift) throw Fatal("conv1x1_dgrad_bn: the ReLU mask needs the BN's fp16 scale and shift");
   if (!a.dy || !a.w || !a.dz || !a.x || !a.mean || !a.invstd || !a.partials)
     throw Fatal("conv1x1_dgrad_bn: a tensor it reads or writes is missing");
+  if (const std::string why = finalize_refusal(a.finalize, false); !why.empty())
+    throw Fatal("conv1x1_dgrad_bn: " + why);
 #if defined(CONV1X1_WITH_CUTLASS)
   trainer_kernels::InnerGradEpilogue::Params e{};
   e.dz = static_cast<cutlass::half_t*>(a.dz);
@@ -82,6 +84,7 @@ void conv1x1_dgrad_bn(const Conv1x1DgradBn& a, cudaStream_t stream) {
   e.scale = static_cast<const __half2*>(a.scale);
   e.shift = static_cast<const __half2*>(a.shift);
   e.partials = a.partials;
+  e.finalize = a.finalize;
   launch_dgrad<trainer_kernels::InnerGradEpilogue>(a.dy, a.w, a.m, a.k, a.c, e, stream);
 #else
   (void)stream;

@@ -7,8 +7,9 @@
 // that in its epilogue; this is the same work in our resident kernel (the forward's, with B read
 // N-major): dz leaves through shared memory in whole rows, x arrives beside it (cp.async, during the
 // tile's mainloop), the ReLU mask is the forward prologue's own (fp16 x * scale + shift > 0), and
-// the sums stay in registers across a CTA's tiles. The apply that follows is
-// bn_backward_from_sums (kernels/batchnorm.h).
+// the sums stay in registers across a CTA's tiles. The BN backward's finalize and apply follow
+// (bn_backward_from_sums, kernels/batchnorm.h), or the kernel's last CTAs finalize and the apply
+// alone follows (kernels/conv1x1_finalize.h).
 //
 // dx[m, c] = sum over k of dy[m, k] w[k, c]: one GEMM (m = N*H*W pixels, k the conv's output
 // channels, c its input channels), tiled 128 x 64. Hopper only, compiled for sm_90a where the build
@@ -19,6 +20,8 @@
 #include <string>
 
 #include <cuda_runtime.h>
+
+#include "kernels/conv1x1_finalize.h"
 
 struct Conv1x1DgradBn {
   const void* dy;      // fp16 [m, k]: the conv's output gradient
@@ -32,6 +35,9 @@ struct Conv1x1DgradBn {
   // conv1x1_dgrad_bn_rows() rows of c sums each of dz and dz * xhat, for bn_backward_from_sums.
   float* partials;
   int m, k, c;
+  // With finalize.arrivals set, the BN's backward finalize too (kernels/conv1x1_finalize.h): its
+  // weight gradients and apply coefficients written, so that bn_backward_apply is all that is left.
+  Conv1x1Finalize finalize{};
 };
 
 // "" where this build and GPU run the shape, else why not.

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "core/check.h"
+#include "kernels/conv1x1_finalize.h"
 #include "kernels/conv1x1_stats.h"
 
 #if defined(CONV1X1_WITH_CUTLASS)
@@ -56,6 +57,22 @@ inline std::string gemm_refusal(int m, int n, int k) {
   (void)m, (void)n, (void)k;
   return "built without it (the build covers no sm_90)";
 #endif
+}
+
+// "" where the kernel can finalize into f (or is not asked to: no counters), else what is missing.
+// Forward: the statistics' state; backward: what the weight gradients and coefficients need.
+inline std::string finalize_refusal(const Conv1x1Finalize& f, bool forward) {
+  if (!f.arrivals) return "";
+  const BnChannelState& b = f.bn;
+  if (forward) {
+    if (!b.gamma || !b.beta || !b.running_mean || !b.running_var || !b.save_mean || !b.save_invstd || !b.scale ||
+        !b.shift || !f.scale_h != !f.shift_h)
+      return "the BN to finalize lacks part of its state";
+    return "";
+  }
+  if (!b.gamma || !b.save_mean || !b.save_invstd || !b.bwd_coef || !f.dgamma || !f.dbeta)
+    return "the BN to finalize lacks part of its state or its weight gradients";
+  return "";
 }
 
 #if defined(CONV1X1_WITH_CUTLASS)

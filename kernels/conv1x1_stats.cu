@@ -27,7 +27,7 @@ void launch_stats(const Conv1x1Stats& a, cudaStream_t stream) {
   typename K::Params p{};
   p.mainloop = K::Mainloop::to_underlying_arguments(cute::make_shape(a.m, a.k, a.c, 1), args, nullptr);
   p.m = a.m, p.n = a.k, p.k = a.c;
-  p.epilogue = {static_cast<cutlass::half_t*>(a.y), a.partials};
+  p.epilogue = {static_cast<cutlass::half_t*>(a.y), a.partials, a.finalize};
   launch<K>(p, stream);
 }
 #endif
@@ -45,10 +45,15 @@ int conv1x1_partial_rows(int m, int k) { return ctas_per_column(m, k); }
 
 size_t conv1x1_partials_bytes(int m, int k) { return partials_bytes(2, m, k); }
 
+int conv1x1_finalize_counters(int n) { return std::max(1, n / kTileN); }
+
 void conv1x1_stats(const Conv1x1Stats& a, cudaStream_t stream) {
   if (const std::string why = conv1x1_stats_refusal(a.m, a.k, a.c); !why.empty())
     throw Fatal("conv1x1_stats: " + why);
   if (!a.scale != !a.shift) throw Fatal("conv1x1_stats: the prologue needs both its scale and its shift");
+  if (a.finalize.arrivals && !a.partials) throw Fatal("conv1x1_stats: a finalize needs the partial sums");
+  if (const std::string why = finalize_refusal(a.finalize, true); !why.empty())
+    throw Fatal("conv1x1_stats: " + why);
 #if defined(CONV1X1_WITH_CUTLASS)
   const bool pp = a.schedule == Conv1x1Schedule::PingPong;
   if (a.scale) pp ? launch_stats<true, true>(a, stream) : launch_stats<true, false>(a, stream);

@@ -19,6 +19,8 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/conv1x1_finalize.h"
+
 // Its two schedules: each consumer warpgroup on every other tile, their mainloops by turns, so that
 // one stores while the other multiplies (PingPong; bin/train's), or both on each tile (Cooperative).
 enum class Conv1x1Schedule { PingPong, Cooperative };
@@ -35,6 +37,9 @@ struct Conv1x1Stats {
   // nullptr: y alone.
   float* partials = nullptr;
   Conv1x1Schedule schedule = Conv1x1Schedule::PingPong;
+  // With partials and finalize.arrivals set, the BN finalized too, as bn_finalize_partials would
+  // (kernels/conv1x1_finalize.h).
+  Conv1x1Finalize finalize{};
 };
 
 // "" on an sm_90 GPU (H100, H200), else why code compiled for sm_90a alone cannot run on this one:

@@ -7,7 +7,9 @@
 // channels) and walks down its rows of pixels, so a thread's sums fall on the same channels in
 // every tile: it adds each tile's into registers, and reduces across lanes and warps once, at its
 // end, into one row of partial sums (rows: the CTAs of a column, at most one per SM). A finalize
-// kernel adds the rows up (kernels/batchnorm.h).
+// kernel adds the rows up (kernels/batchnorm.h), or, given the BN (kernels/conv1x1_finalize.h), the
+// last CTA of the column to write its row does (finalize_column; the forward and conv3's data
+// gradient: not the join's, where it measured slower).
 //
 // Roles (384 threads, one CTA an SM): warp 0 issues the TMA loads of A and B tile after tile,
 // stages ahead; the two consumer warpgroups each multiply 64 of the tile's 128 rows, or ping-pong
@@ -29,6 +31,8 @@
 #include "cutlass/arch/barrier.h"
 #include "cutlass/arch/reg_reconfig.h"
 #include "cutlass/pipeline/pipeline.hpp"
+#include "kernels/batchnorm_channel.cuh"
+#include "kernels/conv1x1_finalize.h"
 #include "kernels/cutlass_prologue_mainloop.cuh"
 
 namespace trainer_kernels {
@@ -53,11 +57,13 @@ __device__ void write_partials(int t, float (*stats)[K::kConsumerWarps][K::kTile
 // its sum and sum of squares, added from the fp32 accumulators.
 struct StatsEpilogue {
   static constexpr int kSums = 2;
+  static constexpr bool kFinalizes = true;  // can finalize the BN itself (finalize_column)
   static constexpr int kSideTensors = 0;  // tiles it reads beside its own
   using LayoutB = cutlass::layout::ColumnMajor;  // w[n, k]
   struct Params {
     cutlass::half_t* y;  // [m, n]
     float* partials;     // [2][ctas_per_column][n], or nullptr: y alone
+    Conv1x1Finalize finalize;  // with partials and finalize.arrivals: the BN finalized in the kernel
   };
 
   template <class K>
@@ -68,6 +74,17 @@ struct StatsEpilogue {
     const Params& p;
     float sum[kSlots], sqsum[kSlots];
     __device__ explicit Run(const Params& params) : p(params) {}
+    __device__ const float* partials() const { return p.partials; }
+    __device__ unsigned* arrivals() const { return p.partials ? p.finalize.arrivals : nullptr; }
+    // Channel c's statistics from its sums of y and y^2 over M values (finalize_column), and what
+    // they read of the BN, loaded first.
+    using ChannelInputs = ForwardInputs;
+    __device__ ChannelInputs channel_inputs(int c) const { return load_forward_inputs(p.finalize.bn, c); }
+    __device__ void finalize_channel(const ChannelInputs& in, const double* total, int c, int, double M) const {
+      const Conv1x1Finalize& f = p.finalize;
+      finalize_channel_from_sums(f.bn, c, in, total[0], total[1], M, static_cast<__half*>(f.scale_h),
+                                 static_cast<__half*>(f.shift_h));
+    }
     __device__ void begin(int, int) {
       CUTLASS_PRAGMA_UNROLL
       for (int s = 0; s < kSlots; ++s) sum[s] = sqsum[s] = 0.f;
@@ -139,6 +156,11 @@ template <GradKind kKind>
 struct BnGradEpilogue {
   static constexpr bool kJoin = kKind == GradKind::Join;
   static constexpr int kSums = kJoin ? 3 : 2;
+  // Inner can finalize the BN itself (finalize_column). At the joins it measured slower: each join
+  // kernel took about 7 µs longer, with 4 rows of sums a column or 132, and the step 0.9% (H200,
+  // 2026-11-29, bench/results/levers-session18-nvidia-h200-2026-11-29.md); they keep the finalize
+  // kernel after them.
+  static constexpr bool kFinalizes = !kJoin;
   static constexpr int kSideTensors = kJoin ? 3 : 1;  // tiles read beside its own: g, x and x2, or x
   using LayoutB = cutlass::layout::RowMajor;          // w[k, n]
   struct Params {
@@ -150,6 +172,7 @@ struct BnGradEpilogue {
     const float *mean2, *invstd2;
     const __half2 *scale, *shift;  // Inner: the BN's fp16 scale and shift, as pairs of channels
     float* partials;       // [kSums][ctas_per_column][n]: dz, dz * xhat (, dz * xhat2)
+    Conv1x1Finalize finalize;  // Inner, with finalize.arrivals: the BN backward's finalize in the kernel
   };
 
   template <class K>
@@ -162,6 +185,16 @@ struct BnGradEpilogue {
     __half2 scale[4], shift[4];
     int col = 0;  // the thread's first column in the tile
     __device__ explicit Run(const Params& params) : p(params) {}
+    __device__ const float* partials() const { return p.partials; }
+    __device__ unsigned* arrivals() const { return p.finalize.arrivals; }
+    // Channel c's (of n) weight gradients and apply coefficients from its sums of dz and dz * xhat
+    // over M values (finalize_column), and what they read of the BN, loaded first.
+    using ChannelInputs = BackwardInputs;
+    __device__ ChannelInputs channel_inputs(int c) const { return load_backward_inputs(p.finalize.bn, c); }
+    __device__ void finalize_channel(const ChannelInputs& in, const double* total, int c, int n, double M) const {
+      const Conv1x1Finalize& f = p.finalize;
+      finalize_backward_channel(f.bn, in, f.dgamma, f.dbeta, n, c, total[1], total[0], M);
+    }
     __device__ void begin(int tt, int n0) {
       col = tt % kChunks * 8;
       CUTLASS_PRAGMA_UNROLL
@@ -337,6 +370,7 @@ struct ResidentConv {
     float stats[Epilogue::kSums][kConsumerWarps][TileN];
     alignas(16) __half staged[kStagingTiles][TileM][kRowPitch];
     alignas(16) __half side[kStagingTiles][kSideTensors][kSideRows][TileN];
+    int last_of_column;  // finalize_column: whether this CTA finalizes its column
   };
 
   struct Params {
@@ -348,6 +382,76 @@ struct ResidentConv {
     int ctas_per_column;      // the grid is n_tiles x ctas_per_column
   };
 };
+
+// After the epilogue's finish(), where it finalizes the BN (kernels/conv1x1_finalize.h): each CTA
+// counts itself in its column's counter once its row of partial sums is out; the last to arrive
+// adds the column's rows up and hands each channel's totals to the epilogue's finalize_channel. It is
+// all latency, on the step's critical path, so every load is issued before the first add: each
+// thread one 16-byte quarter of a row's sums, of every 16th row, in one round (up to 144 rows: the
+// CTAs of a column are at most one an SM). Loaded a few at a time, the adds waiting on each, the
+// 132 rows of layer1's conv3 made its kernel 49 µs against 32 without the finalize (H200 traces,
+// 2026-11-29). The order is fixed whichever CTA is last: each thread adds its rows in order, in
+// double, then the 16 parts are added in order. Consumer threads.
+template <class K, class Run>
+__device__ void finalize_column(int t, typename K::SharedStorage& ss, const Run& epilogue, int column, int rows,
+                                int n0, int n, double M) {
+  constexpr int kQuads = K::kTileN / 4, kParts = K::kConsumerThreads / kQuads, kRowsEach = 9;
+  constexpr int kSums = K::Epi::kSums;
+  static_assert(K::kConsumerThreads % kQuads == 0, "every consumer thread a quarter of a row");
+  using Scratch = double[kSums][kParts][K::kTileN];
+  static_assert(sizeof(Scratch) <= sizeof(ss.staged), "the sums' scratch lives in the staging tiles, done with");
+  // The count as CUTLASS's GenericBarrier takes it (cutlass/barrier.h): after a barrier, one thread's
+  // acquire-release atomic, which releases what every thread of the CTA wrote before the barrier and,
+  // at the last CTA, acquires what the others released; the barrier after it passes that on to the
+  // CTA's threads. (A fence in every thread and a relaxed atomic timed the same.)
+  unsigned* arrivals = epilogue.arrivals() + column;
+  cutlass::arch::NamedBarrier::sync(K::kConsumerThreads, K::kConsumersBarrier);
+  if (t == 0) {
+    unsigned before;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(before) : "l"(arrivals) : "memory");
+    const bool last = before == unsigned(rows - 1);
+    if (last) *arrivals = 0;  // every CTA of the column counted: ready for the next launch
+    ss.last_of_column = last;
+  }
+  cutlass::arch::NamedBarrier::sync(K::kConsumerThreads, K::kConsumersBarrier);
+  if (!ss.last_of_column) return;
+  typename Run::ChannelInputs in{};
+  if (t < K::kTileN) in = epilogue.channel_inputs(n0 + t);  // in flight with the sums
+  const int quad = t % kQuads, part = t / kQuads;
+  double acc[kSums][4] = {};
+  for (int r0 = part; r0 < rows; r0 += kRowsEach * kParts) {  // one round up to 144 rows
+    float4 v[kSums][kRowsEach];
+    CUTLASS_PRAGMA_UNROLL
+    for (int k = 0; k < kSums; ++k)
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kRowsEach; ++i) {
+        const int r = r0 + i * kParts;  // L2, not L1: other SMs wrote them
+        const float* at = epilogue.partials() + (int64_t(k) * rows + r) * n + n0 + 4 * quad;
+        v[k][i] = r < rows ? __ldcg(reinterpret_cast<const float4*>(at)) : float4{0.f, 0.f, 0.f, 0.f};
+      }
+    CUTLASS_PRAGMA_UNROLL
+    for (int k = 0; k < kSums; ++k)
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kRowsEach; ++i) {
+        acc[k][0] += v[k][i].x;
+        acc[k][1] += v[k][i].y;
+        acc[k][2] += v[k][i].z;
+        acc[k][3] += v[k][i].w;
+      }
+  }
+  auto& scratch = *reinterpret_cast<Scratch*>(&ss.staged[0][0][0]);
+  CUTLASS_PRAGMA_UNROLL
+  for (int k = 0; k < kSums; ++k)
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < 4; ++j) scratch[k][part][4 * quad + j] = acc[k][j];
+  cutlass::arch::NamedBarrier::sync(K::kConsumerThreads, K::kConsumersBarrier);
+  if (t >= K::kTileN) return;
+  double total[kSums] = {};
+  CUTLASS_PRAGMA_UNROLL
+  for (int k = 0; k < kSums; ++k)
+    for (int q = 0; q < kParts; ++q) total[k] += scratch[k][q][t];
+  epilogue.finalize_channel(in, total, n0 + t, n, M);
+}
 
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, 1) resident_conv(const __grid_constant__ typename K::Params p) {
@@ -441,6 +545,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) resident_conv(const __grid_con
     epilogue.rows(staged, side, int64_t(mt) * TileM, n0, p.n, tt);
   }
   epilogue.finish(t, ss.stats, slot_column, first, p.ctas_per_column, n0, p.n);
+  if constexpr (K::Epi::kFinalizes)
+    if (epilogue.arrivals()) finalize_column<K>(t, ss, epilogue, column, p.ctas_per_column, n0, p.n, double(p.m));
 #endif
 }
 

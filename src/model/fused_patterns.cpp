@@ -25,6 +25,8 @@ constexpr PatternNames kPatterns[] = {
      "own-join-dgrad"},
     {FusedPattern::OwnDgradDbn, "1x1 data gradient + ReLU backward + BN backward sums by a kernel of ours",
      "own-dgrad-dbn"},
+    {FusedPattern::OwnFinalize, "the BN finalize in the last CTA of each column of our 1x1 conv kernels",
+     "own-finalize"},
     {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
     {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
     {FusedPattern::ConvBnAddRelu, "conv + BN + residual add + ReLU", "conv-bn-add-relu"},
@@ -133,5 +135,10 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
                     " conv3s the data gradient with the ReLU and BN backward sums runs a kernel of ours "
                     "(kernels/conv1x1_dgrad_bn.h), in place of cuDNN's pattern or the plain data gradient "
                     "(--no-fuse own-dgrad-dbn: not)");
+  if (r.own_finalize)
+    lines.push_back("  and " + std::to_string(r.own_finalize) +
+                    " of those kernels of ours (the forward's, conv3's) finalize their BN in the last CTA of each "
+                    "column of tiles (kernels/conv1x1_finalize.h), in place of a finalize kernel after them (--no-fuse "
+                    "own-finalize: not)");
   return lines;
 }

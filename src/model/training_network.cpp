@@ -263,26 +263,33 @@ void TrainingNetwork::forward(const void* images, bool train) {
 // In the backward, every conv1's but the first block's (whose input's gradient goes to the stem's
 // BN) data gradient takes the previous block's join backward (--no-fuse own-join-dgrad: not), and
 // conv3's, where its forward was ours, bn2's ReLU and backward sums (--no-fuse own-dgrad-dbn: not).
+// The forward's and conv3's finalize their BN in their last CTA of a column (--no-fuse own-finalize:
+// the finalize kernel after them); the joining conv1s' measured slower so (kernels/conv1x1_finalize.h).
 void TrainingNetwork::plan_own_convs() {
   if (!cfg_.fuses() || cfg_.dtype != DType::F16 || cfg_.layout != Layout::NHWC) return;
   const bool forward = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnConvStats));
   const bool joins = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnJoinDgrad));
   const bool dgrads = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnDgradDbn));
+  const bool finalizes = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnFinalize));
   size_t bytes = 0;
+  int columns = 0;
   // Whether one of our kernels takes conv u, over the pixels of `s`: switched on, a 1x1 stride-1
   // conv, a shape it runs (refusal(m, k, c)); counted in `report`, its partial sums (sized by
-  // partials_bytes(m, k, c)) in the shared buffer.
-  auto takes = [&](bool on, const ConvUnit& u, Shape4 s, auto refusal, auto partials_bytes, int& report) {
+  // partials_bytes(m, k, c)) in the shared buffer; `finalizing`: a kernel that can finalize its BN.
+  auto takes = [&](bool on, const ConvUnit& u, Shape4 s, auto refusal, auto partials_bytes, int& report,
+                   bool finalizing) {
     const ConvGeometry& g = u.geometry();
     const int m = s.n * s.h * s.w;
     if (!on || g.r != 1 || g.stride != 1 || g.pad != 0 || !refusal(m, g.k, g.c).empty()) return false;
     bytes = std::max(bytes, partials_bytes(m, g.k, g.c));
+    columns = std::max(columns, conv1x1_finalize_counters(std::max(g.k, g.c)));
     ++report;
+    fusion_report_.own_finalize += finalizing && finalizes;
     return true;
   };
   auto stats = [&](const ConvUnit& u, Shape4 out) {
     return takes(forward, u, out, conv1x1_stats_refusal, [](int m, int k, int) { return conv1x1_partials_bytes(m, k); },
-                 fusion_report_.own);
+                 fusion_report_.own, true);
   };
   for (size_t i = 0; i < runs_.size(); ++i) {
     const Block& b = layers_->blocks[i];
@@ -292,15 +299,31 @@ void TrainingNetwork::plan_own_convs() {
     r.down_own = b.down && stats(*b.down, b.out);
     r.c1_joins = i > 0 && takes(joins, b.c1, b.in, conv1x1_dgrad_join_refusal,
                                 [](int m, int, int c) { return conv1x1_dgrad_join_partials_bytes(m, c); },
-                                fusion_report_.own_join);
+                                fusion_report_.own_join, false);
     r.c3_dgrad_own = r.c3_own && takes(dgrads, b.c3, b.mid2, conv1x1_dgrad_bn_refusal,
                                        [](int m, int, int c) { return conv1x1_dgrad_bn_partials_bytes(m, c); },
-                                       fusion_report_.own_dgrad);
+                                       fusion_report_.own_dgrad, true);
   }
   // One buffer for all, on one stream: each forward conv's and conv3's finalize reads its partial
   // sums right after it; a joining conv1's are read by the previous block's join_backward, next on
   // the stream, before any other of these kernels runs.
   if (bytes) own_partials_ = DeviceBuffer(bytes, "partial BN sums of our 1x1 convs");
+  if (bytes && finalizes) {  // zero once: each launch leaves its counters zero
+    own_arrivals_ = DeviceBuffer(columns * sizeof(unsigned), "our 1x1 convs' column counters");
+    CUDA_CHECK(cudaMemset(own_arrivals_.get(), 0, own_arrivals_.bytes()));
+  }
+}
+
+Conv1x1Finalize TrainingNetwork::finalize_in_kernel(const Bn& bn, bool backward) const {
+  Conv1x1Finalize f{.bn = bn.st, .arrivals = own_arrivals_.as<unsigned>()};
+  if (!backward) {
+    f.scale_h = bn.scale_h;
+    f.shift_h = bn.shift_h;
+    return f;
+  }
+  f.dgamma = params_.vector_grad(bn.gamma);
+  f.dbeta = params_.vector_grad(bn.beta);
+  return f;
 }
 
 void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, const void* x, void* y, const Bn& bn,
@@ -310,11 +333,13 @@ void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, cons
     const ConvGeometry& g = c.geometry();
     const int m = s.n * s.h * s.w;
     float* partials = own_partials_.as<float>();
+    const Conv1x1Finalize finalize = finalize_in_kernel(bn, false);
     conv1x1_stats({x, params_.working(c.weight), y, m, g.k, g.c, prologue ? prologue->scale_h : nullptr,
-                   prologue ? prologue->shift_h : nullptr, partials},
+                   prologue ? prologue->shift_h : nullptr, partials, Conv1x1Schedule::PingPong, finalize},
                   stream);
-    bn_finalize_partials(partials, conv1x1_partial_rows(m, g.k), g.k, s.per_channel(), bn.st, bn.channels, bn.scale_h,
-                         bn.shift_h, stream);
+    if (!finalize.arrivals)
+      bn_finalize_partials(partials, conv1x1_partial_rows(m, g.k), g.k, s.per_channel(), bn.st, bn.channels,
+                           bn.scale_h, bn.shift_h, stream);
     return;
   }
   if (fused) {
@@ -528,11 +553,14 @@ void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, 
     float* partials = own_partials_.as<float>();
     conv1x1_dgrad_bn({.dy = dy, .w = params_.working(c.weight), .dz = dx, .x = x, .mean = bn.st.save_mean,
                       .invstd = bn.st.save_invstd, .scale = bn.scale_h, .shift = bn.shift_h, .partials = partials,
-                      .m = m, .k = g.k, .c = g.c},
+                      .m = m, .k = g.k, .c = g.c, .finalize = finalize_in_kernel(bn, true)},
                      stream);
     const BnBackwardArgs mid{.dy = dx, .x = x, .bn = &bn.st, .dgamma = params_.vector_grad(bn.gamma),
                              .dbeta = params_.vector_grad(bn.beta), .dx = dx};
-    bn_backward_from_sums(mid, partials, conv1x1_dgrad_bn_rows(m, g.c), s_in, t, l, stream);
+    if (own_arrivals_.get())  // finalized by the kernel
+      bn_backward_apply(mid, s_in, t, l, stream);
+    else
+      bn_backward_from_sums(mid, partials, conv1x1_dgrad_bn_rows(m, g.c), s_in, t, l, stream);
   } else if (dgrad) {
     const FusedArgs a{.x = x, .w = params_.working(c.weight), .dy = dy, .mean = bn.st.save_mean,
                       .invstd = bn.st.save_invstd, .gamma = bn.st.gamma, .beta = bn.st.beta, .g = dx,

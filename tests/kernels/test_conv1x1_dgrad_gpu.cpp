@@ -6,12 +6,15 @@
 // each sum against the sums of the dz the kernel wrote. Then, fed to bn_backward_from_sums, the
 // join's the same gradients as the two-pass backward the network runs without it (the plain data
 // gradient, then bn_backward with the gradient in two parts and the ReLU bits). Identity and
-// projection shortcuts; a CTA walking several tiles; more k-tiles than stages. The kernels run on
-// sm_90 only: elsewhere these tests skip.
+// projection shortcuts; a CTA walking several tiles; more k-tiles than stages. And conv3's kernel
+// doing the BN backward's finalize itself, against bn_backward_from_sums. The kernels run on sm_90
+// only: elsewhere these tests skip.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/errors.h"
@@ -268,6 +271,60 @@ TEST(Conv1x1DgradJoin, JoinedBackwardGivesThePlainPathsGradients) {
       EXPECT_CLOSE(joined.dbeta2, plain.dbeta2, 1e-3) << "dbeta2";
     }
   }
+}
+
+// conv3's data gradient finalizing bn2 in the kernel (kernels/conv1x1_finalize.h), then
+// bn_backward_apply: the same weight gradients, coefficients and input gradient as
+// bn_backward_from_sums on the same partial sums. The rows are added in another order (both in
+// double), so the fp32 results are held to 1e-6 and the fp16 gradient to 1e-3. 4 columns of 33
+// CTAs; twice on the same counters (a launch must leave them zero).
+TEST(Conv1x1DgradBn, FinalizedInTheKernelAsBnBackwardFromSumsDoes) {
+  const Case t{128 * 40, 512, 256, false, Kind::Inner};
+  SKIP_UNLESS_RUNS(conv1x1_dgrad_bn_refusal, t.m, t.k, t.c);
+  auto rng = gpu_test::test_rng();
+  Inputs in(t, rng);  // not const: the coefficients are poisoned before each run
+  const Shape4 s{t.m, t.c, 1, 1};
+  cudaStream_t stream = ctx().stream;
+  const BnChannelState st = in.bn.state();
+  const int rows = conv1x1_dgrad_bn_rows(t.m, t.c);
+  DeviceTensor part(2 * size_t(rows) * t.c, DType::F32, "partial sums");
+  const size_t counters = conv1x1_finalize_counters(t.c);
+  DeviceBuffer arrivals(counters * sizeof(unsigned), "column counters");
+  CUDA_CHECK(cudaMemset(arrivals.get(), 0, arrivals.bytes()));
+  auto backward = [&](bool in_kernel) {
+    DeviceTensor dz(in.g, DType::F16), dx(s.count(), DType::F16), dg(t.c, DType::F32), db(t.c, DType::F32);
+    for (DeviceTensor* p : {&dx, &dg, &db, &in.bn.bwd_coef, &part}) p->poison();
+    const BnBackwardArgs b{.dy = dz.get(), .x = in.x_d.get(), .bn = &st, .dgamma = dg.f32(), .dbeta = db.f32(), .dx = dx.get()};
+    Conv1x1DgradBn a = in.inner_args(t, dz, part);
+    if (in_kernel) a.finalize = {.bn = st, .dgamma = dg.f32(), .dbeta = db.f32(), .arrivals = arrivals.as<unsigned>()};
+    conv1x1_dgrad_bn(a, stream);
+    if (in_kernel) bn_backward_apply(b, s, DType::F16, Layout::NHWC, stream);
+    else bn_backward_from_sums(b, part.f32(), rows, s, DType::F16, Layout::NHWC, stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    return std::vector<Vec>{dg.download(), db.download(), in.bn.bwd_coef.download(), dx.download()};
+  };
+  const std::vector<Vec> want = backward(false);
+  const char* names[] = {"dgamma", "dbeta", "bwd_coef", "dx"};
+  for (int launch = 0; launch < 2; ++launch) {
+    SCOPED_TRACE("launch " + std::to_string(launch));
+    const std::vector<Vec> got = backward(true);
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_CLOSE(got[i], want[i], i == 3 ? 1e-3 : 1e-6) << names[i];
+    std::vector<unsigned> left(counters);
+    CUDA_CHECK(cudaMemcpy(left.data(), arrivals.get(), left.size() * sizeof(unsigned), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(std::count(left.begin(), left.end(), 0u), long(left.size())) << "the counters left zero";
+  }
+}
+
+// A finalize without the weight gradients is refused before anything runs.
+TEST(Conv1x1DgradBn, AFinalizeWithoutItsWeightGradientsIsRefused) {
+  SKIP_UNLESS_RUNS(conv1x1_dgrad_bn_refusal, 128, 64, 64);
+  DeviceTensor any(128 * 64, DType::F32);  // stands for every tensor: nothing runs
+  const BnChannelState st{any.f32(), any.f32(), any.f32(), any.f32(), any.f32(), any.f32(), any.f32(), any.f32(), any.f32()};
+  const Conv1x1DgradBn a{.dy = any.get(), .w = any.get(), .dz = any.get(), .x = any.get(), .mean = any.f32(),
+                         .invstd = any.f32(), .scale = any.get(), .shift = any.get(), .partials = any.f32(), .m = 128,
+                         .k = 64, .c = 64,
+                         .finalize = {.bn = st, .dgamma = any.f32(), .arrivals = static_cast<unsigned*>(any.get())}};
+  expect_refused([&] { conv1x1_dgrad_bn(a, ctx().stream); }, "weight gradients");  // dbeta missing
 }
 
 // Shapes the tiles do not cover are refused, running one throws, and so does a second BN given in part.

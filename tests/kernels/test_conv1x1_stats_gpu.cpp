@@ -2,14 +2,18 @@
 // double: y, and the per-channel sums and sums of squares its rows of partial sums add up to; with
 // the previous BN applied as x is read and without; both schedules; shapes where a CTA walks several
 // tiles (the statistics added across them) and where a tile's k-tiles outnumber the stages (the
-// ping-pong warpgroups' turns). The kernel runs on sm_90 only: elsewhere these tests skip.
+// ping-pong warpgroups' turns); and the BN finalized in the kernel as the finalize kernel does it.
+// The kernel runs on sm_90 only: elsewhere these tests skip.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "core/errors.h"
 #include "kernels/conv1x1_stats.h"
+#include "support/bn_data.h"
 #include "support/gpu_test_util.h"
 
 namespace {
@@ -94,6 +98,76 @@ TEST(Conv1x1Stats, MoreKTilesThanStagesMatchTheReference) {
 
 TEST(Conv1x1Stats, CooperativeScheduleMatchesTheReference) {
   check({128 * 32, 1024, 128, true, Conv1x1Schedule::Cooperative});
+}
+
+// Finalized in the kernel (kernels/conv1x1_finalize.h), the BN's state is what bn_finalize_partials
+// makes of the same partial sums: batch and running statistics, scale, shift and their fp16 copies.
+// The rows are added in another order (both in double), so held to 1e-6, the fp16 copies to their
+// rounding. 4 columns of 33 CTAs, some with two tiles; run three times on the same counters, each
+// into a fresh state: a launch must leave them zero for the next.
+TEST(Conv1x1Stats, FinalizedInTheKernelAsTheFinalizeKernelDoes) {
+  const int m = 128 * 40, k = 256, c = 128;
+  SKIP_UNLESS_RUNS(m, k, c);
+  auto rng = gpu_test::test_rng();
+  const DeviceTensor x(gpu_test::quantize(DType::F16, gpu_test::random_uniform(rng, size_t(m) * c, -1.0, 1.0)), DType::F16);
+  const DeviceTensor w(gpu_test::quantize(DType::F16, gpu_test::random_normal(rng, size_t(k) * c, 0.3, 1.0 / std::sqrt(c))),
+                       DType::F16);
+  const DeviceTensor s(gpu_test::quantize(DType::F16, gpu_test::random_uniform(rng, c, 0.5, 1.5)), DType::F16);
+  const DeviceTensor b(gpu_test::quantize(DType::F16, gpu_test::random_normal(rng, c, 0.0, 0.5)), DType::F16);
+  const gpu_test::HostBn h = gpu_test::random_bn(rng, k);
+  DeviceTensor y(size_t(m) * k, DType::F16), part(2 * size_t(conv1x1_partial_rows(m, k)) * k, DType::F32);
+  const size_t counters = conv1x1_finalize_counters(k);
+  DeviceBuffer arrivals(counters * sizeof(unsigned), "column counters");
+  CUDA_CHECK(cudaMemset(arrivals.get(), 0, arrivals.bytes()));
+  struct State {
+    gpu_test::DeviceBn bn;
+    DeviceTensor scale_h, shift_h;
+    std::vector<Vec> all() const {
+      return {bn.save_mean.download(), bn.save_invstd.download(), bn.scale.download(), bn.shift.download(),
+              bn.running_mean.download(), bn.running_var.download()};
+    }
+  };
+  auto run = [&](bool in_kernel) {
+    State st{gpu_test::DeviceBn(h), DeviceTensor(k, DType::F16), DeviceTensor(k, DType::F16)};
+    st.scale_h.poison();
+    st.shift_h.poison();
+    Conv1x1Stats a{x.get(), w.get(), y.get(), m, k, c, s.get(), b.get(), part.f32()};
+    if (in_kernel)
+      a.finalize = {.bn = st.bn.state(), .scale_h = st.scale_h.get(), .shift_h = st.shift_h.get(),
+                    .arrivals = arrivals.as<unsigned>()};
+    conv1x1_stats(a, ctx().stream);
+    if (!in_kernel)
+      bn_finalize_partials(part.f32(), conv1x1_partial_rows(m, k), k, m, st.bn.state(), k, st.scale_h.get(),
+                           st.shift_h.get(), ctx().stream);
+    CUDA_CHECK(cudaStreamSynchronize(ctx().stream));
+    return st;
+  };
+  const State want = run(false);
+  const std::vector<Vec> want_all = want.all();
+  const char* names[] = {"save_mean", "save_invstd", "scale", "shift", "running_mean", "running_var"};
+  for (int launch = 0; launch < 3; ++launch) {
+    SCOPED_TRACE("launch " + std::to_string(launch));
+    const State got = run(true);
+    const std::vector<Vec> got_all = got.all();
+    for (size_t i = 0; i < got_all.size(); ++i) EXPECT_CLOSE(got_all[i], want_all[i], 1e-6) << names[i];
+    EXPECT_CLOSE(got.scale_h.download(), want.scale_h.download(), gpu_test::kTolF16) << "scale_h";
+    EXPECT_CLOSE(got.shift_h.download(), want.shift_h.download(), gpu_test::kTolF16) << "shift_h";
+    std::vector<unsigned> left(counters);
+    CUDA_CHECK(cudaMemcpy(left.data(), arrivals.get(), left.size() * sizeof(unsigned), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(std::count(left.begin(), left.end(), 0u), long(left.size())) << "the counters left zero";
+  }
+}
+
+// A finalize needs the partial sums and the BN's whole state.
+TEST(Conv1x1Stats, AFinalizeWithoutItsStateIsRefused) {
+  SKIP_UNLESS_RUNS(128, 64, 64);
+  DeviceTensor any(128 * 64, DType::F32);  // stands for every tensor: nothing runs
+  unsigned* counters = static_cast<unsigned*>(any.get());
+  Conv1x1Stats a{any.get(), any.get(), any.get(), 128, 64, 64, nullptr, nullptr, nullptr};
+  a.finalize.arrivals = counters;
+  EXPECT_THROW(conv1x1_stats(a, ctx().stream), Fatal) << "no partial sums";
+  a.partials = any.f32();
+  EXPECT_THROW(conv1x1_stats(a, ctx().stream), Fatal) << "no BN state";
 }
 
 // Shapes the tiles do not cover are refused before anything runs, and running one throws.

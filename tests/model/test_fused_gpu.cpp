@@ -535,14 +535,17 @@ TEST(FusionReport, SaysWhereOurKernelsRun) {
   r.own = 33;
   r.own_join = 15;
   r.own_dgrad = 16;
+  r.own_finalize = 49;
   const std::vector<std::string> lines = fusion_report_lines(r);
-  ASSERT_EQ(lines.size(), 4u);
+  ASSERT_EQ(lines.size(), 5u);
   EXPECT_NE(lines[1].find("for 33 1x1 stride-1 convs"), std::string::npos) << lines[1];
   EXPECT_NE(lines[2].find("for 15 conv1s"), std::string::npos) << lines[2];
   EXPECT_NE(lines[2].find("--no-fuse own-join-dgrad"), std::string::npos) << lines[2];
   EXPECT_NE(lines[3].find("for 16 conv3s"), std::string::npos) << lines[3];
   EXPECT_NE(lines[3].find("--no-fuse own-dgrad-dbn"), std::string::npos) << lines[3];
-  r.own = r.own_join = r.own_dgrad = 0;
+  EXPECT_NE(lines[4].find("and 49 of those kernels of ours (the forward's, conv3's) finalize their BN"), std::string::npos) << lines[4];
+  EXPECT_NE(lines[4].find("--no-fuse own-finalize"), std::string::npos) << lines[4];
+  r.own = r.own_join = r.own_dgrad = r.own_finalize = 0;
   EXPECT_EQ(fusion_report_lines(r).size(), 1u) << "none of our kernels, no line for them";
 }
 

@@ -476,7 +476,8 @@ TEST(Options, CompressionAndAccumulation) {
 
 const FusedPattern kEveryPattern[] = {
     FusedPattern::ConvStats, FusedPattern::SbrConvStats,  FusedPattern::SbrWgrad, FusedPattern::DgradDreluDbn,
-    FusedPattern::OwnConvStats, FusedPattern::OwnJoinDgrad, FusedPattern::OwnDgradDbn, FusedPattern::ConvBn,
+    FusedPattern::OwnConvStats, FusedPattern::OwnJoinDgrad, FusedPattern::OwnDgradDbn, FusedPattern::OwnFinalize,
+    FusedPattern::ConvBn,
     FusedPattern::ConvBnRelu, FusedPattern::ConvBnAddRelu, FusedPattern::GemmBn, FusedPattern::GemmBnRelu,
     FusedPattern::GemmBnAddRelu};
 
