@@ -32,7 +32,8 @@ struct Conv1x1DgradBn {
   const float* invstd;
   const void* scale;   // fp16 [c] each: the BN's scale and shift as the forward's prologue read them
   const void* shift;
-  // conv1x1_dgrad_bn_rows() rows of c sums each of dz and dz * xhat, for bn_backward_from_sums.
+  // conv1x1_dgrad_bn_rows() rows of c sums each of dz and dz * xhat, for bn_backward_from_sums (or
+  // the kernel's own finalize, below).
   float* partials;
   int m, k, c;
   // With finalize.arrivals set, the BN's backward finalize too (kernels/conv1x1_finalize.h): its

@@ -33,8 +33,8 @@ struct Conv1x1Stats {
   // fp16 [c] each, or both null: the previous BN's scale and shift, applied as relu(x * scale + shift).
   const void* scale = nullptr;
   const void* shift = nullptr;
-  // conv1x1_partial_rows() rows of k sums, then as many of sums of squares, for bn_finalize_partials;
-  // nullptr: y alone.
+  // conv1x1_partial_rows() rows of k sums, then as many of sums of squares, for bn_finalize_partials
+  // (or the kernel's own finalize, below); nullptr: y alone.
   float* partials = nullptr;
   Conv1x1Schedule schedule = Conv1x1Schedule::PingPong;
   // With partials and finalize.arrivals set, the BN finalized too, as bn_finalize_partials would

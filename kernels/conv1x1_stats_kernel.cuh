@@ -387,7 +387,7 @@ struct ResidentConv {
 // counts itself in its column's counter once its row of partial sums is out; the last to arrive
 // adds the column's rows up and hands each channel's totals to the epilogue's finalize_channel. It is
 // all latency, on the step's critical path, so every load is issued before the first add: each
-// thread one 16-byte quarter of a row's sums, of every 16th row, in one round (up to 144 rows: the
+// thread 4 channels (16 bytes) of a row's sums, of every 16th row, in one round (up to 144 rows: the
 // CTAs of a column are at most one an SM). Loaded a few at a time, the adds waiting on each, the
 // 132 rows of layer1's conv3 made its kernel 49 µs against 32 without the finalize (H200 traces,
 // 2026-11-29). The order is fixed whichever CTA is last: each thread adds its rows in order, in
@@ -400,15 +400,19 @@ __device__ void finalize_column(int t, typename K::SharedStorage& ss, const Run&
   static_assert(K::kConsumerThreads % kQuads == 0, "every consumer thread a quarter of a row");
   using Scratch = double[kSums][kParts][K::kTileN];
   static_assert(sizeof(Scratch) <= sizeof(ss.staged), "the sums' scratch lives in the staging tiles, done with");
-  // The count as CUTLASS's GenericBarrier takes it (cutlass/barrier.h): after a barrier, one thread's
-  // acquire-release atomic, which releases what every thread of the CTA wrote before the barrier and,
-  // at the last CTA, acquires what the others released; the barrier after it passes that on to the
-  // CTA's threads. (A fence in every thread and a relaxed atomic timed the same.)
+  // The count, equivalent to CUTLASS's GenericBarrier (cutlass/barrier.h: a fence and a relaxed add
+  // after a barrier to arrive, an acquiring load then a barrier to wait): after a barrier, one
+  // thread's acquire-release atomic, which releases what every thread of the CTA wrote before the
+  // barrier and, at the last CTA, acquires what the others released; the barrier after it passes
+  // that on to the CTA's threads. (A fence in every thread and a relaxed atomic timed the same.)
   unsigned* arrivals = epilogue.arrivals() + column;
   cutlass::arch::NamedBarrier::sync(K::kConsumerThreads, K::kConsumersBarrier);
   if (t == 0) {
     unsigned before;
     asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(before) : "l"(arrivals) : "memory");
+    // A counter not zero at the launch (counters shared with a kernel running beside, or too few)
+    // would finalize before every row is written, silently, and stay wrong: stop the kernel instead.
+    if (before >= unsigned(rows)) __trap();
     const bool last = before == unsigned(rows - 1);
     if (last) *arrivals = 0;  // every CTA of the column counted: ready for the next launch
     ss.last_of_column = last;

@@ -68,10 +68,10 @@ class TrainingNetwork : public Network {
   // Which 1x1 convs' training forward runs our kernel (BlockRun::c1_own, ...), and which conv1s' and
   // conv3s' data gradient (BlockRun::c1_joins, c3_dgrad_own).
   void plan_own_convs();
-  // What our 1x1 kernel that takes bn's sums needs to finalize it itself (kernels/conv1x1_finalize.h):
-  // the forward's statistics, or backward the weight gradients and apply coefficients; no counters
-  // (finalized after it) under --no-fuse own-finalize.
-  struct Conv1x1Finalize finalize_in_kernel(const Bn& bn, bool backward) const;
+  // What our 1x1 kernel that takes bn's sums over `channels` columns needs to finalize it itself
+  // (kernels/conv1x1_finalize.h): the forward's statistics, or backward the weight gradients and
+  // apply coefficients; no counters (finalized after it) under --no-fuse own-finalize.
+  struct Conv1x1Finalize finalize_in_kernel(const Bn& bn, int channels, bool backward) const;
   void block_forward(const Block& b, BlockRun& r, const void* in, bool train);
   void block_backward(size_t i);
   // y = conv(x), or conv(relu(bn_prev(x))) with `prologue`, then bn's coefficients from y's

@@ -305,8 +305,9 @@ void TrainingNetwork::plan_own_convs() {
                                        fusion_report_.own_dgrad, true);
   }
   // One buffer for all, on one stream: each forward conv's and conv3's finalize reads its partial
-  // sums right after it; a joining conv1's are read by the previous block's join_backward, next on
-  // the stream, before any other of these kernels runs.
+  // sums right after it (or in its last CTA); a joining conv1's are read by the previous block's
+  // join_backward, next on the stream, before any other of these kernels runs. The counters too are
+  // shared: these kernels never run beside one another (the weight-gradient lane runs none).
   if (bytes) own_partials_ = DeviceBuffer(bytes, "partial BN sums of our 1x1 convs");
   if (bytes && finalizes) {  // zero once: each launch leaves its counters zero
     own_arrivals_ = DeviceBuffer(columns * sizeof(unsigned), "our 1x1 convs' column counters");
@@ -314,7 +315,11 @@ void TrainingNetwork::plan_own_convs() {
   }
 }
 
-Conv1x1Finalize TrainingNetwork::finalize_in_kernel(const Bn& bn, bool backward) const {
+Conv1x1Finalize TrainingNetwork::finalize_in_kernel(const Bn& bn, int channels, bool backward) const {
+  // The kernel finalizes the GEMM's columns: they must be the BN's channels, all of them.
+  if (bn.channels != channels)
+    throw Fatal("finalize of " + bn.name + " in a 1x1 conv of ours: " + std::to_string(channels) +
+                " columns for " + std::to_string(bn.channels) + " channels");
   Conv1x1Finalize f{.bn = bn.st, .arrivals = own_arrivals_.as<unsigned>()};
   if (!backward) {
     f.scale_h = bn.scale_h;
@@ -333,7 +338,7 @@ void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, cons
     const ConvGeometry& g = c.geometry();
     const int m = s.n * s.h * s.w;
     float* partials = own_partials_.as<float>();
-    const Conv1x1Finalize finalize = finalize_in_kernel(bn, false);
+    const Conv1x1Finalize finalize = finalize_in_kernel(bn, g.k, false);
     conv1x1_stats({x, params_.working(c.weight), y, m, g.k, g.c, prologue ? prologue->scale_h : nullptr,
                    prologue ? prologue->shift_h : nullptr, partials, Conv1x1Schedule::PingPong, finalize},
                   stream);
@@ -553,7 +558,7 @@ void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, 
     float* partials = own_partials_.as<float>();
     conv1x1_dgrad_bn({.dy = dy, .w = params_.working(c.weight), .dz = dx, .x = x, .mean = bn.st.save_mean,
                       .invstd = bn.st.save_invstd, .scale = bn.scale_h, .shift = bn.shift_h, .partials = partials,
-                      .m = m, .k = g.k, .c = g.c, .finalize = finalize_in_kernel(bn, true)},
+                      .m = m, .k = g.k, .c = g.c, .finalize = finalize_in_kernel(bn, g.c, true)},
                      stream);
     const BnBackwardArgs mid{.dy = dx, .x = x, .bn = &bn.st, .dgamma = params_.vector_grad(bn.gamma),
                              .dbeta = params_.vector_grad(bn.beta), .dx = dx};

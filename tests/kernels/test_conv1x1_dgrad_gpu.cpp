@@ -276,8 +276,8 @@ TEST(Conv1x1DgradJoin, JoinedBackwardGivesThePlainPathsGradients) {
 // conv3's data gradient finalizing bn2 in the kernel (kernels/conv1x1_finalize.h), then
 // bn_backward_apply: the same weight gradients, coefficients and input gradient as
 // bn_backward_from_sums on the same partial sums. The rows are added in another order (both in
-// double), so the fp32 results are held to 1e-6 and the fp16 gradient to 1e-3. 4 columns of 33
-// CTAs; twice on the same counters (a launch must leave them zero).
+// double), so the fp32 results are held to 1e-6 and the fp16 gradient to 1e-3. 4 columns (33 CTAs
+// each on a 132-SM GPU); twice on the same counters (a launch must leave them zero).
 TEST(Conv1x1DgradBn, FinalizedInTheKernelAsBnBackwardFromSumsDoes) {
   const Case t{128 * 40, 512, 256, false, Kind::Inner};
   SKIP_UNLESS_RUNS(conv1x1_dgrad_bn_refusal, t.m, t.k, t.c);

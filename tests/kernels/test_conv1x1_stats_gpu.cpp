@@ -103,8 +103,8 @@ TEST(Conv1x1Stats, CooperativeScheduleMatchesTheReference) {
 // Finalized in the kernel (kernels/conv1x1_finalize.h), the BN's state is what bn_finalize_partials
 // makes of the same partial sums: batch and running statistics, scale, shift and their fp16 copies.
 // The rows are added in another order (both in double), so held to 1e-6, the fp16 copies to their
-// rounding. 4 columns of 33 CTAs, some with two tiles; run three times on the same counters, each
-// into a fresh state: a launch must leave them zero for the next.
+// rounding. 4 columns (on a 132-SM GPU 33 CTAs each, some with two tiles); run three times on the
+// same counters, each into a fresh state: a launch must leave them zero for the next.
 TEST(Conv1x1Stats, FinalizedInTheKernelAsTheFinalizeKernelDoes) {
   const int m = 128 * 40, k = 256, c = 128;
   SKIP_UNLESS_RUNS(m, k, c);
@@ -131,6 +131,7 @@ TEST(Conv1x1Stats, FinalizedInTheKernelAsTheFinalizeKernelDoes) {
     State st{gpu_test::DeviceBn(h), DeviceTensor(k, DType::F16), DeviceTensor(k, DType::F16)};
     st.scale_h.poison();
     st.shift_h.poison();
+    part.poison();  // a row read before its CTA wrote it shows as NaN, not as the last run's equal value
     Conv1x1Stats a{x.get(), w.get(), y.get(), m, k, c, s.get(), b.get(), part.f32()};
     if (in_kernel)
       a.finalize = {.bn = st.bn.state(), .scale_h = st.scale_h.get(), .shift_h = st.shift_h.get(),
