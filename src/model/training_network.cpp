@@ -556,13 +556,14 @@ void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, 
     const ConvGeometry& g = c.geometry();
     const int m = s_in.n * s_in.h * s_in.w;
     float* partials = own_partials_.as<float>();
+    const Conv1x1Finalize finalize = finalize_in_kernel(bn, g.c, true);
     conv1x1_dgrad_bn({.dy = dy, .w = params_.working(c.weight), .dz = dx, .x = x, .mean = bn.st.save_mean,
                       .invstd = bn.st.save_invstd, .scale = bn.scale_h, .shift = bn.shift_h, .partials = partials,
-                      .m = m, .k = g.k, .c = g.c, .finalize = finalize_in_kernel(bn, g.c, true)},
+                      .m = m, .k = g.k, .c = g.c, .finalize = finalize},
                      stream);
     const BnBackwardArgs mid{.dy = dx, .x = x, .bn = &bn.st, .dgamma = params_.vector_grad(bn.gamma),
                              .dbeta = params_.vector_grad(bn.beta), .dx = dx};
-    if (own_arrivals_.get())  // finalized by the kernel
+    if (finalize.arrivals)  // finalized by the kernel
       bn_backward_apply(mid, s_in, t, l, stream);
     else
       bn_backward_from_sums(mid, partials, conv1x1_dgrad_bn_rows(m, g.c), s_in, t, l, stream);
