@@ -1,12 +1,15 @@
 // The data gradient of a 1x1 stride-1 conv in NHWC fp16 whose input was relu(bn(x)), with that BN
 // + ReLU's backward sums, by a kernel of ours: training's backward of every conv3 whose forward ran
-// our kernel with the previous BN in its prologue (kernels/conv1x1_stats.h).
+// our kernel (kernels/conv1x1_stats.h), with the previous BN in its prologue or reading relu(bn(x))
+// stored by a BN pass before it.
 //
 // The BN backward needs, from the conv's data gradient dx, dz = dx where relu(bn(x)) passed, then
 // per channel the sums of dz and dz * xhat before it can apply. cuDNN's DgradDreluDbn pattern does
 // that in its epilogue; this is the same work in our resident kernel (the forward's, with B read
 // N-major): dz leaves through shared memory in whole rows, x arrives beside it (cp.async, during the
-// tile's mainloop), the ReLU mask is the forward prologue's own (fp16 x * scale + shift > 0), and
+// tile's mainloop), the ReLU mask is the forward prologue's own (fp16 x * scale + shift > 0; where
+// the forward read a stored relu(bn(x)), bn_apply computed it in fp32, and the two tests can differ
+// where x * scale + shift is within fp16's rounding of zero, as cuDNN's fused patterns' do), and
 // the sums stay in registers across a CTA's tiles. The BN backward's finalize and apply follow
 // (bn_backward_from_sums, kernels/batchnorm.h), or the kernel's last CTAs finalize and the apply
 // alone follows (kernels/conv1x1_finalize.h).

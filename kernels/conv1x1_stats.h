@@ -47,6 +47,9 @@ struct Conv1x1Stats {
 std::string sm90a_gpu_refusal();
 // "" where this build and GPU run the shape (m pixels, k output and c input channels), else why not.
 std::string conv1x1_stats_refusal(int m, int k, int c);
+// The columns of tiles of a GEMM with k output channels (64 each): with the prologue the CTAs of
+// every column apply the previous BN to each tile of x they read, so each tile of x k / 64 times.
+int conv1x1_columns(int k);
 // The rows of partial sums it leaves (one per CTA of a column of tiles), and their bytes, both
 // statistics.
 int conv1x1_partial_rows(int m, int k);

@@ -14,6 +14,7 @@ enum class FusedPattern {
   OwnJoinDgrad,                                      // training, conv1's dgrad (ours: kernels/conv1x1_dgrad_join.h)
   OwnDgradDbn,                                       // training, conv3's dgrad (ours: kernels/conv1x1_dgrad_bn.h)
   OwnFinalize,                                       // training, the BN finalize in those (kernels/conv1x1_finalize.h)
+  OwnPrologue,                                       // training, bn2 in our conv3 kernel's prologue
   ConvBn, ConvBnRelu, ConvBnAddRelu,                 // inference (cuDNN)
   GemmBn, GemmBnRelu, GemmBnAddRelu                  // inference, 1x1 convs (cuBLASLt)
 };
@@ -30,7 +31,7 @@ std::string fused_pattern_list_text(unsigned bits);
 // --no-fuse's help, the same in both programs.
 constexpr const char* kNoFuseHelp =
     "fused batch-norm patterns to run plain, to measure what each buys (fusedbn builds): a comma list of "
-    "conv-stats, sbr-conv-stats, sbr-wgrad, dgrad-drelu-dbn, own-conv, own-join-dgrad, own-dgrad-dbn, own-finalize (training), conv-bn, conv-bn-relu, conv-bn-add-relu, "
+    "conv-stats, sbr-conv-stats, sbr-wgrad, dgrad-drelu-dbn, own-conv, own-join-dgrad, own-dgrad-dbn, own-finalize, own-prologue (training), conv-bn, conv-bn-relu, conv-bn-add-relu, "
     "gemm-bn, gemm-bn-relu, gemm-bn-add-relu (bin/predict), or all";
 // bin/train's patterns that run plain unless --no-fuse says otherwise: with the weight gradients on
 // their own stream (OPT_WGRAD_STREAM), the fused weight gradient. Each conv's SbrWgrad is timed
@@ -67,6 +68,8 @@ struct FusionReport {
   int own_join = 0;           // conv1s whose data gradient takes the previous join's backward sums (OwnJoinDgrad)
   int own_dgrad = 0;          // conv3s whose data gradient takes bn2's backward sums (OwnDgradDbn)
   int own_finalize = 0;       // of those, the convs that finalize their BN themselves (OwnFinalize)
+  int own_prologue = 0;       // conv3s of ours that apply bn2 as they read a2 (OwnPrologue)
+  int own_stored = 0;         // conv3s of ours that read relu(bn2(a2)) stored by a BN pass before them
   int half_coefficients = 0;  // fused patterns whose engines take the BN scale/bias in fp16
   bool off_for_determinism = false;  // --deterministic: nothing tried (see fusion_report_lines)
   double seconds = -1;   // building (and, autotuning, timing) the patterns took; -1: not given

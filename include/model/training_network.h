@@ -75,9 +75,10 @@ class TrainingNetwork : public Network {
   void block_forward(const Block& b, BlockRun& r, const void* in, bool train);
   void block_backward(size_t i);
   // y = conv(x), or conv(relu(bn_prev(x))) with `prologue`, then bn's coefficients from y's
-  // statistics (training) or its running statistics (evaluation). `own`: in training by our kernel.
+  // statistics (training) or its running statistics (evaluation). `own`: in training by our kernel;
+  // `reads_stored`: that kernel reads relu(bn_prev(x)) stored into `stored` by a BN pass first.
   void conv_stats(const struct ConvUnit& c, const FusedCall& fused, const void* x, void* y, const Bn& bn, Shape4 s,
-                  bool train, const Bn* prologue, void* stored, Shape4 s_prev, bool own);
+                  bool train, const Bn* prologue, void* stored, Shape4 s_prev, bool own, bool reads_stored = false);
   // The backward of conv c whose input was relu(bn(x)): its weight gradient, and dx, the gradient of
   // bn's input x, from dy; own_dgrad: the data gradient by our kernel (BlockRun::c3_dgrad_own).
   void inner_backward(const struct ConvUnit& c, const FusedCall& wgrad, const FusedCall& dgrad, bool fwd_fused,

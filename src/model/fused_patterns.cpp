@@ -27,6 +27,7 @@ constexpr PatternNames kPatterns[] = {
      "own-dgrad-dbn"},
     {FusedPattern::OwnFinalize, "the BN finalize in the last CTA of each column of our 1x1 conv kernels",
      "own-finalize"},
+    {FusedPattern::OwnPrologue, "the previous BN applied as our conv3 kernel reads its input", "own-prologue"},
     {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
     {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
     {FusedPattern::ConvBnAddRelu, "conv + BN + residual add + ReLU", "conv-bn-add-relu"},
@@ -140,5 +141,10 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
                     " of those kernels of ours (the forward's, conv3's) finalize their BN in the last CTA of each "
                     "column of tiles (kernels/conv1x1_finalize.h), in place of a finalize kernel after them (--no-fuse "
                     "own-finalize: not)");
+  if (r.own_prologue || r.own_stored)
+    lines.push_back("  and of the conv3s of ours " + std::to_string(r.own_prologue) +
+                    " apply bn2 as they read its input, " + std::to_string(r.own_stored) +
+                    " read relu(bn2(x)) stored by a BN pass before them, where 8 or more columns of tiles would "
+                    "each apply it (--no-fuse own-prologue: all of them)");
   return lines;
 }

@@ -48,6 +48,9 @@ struct TrainingNetwork::BlockRun {
   // conv3's data gradient with bn2's ReLU and backward sums by our kernel (kernels/conv1x1_dgrad_bn.h:
   // OwnDgradDbn), where its forward was ours (c3_own: the ReLU mask is that prologue's).
   bool c3_dgrad_own = false;
+  // conv3's forward by our kernel reads y2 = relu(bn2(a2)), stored by a BN pass before it, instead of
+  // applying bn2 in its prologue (OwnPrologue: plan_own_convs says where).
+  bool c3_reads_y2 = false;
   DeviceBuffer a1, y1, a2, y2, a3, ad, out, relu_bits;
   bool stores_y1() const { return !c2.fwd || !c2.wgrad; }
   bool stores_y2() const { return !c3.fwd || !c3.wgrad; }
@@ -253,6 +256,12 @@ void TrainingNetwork::forward(const void* images, bool train) {
   classify(cur);
 }
 
+// Where our conv3 kernel reads a stored y2 rather than apply bn2 in its prologue (plan_own_convs):
+// from 8 columns of tiles (512 output channels; layers 2-4 of ResNet-50). Measured on an H200
+// (2026-11-29, bench/ab.py, 3 rounds): from 8 columns 5.251 -> 5.198 ms a step, from 16 5.212, at
+// every conv3 5.204 (bench/results/levers-session19-nvidia-h200-2026-11-29.md).
+constexpr int kY2Columns = 8;
+
 // Where our 1x1 conv with statistics (kernels/conv1x1_stats.h) runs training's forward in place of
 // cuDNN's ConvStats or SbrConvStats, or of the plain conv and our statistics pass: fp16 NHWC, fusing,
 // not switched off by --no-fuse own-conv, on a GPU it runs on, at every 1x1 stride-1 conv. Not
@@ -265,12 +274,18 @@ void TrainingNetwork::forward(const void* images, bool train) {
 // conv3's, where its forward was ours, bn2's ReLU and backward sums (--no-fuse own-dgrad-dbn: not).
 // The forward's and conv3's finalize their BN in their last CTA of a column (--no-fuse own-finalize:
 // the finalize kernel after them); the joining conv1s' measured slower so (kernels/conv1x1_finalize.h).
+// Our conv3 kernel applies bn2 to a2 as it reads it (the prologue), except where y2 = relu(bn2(a2)) is
+// stored anyway for conv3's weight gradient (sbr-wgrad not fused) and the GEMM has kY2Columns or more
+// columns of tiles: each column's CTAs apply bn2 to every tile of a2 again, and a BN pass that stores
+// y2 once, read by the kernel without a prologue, costs less; the weight gradient then reads y2 as
+// stored instead of recomputing it (--no-fuse own-prologue: every conv3 so).
 void TrainingNetwork::plan_own_convs() {
   if (!cfg_.fuses() || cfg_.dtype != DType::F16 || cfg_.layout != Layout::NHWC) return;
   const bool forward = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnConvStats));
   const bool joins = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnJoinDgrad));
   const bool dgrads = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnDgradDbn));
   const bool finalizes = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnFinalize));
+  const bool prologues = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnPrologue));
   size_t bytes = 0;
   int columns = 0;
   // Whether one of our kernels takes conv u, over the pixels of `s`: switched on, a 1x1 stride-1
@@ -296,6 +311,9 @@ void TrainingNetwork::plan_own_convs() {
     BlockRun& r = runs_[i];
     r.c1_own = stats(b.c1, b.mid1);
     r.c3_own = r.c3.fwd && b.b2.scale_h && stats(b.c3, b.out);
+    r.c3_reads_y2 = r.c3_own && r.stores_y2() && (!prologues || conv1x1_columns(b.c3.geometry().k) >= kY2Columns);
+    fusion_report_.own_prologue += r.c3_own && !r.c3_reads_y2;
+    fusion_report_.own_stored += r.c3_reads_y2;
     r.down_own = b.down && stats(*b.down, b.out);
     r.c1_joins = i > 0 && takes(joins, b.c1, b.in, conv1x1_dgrad_join_refusal,
                                 [](int m, int, int c) { return conv1x1_dgrad_join_partials_bytes(m, c); },
@@ -332,13 +350,20 @@ Conv1x1Finalize TrainingNetwork::finalize_in_kernel(const Bn& bn, int channels, 
 }
 
 void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, const void* x, void* y, const Bn& bn,
-                                 Shape4 s, bool train, const Bn* prologue, void* stored, Shape4 s_prev, bool own) {
+                                 Shape4 s, bool train, const Bn* prologue, void* stored, Shape4 s_prev, bool own,
+                                 bool reads_stored) {
   const cudaStream_t stream = ctx_.stream;
   if (own && train) {
     const ConvGeometry& g = c.geometry();
     const int m = s.n * s.h * s.w;
     float* partials = own_partials_.as<float>();
     const Conv1x1Finalize finalize = finalize_in_kernel(bn, g.k, false);
+    if (prologue && reads_stored) {  // y2 stored by a BN pass, then read as it is
+      bn_apply({x, prologue->st.scale, prologue->st.shift, Residual::None, nullptr, nullptr, nullptr, true, stored},
+               s_prev, cfg_.dtype, cfg_.layout, stream);
+      x = stored;
+      prologue = nullptr;
+    }
     conv1x1_stats({x, params_.working(c.weight), y, m, g.k, g.c, prologue ? prologue->scale_h : nullptr,
                    prologue ? prologue->shift_h : nullptr, partials, Conv1x1Schedule::PingPong, finalize},
                   stream);
@@ -373,7 +398,8 @@ void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, cons
 void TrainingNetwork::block_forward(const Block& b, BlockRun& r, const void* in, bool train) {
   conv_stats(b.c1, r.c1_stats, in, r.a1.get(), b.b1, b.mid1, train, nullptr, nullptr, {}, r.c1_own);
   conv_stats(b.c2, r.c2.fwd, r.a1.get(), r.a2.get(), b.b2, b.mid2, train, &b.b1, r.y1.get(), b.mid1, false);
-  conv_stats(b.c3, r.c3.fwd, r.a2.get(), r.a3.get(), b.b3, b.out, train, &b.b2, r.y2.get(), b.mid2, r.c3_own);
+  conv_stats(b.c3, r.c3.fwd, r.a2.get(), r.a3.get(), b.b3, b.out, train, &b.b2, r.y2.get(), b.mid2, r.c3_own,
+             r.c3_reads_y2);
   if (b.down)
     conv_stats(*b.down, r.down_stats, in, r.ad.get(), *b.bdown, b.out, train, nullptr, nullptr, {}, r.down_own);
   join_forward(b, r, in, train);
@@ -469,8 +495,8 @@ void TrainingNetwork::block_backward(size_t i) {
   const bool last = i + 1 == runs_.size(), joined = !last && runs_[i + 1].c1_joins;
   join_backward(b, r, last || joined ? nullptr : g2, joined);  // g1: the gradient of a3; g3: of the shortcut conv's output
   if (b.down) conv_backward(*b.down, in, g3, g0);
-  inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, bool(r.c3.fwd), r.a2.get(), b.b2, r.y2.get(), b.mid2, g1, g3,
-                 r.c3_dgrad_own);
+  inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, bool(r.c3.fwd) && !r.c3_reads_y2, r.a2.get(), b.b2, r.y2.get(), b.mid2,
+                 g1, g3, r.c3_dgrad_own);
   inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, bool(r.c2.fwd), r.a1.get(), b.b1, r.y1.get(), b.mid1, g3, g1, false);
   if (!r.c1_joins) return conv_backward(b.c1, in, g1, g2);
   // g[0] holds this block's shortcut gradient, the previous block output's first part: dz over it.

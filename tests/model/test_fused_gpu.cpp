@@ -431,21 +431,24 @@ TEST(FusedBnFinalize, PartialRowsShorterThanTheChannelsAreRefused) {
 // A training network built three times from one configuration: as is, with two kinds of pattern
 // switched off, with all of them off. The switched-off kinds are not even planned (every conv of
 // theirs reads "switched off"), and the others fuse exactly as before.
+// What fusing did for bin/train's network (fp16, NHWC, batch 16) with the patterns `off` run plain.
+FusionReport training_fusion_report(GpuContext& ctx, AutotuneCache& cache, unsigned off) {
+  NetConfig cfg;
+  cfg.batch = 16;
+  cfg.dtype = DType::F16;
+  cfg.layout = Layout::NHWC;
+  cfg.conv = {AlgoPolicy::Heuristic, false, size_t(256) << 20};
+  cfg.conv_api = ConvApi::Graph;
+  cfg.fused_bn = true;
+  cfg.unfused_patterns = off;
+  return TrainingNetwork(cfg, ctx, cache).fusion_report();
+}
+
 TEST(FusedNetworkGpu, SwitchedOffPatternsRunPlainAndTheRestAsBefore) {
   SKIP_WITHOUT_GPU("the fused training network");
   GpuContext ctx;
   AutotuneCache cache("", "no-fuse test");
-  auto report = [&](unsigned off) {
-    NetConfig cfg;
-    cfg.batch = 16;
-    cfg.dtype = DType::F16;
-    cfg.layout = Layout::NHWC;
-    cfg.conv = {AlgoPolicy::Heuristic, false, size_t(256) << 20};
-    cfg.conv_api = ConvApi::Graph;
-    cfg.fused_bn = true;
-    cfg.unfused_patterns = off;
-    return TrainingNetwork(cfg, ctx, cache).fusion_report();
-  };
+  auto report = [&](unsigned off) { return training_fusion_report(ctx, cache, off); };
   const FusionReport full = report(0);
   if (full.fused == 0) GTEST_SKIP() << "cuDNN fused no conv here: " << fusion_report_lines(full).back();
   const unsigned off = fused_pattern_bit(FusedPattern::SbrWgrad) | fused_pattern_bit(FusedPattern::ConvStats);
@@ -477,6 +480,24 @@ TEST(FusedNetworkGpu, SwitchedOffPatternsRunPlainAndTheRestAsBefore) {
   EXPECT_EQ(none.fused, 0);
   EXPECT_EQ(int(none.refused.size()), none.tried);
   EXPECT_EQ(none.plans, 0) << "a switched-off pattern is not planned";
+}
+
+// Our conv3 kernel reads relu(bn2(a2)) stored by a BN pass where y2 is stored anyway (the weight
+// gradient plain) and 8 or more columns of tiles would each apply bn2 in the prologue: 512 output
+// channels and up, the 13 conv3s of layers 2-4; layer1's 3 apply it. --no-fuse own-prologue: all 16.
+TEST(FusedNetworkGpu, Conv3ReadsTheStoredBnWhereManyColumnsWouldApplyIt) {
+  SKIP_WITHOUT_GPU("the fused training network");
+  GpuContext ctx;
+  AutotuneCache cache("", "prologue test");
+  const unsigned plain_wgrad = fused_pattern_bit(FusedPattern::SbrWgrad);
+  const FusionReport as_is = training_fusion_report(ctx, cache, plain_wgrad);
+  if (as_is.own_prologue + as_is.own_stored == 0)
+    GTEST_SKIP() << "no conv3 runs our kernel here: " << fusion_report_lines(as_is).back();
+  EXPECT_EQ(as_is.own_stored, 13);
+  EXPECT_EQ(as_is.own_prologue, 3);
+  const FusionReport none = training_fusion_report(ctx, cache, plain_wgrad | fused_pattern_bit(FusedPattern::OwnPrologue));
+  EXPECT_EQ(none.own_stored, 16);
+  EXPECT_EQ(none.own_prologue, 0);
 }
 
 // ---- the start-up report (CPU) ------------------------------------------------------------------
@@ -536,8 +557,10 @@ TEST(FusionReport, SaysWhereOurKernelsRun) {
   r.own_join = 15;
   r.own_dgrad = 16;
   r.own_finalize = 49;
+  r.own_prologue = 3;
+  r.own_stored = 13;
   const std::vector<std::string> lines = fusion_report_lines(r);
-  ASSERT_EQ(lines.size(), 5u);
+  ASSERT_EQ(lines.size(), 6u);
   EXPECT_NE(lines[1].find("for 33 1x1 stride-1 convs"), std::string::npos) << lines[1];
   EXPECT_NE(lines[2].find("for 15 conv1s"), std::string::npos) << lines[2];
   EXPECT_NE(lines[2].find("--no-fuse own-join-dgrad"), std::string::npos) << lines[2];
@@ -545,7 +568,10 @@ TEST(FusionReport, SaysWhereOurKernelsRun) {
   EXPECT_NE(lines[3].find("--no-fuse own-dgrad-dbn"), std::string::npos) << lines[3];
   EXPECT_NE(lines[4].find("and 49 of those kernels of ours (the forward's, conv3's) finalize their BN"), std::string::npos) << lines[4];
   EXPECT_NE(lines[4].find("--no-fuse own-finalize"), std::string::npos) << lines[4];
-  r.own = r.own_join = r.own_dgrad = r.own_finalize = 0;
+  EXPECT_NE(lines[5].find("of the conv3s of ours 3 apply bn2 as they read its input, 13 read relu(bn2(x)) stored"),
+            std::string::npos) << lines[5];
+  EXPECT_NE(lines[5].find("--no-fuse own-prologue"), std::string::npos) << lines[5];
+  r.own = r.own_join = r.own_dgrad = r.own_finalize = r.own_prologue = r.own_stored = 0;
   EXPECT_EQ(fusion_report_lines(r).size(), 1u) << "none of our kernels, no line for them";
 }
 

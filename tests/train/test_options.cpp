@@ -477,9 +477,8 @@ TEST(Options, CompressionAndAccumulation) {
 const FusedPattern kEveryPattern[] = {
     FusedPattern::ConvStats, FusedPattern::SbrConvStats,  FusedPattern::SbrWgrad, FusedPattern::DgradDreluDbn,
     FusedPattern::OwnConvStats, FusedPattern::OwnJoinDgrad, FusedPattern::OwnDgradDbn, FusedPattern::OwnFinalize,
-    FusedPattern::ConvBn,
-    FusedPattern::ConvBnRelu, FusedPattern::ConvBnAddRelu, FusedPattern::GemmBn, FusedPattern::GemmBnRelu,
-    FusedPattern::GemmBnAddRelu};
+    FusedPattern::OwnPrologue, FusedPattern::ConvBn, FusedPattern::ConvBnRelu, FusedPattern::ConvBnAddRelu,
+    FusedPattern::GemmBn, FusedPattern::GemmBnRelu, FusedPattern::GemmBnAddRelu};
 
 // --no-fuse: which fused BN patterns run plain (model/fused_patterns.h), as bits and as the one
 // text the ranks compare.
