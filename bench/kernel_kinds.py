@@ -37,12 +37,13 @@ TOOL = "kernel_kinds"
 # statistics), and cuDNN's batch-norm statistics kernel of its fused data-gradient pattern counts
 # with the convs. bin/predict's BN coefficients from the running statistics, and their scale folded
 # into the filters of its cuBLASLt GEMM convs, are batch norm. PyTorch's foreach copies are copies, not its optimizer; its "nocast" elementwise
-# kernels are not casts.
+# kernels are not casts. Our 1x1 conv kernels (resident_conv: kernels/conv1x1_stats_kernel.cuh) are convs,
+# their BN statistics, prologue and finalize inside.
 KINDS: list[tuple[str, re.Pattern]] = [
     ("optimizer step (SGD, gradient check)",
      re.compile(r"sgd_kernel|check_finite|multi_tensor_apply(?!.*::Copy<)|_foreach_(?!copy)")),
     ("fills (zeroed buffers, workspace set-up)", re.compile(r"fill_regions|FillFunctor|init_device_workspace")),
-    ("convolutions and GEMMs", re.compile(r"xmma|nvjet|cublas|cutlass|gemm|implicit_|conv2d|cudnn")),
+    ("convolutions and GEMMs", re.compile(r"xmma|nvjet|cublas|cutlass|gemm|implicit_|conv2d|cudnn|resident_conv")),
     ("batch norm, ReLU, residual add",
      re.compile(r"batch_norm|\bbn_|apply_forward|apply_backward|reduce_nhwc|reduce_nchw|finalize_|relu|threshold|"
                 r"eval_coefs|fold_filters")),

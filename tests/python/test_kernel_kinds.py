@@ -32,6 +32,8 @@ class KindOf(unittest.TestCase):
             "Warp_specialized_gmma_dgrad_bn_stat_kernel_traits<...>": kind("conv"),
             "void xmma__5x_cudnn::ext::batchnorm::bn_stats::dbn_stats_kernel<(int)32, ...>": kind("conv"),
             "nvjet_sm90_hsh_64x64_64x13_1x2_h_bz_splitK_NTT": kind("conv"),
+            "void trainer_kernels::resident_conv<trainer_kernels::ResidentConv<(int)128, (int)64, (bool)1, (bool)1, "
+            "trainer_kernels::StatsEpilogue>>(T1::Params)": kind("conv"),
             "void cublasLt::splitKreduce_kernel<(int)32, ...>": kind("conv"),
             "void trainer_kernels::<unnamed>::apply_backward<__half, (Layout)1, (ReluMask)3, (bool)0, (bool)1>(...)":
                 kind("batch norm"),
