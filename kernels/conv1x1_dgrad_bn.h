@@ -8,9 +8,10 @@
 // that in its epilogue; this is the same work in our resident kernel (the forward's, with B read
 // N-major): dz leaves through shared memory in whole rows, x arrives beside it (cp.async, during the
 // tile's mainloop), the ReLU mask is the forward prologue's own (fp16 x * scale + shift > 0; where
-// the forward read a stored relu(bn(x)), bn_apply computed it in fp32, and the two tests can differ
-// where x * scale + shift is within the fp16 computation's rounding error of zero, as cuDNN's fused
-// patterns' do), and the sums stay in registers across a CTA's tiles. The BN backward's finalize and apply follow
+// the forward read a stored relu(bn(x)), bn_apply computed it with fp32 coefficients, and the two
+// tests can differ where x * scale + shift is within the coefficients' fp16 rounding of zero, about
+// 2^-12 (|x * scale| + |shift|), as cuDNN's fused patterns' do), and the sums stay in registers
+// across a CTA's tiles. The BN backward's finalize and apply follow
 // (bn_backward_from_sums, kernels/batchnorm.h), or the kernel's last CTAs finalize and the apply
 // alone follows (kernels/conv1x1_finalize.h).
 //

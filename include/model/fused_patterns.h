@@ -32,7 +32,8 @@ std::string fused_pattern_list_text(unsigned bits);
 constexpr const char* kNoFuseHelp =
     "fused batch-norm patterns to run plain, to measure what each buys (fusedbn builds): a comma list of "
     "conv-stats, sbr-conv-stats, sbr-wgrad, dgrad-drelu-dbn, own-conv, own-join-dgrad, own-dgrad-dbn, own-finalize, own-prologue (training), conv-bn, conv-bn-relu, conv-bn-add-relu, "
-    "gemm-bn, gemm-bn-relu, gemm-bn-add-relu (bin/predict), or all";
+    "gemm-bn, gemm-bn-relu, gemm-bn-add-relu (bin/predict), or all; the list replaces the default, so list "
+    "the default's patterns too to change one thing";
 // bin/train's patterns that run plain unless --no-fuse says otherwise: with the weight gradients on
 // their own stream (OPT_WGRAD_STREAM), the fused weight gradient. Each conv's SbrWgrad is timed
 // faster alone than relu(bn(x)) recomputed and the plain weight gradient, yet the step is slower

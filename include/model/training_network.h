@@ -80,9 +80,12 @@ class TrainingNetwork : public Network {
   void conv_stats(const struct ConvUnit& c, const FusedCall& fused, const void* x, void* y, const Bn& bn, Shape4 s,
                   bool train, const Bn* prologue, void* stored, Shape4 s_prev, bool own, bool reads_stored = false);
   // The backward of conv c whose input was relu(bn(x)): its weight gradient, and dx, the gradient of
-  // bn's input x, from dy; own_dgrad: the data gradient by our kernel (BlockRun::c3_dgrad_own).
-  void inner_backward(const struct ConvUnit& c, const FusedCall& wgrad, const FusedCall& dgrad, bool fwd_fused,
-                      const void* x, const Bn& bn, void* stored, Shape4 s_in, void* dy, void* dx, bool own_dgrad);
+  // bn's input x, from dy; own_dgrad: the data gradient by our kernel (BlockRun::c3_dgrad_own);
+  // recompute_input: the plain weight gradient first writes relu(bn(x)) into `stored` (the forward
+  // read it fused and did not store it).
+  void inner_backward(const struct ConvUnit& c, const FusedCall& wgrad, const FusedCall& dgrad,
+                      bool recompute_input, const void* x, const Bn& bn, void* stored, Shape4 s_in, void* dy, void* dx,
+                      bool own_dgrad);
   // A conv's plain backward: dw (beside, on the lane) and dx = dgrad(dy); with `joined`, the data
   // gradient by our kernel that writes the previous block's dz instead (kernels/conv1x1_dgrad_join.h).
   void conv_backward(const struct ConvUnit& c, const void* x, const void* dy, void* dx,

@@ -145,6 +145,6 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
     lines.push_back("  and of the conv3s of ours " + std::to_string(r.own_prologue) +
                     " apply bn2 as they read its input, " + std::to_string(r.own_stored) +
                     " read relu(bn2(x)) stored by a BN pass before them, where 8 or more columns of tiles would "
-                    "each apply it (--no-fuse own-prologue: all of them)");
+                    "each apply it (--no-fuse sbr-wgrad,own-prologue: all of them)");
   return lines;
 }

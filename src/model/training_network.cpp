@@ -46,7 +46,8 @@ struct TrainingNetwork::BlockRun {
   // sums; kernels/conv1x1_dgrad_join.h: OwnJoinDgrad), instead of writing its part of the gradient.
   bool c1_joins = false;
   // conv3's data gradient with bn2's ReLU and backward sums by our kernel (kernels/conv1x1_dgrad_bn.h:
-  // OwnDgradDbn), where its forward was ours (c3_own: the ReLU mask is that prologue's).
+  // OwnDgradDbn), where its forward was ours (c3_own: the ReLU mask is the prologue's test, fp16
+  // x * scale + shift > 0, also where the forward read a stored y2).
   bool c3_dgrad_own = false;
   // conv3's forward by our kernel reads y2 = relu(bn2(a2)), stored by a BN pass before it, instead of
   // applying bn2 in its prologue (OwnPrologue: plan_own_convs says where).
@@ -267,8 +268,9 @@ constexpr int kY2Columns = 8;
 // not switched off by --no-fuse own-conv, on a GPU it runs on, at every 1x1 stride-1 conv. Not
 // planned conv by conv: timed alone it beats cuDNN's fused patterns at most shapes and ties at the
 // rest, and in the step only the whole set was measured (bench/results/levers-session16-*).
-// conv3 applies the previous BN as it reads: it needs that BN's fp16 copies, and SbrConvStats
-// planned (where it is not, the network stores relu(bn2(a2)) in the forward for the backward).
+// conv3 needs the previous BN's fp16 copies (its prologue, or its data gradient's ReLU mask, reads
+// them) and SbrConvStats planned (where it is not, the network stores relu(bn2(a2)) in the forward
+// for the backward).
 // In the backward, every conv1's but the first block's (whose input's gradient goes to the stem's
 // BN) data gradient takes the previous block's join backward (--no-fuse own-join-dgrad: not), and
 // conv3's, where its forward was ours, bn2's ReLU and backward sums (--no-fuse own-dgrad-dbn: not).
@@ -278,7 +280,8 @@ constexpr int kY2Columns = 8;
 // stored anyway for conv3's weight gradient (sbr-wgrad not fused) and the GEMM has kY2Columns or more
 // columns of tiles: each column's CTAs apply bn2 to every tile of a2 again, and a BN pass that stores
 // y2 once, read by the kernel without a prologue, costs less; the weight gradient then reads y2 as
-// stored instead of recomputing it (--no-fuse own-prologue: every conv3 so).
+// stored instead of recomputing it (--no-fuse sbr-wgrad,own-prologue: every conv3 so; own-prologue
+// alone re-fuses sbr-wgrad, and y2 is then stored nowhere).
 void TrainingNetwork::plan_own_convs() {
   if (!cfg_.fuses() || cfg_.dtype != DType::F16 || cfg_.layout != Layout::NHWC) return;
   const bool forward = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnConvStats));
@@ -359,6 +362,7 @@ void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, cons
     float* partials = own_partials_.as<float>();
     const Conv1x1Finalize finalize = finalize_in_kernel(bn, g.k, false);
     if (prologue && reads_stored) {  // y2 stored by a BN pass, then read as it is
+      if (!stored) throw Fatal("conv_stats: " + bn.name + "'s conv reads its stored input, and none is allocated");
       bn_apply({x, prologue->st.scale, prologue->st.shift, Residual::None, nullptr, nullptr, nullptr, true, stored},
                s_prev, cfg_.dtype, cfg_.layout, stream);
       x = stored;
@@ -560,8 +564,8 @@ void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void
 }
 
 void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, const FusedCall& dgrad,
-                                     bool fwd_fused, const void* x, const Bn& bn, void* stored, Shape4 s_in, void* dy,
-                                     void* dx, bool own_dgrad) {
+                                     bool recompute_input, const void* x, const Bn& bn, void* stored, Shape4 s_in,
+                                     void* dy, void* dx, bool own_dgrad) {
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
   const cudaStream_t stream = ctx_.stream;
@@ -572,7 +576,7 @@ void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, 
       wgrad.run(ctx_.cudnn, a);
       return;
     }
-    if (fwd_fused)  // the forward read relu(bn(x)) fused: recompute it
+    if (recompute_input)  // the forward read relu(bn(x)) fused and did not store it
       bn_apply({x, bn.st.scale, bn.st.shift, Residual::None, nullptr, nullptr, nullptr, true, stored}, s_in, t, l, lane);
     c.conv->backward_filter(ctx_.cudnn, stored, dy, params_.weight_grad(c.weight), lane_ws, lane_wsb);
   });
