@@ -45,9 +45,9 @@ int conv1x1_partial_rows(int m, int k) { return ctas_per_column(m, k); }
 
 size_t conv1x1_partials_bytes(int m, int k) { return partials_bytes(2, m, k); }
 
-int conv1x1_finalize_counters(int n) { return std::max(1, n / kTileN); }
-
 int conv1x1_columns(int k) { return k / kTileN; }
+
+int conv1x1_finalize_counters(int n) { return std::max(1, conv1x1_columns(n)); }
 
 void conv1x1_stats(const Conv1x1Stats& a, cudaStream_t stream) {
   if (const std::string why = conv1x1_stats_refusal(a.m, a.k, a.c); !why.empty())

@@ -28,6 +28,12 @@ unsigned parse_fused_pattern_list(const std::string& list);
 // Such a set as text: "none", "all", or its slugs in the enum's order, comma-separated (one spelling
 // per set: what ranks compare).
 std::string fused_pattern_list_text(unsigned bits);
+// Where training's conv3 kernel of ours reads a stored relu(bn2(a2)) rather than apply bn2 in its
+// prologue (OwnPrologue; TrainingNetwork::plan_own_convs): from 8 columns of tiles (512 output
+// channels; layers 2-4 of ResNet-50). Measured on an H200 (2026-11-29, bench/ab.py, 3 rounds): from 8
+// columns 5.251 -> 5.198 ms a step, from 16 5.212, at every conv3 5.204
+// (bench/results/levers-session19-nvidia-h200-2026-11-29.md).
+constexpr int kY2Columns = 8;
 // --no-fuse's help, the same in both programs.
 constexpr const char* kNoFuseHelp =
     "fused batch-norm patterns to run plain, to measure what each buys (fusedbn builds): a comma list of "

@@ -144,7 +144,7 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
   if (r.own_prologue || r.own_stored)
     lines.push_back("  and of the conv3s of ours " + std::to_string(r.own_prologue) +
                     " apply bn2 as they read its input, " + std::to_string(r.own_stored) +
-                    " read relu(bn2(x)) stored by a BN pass before them, where 8 or more columns of tiles would "
-                    "each apply it (--no-fuse sbr-wgrad,own-prologue: all of them)");
+                    " read relu(bn2(x)) stored by a BN pass before them, where " + std::to_string(kY2Columns) +
+                    " or more columns of tiles would each apply it (--no-fuse sbr-wgrad,own-prologue: all of them)");
   return lines;
 }

@@ -246,9 +246,7 @@ void TrainingNetwork::forward(const void* images, bool train) {
   const Shape4 stem = layers_->stem_out;
   conv_forward(layers_->stem, images, stem_a_.get());
   bn_forward(layers_->stem_bn, stem_a_.get(), stem, train);
-  const BnChannelState& st = layers_->stem_bn.st;
-  bn_apply({stem_a_.get(), st.scale, st.shift, Residual::None, nullptr, nullptr, nullptr, true, stem_y_.get()}, stem,
-           cfg_.dtype, cfg_.layout, ctx_.stream);
+  store_relu_bn(layers_->stem_bn, stem_a_.get(), stem_y_.get(), stem, ctx_.stream);
   const void* cur = stem_y_.get();
   for (size_t i = 0; i < runs_.size(); ++i) {
     block_forward(layers_->blocks[i], runs_[i], cur, train);
@@ -256,12 +254,6 @@ void TrainingNetwork::forward(const void* images, bool train) {
   }
   classify(cur);
 }
-
-// Where our conv3 kernel reads a stored y2 rather than apply bn2 in its prologue (plan_own_convs):
-// from 8 columns of tiles (512 output channels; layers 2-4 of ResNet-50). Measured on an H200
-// (2026-11-29, bench/ab.py, 3 rounds): from 8 columns 5.251 -> 5.198 ms a step, from 16 5.212, at
-// every conv3 5.204 (bench/results/levers-session19-nvidia-h200-2026-11-29.md).
-constexpr int kY2Columns = 8;
 
 // Where our 1x1 conv with statistics (kernels/conv1x1_stats.h) runs training's forward in place of
 // cuDNN's ConvStats or SbrConvStats, or of the plain conv and our statistics pass: fp16 NHWC, fusing,
@@ -352,6 +344,11 @@ Conv1x1Finalize TrainingNetwork::finalize_in_kernel(const Bn& bn, int channels, 
   return f;
 }
 
+void TrainingNetwork::store_relu_bn(const Bn& bn, const void* x, void* y, Shape4 s, cudaStream_t stream) const {
+  bn_apply({x, bn.st.scale, bn.st.shift, Residual::None, nullptr, nullptr, nullptr, true, y}, s, cfg_.dtype, cfg_.layout,
+           stream);
+}
+
 void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, const void* x, void* y, const Bn& bn,
                                  Shape4 s, bool train, const Bn* prologue, void* stored, Shape4 s_prev, bool own,
                                  bool reads_stored) {
@@ -363,8 +360,7 @@ void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, cons
     const Conv1x1Finalize finalize = finalize_in_kernel(bn, g.k, false);
     if (prologue && reads_stored) {  // y2 stored by a BN pass, then read as it is
       if (!stored) throw Fatal("conv_stats: " + bn.name + "'s conv reads its stored input, and none is allocated");
-      bn_apply({x, prologue->st.scale, prologue->st.shift, Residual::None, nullptr, nullptr, nullptr, true, stored},
-               s_prev, cfg_.dtype, cfg_.layout, stream);
+      store_relu_bn(*prologue, x, stored, s_prev, stream);
       x = stored;
       prologue = nullptr;
     }
@@ -390,8 +386,7 @@ void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, cons
   } else {
     const void* in = x;
     if (prologue) {
-      bn_apply({x, prologue->st.scale, prologue->st.shift, Residual::None, nullptr, nullptr, nullptr, true, stored},
-               s_prev, cfg_.dtype, cfg_.layout, stream);
+      store_relu_bn(*prologue, x, stored, s_prev, stream);
       in = stored;
     }
     conv_forward(c, in, y);
@@ -577,7 +572,7 @@ void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, 
       return;
     }
     if (recompute_input)  // the forward read relu(bn(x)) fused and did not store it
-      bn_apply({x, bn.st.scale, bn.st.shift, Residual::None, nullptr, nullptr, nullptr, true, stored}, s_in, t, l, lane);
+      store_relu_bn(bn, x, stored, s_in, lane);
     c.conv->backward_filter(ctx_.cudnn, stored, dy, params_.weight_grad(c.weight), lane_ws, lane_wsb);
   });
   float* coef = bn.st.bwd_coef;  // dx = coef[c] * g + coef[C + c] * x + coef[2C + c]
