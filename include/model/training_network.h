@@ -79,7 +79,7 @@ class TrainingNetwork : public Network {
   void store_relu_bn(const Bn& bn, const void* x, void* y, Shape4 s, cudaStream_t stream) const;
   // y = conv(x), or conv(relu(bn_prev(x))) with `prologue`, then bn's coefficients from y's
   // statistics (training) or its running statistics (evaluation). `own`: in training by our kernel;
-  // `reads_stored`: that kernel reads relu(bn_prev(x)) stored into `stored` by a BN pass first.
+  // `reads_stored`: the conv reads relu(bn_prev(x)), stored into `stored` by a BN pass first.
   void conv_stats(const struct ConvUnit& c, const FusedCall& fused, const void* x, void* y, const Bn& bn, Shape4 s,
                   bool train, const Bn* prologue, void* stored, Shape4 s_prev, bool own, bool reads_stored = false);
   // The backward of conv c whose input was relu(bn(x)): its weight gradient, and dx, the gradient of

@@ -28,6 +28,8 @@ constexpr PatternNames kPatterns[] = {
     {FusedPattern::OwnFinalize, "the BN finalize in the last CTA of each column of our 1x1 conv kernels",
      "own-finalize"},
     {FusedPattern::OwnPrologue, "the previous BN applied as our conv3 kernel reads its input", "own-prologue"},
+    {FusedPattern::StoredConvStats, "conv2 + statistics reading relu(bn1(x)) stored for its weight gradient",
+     "stored-conv-stats"},
     {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
     {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
     {FusedPattern::ConvBnAddRelu, "conv + BN + residual add + ReLU", "conv-bn-add-relu"},
@@ -146,5 +148,9 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
                     " apply bn2 as they read its input, " + std::to_string(r.own_stored) +
                     " read relu(bn2(x)) stored by a BN pass before them, where " + std::to_string(kY2Columns) +
                     " or more columns of tiles would each apply it (--no-fuse sbr-wgrad,own-prologue: all of them)");
+  if (r.stored_conv2)
+    lines.push_back("  and " + std::to_string(r.stored_conv2) +
+                    " conv2s read relu(bn1(x)), stored by a BN pass for their plain weight gradient, with cuDNN's conv + "
+                    "statistics, in place of applying bn1 as they read x (--no-fuse sbr-wgrad,stored-conv-stats: not)");
   return lines;
 }

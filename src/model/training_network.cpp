@@ -32,12 +32,18 @@ struct FusedCall {
 
 // One block: the fused pattern each of its convs runs (empty: the plain conv and our BN kernels),
 // and what its forward stores for backward. y1 and y2, the inner BN outputs, are stored only where
-// conv2 or conv3 reads them plain. relu_bits: where the join's ReLU (after the add) passed; its
+// conv2 or conv3 or its weight gradient reads them plain. relu_bits: where the join's ReLU (after the add) passed; its
 // backward reads these bits, not the output (1/16 of the bytes).
 struct TrainingNetwork::BlockRun {
   FusedCall c1_stats;           // ConvStats
   struct Inner {
-    FusedCall fwd, wgrad, dgrad;  // SbrConvStats, SbrWgrad, DgradDreluDbn
+    FusedCall fwd, wgrad, dgrad;  // SbrConvStats (conv2 reading y1: ConvStats), SbrWgrad, DgradDreluDbn
+    // Training's forward reads relu(bn(x)), stored by a BN pass before it, instead of applying the
+    // previous BN as it reads x: conv2 by cuDNN's ConvStats (StoredConvStats, plan_blocks), conv3 by
+    // our kernel (OwnPrologue, plan_own_convs). Its weight gradient reads that as stored.
+    bool reads_stored = false;
+    // The plain weight gradient recomputes relu(bn(x)): the forward applied bn fused and stored nothing.
+    bool recomputes_input() const { return fwd && !reads_stored; }
   } c2, c3;
   FusedCall down_stats;         // ConvStats
   // Training's forward with statistics by our kernel instead (kernels/conv1x1_stats.h: OwnConvStats).
@@ -49,9 +55,6 @@ struct TrainingNetwork::BlockRun {
   // OwnDgradDbn), where its forward was ours (c3_own: the ReLU mask is the prologue's test, fp16
   // x * scale + shift > 0, also where the forward read a stored y2).
   bool c3_dgrad_own = false;
-  // conv3's forward by our kernel reads y2 = relu(bn2(a2)), stored by a BN pass before it, instead of
-  // applying bn2 in its prologue (OwnPrologue: plan_own_convs says where).
-  bool c3_reads_y2 = false;
   DeviceBuffer a1, y1, a2, y2, a3, ad, out, relu_bits;
   bool stores_y1() const { return !c2.fwd || !c2.wgrad; }
   bool stores_y2() const { return !c3.fwd || !c3.wgrad; }
@@ -117,6 +120,19 @@ void TrainingNetwork::plan_blocks(AutotuneCache& cache, size_t largest) {
   const auto start = std::chrono::steady_clock::now();
   FusionPlanner planner(cfg_, ctx_, cache, fusion_report_, largest, bn_scratch_.as<float>());
   auto pass = [&](BnPass p, Shape4 s) { return planner.pass_ms(p, s); };
+  // Where conv2's weight gradient runs plain (sbr-wgrad switched off: bin/train's default), y1 =
+  // relu(bn1(a1)) is in memory for it either way: stored in the forward, or recomputed in the
+  // backward on the weight gradients' stream. Stored by a BN pass before conv2, cuDNN's ConvStats
+  // reads it, not SbrConvStats applying bn1 to a1 as it reads it (each input element nine times, for
+  // a 3x3), and the backward recomputes nothing: on an H200 (2026-11-29, bench/ab.py, 3 rounds)
+  // 5.249 -> 5.187 ms a step (bench/results/levers-session19-nvidia-h200-2026-11-29.md). Where
+  // cuDNN refuses ConvStats or it measures slower than the plain conv and a statistics pass,
+  // SbrConvStats is tried as before. --no-fuse sbr-wgrad,stored-conv-stats: not (nor where conv-stats
+  // is listed: the pattern it would run).
+  const unsigned off = cfg_.unfused_patterns;
+  const bool conv2_reads_y1 = (off & fused_pattern_bit(FusedPattern::SbrWgrad)) &&
+                              !(off & (fused_pattern_bit(FusedPattern::StoredConvStats) |
+                                       fused_pattern_bit(FusedPattern::ConvStats)));
   for (size_t i = 0; i < runs_.size(); ++i) {
     const Block& b = layers_->blocks[i];
     BlockRun& r = runs_[i];
@@ -124,11 +140,16 @@ void TrainingNetwork::plan_blocks(AutotuneCache& cache, size_t largest) {
                                    total_ms({b.c1.conv->algorithms().fwd.ms, pass(BnPass::Stats, b.mid1)}));
     for (auto [u, inner, in, out] : {std::tuple{&b.c2, &r.c2, b.mid1, b.mid2}, std::tuple{&b.c3, &r.c3, b.mid2, b.out}}) {
       const ConvAlgos& a = u->conv->algorithms();
-      inner->fwd.plan = planner.fuse(*u, FusedPattern::SbrConvStats,
-                                     total_ms({pass(BnPass::Apply, in), a.fwd.ms, pass(BnPass::Stats, out)}));
+      if (u == &b.c2 && conv2_reads_y1)
+        inner->fwd.plan = planner.fuse(*u, FusedPattern::ConvStats, total_ms({a.fwd.ms, pass(BnPass::Stats, out)}));
+      inner->reads_stored = bool(inner->fwd);
+      fusion_report_.stored_conv2 += inner->reads_stored;
+      if (!inner->fwd)
+        inner->fwd.plan = planner.fuse(*u, FusedPattern::SbrConvStats,
+                                       total_ms({pass(BnPass::Apply, in), a.fwd.ms, pass(BnPass::Stats, out)}));
       // Unfused, the weight gradient reads relu(bn(x)): stored by an unfused forward, else recomputed.
       inner->wgrad.plan = planner.fuse(*u, FusedPattern::SbrWgrad,
-                                       total_ms({a.bwd_filter.ms, inner->fwd ? pass(BnPass::Apply, in) : 0.f}));
+                                       total_ms({a.bwd_filter.ms, inner->recomputes_input() ? pass(BnPass::Apply, in) : 0.f}));
       // Fused, the data gradient still needs our dx pass: it saves the BN backward's other pass.
       const float unfused = total_ms({a.bwd_data.ms, pass(BnPass::Backward, in)}), dx = pass(BnPass::DxApply, in);
       inner->dgrad.plan = planner.fuse(*u, FusedPattern::DgradDreluDbn, unfused < 0 || dx < 0 ? -1 : unfused - dx);
@@ -221,7 +242,9 @@ void TrainingNetwork::allocate(size_t largest) {
       sums += 2 * bn.channels;
     });
     // conv2 and conv3 read the previous BN's coefficients in their prologue
-    auto reads_half = [](const FusedCall& f) { return f && f.plan->scale_type() == DType::F16; };
+    auto reads_half = [](const FusedCall& f) {
+      return f && has_scale_bias(f.plan->pattern()) && f.plan->scale_type() == DType::F16;
+    };
     for (auto [bn, inner] : {std::pair{&b.b1, &runs_[i].c2}, std::pair{&b.b2, &runs_[i].c3}}) {
       if (!reads_half(inner->fwd) && !reads_half(inner->wgrad)) continue;
       bn->scale_h = halves;
@@ -306,9 +329,9 @@ void TrainingNetwork::plan_own_convs() {
     BlockRun& r = runs_[i];
     r.c1_own = stats(b.c1, b.mid1);
     r.c3_own = r.c3.fwd && b.b2.scale_h && stats(b.c3, b.out);
-    r.c3_reads_y2 = r.c3_own && r.stores_y2() && (!prologues || conv1x1_columns(b.c3.geometry().k) >= kY2Columns);
-    fusion_report_.own_prologue += r.c3_own && !r.c3_reads_y2;
-    fusion_report_.own_stored += r.c3_reads_y2;
+    r.c3.reads_stored = r.c3_own && r.stores_y2() && (!prologues || conv1x1_columns(b.c3.geometry().k) >= kY2Columns);
+    fusion_report_.own_prologue += r.c3_own && !r.c3.reads_stored;
+    fusion_report_.own_stored += r.c3.reads_stored;
     r.down_own = b.down && stats(*b.down, b.out);
     r.c1_joins = i > 0 && takes(joins, b.c1, b.in, conv1x1_dgrad_join_refusal,
                                 [](int m, int, int c) { return conv1x1_dgrad_join_partials_bytes(m, c); },
@@ -353,17 +376,17 @@ void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, cons
                                  Shape4 s, bool train, const Bn* prologue, void* stored, Shape4 s_prev, bool own,
                                  bool reads_stored) {
   const cudaStream_t stream = ctx_.stream;
+  if (prologue && reads_stored) {  // relu(bn_prev(x)) stored by a BN pass, then read as it is
+    if (!stored) throw Fatal("conv_stats: " + bn.name + "'s conv reads its stored input, and none is allocated");
+    store_relu_bn(*prologue, x, stored, s_prev, stream);
+    x = stored;
+    prologue = nullptr;
+  }
   if (own && train) {
     const ConvGeometry& g = c.geometry();
     const int m = s.n * s.h * s.w;
     float* partials = own_partials_.as<float>();
     const Conv1x1Finalize finalize = finalize_in_kernel(bn, g.k, false);
-    if (prologue && reads_stored) {  // y2 stored by a BN pass, then read as it is
-      if (!stored) throw Fatal("conv_stats: " + bn.name + "'s conv reads its stored input, and none is allocated");
-      store_relu_bn(*prologue, x, stored, s_prev, stream);
-      x = stored;
-      prologue = nullptr;
-    }
     conv1x1_stats({x, params_.working(c.weight), y, m, g.k, g.c, prologue ? prologue->scale_h : nullptr,
                    prologue ? prologue->shift_h : nullptr, partials, Conv1x1Schedule::PingPong, finalize},
                   stream);
@@ -396,9 +419,11 @@ void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, cons
 
 void TrainingNetwork::block_forward(const Block& b, BlockRun& r, const void* in, bool train) {
   conv_stats(b.c1, r.c1_stats, in, r.a1.get(), b.b1, b.mid1, train, nullptr, nullptr, {}, r.c1_own);
-  conv_stats(b.c2, r.c2.fwd, r.a1.get(), r.a2.get(), b.b2, b.mid2, train, &b.b1, r.y1.get(), b.mid1, false);
+  conv_stats(b.c2, r.c2.fwd, r.a1.get(), r.a2.get(), b.b2, b.mid2, train, &b.b1, r.y1.get(), b.mid1, false,
+             r.c2.reads_stored);
+  // Our conv3 kernel runs in training only: evaluation runs cuDNN's SbrConvStats, bn2 in its prologue.
   conv_stats(b.c3, r.c3.fwd, r.a2.get(), r.a3.get(), b.b3, b.out, train, &b.b2, r.y2.get(), b.mid2, r.c3_own,
-             r.c3_reads_y2);
+             r.c3.reads_stored && train);
   if (b.down)
     conv_stats(*b.down, r.down_stats, in, r.ad.get(), *b.bdown, b.out, train, nullptr, nullptr, {}, r.down_own);
   join_forward(b, r, in, train);
@@ -494,9 +519,10 @@ void TrainingNetwork::block_backward(size_t i) {
   const bool last = i + 1 == runs_.size(), joined = !last && runs_[i + 1].c1_joins;
   join_backward(b, r, last || joined ? nullptr : g2, joined);  // g1: the gradient of a3; g3: of the shortcut conv's output
   if (b.down) conv_backward(*b.down, in, g3, g0);
-  inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, bool(r.c3.fwd) && !r.c3_reads_y2, r.a2.get(), b.b2, r.y2.get(), b.mid2,
-                 g1, g3, r.c3_dgrad_own);
-  inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, bool(r.c2.fwd), r.a1.get(), b.b1, r.y1.get(), b.mid1, g3, g1, false);
+  inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, r.c3.recomputes_input(), r.a2.get(), b.b2, r.y2.get(), b.mid2, g1, g3,
+                 r.c3_dgrad_own);
+  inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, r.c2.recomputes_input(), r.a1.get(), b.b1, r.y1.get(), b.mid1, g3, g1,
+                 false);
   if (!r.c1_joins) return conv_backward(b.c1, in, g1, g2);
   // g[0] holds this block's shortcut gradient, the previous block output's first part: dz over it.
   const Block& prev = layers_->blocks[i - 1];

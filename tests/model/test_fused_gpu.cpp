@@ -501,6 +501,35 @@ TEST(FusedNetworkGpu, Conv3ReadsTheStoredBnWhereManyColumnsWouldApplyIt) {
   EXPECT_EQ(none.own_prologue, 0);
 }
 
+// Where conv2's weight gradient runs plain (bin/train's default), y1 = relu(bn1(a1)) is stored by a BN
+// pass and cuDNN's ConvStats reads it, in place of SbrConvStats; switched off (stored-conv-stats, or
+// conv-stats, the pattern it runs) or with the fused weight gradient (y1 stored nowhere), SbrConvStats
+// as before, and the same number of patterns tried. Skipped where cuDNN refuses ConvStats for a conv2
+// or measures it slower than the plain conv with a statistics pass: the report says which and why.
+TEST(FusedNetworkGpu, Conv2ReadsTheStoredBnWhereItsWeightGradientRunsPlain) {
+  SKIP_WITHOUT_GPU("the fused training network");
+  GpuContext ctx;
+  AutotuneCache cache("", "stored conv2 test");
+  const unsigned plain_wgrad = fused_pattern_bit(FusedPattern::SbrWgrad);
+  const FusionReport as_is = training_fusion_report(ctx, cache, plain_wgrad);
+  if (as_is.stored_conv2 != 16) {
+    std::string why;
+    for (const FusionRefusal& f : as_is.refused)
+      if (f.pattern == FusedPattern::ConvStats && f.layer.find("conv2") != std::string::npos) why = f.layer + ": " + f.why;
+    GTEST_SKIP() << as_is.stored_conv2 << " of the 16 conv2s read y1 here (" << why << ")";
+  }
+  for (const FusionRefusal& f : as_is.refused)
+    EXPECT_FALSE(f.pattern == FusedPattern::SbrConvStats && f.layer.find("conv2") != std::string::npos)
+        << f.layer << ": SbrConvStats was tried for a conv2 that reads y1";
+  for (unsigned also : {fused_pattern_bit(FusedPattern::StoredConvStats), fused_pattern_bit(FusedPattern::ConvStats)}) {
+    const FusionReport off = training_fusion_report(ctx, cache, plain_wgrad | also);
+    EXPECT_EQ(off.stored_conv2, 0) << fused_pattern_list_text(plain_wgrad | also);
+    EXPECT_EQ(off.tried, as_is.tried) << "conv2's forward is one pattern tried, either way";
+  }
+  const FusionReport fused_wgrad = training_fusion_report(ctx, cache, 0);
+  EXPECT_EQ(fused_wgrad.stored_conv2, 0) << "with the fused weight gradient, y1 is stored nowhere";
+}
+
 // ---- the start-up report (CPU) ------------------------------------------------------------------
 TEST(FusionReport, CountsAndGroupsRefusalsByPatternAndReason) {
   FusionReport r;
@@ -560,8 +589,9 @@ TEST(FusionReport, SaysWhereOurKernelsRun) {
   r.own_finalize = 49;
   r.own_prologue = 3;
   r.own_stored = 13;
+  r.stored_conv2 = 16;
   const std::vector<std::string> lines = fusion_report_lines(r);
-  ASSERT_EQ(lines.size(), 6u);
+  ASSERT_EQ(lines.size(), 7u);
   EXPECT_NE(lines[1].find("for 33 1x1 stride-1 convs"), std::string::npos) << lines[1];
   EXPECT_NE(lines[2].find("for 15 conv1s"), std::string::npos) << lines[2];
   EXPECT_NE(lines[2].find("--no-fuse own-join-dgrad"), std::string::npos) << lines[2];
@@ -572,7 +602,9 @@ TEST(FusionReport, SaysWhereOurKernelsRun) {
   EXPECT_NE(lines[5].find("of the conv3s of ours 3 apply bn2 as they read its input, 13 read relu(bn2(x)) stored"),
             std::string::npos) << lines[5];
   EXPECT_NE(lines[5].find("--no-fuse sbr-wgrad,own-prologue"), std::string::npos) << lines[5];
-  r.own = r.own_join = r.own_dgrad = r.own_finalize = r.own_prologue = r.own_stored = 0;
+  EXPECT_NE(lines[6].find("and 16 conv2s read relu(bn1(x)), stored by a BN pass"), std::string::npos) << lines[6];
+  EXPECT_NE(lines[6].find("--no-fuse sbr-wgrad,stored-conv-stats"), std::string::npos) << lines[6];
+  r.own = r.own_join = r.own_dgrad = r.own_finalize = r.own_prologue = r.own_stored = r.stored_conv2 = 0;
   EXPECT_EQ(fusion_report_lines(r).size(), 1u) << "none of our kernels, no line for them";
 }
 

@@ -177,7 +177,8 @@ class ParityNet {
     cfg.fused_bn = b.fused;
     cfg.wgrad_beside = b.wgrad_beside;
     // The patterns bin/train runs plain by default (src/train/setup.cpp): with the weight gradients
-    // beside, sbr-wgrad, so that conv3 reads y2 stored by a BN pass where plan_own_convs says so.
+    // beside, sbr-wgrad, so that conv3 reads y2 stored by a BN pass where plan_own_convs says so,
+    // and conv2's ConvStats reads y1 so stored (plan_blocks).
     cfg.unfused_patterns = default_unfused_patterns(b.wgrad_beside);
     net_ = std::make_unique<TrainingNetwork>(cfg, ctx_, *cache_);
     init_params_for_parity(*net_, f.seed, ctx_.stream);
@@ -348,8 +349,9 @@ INSTANTIATE_TEST_SUITE_P(Apis, ParityGpu, testing::Values(kLegacy, kGraph),
                          [](const testing::TestParamInfo<Build>& i) { return std::string(i.param.name); });
 
 // bin/train's build (fp16, NHWC, batch norm fused into the convs, weight gradients on their own
-// stream, its default --no-fuse: y2 stored and read by conv3 at layers 2-4) against PyTorch: as close as the unfused fp16 build of the same step, which fp16 rounding
-// alone keeps from the fp32 bounds above.
+// stream, its default --no-fuse: y2 stored and read by conv3 at layers 2-4, y1 by every conv2)
+// against PyTorch: as close as the unfused fp16 build of the same step, which fp16 rounding alone
+// keeps from the fp32 bounds above.
 // Its median and worst gradient errors may exceed the unfused build's by half and by a small
 // margin (fused patterns round at other places: scale/bias applied inside the conv, statistics
 // from E[x^2] - E[x]^2), and 20 SGD steps must follow PyTorch's losses as the unfused build's do.
