@@ -47,9 +47,13 @@ constexpr const char* kNoFuseHelp =
 // with them: on an H200 (2026-11-28, bench/ab.py, 4 rounds) 5.751 ms a step with them and 5.694
 // without (-1.0%, in every round); bench/results/levers-session13-nvidia-h200-2026-11-28.md.
 // Before the weight gradients had their own stream they paid 0.8% (H100, gpu-run-2026-11-25.md).
+// And our 1x1 kernels' finalize in their last CTA of a column (own-finalize): the finalize kernel
+// after them is faster at the step, 5.150 -> 5.122 ms (-0.55%, in every round; H200, 2026-11-29,
+// bench/ab.py, 3 rounds, bench/results/levers-session20-nvidia-h200-2026-11-29.md).
 unsigned default_unfused_patterns(bool wgrad_beside);
 constexpr const char* kDefaultUnfusedText =
-    "sbr-wgrad where the weight gradients run on their own stream (bin/train, train-wgradstream), else none";
+    "sbr-wgrad,own-finalize where the weight gradients run on their own stream (bin/train, train-wgradstream), "
+    "else none";
 // The warning of a build that fuses nothing (OPT_FUSED_BN=0) given --no-fuse.
 constexpr const char* kNoFuseWithoutFusion =
     "--no-fuse has no effect: this build does not fuse batch norm into the convolutions (OPT_FUSED_BN=0)";

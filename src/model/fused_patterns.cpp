@@ -77,7 +77,7 @@ unsigned parse_fused_pattern_list(const std::string& list) {
 }
 
 unsigned default_unfused_patterns(bool wgrad_beside) {
-  return wgrad_beside ? fused_pattern_bit(FusedPattern::SbrWgrad) : 0u;
+  return wgrad_beside ? fused_pattern_bit(FusedPattern::SbrWgrad) | fused_pattern_bit(FusedPattern::OwnFinalize) : 0u;
 }
 
 bool run_fused(float fused_ms, float unfused_ms) {

@@ -477,17 +477,19 @@ TEST(Options, CompressionAndAccumulation) {
 const FusedPattern kEveryPattern[] = {
     FusedPattern::ConvStats, FusedPattern::SbrConvStats,  FusedPattern::SbrWgrad, FusedPattern::DgradDreluDbn,
     FusedPattern::OwnConvStats, FusedPattern::OwnJoinDgrad, FusedPattern::OwnDgradDbn, FusedPattern::OwnFinalize,
-    FusedPattern::OwnPrologue, FusedPattern::StoredConvStats, FusedPattern::ConvBn, FusedPattern::ConvBnRelu, FusedPattern::ConvBnAddRelu,
-    FusedPattern::GemmBn, FusedPattern::GemmBnRelu, FusedPattern::GemmBnAddRelu};
+    FusedPattern::OwnPrologue, FusedPattern::StoredConvStats, FusedPattern::ConvBn, FusedPattern::ConvBnRelu,
+    FusedPattern::ConvBnAddRelu, FusedPattern::GemmBn, FusedPattern::GemmBnRelu, FusedPattern::GemmBnAddRelu};
 
 // --no-fuse: which fused BN patterns run plain (model/fused_patterns.h), as bits and as the one
 // text the ranks compare.
-// Without --no-fuse, the fused weight gradient runs plain where the weight gradients have their own
-// stream (measured slower at the step there), and every pattern is planned elsewhere.
+// Without --no-fuse, the fused weight gradient and our kernels' in-kernel finalize run plain where
+// the weight gradients have their own stream (measured slower at the step there), and every pattern
+// is planned elsewhere.
 TEST(Options, NoFuseDefaultsToThePlainWeightGradientBesideTheDataGradient) {
-  EXPECT_EQ(default_unfused_patterns(true), fused_pattern_bit(FusedPattern::SbrWgrad));
+  EXPECT_EQ(default_unfused_patterns(true),
+            fused_pattern_bit(FusedPattern::SbrWgrad) | fused_pattern_bit(FusedPattern::OwnFinalize));
   EXPECT_EQ(default_unfused_patterns(false), 0u);
-  EXPECT_EQ(fused_pattern_list_text(default_unfused_patterns(true)), "sbr-wgrad");
+  EXPECT_EQ(fused_pattern_list_text(default_unfused_patterns(true)), "sbr-wgrad,own-finalize");
 }
 
 TEST(Options, NoFuseTakesPatternNamesOrAll) {
