@@ -91,19 +91,18 @@ struct BackwardOp {  // sums of dz, dz * xhat, and dz * xhat2 for the second BN
   }
 };
 
-__global__ void finalize_backward(const float* partials, int chunks, int C, size_t M, int sums,
-                                  BnChannelState bn, float* dgamma, float* dbeta,
-                                  BnChannelState bn2, float* dgamma2, float* dbeta2) {
-  const int c = blockIdx.x * kFinalizeWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (c >= C) return;
-  const BackwardInputs in = load_backward_inputs(bn, c);
-  const BackwardInputs in2 = sums == 3 ? load_backward_inputs(bn2, c) : BackwardInputs{};
-  const double t0 = sum_chunks(partials, 0, chunks, C, c, lane);
-  const double t1 = sum_chunks(partials, 1, chunks, C, c, lane);
-  const double t2 = sums == 3 ? sum_chunks(partials, 2, chunks, C, c, lane) : 0.0;
-  if (lane != 0) return;
-  finalize_backward_channel(bn, in, dgamma, dbeta, C, c, t1, t0, double(M));
-  if (sums == 3) finalize_backward_channel(bn2, in2, dgamma2, dbeta2, C, c, t2, t0, double(M));
+// A block per 32 channels (sum_rows_of_column): the sums of dz, dz * xhat and, with a second BN
+// (sums == 3), dz * xhat2 over the chunks' rows, then each BN's weight gradients and apply
+// coefficients.
+template <int kSums>
+__global__ void finalize_backward(const float* partials, int chunks, int C, size_t M, BnChannelState bn,
+                                  float* dgamma, float* dbeta, BnChannelState bn2, float* dgamma2, float* dbeta2) {
+  double t[kSums];
+  if (!sum_rows_of_column<kSums>(partials, size_t(chunks) * C, chunks, C, C, t)) return;
+  const int c = blockIdx.x * kColumnsPerFinalize + threadIdx.x;
+  finalize_backward_channel(bn, load_backward_inputs(bn, c), dgamma, dbeta, C, c, t[1], t[0], double(M));
+  if constexpr (kSums == 3)
+    finalize_backward_channel(bn2, load_backward_inputs(bn2, c), dgamma2, dbeta2, C, c, t[2], t[0], double(M));
 }
 
 // Device-side arguments of the backward apply (the host struct holds host pointers to BN state).
@@ -236,9 +235,10 @@ void finalize_and_apply(const BnBackwardArgs& a, Shape4 s, const float* partials
                         cudaStream_t stream) {
   const bool dual = a.x2 != nullptr;
   const BnChannelState none{};
-  finalize_backward<<<finalize_blocks(s.c), 32 * kFinalizeWarps, 0, stream>>>(
-      partials, chunks, s.c, s.per_channel(), dual ? 3 : 2, *a.bn, a.dgamma, a.dbeta,
-      dual ? *a.bn2 : none, a.dgamma2, a.dbeta2);
+  auto finalize = dual ? finalize_backward<3> : finalize_backward<2>;
+  finalize<<<column_finalize_blocks(s.c), dim3(32, 32), 0, stream>>>(partials, chunks, s.c, s.per_channel(), *a.bn,
+                                                                      a.dgamma, a.dbeta, dual ? *a.bn2 : none,
+                                                                      a.dgamma2, a.dbeta2);
   CUDA_CHECK_LAUNCH();
   apply<T, L>(a, s, applied, stream);
 }

@@ -72,32 +72,13 @@ __global__ void finalize_sums(float* sum, float* sqsum, double M, BnChannelState
 }
 
 // The same from rows of per-channel partial sums (a conv of our own leaves one row per tile of
-// pixels: bn_finalize_partials): a block per 32 channels, its 32 x 32 threads a column each of a
-// strided share of the rows (coalesced: a row's 32 channels are one 128-byte load), in double, then
-// added across the block in a fixed order.
+// pixels: bn_finalize_partials), a block per 32 channels (sum_rows_of_column).
 __global__ void finalize_partials(const float* partials, int rows, int row_len, double M, BnChannelState bn, int C,
                                   __half* scale_h, __half* shift_h) {
-  __shared__ double acc[2][32][33];
-  const int c = blockIdx.x * 32 + threadIdx.x;
-  double s1 = 0, s2 = 0;
-  if (c < C) {
-    const float* sq = partials + size_t(rows) * row_len;
-#pragma unroll 4
-    for (int r = threadIdx.y; r < rows; r += 32) {
-      s1 += partials[size_t(r) * row_len + c];
-      s2 += sq[size_t(r) * row_len + c];
-    }
-  }
-  acc[0][threadIdx.y][threadIdx.x] = s1;
-  acc[1][threadIdx.y][threadIdx.x] = s2;
-  __syncthreads();
-  if (threadIdx.y != 0 || c >= C) return;
-  const ForwardInputs in = load_forward_inputs(bn, c);
-  for (int r = 1; r < 32; ++r) {
-    s1 += acc[0][r][threadIdx.x];
-    s2 += acc[1][r][threadIdx.x];
-  }
-  finalize_channel_from_sums(bn, c, in, s1, s2, M, scale_h, shift_h);
+  double t[2];
+  if (!sum_rows_of_column<2>(partials, size_t(rows) * row_len, rows, row_len, C, t)) return;
+  const int c = blockIdx.x * kColumnsPerFinalize + threadIdx.x;
+  finalize_channel_from_sums(bn, c, load_forward_inputs(bn, c), t[0], t[1], M, scale_h, shift_h);
 }
 
 }  // namespace
@@ -133,7 +114,7 @@ void bn_finalize_sums(float* sum, float* sqsum, size_t per_channel, const BnChan
 void bn_finalize_partials(const float* partials, int rows, int row_len, size_t per_channel, const BnChannelState& bn,
                           int channels, void* scale_h, void* shift_h, cudaStream_t stream) {
   if (rows < 1 || row_len < channels) throw Fatal("bn_finalize_partials: rows of partials shorter than the channels");
-  finalize_partials<<<(channels + 31) / 32, dim3(32, 32), 0, stream>>>(
+  finalize_partials<<<column_finalize_blocks(channels), dim3(32, 32), 0, stream>>>(
       partials, rows, row_len, double(per_channel), bn, channels, static_cast<__half*>(scale_h),
       static_cast<__half*>(shift_h));
   CUDA_CHECK_LAUNCH();
