@@ -8,8 +8,10 @@
 // result whichever CTA is last) and finalizes the column's channels. Why: the finalize kernels are
 // a few µs of latency each on the step's critical path, and the one after conv3's data gradient
 // took 8-10 µs there (H200, 2026-11-29), waiting for SMs behind the weight gradients' GEMMs on the
-// other stream; the last CTA already holds its SM. The step: 1.1-2.1% faster (three H200s,
-// bench/results/levers-session18-nvidia-h200-2026-11-29.md).
+// other stream; the last CTA already holds its SM. The step measured 1.1-2.1% faster against a
+// baseline that also re-fused sbr-wgrad (bench/results/levers-session18-nvidia-h200-2026-11-29.md);
+// measured alone it is 0.5% slower, and bin/train runs the finalize kernel after them by default
+// (--no-fuse sbr-wgrad brings this back; bench/results/levers-session20-nvidia-h200-2026-11-29.md).
 #pragma once
 
 #include "kernels/batchnorm_state.h"

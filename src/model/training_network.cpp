@@ -140,10 +140,16 @@ void TrainingNetwork::plan_blocks(AutotuneCache& cache, size_t largest) {
                                    total_ms({b.c1.conv->algorithms().fwd.ms, pass(BnPass::Stats, b.mid1)}));
     for (auto [u, inner, in, out] : {std::tuple{&b.c2, &r.c2, b.mid1, b.mid2}, std::tuple{&b.c3, &r.c3, b.mid2, b.out}}) {
       const ConvAlgos& a = u->conv->algorithms();
-      if (u == &b.c2 && conv2_reads_y1)
+      if (u == &b.c2 && conv2_reads_y1) {
+        const size_t refusals = fusion_report_.refused.size();
         inner->fwd.plan = planner.fuse(*u, FusedPattern::ConvStats, total_ms({a.fwd.ms, pass(BnPass::Stats, out)}));
-      inner->reads_stored = bool(inner->fwd);
-      fusion_report_.stored_conv2 += inner->reads_stored;
+        inner->reads_stored = bool(inner->fwd);
+        fusion_report_.stored_conv2 += inner->reads_stored;
+        if (!inner->reads_stored) {  // one pattern tried per conv2: the report gives SbrConvStats' outcome
+          fusion_report_.refused.resize(refusals);
+          --fusion_report_.tried;
+        }
+      }
       if (!inner->fwd)
         inner->fwd.plan = planner.fuse(*u, FusedPattern::SbrConvStats,
                                        total_ms({pass(BnPass::Apply, in), a.fwd.ms, pass(BnPass::Stats, out)}));
@@ -289,8 +295,9 @@ void TrainingNetwork::forward(const void* images, bool train) {
 // In the backward, every conv1's but the first block's (whose input's gradient goes to the stem's
 // BN) data gradient takes the previous block's join backward (--no-fuse own-join-dgrad: not), and
 // conv3's, where its forward was ours, bn2's ReLU and backward sums (--no-fuse own-dgrad-dbn: not).
-// The forward's and conv3's finalize their BN in their last CTA of a column (--no-fuse own-finalize:
-// the finalize kernel after them); the joining conv1s' measured slower so (kernels/conv1x1_finalize.h).
+// The forward's and conv3's can finalize their BN in their last CTA of a column, where own-finalize
+// is not listed (bin/train lists it by default: the finalize kernel after them measured faster); the
+// joining conv1s' never do (kernels/conv1x1_finalize.h).
 // Our conv3 kernel applies bn2 to a2 as it reads it (the prologue), except where y2 = relu(bn2(a2)) is
 // stored anyway for conv3's weight gradient (sbr-wgrad not fused) and the GEMM has kY2Columns or more
 // columns of tiles: each column's CTAs apply bn2 to every tile of a2 again, and a BN pass that stores

@@ -432,9 +432,12 @@ NetConfig fused_config(int side = 32) {
 // not zeroed after the evaluation, would move them far more.
 // The same with the weight gradients on their own stream in the replayed run (bin/train's step): the
 // fused weight-gradient patterns then run beside the fused data-gradient patterns; and that step at
-// --image-size 28, whose stages (28, 14, 7, 4) do not all halve evenly.
-void fused_replay_tracks_eager(bool wgrad_beside, int side = 32) {
+// --image-size 28, whose stages (28, 14, 7, 4) do not all halve evenly; and bin/train's own patterns
+// (`unfused`: its default --no-fuse, where conv2 and conv3 read the stored relu(bn(x)) and the
+// evaluation runs conv2's stored path too).
+void fused_replay_tracks_eager(bool wgrad_beside, int side = 32, unsigned unfused = 0) {
   NetConfig cfg = fused_config(side);
+  cfg.unfused_patterns = unfused;
   TrainingRun eager(cfg, false);
   cfg.wgrad_beside = wgrad_beside;
   TrainingRun replayed(cfg, true);
@@ -543,6 +546,11 @@ TEST(GpuStepGraphFused, ReplayOnTwoStreamsTracksEagerExecution) {
 TEST(GpuStepGraphFused, ReplayAtSide28TracksEagerExecution) {
   SKIP_WITHOUT_GPU("the training step at 28x28 as a CUDA graph on two streams");
   fused_replay_tracks_eager(true, 28);
+}
+
+TEST(GpuStepGraphFused, ReplayWithBinTrainsDefaultPatternsTracksEagerExecution) {
+  SKIP_WITHOUT_GPU("bin/train's training step as a CUDA graph on two streams");
+  fused_replay_tracks_eager(true, 32, default_unfused_patterns(true));
 }
 
 INSTANTIATE_TEST_SUITE_P(Builds, GpuStepGraphReplay,
