@@ -93,25 +93,43 @@ const Plan& FusionPlanner::plan_once(std::map<std::string, std::shared_ptr<Plan>
   return *plan;
 }
 
-const FusedConv* FusionPlanner::fuse(const ConvUnit& u, FusedPattern p, float unfused_ms) {
-  ++report_.tried;
-  auto refuse = [&](const std::string& why) {
-    report_.refused.push_back({u.name, p, why});
-    return nullptr;
-  };
+const FusedConv* FusionPlanner::plan_fused(const ConvUnit& u, FusedPattern p, float unfused_ms, std::string& why) {
   // Switched off: not even planned, nothing to measure or cache.
-  if (cfg_.unfused_patterns & fused_pattern_bit(p))
-    return refuse(cfg_.unfused_by_default ? kOffByDefault : kSwitchedOff);
+  if (cfg_.unfused_patterns & fused_pattern_bit(p)) {
+    why = cfg_.unfused_by_default ? kOffByDefault : kSwitchedOff;
+    return nullptr;
+  }
   const std::string key = fused_cache_key(p, u.geometry());
   const FusedChoice* cached = measure_ ? cache_.find_fused(key) : nullptr;
   const FusedConv& f = plan_once(fused_, key, cached, unfused_ms, [&] {
     return std::make_shared<FusedConv>(ctx_.cudnn, p, u.geometry(), options_, cached);
   });
-  if (!f.ok()) return refuse(f.why());
-  if (!run_fused(f.ms(), unfused_ms)) return refuse(kSlowerThanUnfused);
+  if (!f.ok()) {
+    why = f.why();
+    return nullptr;
+  }
+  if (!run_fused(f.ms(), unfused_ms)) {
+    why = kSlowerThanUnfused;
+    return nullptr;
+  }
   ++report_.fused;
   report_.half_coefficients += has_scale_bias(p) && f.scale_type() == DType::F16;
   return &f;
+}
+
+const FusedConv* FusionPlanner::fuse(const ConvUnit& u, FusedPattern p, float unfused_ms) {
+  ++report_.tried;
+  std::string why;
+  const FusedConv* f = plan_fused(u, p, unfused_ms, why);
+  if (!f) report_.refused.push_back({u.name, p, why});
+  return f;
+}
+
+const FusedConv* FusionPlanner::fuse_first_choice(const ConvUnit& u, FusedPattern p, float unfused_ms) {
+  std::string why;
+  const FusedConv* f = plan_fused(u, p, unfused_ms, why);
+  report_.tried += f != nullptr;
+  return f;
 }
 
 const GemmConv* FusionPlanner::gemm(const ConvUnit& u, FusedPattern p, float alternative_ms) {

@@ -38,6 +38,9 @@ class FusionPlanner {
   // The pattern for conv u where it runs fused, else null (a refusal in the report). unfused_ms is
   // the time of the alternative (the plain conv and our BN passes), -1 when not measured.
   const FusedConv* fuse(const ConvUnit& u, FusedPattern p, float unfused_ms);
+  // The same for a first choice that another pattern follows where it is refused: refused, it
+  // leaves nothing in the report (the conv's outcome is the other pattern's).
+  const FusedConv* fuse_first_choice(const ConvUnit& u, FusedPattern p, float unfused_ms);
   // Inference: conv u as one cuBLASLt GEMM where measured faster than `alternative_ms` (what cuDNN
   // runs for it), else null.
   const GemmConv* gemm(const ConvUnit& u, FusedPattern p, float alternative_ms);
@@ -48,6 +51,8 @@ class FusionPlanner {
   std::map<std::string, std::shared_ptr<GemmConv>> take_gemms() { return std::move(gemms_); }
 
  private:
+  // The pattern where it runs fused (counted as fused in the report), else null and why not.
+  const FusedConv* plan_fused(const ConvUnit& u, FusedPattern p, float unfused_ms, std::string& why);
   template <class Plan, class Make>
   const Plan& plan_once(std::map<std::string, std::shared_ptr<Plan>>& made, const std::string& key,
                         const FusedChoice* cached, float& alternative_ms, Make make);

@@ -127,12 +127,11 @@ void TrainingNetwork::plan_blocks(AutotuneCache& cache, size_t largest) {
   // a 3x3), and the backward recomputes nothing: on an H200 (2026-11-29, bench/ab.py, 3 rounds)
   // 5.249 -> 5.187 ms a step (bench/results/levers-session19-nvidia-h200-2026-11-29.md). Where
   // cuDNN refuses ConvStats or it measures slower than the plain conv and a statistics pass,
-  // SbrConvStats is tried as before. --no-fuse sbr-wgrad,stored-conv-stats: not (nor where conv-stats
-  // is listed: the pattern it would run).
+  // SbrConvStats is tried as before, and the report gives its outcome alone. --no-fuse
+  // sbr-wgrad,stored-conv-stats: not (nor where conv-stats is listed: the pattern it would run).
   const unsigned off = cfg_.unfused_patterns;
   const bool conv2_reads_y1 = (off & fused_pattern_bit(FusedPattern::SbrWgrad)) &&
-                              !(off & (fused_pattern_bit(FusedPattern::StoredConvStats) |
-                                       fused_pattern_bit(FusedPattern::ConvStats)));
+                              !(off & fused_pattern_bit(FusedPattern::StoredConvStats));
   for (size_t i = 0; i < runs_.size(); ++i) {
     const Block& b = layers_->blocks[i];
     BlockRun& r = runs_[i];
@@ -141,14 +140,10 @@ void TrainingNetwork::plan_blocks(AutotuneCache& cache, size_t largest) {
     for (auto [u, inner, in, out] : {std::tuple{&b.c2, &r.c2, b.mid1, b.mid2}, std::tuple{&b.c3, &r.c3, b.mid2, b.out}}) {
       const ConvAlgos& a = u->conv->algorithms();
       if (u == &b.c2 && conv2_reads_y1) {
-        const size_t refusals = fusion_report_.refused.size();
-        inner->fwd.plan = planner.fuse(*u, FusedPattern::ConvStats, total_ms({a.fwd.ms, pass(BnPass::Stats, out)}));
+        inner->fwd.plan = planner.fuse_first_choice(*u, FusedPattern::ConvStats,
+                                                    total_ms({a.fwd.ms, pass(BnPass::Stats, out)}));
         inner->reads_stored = bool(inner->fwd);
         fusion_report_.stored_conv2 += inner->reads_stored;
-        if (!inner->reads_stored) {  // one pattern tried per conv2: the report gives SbrConvStats' outcome
-          fusion_report_.refused.resize(refusals);
-          --fusion_report_.tried;
-        }
       }
       if (!inner->fwd)
         inner->fwd.plan = planner.fuse(*u, FusedPattern::SbrConvStats,
@@ -248,9 +243,7 @@ void TrainingNetwork::allocate(size_t largest) {
       sums += 2 * bn.channels;
     });
     // conv2 and conv3 read the previous BN's coefficients in their prologue
-    auto reads_half = [](const FusedCall& f) {
-      return f && has_scale_bias(f.plan->pattern()) && f.plan->scale_type() == DType::F16;
-    };
+    auto reads_half = [](const FusedCall& f) { return f && f.plan->scale_type() == DType::F16; };
     for (auto [bn, inner] : {std::pair{&b.b1, &runs_[i].c2}, std::pair{&b.b2, &runs_[i].c3}}) {
       if (!reads_half(inner->fwd) && !reads_half(inner->wgrad)) continue;
       bn->scale_h = halves;
