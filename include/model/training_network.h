@@ -122,6 +122,7 @@ class TrainingNetwork : public Network {
   DeviceBuffer fused_workspaces_;         // each conv's fused patterns' own workspaces (FusedCall)
   DeviceBuffer own_partials_;             // our 1x1 convs' partial BN sums, forward and backward (plan_own_convs)
   DeviceBuffer own_arrivals_;             // their columns' counters where they finalize (empty: they do not)
+  DeviceBuffer stem_partials_;            // our stem weight gradient's partial sums (empty: cuDNN's runs)
   std::unique_ptr<Lane> lane_;
   const void* images_ = nullptr;          // the batch of the last forward (backward's stem input)
 };

@@ -13,6 +13,7 @@
 #include "kernels/conv1x1_stats.h"
 #include "kernels/loss.h"
 #include "kernels/pooling.h"
+#include "kernels/stem_wgrad.h"
 #include "model/fused_conv.h"
 #include "model/fusion_planner.h"
 #include "model/linear.h"
@@ -349,6 +350,13 @@ void TrainingNetwork::plan_own_convs() {
     own_arrivals_ = DeviceBuffer(columns * sizeof(unsigned), "our 1x1 convs' column counters");
     CUDA_CHECK(cudaMemset(own_arrivals_.get(), 0, own_arrivals_.bytes()));
   }
+  // The stem's weight gradient (kernels/stem_wgrad.h), where it takes the stem's shape.
+  const ConvGeometry& stem = layers_->stem.geometry();
+  if (!(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnStemWgrad)) &&
+      stem_wgrad_refusal(stem.c, stem.k, stem.r, stem.stride, stem.pad).empty()) {
+    stem_partials_ = DeviceBuffer(stem_wgrad_partials_bytes(stem.k, stem.c, stem.r), "partial sums of the stem's weight gradient");
+    fusion_report_.own_stem_wgrad = true;
+  }
 }
 
 Conv1x1Finalize TrainingNetwork::finalize_in_kernel(const Bn& bn, int channels, bool backward) const {
@@ -503,8 +511,15 @@ void TrainingNetwork::backward() {
   bn_grads_ready(bn);
   // The images need no gradient: only the stem's filter gradient.
   const ConvUnit& c = layers_->stem;
-  c.conv->backward_filter(ctx_.cudnn, images_, grad_[0].get(), params_.weight_grad(c.weight), workspace_.get(),
-                          workspace_.bytes());
+  if (stem_partials_.get()) {
+    const ConvGeometry& g = c.geometry();
+    stem_wgrad({images_, grad_[0].get(), params_.weight_grad(c.weight), stem_partials_.as<float>(), g.n, g.h, g.w, g.c,
+                g.k, g.r},
+               ctx_.stream);
+  } else {
+    c.conv->backward_filter(ctx_.cudnn, images_, grad_[0].get(), params_.weight_grad(c.weight), workspace_.get(),
+                            workspace_.bytes());
+  }
   grad_ready(c.weight);
 }
 
