@@ -68,6 +68,7 @@ class TrainingNetwork : public Network {
   // Which 1x1 convs' training forward runs our kernel (BlockRun::c1_own, ...), and which conv1s' and
   // conv3s' data gradient (BlockRun::c1_joins, c3_dgrad_own).
   void plan_own_convs();
+  struct StemShape stem_shape() const;  // the stem conv's, as our kernels take it (kernels/stem_conv.h)
   // What our 1x1 kernel that takes bn's sums over `channels` columns needs to finalize it itself
   // (kernels/conv1x1_finalize.h): the forward's statistics, or backward the weight gradients and
   // apply coefficients; no counters (finalized after it) under --no-fuse own-finalize.
@@ -122,7 +123,7 @@ class TrainingNetwork : public Network {
   DeviceBuffer fused_workspaces_;         // each conv's fused patterns' own workspaces (FusedCall)
   DeviceBuffer own_partials_;             // our 1x1 convs' partial BN sums, forward and backward (plan_own_convs)
   DeviceBuffer own_arrivals_;             // their columns' counters where they finalize (empty: they do not)
-  DeviceBuffer stem_partials_;            // our stem weight gradient's partial sums (empty: cuDNN's runs)
+  DeviceBuffer stem_partials_;            // our stem kernels' partial sums (empty: cuDNN runs the stem)
   std::unique_ptr<Lane> lane_;
   const void* images_ = nullptr;          // the batch of the last forward (backward's stem input)
 };

@@ -30,6 +30,7 @@ constexpr PatternNames kPatterns[] = {
     {FusedPattern::OwnPrologue, "the previous BN applied as our conv3 kernel reads its input", "own-prologue"},
     {FusedPattern::StoredConvStats, "conv2 + statistics reading relu(bn1(x)) stored for its weight gradient",
      "stored-conv-stats"},
+    {FusedPattern::OwnStemConv, "the stem's conv + statistics by a kernel of ours", "own-stem-conv"},
     {FusedPattern::OwnStemWgrad, "the stem's weight gradient by a kernel of ours", "own-stem-wgrad"},
     {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
     {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
@@ -153,8 +154,12 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
     lines.push_back("  and " + std::to_string(r.stored_conv2) +
                     " conv2s read relu(bn1(x)), stored by a BN pass for their plain weight gradient, with cuDNN's conv + "
                     "statistics, in place of applying bn1 as they read x (--no-fuse sbr-wgrad,stored-conv-stats: not)");
-  if (r.own_stem_wgrad)
-    lines.push_back("  and the stem's weight gradient runs a kernel of ours (kernels/stem_wgrad.h), in place of cuDNN's "
-                    "(--no-fuse own-stem-wgrad: not)");
+  if (r.own_stem_conv || r.own_stem_wgrad) {
+    const char* what = !r.own_stem_wgrad ? "forward with its BN statistics runs a kernel"
+                       : !r.own_stem_conv ? "weight gradient runs a kernel"
+                                          : "forward with its BN statistics and its weight gradient run kernels";
+    lines.push_back(std::string("  and the stem's ") + what + " of ours (kernels/stem_conv.h), in place of cuDNN's "
+                    "(--no-fuse own-stem-conv, own-stem-wgrad: not)");
+  }
   return lines;
 }

@@ -13,7 +13,7 @@
 #include "kernels/conv1x1_stats.h"
 #include "kernels/loss.h"
 #include "kernels/pooling.h"
-#include "kernels/stem_wgrad.h"
+#include "kernels/stem_conv.h"
 #include "model/fused_conv.h"
 #include "model/fusion_planner.h"
 #include "model/linear.h"
@@ -267,8 +267,20 @@ void TrainingNetwork::bn_forward(const Bn& bn, const void* x, Shape4 s, bool tra
 void TrainingNetwork::forward(const void* images, bool train) {
   images_ = images;
   const Shape4 stem = layers_->stem_out;
-  conv_forward(layers_->stem, images, stem_a_.get());
-  bn_forward(layers_->stem_bn, stem_a_.get(), stem, train);
+  const Bn& bn = layers_->stem_bn;
+  if (fusion_report_.own_stem_conv) {
+    float* partials = train ? stem_partials_.as<float>() : nullptr;
+    const int rows = stem_conv_forward(
+        {images, params_.working(layers_->stem.weight), stem_a_.get(), partials, stem_shape()}, ctx_.stream);
+    if (train)
+      bn_finalize_partials(partials, rows, bn.channels, stem.per_channel(), bn.st, bn.channels, bn.scale_h, bn.shift_h,
+                           ctx_.stream);
+    else
+      bn_forward(bn, stem_a_.get(), stem, false);
+  } else {
+    conv_forward(layers_->stem, images, stem_a_.get());
+    bn_forward(bn, stem_a_.get(), stem, train);
+  }
   store_relu_bn(layers_->stem_bn, stem_a_.get(), stem_y_.get(), stem, ctx_.stream);
   const void* cur = stem_y_.get();
   for (size_t i = 0; i < runs_.size(); ++i) {
@@ -350,13 +362,20 @@ void TrainingNetwork::plan_own_convs() {
     own_arrivals_ = DeviceBuffer(columns * sizeof(unsigned), "our 1x1 convs' column counters");
     CUDA_CHECK(cudaMemset(own_arrivals_.get(), 0, own_arrivals_.bytes()));
   }
-  // The stem's weight gradient (kernels/stem_wgrad.h), where it takes the stem's shape.
+  // The stem's forward with its statistics and its weight gradient (kernels/stem_conv.h), each
+  // unless switched off, where the kernels take the stem's shape.
   const ConvGeometry& stem = layers_->stem.geometry();
-  if (!(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnStemWgrad)) &&
-      stem_wgrad_refusal(stem.c, stem.k, stem.r, stem.stride, stem.pad).empty()) {
-    stem_partials_ = DeviceBuffer(stem_wgrad_partials_bytes(stem.k, stem.c, stem.r), "partial sums of the stem's weight gradient");
-    fusion_report_.own_stem_wgrad = true;
+  if (stem_conv_refusal(stem.c, stem.k, stem.r, stem.stride, stem.pad).empty()) {
+    fusion_report_.own_stem_conv = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnStemConv));
+    fusion_report_.own_stem_wgrad = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnStemWgrad));
   }
+  if (fusion_report_.own_stem_conv || fusion_report_.own_stem_wgrad)
+    stem_partials_ = DeviceBuffer(stem_conv_partials_bytes(stem_shape()), "partial sums of the stem's kernels");
+}
+
+StemShape TrainingNetwork::stem_shape() const {
+  const ConvGeometry& g = layers_->stem.geometry();
+  return {g.n, g.h, g.w, g.c, g.k, g.r};
 }
 
 Conv1x1Finalize TrainingNetwork::finalize_in_kernel(const Bn& bn, int channels, bool backward) const {
@@ -511,10 +530,8 @@ void TrainingNetwork::backward() {
   bn_grads_ready(bn);
   // The images need no gradient: only the stem's filter gradient.
   const ConvUnit& c = layers_->stem;
-  if (stem_partials_.get()) {
-    const ConvGeometry& g = c.geometry();
-    stem_wgrad({images_, grad_[0].get(), params_.weight_grad(c.weight), stem_partials_.as<float>(), g.n, g.h, g.w, g.c,
-                g.k, g.r},
+  if (fusion_report_.own_stem_wgrad) {
+    stem_wgrad({images_, grad_[0].get(), params_.weight_grad(c.weight), stem_partials_.as<float>(), stem_shape()},
                ctx_.stream);
   } else {
     c.conv->backward_filter(ctx_.cudnn, images_, grad_[0].get(), params_.weight_grad(c.weight), workspace_.get(),

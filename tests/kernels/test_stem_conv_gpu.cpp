@@ -1,0 +1,125 @@
+// The stem's conv by our kernels (kernels/stem_conv.h) against the CPU reference in double: the
+// network's stem (3 channels, 3x3, 64 filters), pixel counts that leave a part of a 16-pixel slice,
+// a 5x5 filter of one channel, and fewer filters. The forward's output and its statistics' partial
+// sums; the filter gradient, whose sums add up in the same order every run; the shapes refused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/errors.h"
+#include "core/memory.h"
+#include "kernels/stem_conv.h"
+#include "support/gpu_test_util.h"
+
+namespace {
+
+using namespace gpu_test;
+using ref::Vec;
+
+// fp16 inputs and fp16 outputs of fp32 sums: the rounding of the output dominates.
+constexpr double kTol = 4e-3;
+
+// n, h, w, c, k, r
+const StemShape kShapes[] = {{8, 32, 32, 3, 64, 3}, {3, 7, 5, 3, 16, 3}, {2, 9, 9, 1, 32, 5}, {1, 4, 4, 3, 48, 3},
+                             {64, 28, 28, 3, 64, 3}};
+
+ref::ConvDims dims_of(const StemShape& s) { return {s.n, s.c, s.h, s.w, s.k, s.r, s.r, 1, (s.r - 1) / 2}; }
+
+std::string name_of(const StemShape& s) {
+  return dims_name(dims_of(s).input()) + " k" + std::to_string(s.k) + " r" + std::to_string(s.r);
+}
+
+TEST(GpuStemConv, ForwardAndItsStatisticsMatchTheReference) {
+  SKIP_WITHOUT_GPU("the stem's forward kernel");
+  std::mt19937_64 rng = test_rng();
+  for (const StemShape& s : kShapes) {
+    SCOPED_TRACE(name_of(s));
+    ASSERT_EQ(stem_conv_refusal(s.c, s.k, s.r, 1, (s.r - 1) / 2), "");
+    const ref::ConvDims g = dims_of(s);
+    const ref::Dims wd{s.k, s.c, s.r, s.r};
+    const Vec x = quantize(DType::F16, random_normal(rng, g.input().count()));
+    const Vec w = quantize(DType::F16, random_normal(rng, wd.count(), 0.0, 1.0 / std::sqrt(double(s.c) * s.r * s.r)));
+    const DeviceTensor x_d = upload_activation(x, g.input(), DType::F16, Layout::NHWC);
+    const DeviceTensor w_d = upload_activation(w, wd, DType::F16, Layout::NHWC);
+    DeviceTensor y(g.output().count(), DType::F16);
+    y.poison();
+    DeviceBuffer partials(stem_conv_partials_bytes(s), "stem forward test partials");
+    const int rows = stem_conv_forward({x_d.get(), w_d.get(), y.get(), partials.as<float>(), s}, ctx().stream);
+    ASSERT_GE(rows, 1);
+    const Vec got = download_activation(y, g.output(), Layout::NHWC);
+    EXPECT_CLOSE(got, ref::conv2d_forward(g, x, w), kTol) << "forward";
+
+    // the partial sums: of y and y^2 as y holds them, each channel's rows added here in double
+    std::vector<float> p(size_t(2) * rows * s.k);
+    CUDA_CHECK(cudaMemcpy(p.data(), partials.get(), p.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    const ref::Dims yd = g.output();
+    for (int k = 0; k < s.k; ++k) {
+      double sum = 0, sq = 0, want_sum = 0, want_sq = 0;
+      for (int r = 0; r < rows; ++r) sum += p[size_t(r) * s.k + k], sq += p[(size_t(rows) + r) * s.k + k];
+      for (int n = 0; n < yd.n; ++n)
+        for (int h = 0; h < yd.h; ++h)
+          for (int x_ = 0; x_ < yd.w; ++x_) {
+            const double v = got[yd.at(n, k, h, x_)];
+            want_sum += v, want_sq += v * v;
+          }
+      const double count = double(yd.per_channel());
+      EXPECT_NEAR(sum / count, want_sum / count, 1e-5 * (1 + std::fabs(want_sum / count))) << "channel " << k;
+      EXPECT_NEAR(sq / count, want_sq / count, 1e-5 * (1 + want_sq / count)) << "channel " << k;
+    }
+
+    // evaluation: no statistics, the same output
+    y.poison();
+    stem_conv_forward({x_d.get(), w_d.get(), y.get(), nullptr, s}, ctx().stream);
+    EXPECT_EQ(download_activation(y, g.output(), Layout::NHWC), got) << "without statistics";
+  }
+}
+
+TEST(GpuStemConv, WeightGradientMatchesTheReference) {
+  SKIP_WITHOUT_GPU("the stem's weight-gradient kernel");
+  std::mt19937_64 rng = test_rng();
+  for (const StemShape& s : kShapes) {
+    SCOPED_TRACE(name_of(s));
+    const ref::ConvDims g = dims_of(s);
+    const ref::Dims wd{s.k, s.c, s.r, s.r};
+    const Vec x = quantize(DType::F16, random_normal(rng, g.input().count()));
+    const Vec dy = quantize(DType::F16, random_normal(rng, g.output().count()));
+    const DeviceTensor x_d = upload_activation(x, g.input(), DType::F16, Layout::NHWC);
+    const DeviceTensor dy_d = upload_activation(dy, g.output(), DType::F16, Layout::NHWC);
+    DeviceTensor dw(wd.count(), DType::F16);
+    dw.poison();
+    DeviceBuffer partials(stem_conv_partials_bytes(s), "stem wgrad test partials");
+    const StemWgrad a{x_d.get(), dy_d.get(), dw.get(), partials.as<float>(), s};
+    stem_wgrad(a, ctx().stream);
+    const Vec got = download_activation(dw, wd, Layout::NHWC);
+    EXPECT_CLOSE(got, ref::conv2d_backward_filter(g, x, dy), kTol);
+
+    // again, into a poisoned buffer: the same bits (the CTAs' sums are added in a fixed order)
+    dw.poison();
+    stem_wgrad(a, ctx().stream);
+    EXPECT_EQ(download_activation(dw, wd, Layout::NHWC), got) << "a second run differs";
+  }
+}
+
+TEST(StemConv, RefusesWhatItDoesNotCompute) {
+  EXPECT_EQ(stem_conv_refusal(3, 64, 3, 1, 1), "");
+  EXPECT_NE(stem_conv_refusal(3, 64, 3, 2, 1), "") << "stride 2";
+  EXPECT_NE(stem_conv_refusal(3, 64, 3, 1, 0), "") << "no padding";
+  EXPECT_NE(stem_conv_refusal(3, 64, 4, 1, 1), "") << "an even filter";
+  EXPECT_NE(stem_conv_refusal(4, 64, 3, 1, 1), "") << "36 taps";
+  EXPECT_NE(stem_conv_refusal(3, 72, 3, 1, 1), "") << "72 filters";
+  EXPECT_NE(stem_conv_refusal(3, 24, 3, 1, 1), "") << "24 filters";
+  EXPECT_NE(stem_conv_refusal(2, 64, 7, 1, 3), "") << "98 taps";
+}
+
+TEST(StemConv, ThrowsOnWhatItRefuses) {
+  const StemShape four_channels{1, 8, 8, 4, 64, 3}, empty{0, 8, 8, 3, 64, 3};
+  EXPECT_THROW(stem_wgrad({nullptr, nullptr, nullptr, nullptr, four_channels}, nullptr), Fatal);
+  EXPECT_THROW(stem_conv_forward({nullptr, nullptr, nullptr, nullptr, four_channels}, nullptr), Fatal);
+  EXPECT_THROW(stem_conv_forward({nullptr, nullptr, nullptr, nullptr, empty}, nullptr), Fatal);
+  const StemShape ok{1, 8, 8, 3, 64, 3};
+  EXPECT_THROW(stem_conv_forward({nullptr, nullptr, nullptr, nullptr, ok}, nullptr), Fatal) << "no tensors";
+}
+
+}  // namespace
