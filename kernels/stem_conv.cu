@@ -24,7 +24,7 @@ constexpr int kMaxK = 64;       // four 16-column tiles of output channels
 constexpr int kPixels = 16;     // pixels a warp adds per product
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kMaxCtas = 4 * 132;  // four a SM of an H100/H200 (what fits): 16 warps' loads in flight
+constexpr int kMaxCtas = 4 * 132;  // four a SM of an H100/H200 (what the weight gradient's 45 KB fit)
 
 struct Geometry {
   int n, h, w, c, k, r, pad, taps;
@@ -47,14 +47,16 @@ __device__ void build_tap_table(const Geometry& g, int4* table) {
 struct TapGather {
   const int4* table;
   int q, first_tap;
-  __device__ TapGather(int lane, const int4* tap_table) : table(tap_table), q(lane % kPixels), first_tap(lane / kPixels * 16) {}
+  __device__ TapGather(int lane, const int4* tap_table)
+      : table(tap_table), q(lane % kPixels), first_tap(lane / kPixels * 16) {}
 
   __device__ void taps(const __half* __restrict__ x, const Geometry& g, long long p0, __half* tile) const {
     const long long p = p0 + q;
     const bool inside = p < g.pixels;
     const unsigned pu = static_cast<unsigned>(p), plane = static_cast<unsigned>(g.h) * g.w;
     const int row = static_cast<int>(pu % plane / g.w), col = static_cast<int>(pu % g.w);
-    const __half* pixel = x + (static_cast<long long>(pu / plane) * plane + static_cast<long long>(row) * g.w + col) * g.c;
+    const long long image = static_cast<long long>(pu / plane) * plane;
+    const __half* pixel = x + (image + static_cast<long long>(row) * g.w + col) * g.c;
     __align__(16) __half v[16];
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
@@ -164,9 +166,9 @@ __global__ void __launch_bounds__(kThreads) stem_forward_kernel(const __half* __
 
 // The filter gradient's partial sums: each warp takes 16 pixels at a time (a slice; the CTA's slices
 // in turn), gathers their taps, which it reads as the column-major 32 x 16 tile X^T, and their
-// gradients as a row-major 16 x k tile, and adds the product into its accumulators (32 x k, fp32). The next slice's gradients are loaded while this one's taps are
-// gathered and multiplied. At the end the warps' sums go through shared memory, in warp order, into
-// the CTA's row of partial sums.
+// gradients as a row-major 16 x k tile, and adds the product into its accumulators (32 x k, fp32).
+// The next slice's gradients are loaded while this one's taps are gathered and multiplied. At the
+// end the warps' sums go through shared memory, in warp order, into the CTA's row of partial sums.
 __global__ void __launch_bounds__(kThreads) stem_wgrad_partials(const __half* __restrict__ x,
                                                                 const __half* __restrict__ dy, Geometry g,
                                                                 float* __restrict__ partials) {
@@ -227,7 +229,8 @@ __global__ void __launch_bounds__(kThreads) stem_wgrad_partials(const __half* __
   for (int i = 0; i < 2; ++i)
 #pragma unroll
     for (int j = 0; j < kMaxK / 16; ++j)
-      if (j < k_tiles) wmma::store_matrix_sync(sums[warp] + i * 16 * kMaxK + j * 16, acc[i][j], kMaxK, wmma::mem_row_major);
+      if (j < k_tiles)
+        wmma::store_matrix_sync(sums[warp] + i * 16 * kMaxK + j * 16, acc[i][j], kMaxK, wmma::mem_row_major);
   __syncthreads();
   float* out = partials + static_cast<size_t>(blockIdx.x) * g.taps * g.k;
   for (int e = threadIdx.x; e < g.taps * g.k; e += kThreads) {
@@ -258,8 +261,9 @@ __global__ void __launch_bounds__(32 * kReduceWarps) stem_wgrad_reduce(const flo
   dw[ch * taps + tap] = __float2half_rn(total);
 }
 
-// CTAs for a kernel over `pixels`: a warp's worth of slices each at least, at most what the GPU holds
-// at once and kMaxCtas.
+// CTAs for a kernel over `pixels`: at most one a warp's slice, what the GPU holds at once and
+// kMaxCtas. With the slices split evenly (CtaSlices), the last few CTAs may get none: they write
+// rows of zeros.
 template <auto Kernel>
 int ctas_for(long long pixels) {
   static const unsigned resident = resident_blocks(reinterpret_cast<const void*>(Kernel), kThreads);
@@ -282,6 +286,7 @@ Geometry geometry_of(const StemShape& s, const char* who) {
 using namespace trainer_kernels;
 
 std::string stem_conv_refusal(int c, int k, int r, int stride, int pad) {
+  if (c < 1 || k < 1 || r < 1) return "an empty filter";
   if (stride != 1) return "stride " + std::to_string(stride) + ", not 1";
   if (r % 2 == 0 || pad != (r - 1) / 2) return "not 'same' padding of an odd filter";
   if (c * r * r > kTaps) return std::to_string(c * r * r) + " taps, over " + std::to_string(kTaps);
@@ -296,9 +301,11 @@ size_t stem_conv_partials_bytes(const StemShape& s) {
 int stem_conv_forward(const StemForward& a, cudaStream_t stream) {
   const Geometry g = geometry_of(a.s, "stem_conv_forward");
   if (!a.x || !a.w || !a.y) throw Fatal("stem_conv_forward: a tensor it reads or writes is missing");
+  if (reinterpret_cast<uintptr_t>(a.y) % 8 != 0) throw Fatal("stem_conv_forward: the output is not 8-byte aligned");
   const int ctas = ctas_for<stem_forward_kernel>(g.pixels);
-  stem_forward_kernel<<<ctas, kThreads, 0, stream>>>(static_cast<const __half*>(a.x), static_cast<const __half*>(a.w), g,
-                                                     static_cast<__half*>(a.y), a.partials);
+  const auto* x = static_cast<const __half*>(a.x);
+  stem_forward_kernel<<<ctas, kThreads, 0, stream>>>(x, static_cast<const __half*>(a.w), g, static_cast<__half*>(a.y),
+                                                     a.partials);
   CUDA_CHECK_LAUNCH();
   return ctas;
 }

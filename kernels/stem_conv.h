@@ -17,7 +17,8 @@
 #include <cuda_runtime.h>
 
 // Why the kernels cannot take this conv ("" where they can): stride 1 with 'same' padding
-// ((r - 1) / 2, r odd), c * r * r <= 32 taps, k a multiple of 16 up to 64, fewer than 2^31 pixels.
+// ((r - 1) / 2, r odd), c * r * r <= 32 taps, k a multiple of 16 up to 64. The launchers also throw
+// on a batch of 2^31 - 16 pixels or more, and on unaligned tensors.
 std::string stem_conv_refusal(int c, int k, int r, int stride, int pad);
 
 struct StemShape {

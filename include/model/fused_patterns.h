@@ -16,10 +16,10 @@ enum class FusedPattern {
   OwnFinalize,                                       // training, the BN finalize in those (kernels/conv1x1_finalize.h)
   OwnPrologue,                                       // training, bn2 in our conv3 kernel's prologue
   StoredConvStats,                                   // training, conv2's ConvStats on a stored relu(bn1)
-  ConvBn, ConvBnRelu, ConvBnAddRelu,                 // inference (cuDNN)
-  GemmBn, GemmBnRelu, GemmBnAddRelu,                // inference, 1x1 convs (cuBLASLt)
+  OwnStemConv,                                       // training, the stem's forward + statistics (ours: kernels/stem_conv.h)
   OwnStemWgrad,                                      // training, the stem's weight gradient (ours: kernels/stem_conv.h)
-  OwnStemConv                                        // training, the stem's forward + statistics (ours: kernels/stem_conv.h)
+  ConvBn, ConvBnRelu, ConvBnAddRelu,                 // inference (cuDNN)
+  GemmBn, GemmBnRelu, GemmBnAddRelu                  // inference, 1x1 convs (cuBLASLt)
 };
 
 const char* fused_pattern_name(FusedPattern p);  // "scale-bias-ReLU + weight gradient"

@@ -65,8 +65,9 @@ class TrainingNetwork : public Network {
   void plan_blocks(AutotuneCache& cache, size_t largest);  // largest: of the activations, in elements
   void allocate(size_t largest);
   void give_fused_workspaces();
-  // Which 1x1 convs' training forward runs our kernel (BlockRun::c1_own, ...), and which conv1s' and
-  // conv3s' data gradient (BlockRun::c1_joins, c3_dgrad_own).
+  // Which 1x1 convs' training forward runs our kernel (BlockRun::c1_own, ...), which conv1s' and
+  // conv3s' data gradient (BlockRun::c1_joins, c3_dgrad_own), and whether the stem's forward and
+  // weight gradient run ours (kernels/stem_conv.h).
   void plan_own_convs();
   struct StemShape stem_shape() const;  // the stem conv's, as our kernels take it (kernels/stem_conv.h)
   // What our 1x1 kernel that takes bn's sums over `channels` columns needs to finalize it itself
@@ -124,6 +125,7 @@ class TrainingNetwork : public Network {
   DeviceBuffer own_partials_;             // our 1x1 convs' partial BN sums, forward and backward (plan_own_convs)
   DeviceBuffer own_arrivals_;             // their columns' counters where they finalize (empty: they do not)
   DeviceBuffer stem_partials_;            // our stem kernels' partial sums (empty: cuDNN runs the stem)
+  bool stem_conv_own_ = false, stem_wgrad_own_ = false;  // the stem's forward, weight gradient: ours (plan_own_convs)
   std::unique_ptr<Lane> lane_;
   const void* images_ = nullptr;          // the batch of the last forward (backward's stem input)
 };

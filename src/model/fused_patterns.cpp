@@ -159,7 +159,7 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
                        : !r.own_stem_conv ? "weight gradient runs a kernel"
                                           : "forward with its BN statistics and its weight gradient run kernels";
     lines.push_back(std::string("  and the stem's ") + what + " of ours (kernels/stem_conv.h), in place of cuDNN's "
-                    "(--no-fuse own-stem-conv, own-stem-wgrad: not)");
+                    "(--no-fuse own-stem-conv,own-stem-wgrad: not)");
   }
   return lines;
 }

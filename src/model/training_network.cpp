@@ -268,7 +268,7 @@ void TrainingNetwork::forward(const void* images, bool train) {
   images_ = images;
   const Shape4 stem = layers_->stem_out;
   const Bn& bn = layers_->stem_bn;
-  if (fusion_report_.own_stem_conv) {
+  if (stem_conv_own_) {
     float* partials = train ? stem_partials_.as<float>() : nullptr;
     const int rows = stem_conv_forward(
         {images, params_.working(layers_->stem.weight), stem_a_.get(), partials, stem_shape()}, ctx_.stream);
@@ -366,10 +366,12 @@ void TrainingNetwork::plan_own_convs() {
   // unless switched off, where the kernels take the stem's shape.
   const ConvGeometry& stem = layers_->stem.geometry();
   if (stem_conv_refusal(stem.c, stem.k, stem.r, stem.stride, stem.pad).empty()) {
-    fusion_report_.own_stem_conv = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnStemConv));
-    fusion_report_.own_stem_wgrad = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnStemWgrad));
+    stem_conv_own_ = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnStemConv));
+    stem_wgrad_own_ = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnStemWgrad));
   }
-  if (fusion_report_.own_stem_conv || fusion_report_.own_stem_wgrad)
+  fusion_report_.own_stem_conv = stem_conv_own_;
+  fusion_report_.own_stem_wgrad = stem_wgrad_own_;
+  if (stem_conv_own_ || stem_wgrad_own_)
     stem_partials_ = DeviceBuffer(stem_conv_partials_bytes(stem_shape()), "partial sums of the stem's kernels");
 }
 
@@ -530,7 +532,7 @@ void TrainingNetwork::backward() {
   bn_grads_ready(bn);
   // The images need no gradient: only the stem's filter gradient.
   const ConvUnit& c = layers_->stem;
-  if (fusion_report_.own_stem_wgrad) {
+  if (stem_wgrad_own_) {
     stem_wgrad({images_, grad_[0].get(), params_.weight_grad(c.weight), stem_partials_.as<float>(), stem_shape()},
                ctx_.stream);
   } else {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <vector>
 
@@ -21,9 +22,13 @@ using ref::Vec;
 // fp16 inputs and fp16 outputs of fp32 sums: the rounding of the output dominates.
 constexpr double kTol = 4e-3;
 
-// n, h, w, c, k, r
-const StemShape kShapes[] = {{8, 32, 32, 3, 64, 3}, {3, 7, 5, 3, 16, 3}, {2, 9, 9, 1, 32, 5}, {1, 4, 4, 3, 48, 3},
-                             {64, 28, 28, 3, 64, 3}};
+// n, h, w, c, k, r: the last two give each warp several slices (the weight gradient's loads of the
+// next slice, the tiles reused), bin/train's at batch 128 the last
+const StemShape kShapes[] = {{8, 32, 32, 3, 64, 3}, {3, 7, 5, 3, 16, 3},    {2, 9, 9, 1, 32, 5},
+                             {1, 4, 4, 3, 48, 3},   {64, 28, 28, 3, 16, 3}, {128, 32, 32, 3, 64, 3}};
+
+// Partial sums' memory filled with NaN bytes before a launch: a row a kernel leaves unwritten shows.
+void poison(DeviceBuffer& b) { CUDA_CHECK(cudaMemset(b.get(), 0xFF, b.bytes())); }
 
 ref::ConvDims dims_of(const StemShape& s) { return {s.n, s.c, s.h, s.w, s.k, s.r, s.r, 1, (s.r - 1) / 2}; }
 
@@ -46,6 +51,7 @@ TEST(GpuStemConv, ForwardAndItsStatisticsMatchTheReference) {
     DeviceTensor y(g.output().count(), DType::F16);
     y.poison();
     DeviceBuffer partials(stem_conv_partials_bytes(s), "stem forward test partials");
+    poison(partials);
     const int rows = stem_conv_forward({x_d.get(), w_d.get(), y.get(), partials.as<float>(), s}, ctx().stream);
     ASSERT_GE(rows, 1);
     const Vec got = download_activation(y, g.output(), Layout::NHWC);
@@ -90,13 +96,15 @@ TEST(GpuStemConv, WeightGradientMatchesTheReference) {
     DeviceTensor dw(wd.count(), DType::F16);
     dw.poison();
     DeviceBuffer partials(stem_conv_partials_bytes(s), "stem wgrad test partials");
+    poison(partials);
     const StemWgrad a{x_d.get(), dy_d.get(), dw.get(), partials.as<float>(), s};
     stem_wgrad(a, ctx().stream);
     const Vec got = download_activation(dw, wd, Layout::NHWC);
     EXPECT_CLOSE(got, ref::conv2d_backward_filter(g, x, dy), kTol);
 
-    // again, into a poisoned buffer: the same bits (the CTAs' sums are added in a fixed order)
+    // again, into poisoned buffers: the same bits (the CTAs' sums are added in a fixed order)
     dw.poison();
+    poison(partials);
     stem_wgrad(a, ctx().stream);
     EXPECT_EQ(download_activation(dw, wd, Layout::NHWC), got) << "a second run differs";
   }
@@ -104,6 +112,9 @@ TEST(GpuStemConv, WeightGradientMatchesTheReference) {
 
 TEST(StemConv, RefusesWhatItDoesNotCompute) {
   EXPECT_EQ(stem_conv_refusal(3, 64, 3, 1, 1), "");
+  EXPECT_NE(stem_conv_refusal(0, 64, 3, 1, 1), "") << "no channels";
+  EXPECT_NE(stem_conv_refusal(3, 0, 3, 1, 1), "") << "no filters";
+  EXPECT_NE(stem_conv_refusal(3, 64, -1, 1, -1), "") << "a negative filter";
   EXPECT_NE(stem_conv_refusal(3, 64, 3, 2, 1), "") << "stride 2";
   EXPECT_NE(stem_conv_refusal(3, 64, 3, 1, 0), "") << "no padding";
   EXPECT_NE(stem_conv_refusal(3, 64, 4, 1, 1), "") << "an even filter";
@@ -120,6 +131,14 @@ TEST(StemConv, ThrowsOnWhatItRefuses) {
   EXPECT_THROW(stem_conv_forward({nullptr, nullptr, nullptr, nullptr, empty}, nullptr), Fatal);
   const StemShape ok{1, 8, 8, 3, 64, 3};
   EXPECT_THROW(stem_conv_forward({nullptr, nullptr, nullptr, nullptr, ok}, nullptr), Fatal) << "no tensors";
+  // checked before anything is launched: these addresses are never read
+  alignas(16) static uint16_t some[64];
+  EXPECT_THROW(stem_wgrad({some, some, some, nullptr, ok}, nullptr), Fatal) << "no partial sums";
+  float* sums = reinterpret_cast<float*>(some);
+  EXPECT_THROW(stem_wgrad({some, some + 1, some, sums, ok}, nullptr), Fatal) << "a gradient not 16-byte aligned";
+  EXPECT_THROW(stem_conv_forward({some, some, some + 1, sums, ok}, nullptr), Fatal) << "an output not 8-byte aligned";
+  const StemShape huge{1 << 20, 1 << 6, 1 << 5, 3, 64, 3};  // 2^31 pixels
+  EXPECT_THROW(stem_conv_forward({some, some, some, sums, huge}, nullptr), Fatal) << "2^31 pixels";
 }
 
 }  // namespace

@@ -477,7 +477,8 @@ TEST(Options, CompressionAndAccumulation) {
 const FusedPattern kEveryPattern[] = {
     FusedPattern::ConvStats, FusedPattern::SbrConvStats,  FusedPattern::SbrWgrad, FusedPattern::DgradDreluDbn,
     FusedPattern::OwnConvStats, FusedPattern::OwnJoinDgrad, FusedPattern::OwnDgradDbn, FusedPattern::OwnFinalize,
-    FusedPattern::OwnPrologue, FusedPattern::StoredConvStats, FusedPattern::ConvBn, FusedPattern::ConvBnRelu,
+    FusedPattern::OwnPrologue, FusedPattern::StoredConvStats, FusedPattern::OwnStemConv, FusedPattern::OwnStemWgrad,
+    FusedPattern::ConvBn, FusedPattern::ConvBnRelu,
     FusedPattern::ConvBnAddRelu, FusedPattern::GemmBn, FusedPattern::GemmBnRelu, FusedPattern::GemmBnAddRelu};
 
 // --no-fuse: which fused BN patterns run plain (model/fused_patterns.h), as bits and as the one
