@@ -268,19 +268,20 @@ void TrainingNetwork::forward(const void* images, bool train) {
   images_ = images;
   const Shape4 stem = layers_->stem_out;
   const Bn& bn = layers_->stem_bn;
-  if (stem_conv_own_) {
-    float* partials = train ? stem_partials_.as<float>() : nullptr;
-    const int rows = stem_conv_forward(
-        {images, params_.working(layers_->stem.weight), stem_a_.get(), partials, stem_shape()}, ctx_.stream);
-    if (train)
-      bn_finalize_partials(partials, rows, bn.channels, stem.per_channel(), bn.st, bn.channels, bn.scale_h, bn.shift_h,
-                           ctx_.stream);
-    else
-      bn_forward(bn, stem_a_.get(), stem, false);
-  } else {
+  // Our kernel sums the statistics as it writes (training); evaluation reads the running ones.
+  const bool sums_taken = stem_conv_own_ && train;
+  int rows = 0;
+  if (stem_conv_own_)
+    rows = stem_conv_forward({images, params_.working(layers_->stem.weight), stem_a_.get(),
+                              sums_taken ? stem_partials_.as<float>() : nullptr, stem_shape()},
+                             ctx_.stream);
+  else
     conv_forward(layers_->stem, images, stem_a_.get());
+  if (sums_taken)
+    bn_finalize_partials(stem_partials_.as<float>(), rows, bn.channels, stem.per_channel(), bn.st, bn.channels,
+                         bn.scale_h, bn.shift_h, ctx_.stream);
+  else
     bn_forward(bn, stem_a_.get(), stem, train);
-  }
   store_relu_bn(layers_->stem_bn, stem_a_.get(), stem_y_.get(), stem, ctx_.stream);
   const void* cur = stem_y_.get();
   for (size_t i = 0; i < runs_.size(); ++i) {
