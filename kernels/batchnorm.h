@@ -138,6 +138,10 @@ void bn_backward(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, float* sc
 // is already the identity shortcut's gradient).
 void bn_backward_from_sums(const BnBackwardArgs& a, const float* partials, int rows, Shape4 s, DType t, Layout l,
                            cudaStream_t stream);
+// The finalize alone of bn_backward_from_sums: the weight gradients and the apply's coefficients
+// (a.bn->bwd_coef: dx = coef[c] dz + coef[C + c] x + coef[2C + c]) written, for a kernel that
+// applies them as it reads dz (the stem's weight gradient, kernels/stem_conv.h). dx is not written.
+void bn_backward_finalize(const BnBackwardArgs& a, const float* partials, int rows, Shape4 s, cudaStream_t stream);
 // The apply alone, where a conv of ours also finalized its sums (kernels/conv1x1_finalize.h): the
 // coefficients in a.bn->bwd_coef (and a.bn2's) and the weight gradients already written. a as for
 // bn_backward_from_sums; dgamma/dbeta are not touched.

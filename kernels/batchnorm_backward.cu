@@ -229,17 +229,22 @@ void apply(const BnBackwardArgs& a, Shape4 s, ReluMask applied, cudaStream_t str
   CUDA_CHECK_LAUNCH();
 }
 
-// The finalize of the sums in `partials` (chunks rows of each), then the apply.
+// The finalize of the sums in `partials` (chunks rows of each): the weight gradients and the
+// apply's coefficients.
+void finalize(const BnBackwardArgs& a, Shape4 s, const float* partials, int chunks, cudaStream_t stream) {
+  const bool dual = a.x2 != nullptr;
+  const BnChannelState none{};
+  auto kernel = dual ? finalize_backward<3> : finalize_backward<2>;
+  kernel<<<column_finalize_blocks(s.c), dim3(32, 32), 0, stream>>>(partials, chunks, s.c, s.per_channel(), *a.bn,
+                                                                    a.dgamma, a.dbeta, dual ? *a.bn2 : none,
+                                                                    a.dgamma2, a.dbeta2);
+  CUDA_CHECK_LAUNCH();
+}
+
 template <class T, Layout L>
 void finalize_and_apply(const BnBackwardArgs& a, Shape4 s, const float* partials, int chunks, ReluMask applied,
                         cudaStream_t stream) {
-  const bool dual = a.x2 != nullptr;
-  const BnChannelState none{};
-  auto finalize = dual ? finalize_backward<3> : finalize_backward<2>;
-  finalize<<<column_finalize_blocks(s.c), dim3(32, 32), 0, stream>>>(partials, chunks, s.c, s.per_channel(), *a.bn,
-                                                                      a.dgamma, a.dbeta, dual ? *a.bn2 : none,
-                                                                      a.dgamma2, a.dbeta2);
-  CUDA_CHECK_LAUNCH();
+  finalize(a, s, partials, chunks, stream);
   apply<T, L>(a, s, applied, stream);
 }
 
@@ -312,6 +317,12 @@ void bn_backward_from_sums(const BnBackwardArgs& a, const float* partials, int r
   check_dz_args(a, "bn_backward_from_sums");
   if (rows < 1) throw Fatal("bn_backward_from_sums: no rows of sums");
   dispatch(t, l, [&]<class T, Layout L>() { finalize_and_apply<T, L>(a, s, partials, rows, ReluMask::None, stream); });
+}
+
+void bn_backward_finalize(const BnBackwardArgs& a, const float* partials, int rows, Shape4 s, cudaStream_t stream) {
+  check_dz_args(a, "bn_backward_finalize");
+  if (rows < 1) throw Fatal("bn_backward_finalize: no rows of sums");
+  finalize(a, s, partials, rows, stream);
 }
 
 void bn_backward_apply(const BnBackwardArgs& a, Shape4 s, DType t, Layout l, cudaStream_t stream) {

@@ -169,15 +169,23 @@ __global__ void __launch_bounds__(kThreads) stem_forward_kernel(const __half* __
 // gradients as a row-major 16 x k tile, and adds the product into its accumulators (32 x k, fp32).
 // The next slice's gradients are loaded while this one's taps are gathered and multiplied. At the
 // end the warps' sums go through shared memory, in warp order, into the CTA's row of partial sums.
+// kApply: dy holds the BN's dz, and each gradient vector is the BN backward's apply of it,
+// coef[c] dz + coef[k + c] bn_x + coef[2k + c] in fp32, rounded to fp16 as the apply pass stores it.
+template <bool kApply>
 __global__ void __launch_bounds__(kThreads) stem_wgrad_partials(const __half* __restrict__ x,
-                                                                const __half* __restrict__ dy, Geometry g,
+                                                                const __half* __restrict__ dy,
+                                                                const __half* __restrict__ bn_x,
+                                                                const float* __restrict__ coef, Geometry g,
                                                                 float* __restrict__ partials) {
   __shared__ __align__(32) __half taps_tile[kWarps][kPixels * kTaps];
   __shared__ __align__(32) __half grad_tile[kWarps][kPixels * kMaxK];
   __shared__ __align__(32) float sums[kWarps][kTaps * kMaxK];
   __shared__ int4 tap_table[kTaps];
+  __shared__ float coef_s[kApply ? 3 * kMaxK : 1];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   build_tap_table(g, tap_table);
+  if constexpr (kApply)
+    for (int i = threadIdx.x; i < 3 * g.k; i += kThreads) coef_s[i / g.k * kMaxK + i % g.k] = coef[i];
   __syncthreads();
   const TapGather gather(lane, tap_table);
   const int k_tiles = g.k / 16, row_vectors = g.k / 8;  // 16-byte vectors in a pixel's gradient row
@@ -188,29 +196,51 @@ __global__ void __launch_bounds__(kThreads) stem_wgrad_partials(const __half* __
   __half* gt = grad_tile[warp];
   // vector e of the slice's gradients -> (pixel e / row_vectors, column e % row_vectors * 8)
   constexpr int kLoads = kPixels * kMaxK / 8 / 32;
-  auto load_gradients = [&](long long p0, uint4 (&v)[kLoads]) {
+  // With kApply, xv[i] holds the BN input beside v[i] (else unused).
+  auto load_gradients = [&](long long p0, uint4 (&v)[kLoads], uint4 (&xv)[kLoads]) {
 #pragma unroll
     for (int i = 0; i < kLoads; ++i) {
       const int e = lane + 32 * i, row = e / row_vectors;
-      v[i] = make_uint4(0, 0, 0, 0);
-      if (e < kPixels * row_vectors && p0 + row < g.pixels)
-        v[i] = *reinterpret_cast<const uint4*>(dy + (p0 + row) * g.k + e % row_vectors * 8);
+      v[i] = xv[i] = make_uint4(0, 0, 0, 0);
+      if (e < kPixels * row_vectors && p0 + row < g.pixels) {
+        const long long at = (p0 + row) * g.k + e % row_vectors * 8;
+        v[i] = *reinterpret_cast<const uint4*>(dy + at);
+        if constexpr (kApply) xv[i] = *reinterpret_cast<const uint4*>(bn_x + at);
+      }
     }
+  };
+  // Rows past the last pixel stay zero: their dz and bn_x were loaded as zeros, and so is what they
+  // would apply to (kc alone), which must not enter the sums.
+  auto applied = [&](uint4 dz, uint4 xv, int c0, bool real) {
+    if (!real) return dz;
+    const __half* d = reinterpret_cast<const __half*>(&dz);
+    const __half* xs = reinterpret_cast<const __half*>(&xv);
+    __align__(16) __half out[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int c = c0 + j;
+      out[j] = __float2half_rn(coef_s[c] * __half2float(d[j]) + coef_s[kMaxK + c] * __half2float(xs[j]) +
+                               coef_s[2 * kMaxK + c]);
+    }
+    return *reinterpret_cast<const uint4*>(out);
   };
   const CtaSlices mine(g.pixels);
   const int end = mine.end;
-  uint4 next[kLoads];
+  uint4 next[kLoads], next_x[kLoads];
   int slice = mine.first + warp;
-  if (slice < end) load_gradients(static_cast<long long>(slice) * kPixels, next);
+  if (slice < end) load_gradients(static_cast<long long>(slice) * kPixels, next, next_x);
   for (; slice < end; slice += kWarps) {
     const long long p0 = static_cast<long long>(slice) * kPixels;
 #pragma unroll
     for (int i = 0; i < kLoads; ++i) {
-      const int e = lane + 32 * i;
-      if (e < kPixels * row_vectors)
-        *reinterpret_cast<uint4*>(gt + e / row_vectors * kMaxK + e % row_vectors * 8) = next[i];
+      const int e = lane + 32 * i, row = e / row_vectors, c0 = e % row_vectors * 8;
+      if (e < kPixels * row_vectors) {
+        uint4 v = next[i];
+        if constexpr (kApply) v = applied(v, next_x[i], c0, p0 + row < g.pixels);
+        *reinterpret_cast<uint4*>(gt + row * kMaxK + c0) = v;
+      }
     }
-    if (slice + kWarps < end) load_gradients(static_cast<long long>(slice + kWarps) * kPixels, next);
+    if (slice + kWarps < end) load_gradients(static_cast<long long>(slice + kWarps) * kPixels, next, next_x);
     gather.taps(x, g, p0, tt);
     wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::col_major> a[2];
     wmma::load_matrix_sync(a[0], tt, kTaps);
@@ -313,10 +343,17 @@ int stem_conv_forward(const StemForward& a, cudaStream_t stream) {
 void stem_wgrad(const StemWgrad& a, cudaStream_t stream) {
   const Geometry g = geometry_of(a.s, "stem_wgrad");
   if (!a.x || !a.dy || !a.dw || !a.partials) throw Fatal("stem_wgrad: a tensor it reads or writes is missing");
-  if (reinterpret_cast<uintptr_t>(a.dy) % 16 != 0) throw Fatal("stem_wgrad: the gradient is not 16-byte aligned");
-  const int ctas = ctas_for<stem_wgrad_partials>(g.pixels);
-  stem_wgrad_partials<<<ctas, kThreads, 0, stream>>>(static_cast<const __half*>(a.x), static_cast<const __half*>(a.dy),
-                                                      g, a.partials);
+  if (!a.bn_x != !a.coef) throw Fatal("stem_wgrad: the BN's apply needs its input and its coefficients together");
+  if (reinterpret_cast<uintptr_t>(a.dy) % 16 != 0 || reinterpret_cast<uintptr_t>(a.bn_x) % 16 != 0)
+    throw Fatal("stem_wgrad: the gradient or the BN's input is not 16-byte aligned");
+  auto run = [&]<bool kApply>() {
+    const int ctas = ctas_for<stem_wgrad_partials<kApply>>(g.pixels);
+    stem_wgrad_partials<kApply><<<ctas, kThreads, 0, stream>>>(
+        static_cast<const __half*>(a.x), static_cast<const __half*>(a.dy), static_cast<const __half*>(a.bn_x), a.coef,
+        g, a.partials);
+    return ctas;
+  };
+  const int ctas = a.coef ? run.template operator()<true>() : run.template operator()<false>();
   CUDA_CHECK_LAUNCH();
   const int outputs = g.taps * g.k;
   stem_wgrad_reduce<<<(outputs + 31) / 32, 32 * kReduceWarps, 0, stream>>>(a.partials, ctas, g.taps, g.k,

@@ -41,10 +41,15 @@ int stem_conv_forward(const StemForward& a, cudaStream_t stream);
 // a fixed order by a second kernel (the same bits every run).
 struct StemWgrad {
   const void* x;    // fp16 NHWC [n, h, w, c]: the conv's input
-  const void* dy;   // fp16 NHWC [n, h, w, k]: the gradient of its output
+  const void* dy;   // fp16 NHWC [n, h, w, k]: the gradient of its output, or with coef, the BN's dz
   void* dw;         // fp16 KRSC [k, r, r, c]: written
   float* partials;  // stem_conv_partials_bytes()
   StemShape s;
+  // With coef, the BN after the conv's backward apply is taken as the gradient is read, in place of
+  // bn_backward_apply's pass (kernels/batchnorm.h): the gradient of the conv's output is
+  // coef[c] dz + coef[k + c] bn_x + coef[2k + c] (the BN's bwd_coef, 3k floats), rounded to fp16.
+  const void* bn_x = nullptr;  // fp16 NHWC [n, h, w, k]: the BN's input, the conv's output
+  const float* coef = nullptr;
 };
 void stem_wgrad(const StemWgrad& a, cudaStream_t stream);
 

@@ -1,7 +1,8 @@
 // The stem's conv by our kernels (kernels/stem_conv.h) against the CPU reference in double: the
 // network's stem (3 channels, 3x3, 64 filters), pixel counts that leave a part of a 16-pixel slice,
 // a 5x5 filter of one channel, and fewer filters. The forward's output and its statistics' partial
-// sums; the filter gradient, whose sums add up in the same order every run; the shapes refused.
+// sums; the filter gradient, whose sums add up in the same order every run, also with the BN
+// backward's apply taken as it reads the gradient; the shapes refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -110,6 +111,49 @@ TEST(GpuStemConv, WeightGradientMatchesTheReference) {
   }
 }
 
+// With the BN backward's apply taken as the gradient is read (StemWgrad::coef): dy holds the BN's
+// dz, and the filter gradient is that of coef[c] dz + coef[k + c] bn_x + coef[2k + c], each rounded
+// to fp16 as the apply pass would store it. The shapes with a part of a slice past the last pixel
+// check that those rows, loaded as zeros, add nothing (the constant term alone is not zero).
+TEST(GpuStemConv, WeightGradientTakesTheBnApplyAsItReadsTheGradient) {
+  SKIP_WITHOUT_GPU("the stem's weight-gradient kernel");
+  std::mt19937_64 rng = test_rng();
+  for (const StemShape& s : kShapes) {
+    SCOPED_TRACE(name_of(s));
+    const ref::ConvDims g = dims_of(s);
+    const ref::Dims wd{s.k, s.c, s.r, s.r}, yd = g.output();
+    const Vec x = quantize(DType::F16, random_normal(rng, g.input().count()));
+    const Vec dz = quantize(DType::F16, random_normal(rng, yd.count()));
+    const Vec bn_x = quantize(DType::F16, random_normal(rng, yd.count(), 0.5, 2.0));
+    std::vector<float> coef(size_t(3) * s.k);
+    std::normal_distribution<float> unit(0.f, 1.f);
+    for (float& c : coef) c = unit(rng);
+    Vec dy(yd.count());
+    for (int n = 0; n < yd.n; ++n)
+      for (int k = 0; k < s.k; ++k)
+        for (int h = 0; h < yd.h; ++h)
+          for (int x_ = 0; x_ < yd.w; ++x_) {
+            const size_t i = yd.at(n, k, h, x_);
+            dy[i] = coef[k] * float(dz[i]) + coef[s.k + k] * float(bn_x[i]) + coef[2 * s.k + k];
+          }
+    const DeviceTensor x_d = upload_activation(x, g.input(), DType::F16, Layout::NHWC);
+    const DeviceTensor dz_d = upload_activation(dz, yd, DType::F16, Layout::NHWC);
+    const DeviceTensor bn_x_d = upload_activation(bn_x, yd, DType::F16, Layout::NHWC);
+    DeviceBuffer coef_d(coef.size() * sizeof(float), "stem wgrad test coefficients");
+    CUDA_CHECK(cudaMemcpy(coef_d.get(), coef.data(), coef_d.bytes(), cudaMemcpyHostToDevice));
+    DeviceTensor dw(wd.count(), DType::F16);
+    dw.poison();
+    DeviceBuffer partials(stem_conv_partials_bytes(s), "stem wgrad test partials");
+    poison(partials);
+    StemWgrad a{x_d.get(), dz_d.get(), dw.get(), partials.as<float>(), s};
+    a.bn_x = bn_x_d.get();
+    a.coef = coef_d.as<float>();
+    stem_wgrad(a, ctx().stream);
+    EXPECT_CLOSE(download_activation(dw, wd, Layout::NHWC),
+                 ref::conv2d_backward_filter(g, x, quantize(DType::F16, dy)), kTol);
+  }
+}
+
 TEST(StemConv, RefusesWhatItDoesNotCompute) {
   EXPECT_EQ(stem_conv_refusal(3, 64, 3, 1, 1), "");
   EXPECT_NE(stem_conv_refusal(0, 64, 3, 1, 1), "") << "no channels";
@@ -136,6 +180,12 @@ TEST(StemConv, ThrowsOnWhatItRefuses) {
   EXPECT_THROW(stem_wgrad({some, some, some, nullptr, ok}, nullptr), Fatal) << "no partial sums";
   float* sums = reinterpret_cast<float*>(some);
   EXPECT_THROW(stem_wgrad({some, some + 1, some, sums, ok}, nullptr), Fatal) << "a gradient not 16-byte aligned";
+  StemWgrad apply{some, some, some, sums, ok};
+  apply.bn_x = some;
+  EXPECT_THROW(stem_wgrad(apply, nullptr), Fatal) << "the BN's input without its coefficients";
+  apply.coef = sums;
+  apply.bn_x = some + 1;
+  EXPECT_THROW(stem_wgrad(apply, nullptr), Fatal) << "the BN's input not 16-byte aligned";
   EXPECT_THROW(stem_conv_forward({some, some, some + 1, sums, ok}, nullptr), Fatal) << "an output not 8-byte aligned";
   const StemShape huge{1 << 20, 1 << 6, 1 << 5, 3, 64, 3};  // 2^31 pixels
   EXPECT_THROW(stem_conv_forward({some, some, some, sums, huge}, nullptr), Fatal) << "2^31 pixels";
