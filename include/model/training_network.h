@@ -66,8 +66,8 @@ class TrainingNetwork : public Network {
   void allocate(size_t largest);
   void give_fused_workspaces();
   // Which 1x1 convs' training forward runs our kernel (BlockRun::c1_own, ...), which conv1s' and
-  // conv3s' data gradient (BlockRun::c1_joins, c3_dgrad_own), and whether the stem's forward and
-  // weight gradient run ours (kernels/stem_conv.h).
+  // conv3s' data gradient (BlockRun::c1_joins, block 1's joining the stem's BN; c3_dgrad_own), and
+  // whether the stem's forward and weight gradient run ours (kernels/stem_conv.h).
   void plan_own_convs();
   struct StemShape stem_shape() const;  // the stem conv's, as our kernels take it (kernels/stem_conv.h)
   // What our 1x1 kernel that takes bn's sums over `channels` columns needs to finalize it itself
@@ -76,8 +76,8 @@ class TrainingNetwork : public Network {
   struct Conv1x1Finalize finalize_in_kernel(const Bn& bn, int channels, bool backward) const;
   void block_forward(const Block& b, BlockRun& r, const void* in, bool train);
   void block_backward(size_t i);
-  // y = relu(bn(x)) stored: the stem's output, and a conv's input where it reads it plain or the
-  // weight gradient recomputes it.
+  // y = relu(bn(x)) stored: a conv's input where it reads it plain or the weight gradient recomputes
+  // it.
   void store_relu_bn(const Bn& bn, const void* x, void* y, Shape4 s, cudaStream_t stream) const;
   // y = conv(x), or conv(relu(bn_prev(x))) with `prologue`, then bn's coefficients from y's
   // statistics (training) or its running statistics (evaluation). `own`: in training by our kernel;
@@ -93,8 +93,9 @@ class TrainingNetwork : public Network {
                       bool own_dgrad);
   // A conv's plain backward: dw (beside, on the lane) and dx = dgrad(dy); with `joined`, the data
   // gradient by our kernel that writes the previous block's dz instead (kernels/conv1x1_dgrad_join.h).
+  // lane_joined_later: the caller joins the lane and reports the weight's gradient ready itself.
   void conv_backward(const struct ConvUnit& c, const void* x, const void* dy, void* dx,
-                     const struct Conv1x1DgradJoin* joined = nullptr);
+                     const struct Conv1x1DgradJoin* joined = nullptr, bool lane_joined_later = false);
   void join_forward(const Block& b, BlockRun& r, const void* in, bool train);
   // dy2: the second part of the output's gradient, or nullptr; joined: the next block's conv1 left
   // dz and its sums (BlockRun::c1_joins).
@@ -125,6 +126,7 @@ class TrainingNetwork : public Network {
   DeviceBuffer own_partials_;             // our 1x1 convs' partial BN sums, forward and backward (plan_own_convs)
   DeviceBuffer own_arrivals_;             // their columns' counters where they finalize (empty: they do not)
   DeviceBuffer stem_partials_;            // our stem kernels' partial sums (empty: cuDNN runs the stem)
+  DeviceBuffer stem_relu_bits_;           // the stem's ReLU bits, where block 1's conv1 joins it (else empty)
   bool stem_conv_own_ = false, stem_wgrad_own_ = false;  // the stem's forward, weight gradient: ours (plan_own_convs)
   std::unique_ptr<Lane> lane_;
   const void* images_ = nullptr;          // the batch of the last forward (backward's stem input)

@@ -32,6 +32,8 @@ constexpr PatternNames kPatterns[] = {
      "stored-conv-stats"},
     {FusedPattern::OwnStemConv, "the stem's conv + statistics by a kernel of ours", "own-stem-conv"},
     {FusedPattern::OwnStemWgrad, "the stem's weight gradient by a kernel of ours", "own-stem-wgrad"},
+    {FusedPattern::OwnStemJoin, "block 1's conv1 data gradient + the stem's BN backward sums by a kernel of ours",
+     "own-stem-join"},
     {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
     {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
     {FusedPattern::ConvBnAddRelu, "conv + BN + residual add + ReLU", "conv-bn-add-relu"},
@@ -161,5 +163,10 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
     lines.push_back(std::string("  and the stem's ") + what + " of ours (kernels/stem_conv.h), in place of cuDNN's "
                     "(--no-fuse own-stem-conv,own-stem-wgrad: not)");
   }
+  if (r.own_stem_join)
+    lines.push_back(std::string("  and block 1's conv1 data gradient takes the stem's BN backward sums as it is written "
+                                "(kernels/conv1x1_dgrad_join.h)") +
+                    (r.own_stem_wgrad ? ", the stem's weight gradient its apply as it reads the gradient" : "") +
+                    ", in place of our reduction pass (--no-fuse own-stem-join: not)");
   return lines;
 }

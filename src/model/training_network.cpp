@@ -50,7 +50,8 @@ struct TrainingNetwork::BlockRun {
   // Training's forward with statistics by our kernel instead (kernels/conv1x1_stats.h: OwnConvStats).
   bool c1_own = false, c3_own = false, down_own = false;
   // conv1's data gradient by our kernel that takes the previous block's join backward (dz and its
-  // sums; kernels/conv1x1_dgrad_join.h: OwnJoinDgrad), instead of writing its part of the gradient.
+  // sums; kernels/conv1x1_dgrad_join.h: OwnJoinDgrad), instead of writing its part of the gradient;
+  // the first block's takes the stem's BN + ReLU backward so (OwnStemJoin).
   bool c1_joins = false;
   // conv3's data gradient with bn2's ReLU and backward sums by our kernel (kernels/conv1x1_dgrad_bn.h:
   // OwnDgradDbn), where its forward was ours (c3_own: the ReLU mask is the prologue's test, fp16
@@ -78,7 +79,8 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
   const DType t = cfg.dtype;
   const Shape4 stem = layers_->stem_out;
   // Sizes first, so that a batch too large for the GPU is one clear message, not a failed cudaMalloc.
-  size_t act = 2 * stem.count(), largest = stem.count(), scratch = bn_scratch_floats(stem, t, cfg.layout), bits = 0;
+  size_t act = 2 * stem.count(), largest = stem.count(), scratch = bn_scratch_floats(stem, t, cfg.layout),
+         bits = relu_bits_bytes(stem, t);  // the stem's, where block 1's conv1 joins it (plan_own_convs)
   // y1 and y2 are stored only where a conv reads them plain: counted unless every conv2 and conv3
   // may run fused forward and weight gradient alike.
   const unsigned sbr = fused_pattern_bit(FusedPattern::SbrConvStats) | fused_pattern_bit(FusedPattern::SbrWgrad);
@@ -282,7 +284,10 @@ void TrainingNetwork::forward(const void* images, bool train) {
                          bn.scale_h, bn.shift_h, ctx_.stream);
   else
     bn_forward(bn, stem_a_.get(), stem, train);
-  store_relu_bn(layers_->stem_bn, stem_a_.get(), stem_y_.get(), stem, ctx_.stream);
+  // Training, the ReLU's bits too where block 1's conv1 data gradient takes the stem's BN backward.
+  uint8_t* bits = train && stem_relu_bits_.get() ? stem_relu_bits_.as<uint8_t>() : nullptr;
+  bn_apply({.x = stem_a_.get(), .scale = bn.st.scale, .shift = bn.st.shift, .y = stem_y_.get(), .relu_bits = bits},
+           stem, cfg_.dtype, cfg_.layout, ctx_.stream);
   const void* cur = stem_y_.get();
   for (size_t i = 0; i < runs_.size(); ++i) {
     block_forward(layers_->blocks[i], runs_[i], cur, train);
@@ -299,9 +304,10 @@ void TrainingNetwork::forward(const void* images, bool train) {
 // conv3 needs the previous BN's fp16 copies (its prologue, or its data gradient's ReLU mask, reads
 // them) and SbrConvStats planned (where it is not, the network stores relu(bn2(a2)) in the forward
 // for the backward).
-// In the backward, every conv1's but the first block's (whose input's gradient goes to the stem's
-// BN) data gradient takes the previous block's join backward (--no-fuse own-join-dgrad: not), and
-// conv3's, where its forward was ours, bn2's ReLU and backward sums (--no-fuse own-dgrad-dbn: not).
+// In the backward, every conv1's data gradient takes the previous block's join backward (--no-fuse
+// own-join-dgrad: not), the first block's the stem's BN + ReLU, an identity join without a shortcut
+// (--no-fuse own-stem-join: not), and conv3's, where its forward was ours, bn2's ReLU and backward
+// sums (--no-fuse own-dgrad-dbn: not).
 // The forward's and conv3's can finalize their BN in their last CTA of a column, where own-finalize
 // is not listed (bin/train lists it by default: the finalize kernel after them measured faster); the
 // joining conv1s' never do (kernels/conv1x1_finalize.h).
@@ -318,6 +324,7 @@ void TrainingNetwork::plan_own_convs() {
   const bool dgrads = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnDgradDbn));
   const bool finalizes = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnFinalize));
   const bool prologues = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnPrologue));
+  const bool stem_joins = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnStemJoin));
   size_t bytes = 0;
   int columns = 0;
   // Whether one of our kernels takes conv u, over the pixels of `s`: switched on, a 1x1 stride-1
@@ -347,9 +354,11 @@ void TrainingNetwork::plan_own_convs() {
     fusion_report_.own_prologue += r.c3_own && !r.c3.reads_stored;
     fusion_report_.own_stored += r.c3.reads_stored;
     r.down_own = b.down && stats(*b.down, b.out);
-    r.c1_joins = i > 0 && takes(joins, b.c1, b.in, conv1x1_dgrad_join_refusal,
-                                [](int m, int, int c) { return conv1x1_dgrad_join_partials_bytes(m, c); },
-                                fusion_report_.own_join, false);
+    int stem_joined = 0;  // block 1's conv1 joins the stem's BN + ReLU, counted apart
+    r.c1_joins = takes(i > 0 ? joins : stem_joins, b.c1, b.in, conv1x1_dgrad_join_refusal,
+                       [](int m, int, int c) { return conv1x1_dgrad_join_partials_bytes(m, c); },
+                       i > 0 ? fusion_report_.own_join : stem_joined, false);
+    if (i == 0) fusion_report_.own_stem_join = r.c1_joins;
     r.c3_dgrad_own = r.c3_own && takes(dgrads, b.c3, b.mid2, conv1x1_dgrad_bn_refusal,
                                        [](int m, int, int c) { return conv1x1_dgrad_bn_partials_bytes(m, c); },
                                        fusion_report_.own_dgrad, true);
@@ -374,6 +383,9 @@ void TrainingNetwork::plan_own_convs() {
   fusion_report_.own_stem_wgrad = stem_wgrad_own_;
   if (stem_conv_own_ || stem_wgrad_own_)
     stem_partials_ = DeviceBuffer(stem_conv_partials_bytes(stem_shape()), "partial sums of the stem's kernels");
+  if (!runs_.empty() && runs_[0].c1_joins)  // the mask block 1's conv1 reads for the stem's ReLU
+    stem_relu_bits_ = DeviceBuffer(relu_bits_bytes(layers_->stem_out, cfg_.dtype),
+                                   "the stem's ReLU bits (batch " + std::to_string(cfg_.batch) + ")");
 }
 
 StemShape TrainingNetwork::stem_shape() const {
@@ -526,21 +538,45 @@ void TrainingNetwork::backward() {
   global_avgpool_backward(dfeat_.get(), layers_->blocks.back().out, t, l, grad_[0].get(), ctx_.stream);
   for (size_t i = runs_.size(); i-- > 0;) block_backward(i);
   const Bn& bn = layers_->stem_bn;
-  const BnBackwardArgs stem{.dy = grad_[0].get(), .dy2 = grad_[2].get(), .relu = ReluMask::FromInput,
-                            .x = stem_a_.get(), .bn = &bn.st, .dgamma = params_.vector_grad(bn.gamma),
-                            .dbeta = params_.vector_grad(bn.beta), .dx = grad_[0].get()};
-  bn_backward(stem, layers_->stem_out, t, l, bn_scratch_.as<float>(), ctx_.stream);
+  const Shape4 s = layers_->stem_out;
+  void* g0 = grad_[0].get();
+  const BnBackwardArgs stem{.dy = g0, .dy2 = grad_[2].get(), .relu = ReluMask::FromInput, .x = stem_a_.get(),
+                            .bn = &bn.st, .dgamma = params_.vector_grad(bn.gamma),
+                            .dbeta = params_.vector_grad(bn.beta), .dx = g0};
+  // Where block 1's conv1 joined the stem, dz (masked) is in g[0], its sums in own_partials_; our
+  // weight gradient then applies the BN backward as it reads dz, and dx is never stored.
+  const bool joined = !runs_.empty() && runs_[0].c1_joins;
+  const bool applied_in_wgrad = joined && stem_wgrad_own_;
+  if (joined) {
+    BnBackwardArgs dz = stem;
+    dz.dy2 = nullptr;
+    dz.relu = ReluMask::None;
+    const int rows = conv1x1_dgrad_join_rows(s.n * s.h * s.w, s.c);
+    if (applied_in_wgrad)
+      bn_backward_finalize(dz, own_partials_.as<float>(), rows, s, ctx_.stream);
+    else
+      bn_backward_from_sums(dz, own_partials_.as<float>(), rows, s, t, l, ctx_.stream);
+  } else {
+    bn_backward(stem, s, t, l, bn_scratch_.as<float>(), ctx_.stream);
+  }
   bn_grads_ready(bn);
   // The images need no gradient: only the stem's filter gradient.
   const ConvUnit& c = layers_->stem;
   if (stem_wgrad_own_) {
-    stem_wgrad({images_, grad_[0].get(), params_.weight_grad(c.weight), stem_partials_.as<float>(), stem_shape()},
-               ctx_.stream);
+    StemWgrad w{images_, g0, params_.weight_grad(c.weight), stem_partials_.as<float>(), stem_shape()};
+    if (applied_in_wgrad) {
+      w.bn_x = stem_a_.get();
+      w.coef = bn.st.bwd_coef;
+    }
+    stem_wgrad(w, ctx_.stream);
   } else {
-    c.conv->backward_filter(ctx_.cudnn, images_, grad_[0].get(), params_.weight_grad(c.weight), workspace_.get(),
+    c.conv->backward_filter(ctx_.cudnn, images_, g0, params_.weight_grad(c.weight), workspace_.get(),
                             workspace_.bytes());
   }
   grad_ready(c.weight);
+  if (runs_.empty()) return;
+  lane_join();  // the first block's conv1 weight gradient (block_backward)
+  grad_ready(layers_->blocks[0].c1.weight);
 }
 
 // Block i's output gradient arrives from the head (g[0] alone, the last block), in two parts (g[0]
@@ -558,14 +594,28 @@ void TrainingNetwork::block_backward(size_t i) {
                  r.c3_dgrad_own);
   inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, r.c2.recomputes_input(), r.a1.get(), b.b1, r.y1.get(), b.mid1, g3, g1,
                  false);
-  if (!r.c1_joins) return conv_backward(b.c1, in, g1, g2);
+  // The first block's conv1: its weight gradient may run on beside the stem's backward, which
+  // touches neither its input nor its gradient; backward() joins the lane after the stem.
+  const bool lane_after_stem = i == 0;
+  if (!r.c1_joins) return conv_backward(b.c1, in, g1, g2, nullptr, lane_after_stem);
   // g[0] holds this block's shortcut gradient, the previous block output's first part: dz over it.
+  // Before the first block, the stem's BN + ReLU: a join with no shortcut of its own.
+  const ConvGeometry& g = b.c1.geometry();
+  const int m = b.in.n * b.in.h * b.in.w;
+  const void* w = params_.working(b.c1.weight);
+  float* partials = own_partials_.as<float>();
+  if (i == 0) {
+    const BnChannelState& st = layers_->stem_bn.st;
+    const Conv1x1DgradJoin joins{.dy = g1, .w = w, .dz = g0, .relu_bits = stem_relu_bits_.as<uint8_t>(),
+                                 .x = stem_a_.get(), .mean = st.save_mean, .invstd = st.save_invstd,
+                                 .partials = partials, .m = m, .k = g.k, .c = g.c};
+    return conv_backward(b.c1, in, g1, nullptr, &joins, lane_after_stem);
+  }
   const Block& prev = layers_->blocks[i - 1];
   BlockRun& pr = runs_[i - 1];
-  const ConvGeometry& g = b.c1.geometry();
-  Conv1x1DgradJoin joins{.dy = g1, .w = params_.working(b.c1.weight), .dz = g0, .relu_bits = pr.relu_bits.as<uint8_t>(),
-                         .x = pr.a3.get(), .mean = prev.b3.st.save_mean, .invstd = prev.b3.st.save_invstd,
-                         .partials = own_partials_.as<float>(), .m = b.in.n * b.in.h * b.in.w, .k = g.k, .c = g.c};
+  Conv1x1DgradJoin joins{.dy = g1, .w = w, .dz = g0, .relu_bits = pr.relu_bits.as<uint8_t>(), .x = pr.a3.get(),
+                         .mean = prev.b3.st.save_mean, .invstd = prev.b3.st.save_invstd, .partials = partials,
+                         .m = m, .k = g.k, .c = g.c};
   if (prev.down) {
     joins.x2 = pr.ad.get();
     joins.mean2 = prev.bdown->st.save_mean;
@@ -607,7 +657,7 @@ void TrainingNetwork::join_backward(const Block& b, BlockRun& r, const void* dy2
 }
 
 void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void* dy, void* dx,
-                                    const Conv1x1DgradJoin* joined) {
+                                    const Conv1x1DgradJoin* joined, bool lane_joined_later) {
   wgrad_beside([&](cudaStream_t, void* ws, size_t wsb) {
     c.conv->backward_filter(ctx_.cudnn, x, dy, params_.weight_grad(c.weight), ws, wsb);
   });
@@ -615,6 +665,7 @@ void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void
     conv1x1_dgrad_join(*joined, ctx_.stream);
   else
     c.conv->backward_data(ctx_.cudnn, dy, params_.working(c.weight), dx, workspace_.get(), workspace_.bytes());
+  if (lane_joined_later) return;
   lane_join();
   grad_ready(c.weight);
 }

@@ -608,6 +608,27 @@ TEST(FusionReport, SaysWhereOurKernelsRun) {
   EXPECT_EQ(fusion_report_lines(r).size(), 1u) << "none of our kernels, no line for them";
 }
 
+// The stem's lines: which of its kernels are ours, and where its BN backward went.
+TEST(FusionReport, SaysWhereTheStemsKernelsRun) {
+  FusionReport r;
+  r.tried = r.fused = 80;
+  r.own_stem_conv = r.own_stem_wgrad = r.own_stem_join = true;
+  std::vector<std::string> lines = fusion_report_lines(r);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_NE(lines[1].find("forward with its BN statistics and its weight gradient run kernels of ours"),
+            std::string::npos) << lines[1];
+  EXPECT_NE(lines[2].find("block 1's conv1 data gradient takes the stem's BN backward sums"), std::string::npos)
+      << lines[2];
+  EXPECT_NE(lines[2].find("the stem's weight gradient its apply"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[2].find("--no-fuse own-stem-join"), std::string::npos) << lines[2];
+  r.own_stem_wgrad = false;  // cuDNN's weight gradient: the apply runs as a pass
+  lines = fusion_report_lines(r);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[2].find("its apply"), std::string::npos) << lines[2];
+  r.own_stem_conv = r.own_stem_join = false;
+  EXPECT_EQ(fusion_report_lines(r).size(), 1u);
+}
+
 TEST(FusionReport, SaysFusionIsOffUnderDeterministic) {
   FusionReport r;
   r.off_for_determinism = true;
