@@ -172,6 +172,32 @@ TEST(GpuSgd, NonFiniteGradientSkipsTheStep) {
       }
 }
 
+// Gradients as many as the network's (16M in fp16: each thread's unrolled loads, and the vectors and
+// elements after them): a single Inf anywhere is found; none is found where there is none.
+TEST(GpuSgd, TheCheckFindsOneInfAmongMillions) {
+  SKIP_WITHOUT_GPU("the optimizer kernels");
+  cudaStream_t stream = ctx().stream;
+  const size_t n_act = (size_t(1) << 24) + 13, n = n_act + 100;
+  DeviceTensor grads(n_act, DType::F16, "check grads"), vectors(n - n_act, DType::F32, "check vector grads");
+  CUDA_CHECK(cudaMemset(grads.get(), 0, n_act * sizeof(uint16_t)));
+  CUDA_CHECK(cudaMemset(vectors.get(), 0, (n - n_act) * sizeof(float)));
+  const SgdArgs a{nullptr, nullptr, grads.get(), vectors.f32(), nullptr, n, n_act, DType::F16, nullptr, 0.f, 0.f, false};
+  auto set = [&](size_t at, uint16_t bits) {
+    CUDA_CHECK(cudaMemcpy(static_cast<uint16_t*>(grads.get()) + at, &bits, sizeof bits, cudaMemcpyHostToDevice));
+  };
+  for (const size_t at : {size_t(0), n_act / 3, n_act / 2 + 8, n_act * 3 / 4 + 17, n_act - 20, n_act - 1}) {
+    SCOPED_TRACE("an Inf at " + std::to_string(at));
+    set(at, 0x7C00);  // +Inf in fp16
+    const DeviceScaler state(scaler(1.f));
+    check_grads_finite(a, state.ptr(), stream);
+    EXPECT_EQ(state.get().found_inf, 1);
+    set(at, 0);
+  }
+  const DeviceScaler state(scaler(1.f));
+  check_grads_finite(a, state.ptr(), stream);
+  EXPECT_EQ(state.get().found_inf, 0) << "all zeros again";
+}
+
 // Finite gradients, the largest fp16 values included, leave found_inf clear.
 TEST(GpuSgd, FiniteGradientsLeaveFoundInfClear) {
   SKIP_WITHOUT_GPU("the optimizer kernels");
