@@ -1,5 +1,6 @@
 // The data gradient of a 1x1 stride-1 conv in NHWC fp16 that also takes the previous block's join
-// backward, by a kernel of ours: training's backward of every block's conv1 but the first block's.
+// backward, by a kernel of ours: training's backward of every block's conv1; the first block's
+// takes the stem's BN + ReLU so, a join without a shortcut (own-stem-join).
 //
 // A block's output, out = relu(bn3(a3) + shortcut), feeds the next block twice: its conv1 and its
 // shortcut. Its gradient arrives in two parts, conv1's data gradient dx and the shortcut's g, and

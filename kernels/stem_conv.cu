@@ -209,8 +209,8 @@ __global__ void __launch_bounds__(kThreads) stem_wgrad_partials(const __half* __
       }
     }
   };
-  // Rows past the last pixel stay zero: their dz and bn_x were loaded as zeros, and so is what they
-  // would apply to (kc alone), which must not enter the sums.
+  // Rows past the last pixel stay zero. Their taps are zero, so what they hold adds nothing, but kc
+  // alone (their dz and bn_x were loaded as zeros) may round to an fp16 Inf, and 0 x Inf is NaN.
   auto applied = [&](uint4 dz, uint4 xv, int c0, bool real) {
     if (!real) return dz;
     const __half* d = reinterpret_cast<const __half*>(&dz);

@@ -18,7 +18,7 @@ enum class FusedPattern {
   StoredConvStats,                                   // training, conv2's ConvStats on a stored relu(bn1)
   OwnStemConv,                                       // training, the stem's forward + statistics (ours: kernels/stem_conv.h)
   OwnStemWgrad,                                      // training, the stem's weight gradient (ours: kernels/stem_conv.h)
-  OwnStemJoin,                                       // training, the stem's BN backward in block 1's conv1 dgrad (ours)
+  OwnStemJoin,                                       // training, the stem's BN backward in layer1.0's conv1 dgrad (ours)
   ConvBn, ConvBnRelu, ConvBnAddRelu,                 // inference (cuDNN)
   GemmBn, GemmBnRelu, GemmBnAddRelu                  // inference, 1x1 convs (cuBLASLt)
 };
@@ -88,7 +88,7 @@ struct FusionReport {
   int stored_conv2 = 0;       // conv2s whose ConvStats reads relu(bn1(a1)) stored by a BN pass (StoredConvStats)
   bool own_stem_conv = false;   // the stem's forward with its BN statistics runs our kernel (OwnStemConv)
   bool own_stem_wgrad = false;  // the stem's weight gradient runs our kernel (OwnStemWgrad)
-  bool own_stem_join = false;   // block 1's conv1 data gradient takes the stem's BN backward sums (OwnStemJoin)
+  bool own_stem_join = false;   // layer1.0's conv1 data gradient takes the stem's BN backward sums (OwnStemJoin)
   int half_coefficients = 0;  // fused patterns whose engines take the BN scale/bias in fp16
   bool off_for_determinism = false;  // --deterministic: nothing tried (see fusion_report_lines)
   double seconds = -1;   // building (and, autotuning, timing) the patterns took; -1: not given

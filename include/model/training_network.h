@@ -66,7 +66,7 @@ class TrainingNetwork : public Network {
   void allocate(size_t largest);
   void give_fused_workspaces();
   // Which 1x1 convs' training forward runs our kernel (BlockRun::c1_own, ...), which conv1s' and
-  // conv3s' data gradient (BlockRun::c1_joins, block 1's joining the stem's BN; c3_dgrad_own), and
+  // conv3s' data gradient (BlockRun::c1_joins, the first block's joining the stem's BN; c3_dgrad_own), and
   // whether the stem's forward and weight gradient run ours (kernels/stem_conv.h).
   void plan_own_convs();
   struct StemShape stem_shape() const;  // the stem conv's, as our kernels take it (kernels/stem_conv.h)
@@ -126,7 +126,7 @@ class TrainingNetwork : public Network {
   DeviceBuffer own_partials_;             // our 1x1 convs' partial BN sums, forward and backward (plan_own_convs)
   DeviceBuffer own_arrivals_;             // their columns' counters where they finalize (empty: they do not)
   DeviceBuffer stem_partials_;            // our stem kernels' partial sums (empty: cuDNN runs the stem)
-  DeviceBuffer stem_relu_bits_;           // the stem's ReLU bits, where block 1's conv1 joins it (else empty)
+  DeviceBuffer stem_relu_bits_;           // the stem's ReLU bits, where the first block's conv1 joins it (else empty)
   bool stem_conv_own_ = false, stem_wgrad_own_ = false;  // the stem's forward, weight gradient: ours (plan_own_convs)
   std::unique_ptr<Lane> lane_;
   const void* images_ = nullptr;          // the batch of the last forward (backward's stem input)

@@ -32,7 +32,7 @@ constexpr PatternNames kPatterns[] = {
      "stored-conv-stats"},
     {FusedPattern::OwnStemConv, "the stem's conv + statistics by a kernel of ours", "own-stem-conv"},
     {FusedPattern::OwnStemWgrad, "the stem's weight gradient by a kernel of ours", "own-stem-wgrad"},
-    {FusedPattern::OwnStemJoin, "block 1's conv1 data gradient + the stem's BN backward sums by a kernel of ours",
+    {FusedPattern::OwnStemJoin, "layer1.0's conv1 data gradient + the stem's BN backward sums by a kernel of ours",
      "own-stem-join"},
     {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
     {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
@@ -164,9 +164,9 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
                     "(--no-fuse own-stem-conv,own-stem-wgrad: not)");
   }
   if (r.own_stem_join)
-    lines.push_back(std::string("  and block 1's conv1 data gradient takes the stem's BN backward sums as it is written "
+    lines.push_back(std::string("  and layer1.0's conv1 data gradient takes the stem's BN backward sums as it is written "
                                 "(kernels/conv1x1_dgrad_join.h)") +
                     (r.own_stem_wgrad ? ", the stem's weight gradient its apply as it reads the gradient" : "") +
-                    ", in place of our reduction pass (--no-fuse own-stem-join: not)");
+                    ", in place of the plain data gradient and our reduction pass (--no-fuse own-stem-join: not)");
   return lines;
 }

@@ -80,7 +80,8 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
   const Shape4 stem = layers_->stem_out;
   // Sizes first, so that a batch too large for the GPU is one clear message, not a failed cudaMalloc.
   size_t act = 2 * stem.count(), largest = stem.count(), scratch = bn_scratch_floats(stem, t, cfg.layout),
-         bits = relu_bits_bytes(stem, t);  // the stem's, where block 1's conv1 joins it (plan_own_convs)
+         bits = relu_bits_bytes(stem, t);  // the stem's, counted always: allocated where the first
+                                           // block's conv1 joins it (plan_own_convs)
   // y1 and y2 are stored only where a conv reads them plain: counted unless every conv2 and conv3
   // may run fused forward and weight gradient alike.
   const unsigned sbr = fused_pattern_bit(FusedPattern::SbrConvStats) | fused_pattern_bit(FusedPattern::SbrWgrad);
@@ -284,7 +285,7 @@ void TrainingNetwork::forward(const void* images, bool train) {
                          bn.scale_h, bn.shift_h, ctx_.stream);
   else
     bn_forward(bn, stem_a_.get(), stem, train);
-  // Training, the ReLU's bits too where block 1's conv1 data gradient takes the stem's BN backward.
+  // Training, the ReLU's bits too where the first block's conv1 data gradient takes the stem's BN backward.
   uint8_t* bits = train && stem_relu_bits_.get() ? stem_relu_bits_.as<uint8_t>() : nullptr;
   bn_apply({.x = stem_a_.get(), .scale = bn.st.scale, .shift = bn.st.shift, .y = stem_y_.get(), .relu_bits = bits},
            stem, cfg_.dtype, cfg_.layout, ctx_.stream);
@@ -354,7 +355,7 @@ void TrainingNetwork::plan_own_convs() {
     fusion_report_.own_prologue += r.c3_own && !r.c3.reads_stored;
     fusion_report_.own_stored += r.c3.reads_stored;
     r.down_own = b.down && stats(*b.down, b.out);
-    int stem_joined = 0;  // block 1's conv1 joins the stem's BN + ReLU, counted apart
+    int stem_joined = 0;  // the first block's conv1 joins the stem's BN + ReLU, counted apart
     r.c1_joins = takes(i > 0 ? joins : stem_joins, b.c1, b.in, conv1x1_dgrad_join_refusal,
                        [](int m, int, int c) { return conv1x1_dgrad_join_partials_bytes(m, c); },
                        i > 0 ? fusion_report_.own_join : stem_joined, false);
@@ -365,7 +366,8 @@ void TrainingNetwork::plan_own_convs() {
   }
   // One buffer for all, on one stream: each forward conv's and conv3's finalize reads its partial
   // sums right after it (or in its last CTA); a joining conv1's are read by the previous block's
-  // join_backward, next on the stream, before any other of these kernels runs. The counters too are
+  // join_backward (the first block's by backward()'s stem finalize), next on the stream, before any
+  // other of these kernels runs. The counters too are
   // shared: these kernels never run beside one another (the weight-gradient lane runs none).
   if (bytes) own_partials_ = DeviceBuffer(bytes, "partial BN sums of our 1x1 convs");
   if (bytes && finalizes) {  // zero once: each launch leaves its counters zero
@@ -383,7 +385,7 @@ void TrainingNetwork::plan_own_convs() {
   fusion_report_.own_stem_wgrad = stem_wgrad_own_;
   if (stem_conv_own_ || stem_wgrad_own_)
     stem_partials_ = DeviceBuffer(stem_conv_partials_bytes(stem_shape()), "partial sums of the stem's kernels");
-  if (!runs_.empty() && runs_[0].c1_joins)  // the mask block 1's conv1 reads for the stem's ReLU
+  if (!runs_.empty() && runs_[0].c1_joins)  // the mask the first block's conv1 reads for the stem's ReLU
     stem_relu_bits_ = DeviceBuffer(relu_bits_bytes(layers_->stem_out, cfg_.dtype),
                                    "the stem's ReLU bits (batch " + std::to_string(cfg_.batch) + ")");
 }
@@ -543,7 +545,7 @@ void TrainingNetwork::backward() {
   const BnBackwardArgs stem{.dy = g0, .dy2 = grad_[2].get(), .relu = ReluMask::FromInput, .x = stem_a_.get(),
                             .bn = &bn.st, .dgamma = params_.vector_grad(bn.gamma),
                             .dbeta = params_.vector_grad(bn.beta), .dx = g0};
-  // Where block 1's conv1 joined the stem, dz (masked) is in g[0], its sums in own_partials_; our
+  // Where the first block's conv1 joined the stem, dz (masked) is in g[0], its sums in own_partials_; our
   // weight gradient then applies the BN backward as it reads dz, and dx is never stored.
   const bool joined = !runs_.empty() && runs_[0].c1_joins;
   const bool applied_in_wgrad = joined && stem_wgrad_own_;

@@ -172,8 +172,8 @@ TEST(GpuSgd, NonFiniteGradientSkipsTheStep) {
       }
 }
 
-// Gradients as many as the network's (16M in fp16: each thread's unrolled loads, and the vectors and
-// elements after them): a single Inf anywhere is found; none is found where there is none.
+// Gradients as many as the network's (16M in fp16: several passes of the grid-stride loop, and the
+// elements after its last whole vector): a single Inf anywhere is found; none where there is none.
 TEST(GpuSgd, TheCheckFindsOneInfAmongMillions) {
   SKIP_WITHOUT_GPU("the optimizer kernels");
   cudaStream_t stream = ctx().stream;

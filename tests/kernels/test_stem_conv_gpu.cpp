@@ -113,44 +113,77 @@ TEST(GpuStemConv, WeightGradientMatchesTheReference) {
 
 // With the BN backward's apply taken as the gradient is read (StemWgrad::coef): dy holds the BN's
 // dz, and the filter gradient is that of coef[c] dz + coef[k + c] bn_x + coef[2k + c], each rounded
-// to fp16 as the apply pass would store it. The shapes with a part of a slice past the last pixel
-// check that those rows, loaded as zeros, add nothing (the constant term alone is not zero).
+// to fp16 as the apply pass would store it. The kernel's filter gradient, and the reference's.
+struct AppliedWgrad {
+  Vec got, want;
+};
+AppliedWgrad wgrad_with_apply(const StemShape& s, const Vec& x, const Vec& dz, const Vec& bn_x,
+                              const std::vector<float>& coef) {
+  const ref::ConvDims g = dims_of(s);
+  const ref::Dims wd{s.k, s.c, s.r, s.r}, yd = g.output();
+  Vec dy(yd.count());
+  for (int n = 0; n < yd.n; ++n)
+    for (int k = 0; k < s.k; ++k)
+      for (int h = 0; h < yd.h; ++h)
+        for (int x_ = 0; x_ < yd.w; ++x_) {
+          const size_t i = yd.at(n, k, h, x_);
+          dy[i] = coef[k] * float(dz[i]) + coef[s.k + k] * float(bn_x[i]) + coef[2 * s.k + k];
+        }
+  const DeviceTensor x_d = upload_activation(x, g.input(), DType::F16, Layout::NHWC);
+  const DeviceTensor dz_d = upload_activation(dz, yd, DType::F16, Layout::NHWC);
+  const DeviceTensor bn_x_d = upload_activation(bn_x, yd, DType::F16, Layout::NHWC);
+  DeviceBuffer coef_d(coef.size() * sizeof(float), "stem wgrad test coefficients");
+  CUDA_CHECK(cudaMemcpy(coef_d.get(), coef.data(), coef_d.bytes(), cudaMemcpyHostToDevice));
+  DeviceTensor dw(wd.count(), DType::F16);
+  dw.poison();
+  DeviceBuffer partials(stem_conv_partials_bytes(s), "stem wgrad test partials");
+  poison(partials);
+  StemWgrad a{x_d.get(), dz_d.get(), dw.get(), partials.as<float>(), s};
+  a.bn_x = bn_x_d.get();
+  a.coef = coef_d.as<float>();
+  stem_wgrad(a, ctx().stream);
+  return {download_activation(dw, wd, Layout::NHWC), ref::conv2d_backward_filter(g, x, quantize(DType::F16, dy))};
+}
+
 TEST(GpuStemConv, WeightGradientTakesTheBnApplyAsItReadsTheGradient) {
   SKIP_WITHOUT_GPU("the stem's weight-gradient kernel");
   std::mt19937_64 rng = test_rng();
   for (const StemShape& s : kShapes) {
     SCOPED_TRACE(name_of(s));
     const ref::ConvDims g = dims_of(s);
-    const ref::Dims wd{s.k, s.c, s.r, s.r}, yd = g.output();
     const Vec x = quantize(DType::F16, random_normal(rng, g.input().count()));
-    const Vec dz = quantize(DType::F16, random_normal(rng, yd.count()));
-    const Vec bn_x = quantize(DType::F16, random_normal(rng, yd.count(), 0.5, 2.0));
+    const Vec dz = quantize(DType::F16, random_normal(rng, g.output().count()));
+    const Vec bn_x = quantize(DType::F16, random_normal(rng, g.output().count(), 0.5, 2.0));
     std::vector<float> coef(size_t(3) * s.k);
     std::normal_distribution<float> unit(0.f, 1.f);
     for (float& c : coef) c = unit(rng);
-    Vec dy(yd.count());
-    for (int n = 0; n < yd.n; ++n)
-      for (int k = 0; k < s.k; ++k)
-        for (int h = 0; h < yd.h; ++h)
-          for (int x_ = 0; x_ < yd.w; ++x_) {
-            const size_t i = yd.at(n, k, h, x_);
-            dy[i] = coef[k] * float(dz[i]) + coef[s.k + k] * float(bn_x[i]) + coef[2 * s.k + k];
-          }
-    const DeviceTensor x_d = upload_activation(x, g.input(), DType::F16, Layout::NHWC);
-    const DeviceTensor dz_d = upload_activation(dz, yd, DType::F16, Layout::NHWC);
-    const DeviceTensor bn_x_d = upload_activation(bn_x, yd, DType::F16, Layout::NHWC);
-    DeviceBuffer coef_d(coef.size() * sizeof(float), "stem wgrad test coefficients");
-    CUDA_CHECK(cudaMemcpy(coef_d.get(), coef.data(), coef_d.bytes(), cudaMemcpyHostToDevice));
-    DeviceTensor dw(wd.count(), DType::F16);
-    dw.poison();
-    DeviceBuffer partials(stem_conv_partials_bytes(s), "stem wgrad test partials");
-    poison(partials);
-    StemWgrad a{x_d.get(), dz_d.get(), dw.get(), partials.as<float>(), s};
-    a.bn_x = bn_x_d.get();
-    a.coef = coef_d.as<float>();
-    stem_wgrad(a, ctx().stream);
-    EXPECT_CLOSE(download_activation(dw, wd, Layout::NHWC),
-                 ref::conv2d_backward_filter(g, x, quantize(DType::F16, dy)), kTol);
+    const AppliedWgrad r = wgrad_with_apply(s, x, dz, bn_x, coef);
+    EXPECT_CLOSE(r.got, r.want, kTol);
+  }
+}
+
+// The rows of a slice past the last pixel: their taps are zero, and what the apply would give them
+// is the constant term alone (dz and bn_x read as zeros). Here that term rounds to an fp16 Inf (0 x
+// Inf is NaN), while every real pixel's gradient, 2 dz + bn_x + 99968 with dz near -49984, is small:
+// rows past the end must be left zero, not applied.
+TEST(GpuStemConv, TheApplyLeavesTheRowsPastTheLastPixelZero) {
+  SKIP_WITHOUT_GPU("the stem's weight-gradient kernel");
+  std::mt19937_64 rng = test_rng();
+  for (const StemShape& s : {StemShape{3, 7, 5, 3, 16, 3}, StemShape{2, 9, 9, 1, 32, 5}}) {  // 105, 162 pixels
+    SCOPED_TRACE(name_of(s));
+    const ref::ConvDims g = dims_of(s);
+    const Vec x = quantize(DType::F16, random_normal(rng, g.input().count()));
+    Vec dz(g.output().count());
+    std::uniform_int_distribution<int> step(-2, 2);
+    for (double& v : dz) v = -49984.0 + 32.0 * step(rng);  // fp16 values: its spacing there is 32
+    const Vec bn_x = quantize(DType::F16, random_normal(rng, g.output().count()));
+    std::vector<float> coef(size_t(3) * s.k);
+    for (int k = 0; k < s.k; ++k) coef[k] = 2.f, coef[s.k + k] = 1.f, coef[2 * s.k + k] = 99968.f;
+    const AppliedWgrad r = wgrad_with_apply(s, x, dz, bn_x, coef);
+    size_t bad = 0;
+    for (const double v : r.got) bad += !std::isfinite(v);
+    EXPECT_EQ(bad, 0u) << "non-finite filter gradients";
+    EXPECT_CLOSE(r.got, r.want, kTol);
   }
 }
 

@@ -530,6 +530,25 @@ TEST(FusedNetworkGpu, Conv2ReadsTheStoredBnWhereItsWeightGradientRunsPlain) {
   EXPECT_EQ(fused_wgrad.stored_conv2, 0) << "with the fused weight gradient, y1 is stored nowhere";
 }
 
+// layer1.0's conv1 takes the stem's BN backward where our join kernel runs the other conv1s, not
+// under --no-fuse own-stem-join; each switch leaves the other's convs as they were.
+TEST(FusedNetworkGpu, TheFirstConv1JoinsTheStemWhereTheOthersJoin) {
+  SKIP_WITHOUT_GPU("the fused training network");
+  GpuContext ctx;
+  AutotuneCache cache("", "stem join test");
+  const unsigned defaults = default_unfused_patterns(true);
+  const FusionReport as_is = training_fusion_report(ctx, cache, defaults);
+  if (as_is.own_join != 15) GTEST_SKIP() << "our join kernel runs " << as_is.own_join << " of 15 conv1s here";
+  EXPECT_TRUE(as_is.own_stem_join);
+  const FusionReport off = training_fusion_report(ctx, cache, defaults | fused_pattern_bit(FusedPattern::OwnStemJoin));
+  EXPECT_FALSE(off.own_stem_join);
+  EXPECT_EQ(off.own_join, 15);
+  const FusionReport no_joins =
+      training_fusion_report(ctx, cache, defaults | fused_pattern_bit(FusedPattern::OwnJoinDgrad));
+  EXPECT_TRUE(no_joins.own_stem_join) << "the stem's join is its own switch";
+  EXPECT_EQ(no_joins.own_join, 0);
+}
+
 // ---- the start-up report (CPU) ------------------------------------------------------------------
 TEST(FusionReport, CountsAndGroupsRefusalsByPatternAndReason) {
   FusionReport r;
@@ -617,7 +636,7 @@ TEST(FusionReport, SaysWhereTheStemsKernelsRun) {
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_NE(lines[1].find("forward with its BN statistics and its weight gradient run kernels of ours"),
             std::string::npos) << lines[1];
-  EXPECT_NE(lines[2].find("block 1's conv1 data gradient takes the stem's BN backward sums"), std::string::npos)
+  EXPECT_NE(lines[2].find("layer1.0's conv1 data gradient takes the stem's BN backward sums"), std::string::npos)
       << lines[2];
   EXPECT_NE(lines[2].find("the stem's weight gradient its apply"), std::string::npos) << lines[2];
   EXPECT_NE(lines[2].find("--no-fuse own-stem-join"), std::string::npos) << lines[2];

@@ -147,6 +147,7 @@ struct Build {
   Layout l;
   bool fused;
   bool wgrad_beside = false;  // weight gradients on their own stream, as bin/train runs them
+  unsigned also_unfused = 0;  // patterns run plain beside bin/train's default (--no-fuse)
   float loss_scale() const { return t == DType::F16 ? 1024.f : 1.f; }
 };
 const Build kLegacy{"legacy", ConvApi::Legacy, DType::F32, Layout::NCHW, false};
@@ -179,7 +180,7 @@ class ParityNet {
     // The patterns bin/train runs plain by default (src/train/setup.cpp): with the weight gradients
     // beside, sbr-wgrad, so that conv3 reads y2 stored by a BN pass where plan_own_convs says so,
     // and conv2's ConvStats reads y1 so stored (plan_blocks).
-    cfg.unfused_patterns = default_unfused_patterns(b.wgrad_beside);
+    cfg.unfused_patterns = default_unfused_patterns(b.wgrad_beside) | b.also_unfused;
     net_ = std::make_unique<TrainingNetwork>(cfg, ctx_, *cache_);
     init_params_for_parity(*net_, f.seed, ctx_.stream);
 
@@ -260,6 +261,14 @@ class ParityNet {
     }
     return errors;
   }
+
+  // The parameters' names, in the order of gradient_errors().
+  std::vector<std::string> names() const {
+    std::vector<std::string> v;
+    for (const ParamTensor& t : net_->params().tensors()) v.push_back(t.name);
+    return v;
+  }
+  bool joins_the_stem() const { return net_->fusion_report().own_stem_join; }
 
  private:
   // A parameter's gradient in fp32, unscaled, in storage order.
@@ -376,6 +385,46 @@ TEST(FusedParityGpu, AsCloseToPyTorchAsTheUnfusedFp16Build) {
     EXPECT_LE(std::fabs(lz - f.losses[s]), 1.5 * unfused_off + 0.01 * std::fabs(f.losses[s])) << "step " << s;
     fp16.sgd();
     fused.sgd();
+  }
+}
+
+// The stem's backward the other ways it runs: without the stem join (our reduction pass and apply)
+// and with it but cuDNN's weight gradient (the BN's apply then a pass); the default's is above. The
+// stem's gradients (its filter, its BN's gamma and beta) as close to PyTorch as the unfused fp16
+// build's, with the margins above; and the whole network's.
+TEST(FusedParityGpu, TheStemsOtherBackwardsAsCloseToPyTorch) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device: the PyTorch parity test needs a GPU";
+  const Fixture f = load_fixture(fixture_path());
+  ParityNet fp16(f, kFp16);
+  fp16.step_gradients();
+  std::string w16;
+  const std::vector<double> e16 = fp16.gradient_errors(w16);
+  const std::vector<std::string> names = fp16.names();
+  {
+    ParityNet as_is(f, kFused);
+    if (!as_is.joins_the_stem()) GTEST_SKIP() << "the first block's conv1 does not join the stem here";
+  }
+  for (const FusedPattern p : {FusedPattern::OwnStemJoin, FusedPattern::OwnStemWgrad}) {
+    SCOPED_TRACE(std::string("--no-fuse also ") + fused_pattern_slug(p));
+    Build b = kFused;
+    b.also_unfused = fused_pattern_bit(p);
+    ParityNet net(f, b);
+    net.step_gradients();
+    std::string worst;
+    const std::vector<double> e = net.gradient_errors(worst);
+    ASSERT_EQ(e.size(), e16.size());
+    int stem = 0;
+    for (size_t id = 0; id < e.size(); ++id)
+      if (names[id] == "conv1.weight" || names[id] == "bn1.weight" || names[id] == "bn1.bias") {
+        ++stem;
+        std::printf("[ parity   ] %s: %s error %.2e, unfused fp16 %.2e\n", fused_pattern_slug(p), names[id].c_str(),
+                    e[id], e16[id]);
+        EXPECT_LE(e[id], 1.5 * e16[id] + 1e-2) << names[id];
+      }
+    EXPECT_EQ(stem, 3) << "the stem's three parameters by their PyTorch names";
+    const Spread s = spread(e), s16 = spread(e16);
+    EXPECT_LE(s.median, 1.5 * s16.median + 2e-3);
+    EXPECT_LE(s.worst, 1.5 * s16.worst + 1e-2) << worst;
   }
 }
 
