@@ -76,9 +76,10 @@ class TrainingNetwork : public Network {
   struct Conv1x1Finalize finalize_in_kernel(const Bn& bn, int channels, bool backward) const;
   void block_forward(const Block& b, BlockRun& r, const void* in, bool train);
   void block_backward(size_t i);
-  // y = relu(bn(x)) stored: a conv's input where it reads it plain or the weight gradient recomputes
-  // it.
-  void store_relu_bn(const Bn& bn, const void* x, void* y, Shape4 s, cudaStream_t stream) const;
+  // y = relu(bn(x)) stored: the stem's output, and a conv's input where it reads it plain or the
+  // weight gradient recomputes it; with `bits`, where the ReLU passed too (ApplyArgs::relu_bits).
+  void store_relu_bn(const Bn& bn, const void* x, void* y, Shape4 s, cudaStream_t stream,
+                     uint8_t* bits = nullptr) const;
   // y = conv(x), or conv(relu(bn_prev(x))) with `prologue`, then bn's coefficients from y's
   // statistics (training) or its running statistics (evaluation). `own`: in training by our kernel;
   // `reads_stored`: the conv reads relu(bn_prev(x)), stored into `stored` by a BN pass first.

@@ -287,8 +287,7 @@ void TrainingNetwork::forward(const void* images, bool train) {
     bn_forward(bn, stem_a_.get(), stem, train);
   // Training, the ReLU's bits too where the first block's conv1 data gradient takes the stem's BN backward.
   uint8_t* bits = train && stem_relu_bits_.get() ? stem_relu_bits_.as<uint8_t>() : nullptr;
-  bn_apply({.x = stem_a_.get(), .scale = bn.st.scale, .shift = bn.st.shift, .y = stem_y_.get(), .relu_bits = bits},
-           stem, cfg_.dtype, cfg_.layout, ctx_.stream);
+  store_relu_bn(bn, stem_a_.get(), stem_y_.get(), stem, ctx_.stream, bits);
   const void* cur = stem_y_.get();
   for (size_t i = 0; i < runs_.size(); ++i) {
     block_forward(layers_->blocks[i], runs_[i], cur, train);
@@ -411,9 +410,10 @@ Conv1x1Finalize TrainingNetwork::finalize_in_kernel(const Bn& bn, int channels, 
   return f;
 }
 
-void TrainingNetwork::store_relu_bn(const Bn& bn, const void* x, void* y, Shape4 s, cudaStream_t stream) const {
-  bn_apply({x, bn.st.scale, bn.st.shift, Residual::None, nullptr, nullptr, nullptr, true, y}, s, cfg_.dtype, cfg_.layout,
-           stream);
+void TrainingNetwork::store_relu_bn(const Bn& bn, const void* x, void* y, Shape4 s, cudaStream_t stream,
+                                    uint8_t* bits) const {
+  bn_apply({.x = x, .scale = bn.st.scale, .shift = bn.st.shift, .y = y, .relu_bits = bits}, s, cfg_.dtype,
+           cfg_.layout, stream);
 }
 
 void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, const void* x, void* y, const Bn& bn,
@@ -602,28 +602,20 @@ void TrainingNetwork::block_backward(size_t i) {
   if (!r.c1_joins) return conv_backward(b.c1, in, g1, g2, nullptr, lane_after_stem);
   // g[0] holds this block's shortcut gradient, the previous block output's first part: dz over it.
   // Before the first block, the stem's BN + ReLU: a join with no shortcut of its own.
+  const Block* prev = i > 0 ? &layers_->blocks[i - 1] : nullptr;
+  const BlockRun* pr = i > 0 ? &runs_[i - 1] : nullptr;
+  const BnChannelState& st = prev ? prev->b3.st : layers_->stem_bn.st;
   const ConvGeometry& g = b.c1.geometry();
-  const int m = b.in.n * b.in.h * b.in.w;
-  const void* w = params_.working(b.c1.weight);
-  float* partials = own_partials_.as<float>();
-  if (i == 0) {
-    const BnChannelState& st = layers_->stem_bn.st;
-    const Conv1x1DgradJoin joins{.dy = g1, .w = w, .dz = g0, .relu_bits = stem_relu_bits_.as<uint8_t>(),
-                                 .x = stem_a_.get(), .mean = st.save_mean, .invstd = st.save_invstd,
-                                 .partials = partials, .m = m, .k = g.k, .c = g.c};
-    return conv_backward(b.c1, in, g1, nullptr, &joins, lane_after_stem);
+  Conv1x1DgradJoin joins{.dy = g1, .w = params_.working(b.c1.weight), .dz = g0,
+                         .relu_bits = (pr ? pr->relu_bits : stem_relu_bits_).as<uint8_t>(),
+                         .x = pr ? pr->a3.get() : stem_a_.get(), .mean = st.save_mean, .invstd = st.save_invstd,
+                         .partials = own_partials_.as<float>(), .m = b.in.n * b.in.h * b.in.w, .k = g.k, .c = g.c};
+  if (prev && prev->down) {
+    joins.x2 = pr->ad.get();
+    joins.mean2 = prev->bdown->st.save_mean;
+    joins.invstd2 = prev->bdown->st.save_invstd;
   }
-  const Block& prev = layers_->blocks[i - 1];
-  BlockRun& pr = runs_[i - 1];
-  Conv1x1DgradJoin joins{.dy = g1, .w = w, .dz = g0, .relu_bits = pr.relu_bits.as<uint8_t>(), .x = pr.a3.get(),
-                         .mean = prev.b3.st.save_mean, .invstd = prev.b3.st.save_invstd, .partials = partials,
-                         .m = m, .k = g.k, .c = g.c};
-  if (prev.down) {
-    joins.x2 = pr.ad.get();
-    joins.mean2 = prev.bdown->st.save_mean;
-    joins.invstd2 = prev.bdown->st.save_invstd;
-  }
-  conv_backward(b.c1, in, g1, nullptr, &joins);
+  conv_backward(b.c1, in, g1, nullptr, &joins, lane_after_stem);
 }
 
 // The join: out = relu(bn3(a3) + shortcut). From its output's gradient (g[0] + dy2, or, joined, dz
