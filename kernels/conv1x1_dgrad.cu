@@ -16,7 +16,7 @@ namespace {
 template <class Epilogue>
 void launch_dgrad(const void* dy, const void* w, int m, int k, int c, const typename Epilogue::Params& epilogue,
                   cudaStream_t stream) {
-  using K = trainer_kernels::ResidentConv<kTileM, kTileN, false, true, Epilogue>;
+  using K = trainer_kernels::ResidentConv<kTileM, kTileN, trainer_kernels::Operand::Stored, true, Epilogue>;
   typename K::Mainloop::Arguments args{};
   args.ptr_A = static_cast<const cutlass::half_t*>(dy);
   args.dA = cute::make_stride(int64_t(k), cute::_1{}, int64_t(m) * k);

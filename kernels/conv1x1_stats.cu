@@ -12,17 +12,29 @@ namespace {
 using namespace trainer_kernels::conv1x1;
 
 #if defined(CONV1X1_WITH_CUTLASS)
-template <bool Prologue, bool PingPong>
+using trainer_kernels::Operand;
+
+template <Operand A, bool PingPong>
 void launch_stats(const Conv1x1Stats& a, cudaStream_t stream) {
-  using K = trainer_kernels::ResidentConv<kTileM, kTileN, Prologue, PingPong, trainer_kernels::StatsEpilogue>;
+  using K = trainer_kernels::ResidentConv<kTileM, kTileN, A, PingPong, trainer_kernels::StatsEpilogue>;
   typename K::Mainloop::Arguments args{};
   args.ptr_A = static_cast<const cutlass::half_t*>(a.x);
   args.dA = cute::make_stride(int64_t(a.c), cute::_1{}, int64_t(a.m) * a.c);
   args.ptr_B = static_cast<const cutlass::half_t*>(a.w);
   args.dB = cute::make_stride(int64_t(a.c), cute::_1{}, int64_t(a.k) * a.c);
-  if constexpr (Prologue) {
+  if constexpr (A == Operand::Bn) {
     args.scale = a.scale;
     args.shift = a.shift;
+  }
+  if constexpr (A == Operand::Join || A == Operand::JoinBn) {
+    const Conv1x1Join& j = a.join;
+    args.res = j.res;
+    args.scale = j.scale;
+    args.shift = j.shift;
+    args.res_scale = j.res_scale;
+    args.res_shift = j.res_shift;
+    args.out = j.out;
+    args.bits = j.bits;
   }
   typename K::Params p{};
   p.mainloop = K::Mainloop::to_underlying_arguments(cute::make_shape(a.m, a.k, a.c, 1), args, nullptr);
@@ -31,6 +43,17 @@ void launch_stats(const Conv1x1Stats& a, cudaStream_t stream) {
   launch<K>(p, stream);
 }
 #endif
+
+// "" where the join (if any) has what it needs, else what it lacks.
+std::string join_refusal(const Conv1x1Stats& a) {
+  const Conv1x1Join& j = a.join;
+  if (!j.on()) return j.res || j.scale || j.bits ? "a join needs its output" : "";
+  if (a.scale || a.shift) return "a join and a BN prologue at once";
+  if (a.schedule != Conv1x1Schedule::PingPong) return "the join runs with the ping-pong schedule only";
+  if (!j.res || !j.scale || !j.shift || !j.bits) return "the join lacks its shortcut, coefficients or bits";
+  if (!j.res_scale != !j.res_shift) return "the join's shortcut BN needs both its scale and its shift";
+  return "";
+}
 
 }  // namespace
 
@@ -56,10 +79,13 @@ void conv1x1_stats(const Conv1x1Stats& a, cudaStream_t stream) {
   if (a.finalize.arrivals && !a.partials) throw Fatal("conv1x1_stats: a finalize needs the partial sums");
   if (const std::string why = finalize_refusal(a.finalize, true); !why.empty())
     throw Fatal("conv1x1_stats: " + why);
+  if (const std::string why = join_refusal(a); !why.empty()) throw Fatal("conv1x1_stats: " + why);
 #if defined(CONV1X1_WITH_CUTLASS)
   const bool pp = a.schedule == Conv1x1Schedule::PingPong;
-  if (a.scale) pp ? launch_stats<true, true>(a, stream) : launch_stats<true, false>(a, stream);
-  else pp ? launch_stats<false, true>(a, stream) : launch_stats<false, false>(a, stream);
+  if (a.join.on())
+    a.join.res_scale ? launch_stats<Operand::JoinBn, true>(a, stream) : launch_stats<Operand::Join, true>(a, stream);
+  else if (a.scale) pp ? launch_stats<Operand::Bn, true>(a, stream) : launch_stats<Operand::Bn, false>(a, stream);
+  else pp ? launch_stats<Operand::Stored, true>(a, stream) : launch_stats<Operand::Stored, false>(a, stream);
 #else
   (void)stream;
 #endif

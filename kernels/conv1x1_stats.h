@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include <cuda_runtime.h>
@@ -24,6 +25,23 @@
 // Its two schedules: each consumer warpgroup on every other tile, their mainloops by turns, so that
 // one stores while the other multiplies (PingPong; bin/train's), or both on each tile (Cooperative).
 enum class Conv1x1Schedule { PingPong, Cooperative };
+
+// The previous block's join as the GEMM reads x: out = relu(x * scale + shift + shortcut), the
+// shortcut res as it is (identity) or res * res_scale + res_shift (a projection's BN), from fp32
+// coefficients per input channel as bn_apply takes them (kernels/batchnorm.h), computed in fp16; out
+// and its ReLU bits (ApplyArgs::relu_bits) stored as bn_apply stores them, by the CTAs of the first
+// column of tiles (kernels/cutlass_join_mainloop.cuh). For a block's conv1 in training: the join's
+// pass and conv1's read of its output in one kernel. Ping-pong schedule only.
+struct Conv1x1Join {
+  const void* res = nullptr;  // fp16 [m, c]
+  const float* scale = nullptr;
+  const float* shift = nullptr;
+  const float* res_scale = nullptr;  // both or neither
+  const float* res_shift = nullptr;
+  void* out = nullptr;        // fp16 [m, c]
+  uint8_t* bits = nullptr;    // m * c / 8 bytes
+  bool on() const { return out != nullptr; }
+};
 
 struct Conv1x1Stats {
   const void* x;  // fp16 [m, c]; with a prologue the previous BN's input
@@ -40,6 +58,9 @@ struct Conv1x1Stats {
   // With partials and finalize.arrivals set, the BN finalized too, as bn_finalize_partials would
   // (kernels/conv1x1_finalize.h).
   Conv1x1Finalize finalize{};
+  // Set (out given): x is the previous join's first input, and the join is applied instead of a
+  // prologue (scale and shift null).
+  Conv1x1Join join{};
 };
 
 // "" on an sm_90 GPU (H100, H200), else why code compiled for sm_90a alone cannot run on this one:

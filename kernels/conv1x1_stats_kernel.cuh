@@ -14,7 +14,7 @@
 // Roles (384 threads, one CTA an SM): warp 0 issues the TMA loads of A and B tile after tile,
 // stages ahead; the two consumer warpgroups each multiply 64 of the tile's 128 rows, or ping-pong
 // each all of every other tile (CUTLASS's mainloop, or with the previous BN the prologue's,
-// kernels/cutlass_prologue_mainloop.cuh), then put the tile in fp16 in shared memory and hand it to
+// kernels/cutlass_prologue_mainloop.cuh, or with the previous join kernels/cutlass_join_mainloop.cuh), then put the tile in fp16 in shared memory and hand it to
 // the epilogue, which writes it out in whole rows:
 //   - StatsEpilogue (the forward, kernels/conv1x1_stats.h): y, and y's statistics, added from the
 //     fp32 accumulators;
@@ -33,6 +33,7 @@
 #include "cutlass/pipeline/pipeline.hpp"
 #include "kernels/batchnorm_channel.cuh"
 #include "kernels/conv1x1_finalize.h"
+#include "kernels/cutlass_join_mainloop.cuh"
 #include "kernels/cutlass_prologue_mainloop.cuh"
 
 namespace trainer_kernels {
@@ -317,7 +318,13 @@ struct BnGradEpilogue {
 using JoinGradEpilogue = BnGradEpilogue<GradKind::Join>;
 using InnerGradEpilogue = BnGradEpilogue<GradKind::Inner>;
 
-template <int TileM, int TileN, bool Prologue, bool PingPong, class Epilogue>
+// What the GEMM multiplies as its A operand: x as stored, relu(x * scale + shift) (the previous BN,
+// kernels/cutlass_prologue_mainloop.cuh) or the previous block's join with an identity shortcut or a
+// projection's (JoinBn: the shortcut through its BN; kernels/cutlass_join_mainloop.cuh), computed as x
+// is read. The joins are two kernels: each a branch less inside its mainloop.
+enum class Operand { Stored, Bn, Join, JoinBn };
+
+template <int TileM, int TileN, Operand A, bool PingPong, class Epilogue>
 struct ResidentConv {
   using Tile = Shape<Int<TileM>, Int<TileN>, _64>;
   using Epi = Epilogue;
@@ -352,9 +359,12 @@ struct ResidentConv {
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::half_t, cutlass::layout::RowMajor, 8,
       cutlass::half_t, typename Epilogue::LayoutB, 8, float, Tile, Shape<_1, _1, _1>,
       cutlass::gemm::collective::StageCountAutoCarveout<kCarveout>, Schedule>::CollectiveOp;
-  static_assert(!Prologue || std::is_same_v<typename Epilogue::LayoutB, cutlass::layout::ColumnMajor>,
-                "the prologue mainloop reads a K-major B");
-  using Mainloop = std::conditional_t<Prologue, PrologueMainloop<Schedule, Tile, kCarveout>, OwnMainloop>;
+  static constexpr Operand kOperand = A;
+  static_assert(A == Operand::Stored || std::is_same_v<typename Epilogue::LayoutB, cutlass::layout::ColumnMajor>,
+                "the prologue mainloops read a K-major B");
+  using Mainloop = std::conditional_t<
+      A == Operand::Join || A == Operand::JoinBn, JoinMainloop<Schedule, Tile, kCarveout, A == Operand::JoinBn>,
+      std::conditional_t<A == Operand::Bn, PrologueMainloop<Schedule, Tile, kCarveout>, OwnMainloop>>;
   using TiledMma = typename Mainloop::TiledMma;
   using Pipeline = typename Mainloop::MainloopPipeline;
   using PipeState = typename Mainloop::PipelineState;
@@ -527,7 +537,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) resident_conv(const __grid_con
   for (int mt = first + group * p.ctas_per_column; mt < p.m_tiles; mt += p.ctas_per_column * (2 / K::kGroupsPerTile)) {
     epilogue.load(side, int64_t(mt) * TileM, n0, p.n, tt);  // what the epilogue reads beside the tile, in flight meanwhile
     if constexpr (K::kGroupsPerTile == 1) turns.wait();
-    mainloop.mma(pipeline, read, accum, k_tiles, tt, ss.tensors, p.mainloop);
+    if constexpr (K::kOperand == Operand::Join || K::kOperand == Operand::JoinBn)  // the first column's CTAs store it
+      mainloop.mma(pipeline, read, accum, k_tiles, tt, ss.tensors, p.mainloop, mt, column == 0);
+    else
+      mainloop.mma(pipeline, read, accum, k_tiles, tt, ss.tensors, p.mainloop);
     if constexpr (K::kGroupsPerTile == 1) turns.arrive();
     mainloop.mma_tail(pipeline, read, k_tiles);  // the wgmmas done, the last stages given back
     read.advance(k_tiles * (2 / K::kGroupsPerTile));  // its own tile, and ping-pong: the other's

@@ -31,8 +31,9 @@ using namespace cute;
 
 // CUTLASS's register-sourced mainloop for fp16 x[M, C] (K-major A) and w[K, C] (K-major B), fp32
 // accumulators, as its collective builder would make it for a schedule and a tile, with the stage
-// count that leaves `carveout` bytes of shared memory to the epilogue.
-template <class KernelSchedule, class TileShape, int carveout>
+// count that leaves `carveout` bytes of shared memory to the epilogue; a_tiles: the tiles of A's
+// shape a stage holds (2: the join's residual beside x, kernels/cutlass_join_mainloop.cuh).
+template <class KernelSchedule, class TileShape, int carveout, int a_tiles = 1>
 struct RegisterAMainloop {
   using Half = cutlass::half_t;
   using Stride = cute::Stride<int64_t, _1, int64_t>;
@@ -45,14 +46,27 @@ struct RegisterAMainloop {
                              GMMA::Major::K, Half, decltype(get<0>(TileShape{})), decltype(get<2>(TileShape{})), false>());
   using SmemAtomB = decltype(cutlass::gemm::collective::detail::rs_smem_selector<
                              GMMA::Major::K, Half, decltype(get<1>(TileShape{})), decltype(get<2>(TileShape{})), false>());
-  static constexpr int kStages = cutlass::gemm::collective::detail::compute_stage_count_or_override<
-      cutlass::gemm::collective::detail::sm90_smem_capacity_bytes, Half, Half, TileShape,
-      carveout>(cutlass::gemm::collective::StageCountAutoCarveout<carveout>{});
+  // As CUTLASS's builder counts them (compute_stage_count_or_override), each stage a_tiles of A.
+  static constexpr int kStageBytes =
+      cutlass::round_up(int(sizeof(Half)) * size<2>(TileShape{}) * (a_tiles * size<0>(TileShape{}) + size<1>(TileShape{})), 128) +
+      int(sizeof(typename cutlass::PipelineTmaAsync<1>::SharedStorage));
+  static constexpr int kStages =
+      (cutlass::gemm::collective::detail::sm90_smem_capacity_bytes / 128 * 128 - cutlass::round_up(carveout, 128)) / kStageBytes;
   using Policy = cutlass::gemm::MainloopSm90TmaGmmaRmemAWarpSpecialized<kStages, Shape<_1, _1, _1>, KernelSchedule>;
   using Base = cutlass::gemm::collective::CollectiveMma<Policy, TileShape, Half, Stride, Half, Stride, TiledMma,
                                                         SM90_TMA_LOAD, SmemAtomA, Copy_Atom<AutoVectorizingCopy, Half>,
                                                         cute::identity, SM90_TMA_LOAD, SmemAtomB, void, cute::identity>;
 };
+
+// B's fragments of every stage as the thread's warpgroup reads them (wgmma takes B from shared memory).
+template <class TiledMma, class SmemB>
+CUTLASS_DEVICE auto warpgroup_fragment_B(TiledMma const& tiled_mma, SmemB const& sB, int thread_idx) {
+  constexpr int kWarpGroups = size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
+  const int warp_group = __shfl_sync(0xFFFFFFFF, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
+  auto group_mma =
+      tiled_mma.get_slice(make_layout(Int<kWarpGroups>{}, Int<cutlass::NumThreadsPerWarpGroup>{})(warp_group));
+  return group_mma.make_fragment_B(group_mma.partition_B(sB));  // (MMA, MMA_N, MMA_K, PIPE)
+}
 
 template <class KernelSchedule, class TileShape, int carveout>
 struct PrologueMainloop : RegisterAMainloop<KernelSchedule, TileShape, carveout>::Base {
@@ -107,15 +121,11 @@ struct PrologueMainloop : RegisterAMainloop<KernelSchedule, TileShape, carveout>
         make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{}));  // (BLK_M, BLK_K, PIPE)
     Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});  // (BLK_N, BLK_K, PIPE)
 
-    constexpr int kWarpGroups = size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
-    const int warp_group = __shfl_sync(0xFFFFFFFF, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
     TiledMma tiled_mma;
     auto thread_mma = tiled_mma.get_thread_slice(thread_idx);
-    auto group_mma =
-        tiled_mma.get_slice(make_layout(Int<kWarpGroups>{}, Int<cutlass::NumThreadsPerWarpGroup>{})(warp_group));
 
     Tensor tCrA = thread_mma.partition_fragment_A(sA(_, _, Int<0>{}));  // (MMA, MMA_M, MMA_K)
-    Tensor tCrB = group_mma.make_fragment_B(group_mma.partition_B(sB));  // (MMA, MMA_N, MMA_K, PIPE)
+    Tensor tCrB = warpgroup_fragment_B(tiled_mma, sB, thread_idx);       // (MMA, MMA_N, MMA_K, PIPE)
     // Each A element's (row, column) in the tile, partitioned as the fragment is.
     Tensor tCcA = thread_mma.partition_A(make_identity_tensor(make_shape(size<0>(TileShape{}), Int<kBlockK>{})));
 

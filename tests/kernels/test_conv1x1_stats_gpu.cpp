@@ -2,7 +2,8 @@
 // double: y, and the per-channel sums and sums of squares its rows of partial sums add up to; with
 // the previous BN applied as x is read and without; both schedules; shapes where a CTA walks several
 // tiles (the statistics added across them) and where a tile's k-tiles outnumber the stages (the
-// ping-pong warpgroups' turns); and the BN finalized in the kernel as the finalize kernel does it.
+// ping-pong warpgroups' turns); the BN finalized in the kernel as the finalize kernel does it; and
+// the previous block's join applied as x is read.
 // The kernel runs on sm_90 only: elsewhere these tests skip.
 #include <gtest/gtest.h>
 
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "kernels/batchnorm.h"
 #include "kernels/conv1x1_stats.h"
 #include "support/bn_data.h"
 #include "support/gpu_test_util.h"
@@ -178,6 +180,136 @@ TEST(Conv1x1Stats, ShapesTheTilesDoNotCoverAreRefused) {
   EXPECT_NE(conv1x1_stats_refusal(128, 96, 64), "");
   EXPECT_NE(conv1x1_stats_refusal(128, 64, 72), "");
   EXPECT_THROW(conv1x1_stats({nullptr, nullptr, nullptr, 100, 64, 64}, ctx().stream), Fatal);
+}
+
+// The previous block's join applied as x is read (Conv1x1Join), in fp16 (kernels/cutlass_join_mainloop.cuh):
+// out within one fp16 rounding of the CPU reference that rounds where the kernel does, and within
+// fp16 rounding of the join pass's (fp32); its bits exactly where out > 0; y and its sums as the CPU
+// reference makes them from that out.
+void check_join(int m, int k, int c, bool projection) {
+  SKIP_UNLESS_RUNS(m, k, c);
+  auto rng = gpu_test::test_rng();
+  const size_t n = size_t(m) * c;
+  const Vec x = gpu_test::quantize(DType::F16, gpu_test::random_normal(rng, n, 0.0, 1.0));
+  const Vec r = gpu_test::quantize(DType::F16, gpu_test::random_normal(rng, n, 0.2, 1.0));
+  const Vec w = gpu_test::quantize(DType::F16, gpu_test::random_normal(rng, size_t(k) * c, 0.0, 1.0 / std::sqrt(c)));
+  auto coefficients = [&](double lo, double hi) {
+    return gpu_test::quantize(DType::F32, gpu_test::random_uniform(rng, c, lo, hi));
+  };
+  const Vec s = coefficients(0.5, 1.5), h = coefficients(-0.5, 0.5), rs = coefficients(0.5, 1.5),
+            rh = coefficients(-0.5, 0.5);
+  // The kernel's arithmetic: coefficients rounded to fp16 (the shifts of both BNs added first, in
+  // fp32), t = r + shift or r * res_scale + shift rounded, then relu(x * scale + t) rounded: each a
+  // multiply-add of fp16 values, exact in double before its rounding (straight to fp16).
+  auto h16 = [](double v) { return double(__half2float(__double2half(v))); };  // one rounding, not two via fp32
+  Vec out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t j = i % c;
+    const double shift = h16(projection ? double(float(h[j]) + float(rh[j])) : h[j]);
+    const double t = h16(projection ? r[i] * h16(rs[j]) + shift : r[i] + shift);
+    out[i] = h16(std::max(0.0, x[i] * h16(s[j]) + t));
+  }
+
+  const DeviceTensor dx(x, DType::F16), dr(r, DType::F16), dw(w, DType::F16), ds(s, DType::F32), dh(h, DType::F32),
+      drs(rs, DType::F32), drh(rh, DType::F32);
+  DeviceTensor pass(n, DType::F16), got(n, DType::F16), dy(size_t(m) * k, DType::F16);
+  const int rows = conv1x1_partial_rows(m, k);
+  DeviceTensor part(2 * size_t(rows) * k, DType::F32);
+  DeviceBuffer got_bits(n / 8, "the kernel's bits");
+  got.poison();
+  dy.poison();
+  part.poison();
+  CUDA_CHECK(cudaMemset(got_bits.get(), 0xA5, got_bits.bytes()));
+  ApplyArgs a{dx.get(), ds.f32(), dh.f32(), projection ? Residual::BatchNorm : Residual::Tensor, dr.get(),
+              projection ? drs.f32() : nullptr, projection ? drh.f32() : nullptr, true, pass.get()};
+  bn_apply(a, Shape4{m, c, 1, 1}, DType::F16, Layout::NHWC, ctx().stream);
+  Conv1x1Stats cs{dx.get(), dw.get(), dy.get(), m, k, c, nullptr, nullptr, part.f32()};
+  cs.join = {.res = dr.get(), .scale = ds.f32(), .shift = dh.f32(), .res_scale = projection ? drs.f32() : nullptr,
+             .res_shift = projection ? drh.f32() : nullptr, .out = got.get(), .bits = got_bits.as<uint8_t>()};
+  conv1x1_stats(cs, ctx().stream);
+  CUDA_CHECK(cudaStreamSynchronize(ctx().stream));
+
+  const Vec got_out = got.download();
+  size_t off = 0, worst = 0;  // elements more than one fp16 rounding from the reference
+  for (size_t i = 0; i < n; ++i) {
+    const double d = std::fabs(got_out[i] - out[i]);
+    if (!(d <= std::ldexp(std::fabs(out[i]), -10) + 6e-8)) worst = off++ ? worst : i;
+  }
+  EXPECT_EQ(off, 0u) << "out more than one rounding off; first at " << worst << ": " << got_out[worst] << " for "
+                     << out[worst];
+  EXPECT_CLOSE(got_out, pass.download(), gpu_test::kTolF16) << "out against the join pass's";
+  std::vector<uint8_t> bits(n / 8);
+  CUDA_CHECK(cudaMemcpy(bits.data(), got_bits.get(), bits.size(), cudaMemcpyDeviceToHost));
+  size_t wrong_bits = 0;
+  for (size_t i = 0; i < n; ++i) wrong_bits += ((bits[i / 8] >> (i % 8)) & 1) != (got_out[i] > 0);
+  EXPECT_EQ(wrong_bits, 0u) << "bits unlike out > 0";
+
+  Vec y(size_t(m) * k), sum(k, 0.0), sq(k, 0.0);
+  for (int i = 0; i < m; ++i)
+    for (int o = 0; o < k; ++o) {
+      double acc = 0;
+      for (int j = 0; j < c; ++j) acc += got_out[size_t(i) * c + j] * w[size_t(o) * c + j];
+      y[size_t(i) * k + o] = acc;
+      sum[o] += acc;
+      sq[o] += acc * acc;
+    }
+  EXPECT_CLOSE(dy.download(), y, gpu_test::kTolF16) << "y";
+  const Vec p = part.download();
+  Vec got_sum(k, 0.0), got_sq(k, 0.0);
+  for (int row = 0; row < rows; ++row)
+    for (int o = 0; o < k; ++o) {
+      got_sum[o] += p[size_t(row) * k + o];
+      got_sq[o] += p[(size_t(rows) + row) * k + o];
+    }
+  EXPECT_CLOSE(got_sum, sum, gpu_test::kTolF32) << "the sums";
+  EXPECT_CLOSE(got_sq, sq, gpu_test::kTolF32) << "the sums of squares";
+}
+
+// An identity shortcut, one column of tiles (layer1's conv1s): every CTA stores the join, several
+// tiles each on a 132-SM GPU.
+TEST(Conv1x1Stats, TheIdentityJoinAsConv1ReadsItMatchesTheReference) {
+  check_join(128 * 300, 64, 256, false);
+}
+
+// A projection's BN, two columns (only the first's CTAs store), 8 k-tiles a tile: more than the
+// stages, which hold the shortcut's tile too, so the ping-pong warpgroups take turns.
+TEST(Conv1x1Stats, TheProjectionJoinAsConv1ReadsItMatchesTheReference) {
+  check_join(128 * 80, 128, 512, true);
+}
+
+// A join needs its shortcut, coefficients, output and bits, and comes without a BN prologue, on the
+// ping-pong schedule.
+TEST(Conv1x1Stats, AJoinWithoutWhatItNeedsIsRefused) {
+  SKIP_UNLESS_RUNS(128, 64, 64);
+  DeviceTensor any(128 * 64, DType::F32);  // stands for every tensor: nothing runs
+  uint8_t* bits = static_cast<uint8_t*>(any.get());
+  const Conv1x1Join whole{.res = any.get(), .scale = any.f32(), .shift = any.f32(), .out = any.get(), .bits = bits};
+  auto refused = [&](Conv1x1Join j, bool prologue, Conv1x1Schedule schedule) {
+    Conv1x1Stats a{any.get(), any.get(), any.get(), 128, 64, 64, prologue ? any.get() : nullptr,
+                   prologue ? any.get() : nullptr, any.f32(), schedule};
+    a.join = j;
+    try {
+      conv1x1_stats(a, ctx().stream);
+    } catch (const Fatal&) {
+      return true;
+    }
+    return false;
+  };
+  Conv1x1Join j = whole;
+  j.bits = nullptr;
+  EXPECT_TRUE(refused(j, false, Conv1x1Schedule::PingPong)) << "no bits";
+  j = whole;
+  j.res = nullptr;
+  EXPECT_TRUE(refused(j, false, Conv1x1Schedule::PingPong)) << "no shortcut";
+  j = whole;
+  j.out = nullptr;
+  EXPECT_TRUE(refused(j, false, Conv1x1Schedule::PingPong)) << "no output";
+  j = whole;
+  j.res_scale = any.f32();
+  EXPECT_TRUE(refused(j, false, Conv1x1Schedule::PingPong)) << "the shortcut's scale without its shift";
+  EXPECT_TRUE(refused(whole, true, Conv1x1Schedule::PingPong)) << "with a BN prologue";
+  EXPECT_TRUE(refused(whole, false, Conv1x1Schedule::Cooperative)) << "cooperative";
+  CUDA_CHECK(cudaStreamSynchronize(ctx().stream));
 }
 
 // A prologue needs both its coefficients.
