@@ -19,6 +19,7 @@ enum class FusedPattern {
   OwnStemConv,                                       // training, the stem's forward + statistics (ours: kernels/stem_conv.h)
   OwnStemWgrad,                                      // training, the stem's weight gradient (ours: kernels/stem_conv.h)
   OwnStemJoin,                                       // training, the stem's BN backward in layer1.0's conv1 dgrad (ours)
+  OwnJoinPrologue,                                   // training, the previous join in our conv1 kernel's prologue
   ConvBn, ConvBnRelu, ConvBnAddRelu,                 // inference (cuDNN)
   GemmBn, GemmBnRelu, GemmBnAddRelu                  // inference, 1x1 convs (cuBLASLt)
 };
@@ -41,7 +42,7 @@ constexpr int kY2Columns = 8;
 // --no-fuse's help, the same in both programs.
 constexpr const char* kNoFuseHelp =
     "fused batch-norm patterns to run plain, to measure what each buys (fusedbn builds): a comma list of "
-    "conv-stats, sbr-conv-stats, sbr-wgrad, dgrad-drelu-dbn, own-conv, own-join-dgrad, own-dgrad-dbn, own-finalize, own-prologue, stored-conv-stats, own-stem-conv, own-stem-wgrad, own-stem-join (training), conv-bn, conv-bn-relu, conv-bn-add-relu, "
+    "conv-stats, sbr-conv-stats, sbr-wgrad, dgrad-drelu-dbn, own-conv, own-join-dgrad, own-dgrad-dbn, own-finalize, own-prologue, stored-conv-stats, own-stem-conv, own-stem-wgrad, own-stem-join, own-join-prologue (training), conv-bn, conv-bn-relu, conv-bn-add-relu, "
     "gemm-bn, gemm-bn-relu, gemm-bn-add-relu (bin/predict), or all; the list replaces the default, so list "
     "the default's patterns too to change one thing";
 // bin/train's patterns that run plain unless --no-fuse says otherwise: with the weight gradients on
@@ -53,10 +54,13 @@ constexpr const char* kNoFuseHelp =
 // And our 1x1 kernels' finalize in their last CTA of a column (own-finalize): the finalize kernel
 // after them is faster at the step, 5.150 -> 5.122 ms (-0.55%, in every round; H200, 2026-11-29,
 // bench/ab.py, 3 rounds, bench/results/levers-session20-nvidia-h200-2026-11-29.md).
+// And, everywhere, the joins in the next conv1's prologue (own-join-prologue): with the join's output
+// stored from the kernel the step was slower than with the join passes (H200, 2026-11-29, bench/ab.py,
+// bench/results/levers-session23-nvidia-h200-2026-11-29.md).
 unsigned default_unfused_patterns(bool wgrad_beside);
 constexpr const char* kDefaultUnfusedText =
-    "sbr-wgrad,own-finalize where the weight gradients run on their own stream (bin/train, train-wgradstream), "
-    "else none";
+    "sbr-wgrad,own-finalize,own-join-prologue where the weight gradients run on their own stream (bin/train, "
+    "train-wgradstream), else own-join-prologue";
 // The warning of a build that fuses nothing (OPT_FUSED_BN=0) given --no-fuse.
 constexpr const char* kNoFuseWithoutFusion =
     "--no-fuse has no effect: this build does not fuse batch norm into the convolutions (OPT_FUSED_BN=0)";
@@ -89,6 +93,7 @@ struct FusionReport {
   bool own_stem_conv = false;   // the stem's forward with its BN statistics runs our kernel (OwnStemConv)
   bool own_stem_wgrad = false;  // the stem's weight gradient runs our kernel (OwnStemWgrad)
   bool own_stem_join = false;   // layer1.0's conv1 data gradient takes the stem's BN backward sums (OwnStemJoin)
+  int own_join_prologue = 0;    // conv1s of ours that apply the previous block's join as they read it (OwnJoinPrologue)
   int half_coefficients = 0;  // fused patterns whose engines take the BN scale/bias in fp16
   bool off_for_determinism = false;  // --deterministic: nothing tried (see fusion_report_lines)
   double seconds = -1;   // building (and, autotuning, timing) the patterns took; -1: not given

@@ -74,7 +74,9 @@ class TrainingNetwork : public Network {
   // (kernels/conv1x1_finalize.h): the forward's statistics, or backward the weight gradients and
   // apply coefficients; no counters (finalized after it) under --no-fuse own-finalize.
   struct Conv1x1Finalize finalize_in_kernel(const Bn& bn, int channels, bool backward) const;
-  void block_forward(const Block& b, BlockRun& r, const void* in, bool train);
+  // The block's convs, not its join; `join`: the previous block's, which conv1 applies as it reads
+  // its inputs, writing `in` (BlockRun::c1_applies_join).
+  void block_forward(const Block& b, BlockRun& r, const void* in, bool train, const struct ApplyArgs* join);
   void block_backward(size_t i);
   // y = relu(bn(x)) stored: the stem's output, and a conv's input where it reads it plain or the
   // weight gradient recomputes it; with `bits`, where the ReLU passed too (ApplyArgs::relu_bits).
@@ -83,8 +85,10 @@ class TrainingNetwork : public Network {
   // y = conv(x), or conv(relu(bn_prev(x))) with `prologue`, then bn's coefficients from y's
   // statistics (training) or its running statistics (evaluation). `own`: in training by our kernel;
   // `reads_stored`: the conv reads relu(bn_prev(x)), stored into `stored` by a BN pass first.
+  // `join`: our kernel applies the previous block's join as it reads x, the join's first input.
   void conv_stats(const struct ConvUnit& c, const FusedCall& fused, const void* x, void* y, const Bn& bn, Shape4 s,
-                  bool train, const Bn* prologue, void* stored, Shape4 s_prev, bool own, bool reads_stored = false);
+                  bool train, const Bn* prologue, void* stored, Shape4 s_prev, bool own, bool reads_stored = false,
+                  const struct Conv1x1Join* join = nullptr);
   // The backward of conv c whose input was relu(bn(x)): its weight gradient, and dx, the gradient of
   // bn's input x, from dy; own_dgrad: the data gradient by our kernel (BlockRun::c3_dgrad_own);
   // recompute_input: the plain weight gradient first writes relu(bn(x)) into `stored` (the forward
@@ -97,7 +101,10 @@ class TrainingNetwork : public Network {
   // lane_joined_later: the caller joins the lane and reports the weight's gradient ready itself.
   void conv_backward(const struct ConvUnit& c, const void* x, const void* dy, void* dx,
                      const struct Conv1x1DgradJoin* joined = nullptr, bool lane_joined_later = false);
-  void join_forward(const Block& b, BlockRun& r, const void* in, bool train);
+  // The join, out = relu(bn3(a3) + shortcut), the shortcut bn_down(ad) or the block's input `in`, as
+  // bn_apply's arguments (training: with its ReLU bits): run as a pass of its own, or by the next
+  // block's conv1 as it reads a3 and the shortcut (BlockRun::c1_applies_join).
+  struct ApplyArgs join_args(const Block& b, BlockRun& r, const void* in, bool train) const;
   // dy2: the second part of the output's gradient, or nullptr; joined: the next block's conv1 left
   // dz and its sums (BlockRun::c1_joins).
   void join_backward(const Block& b, BlockRun& r, const void* dy2, bool joined);

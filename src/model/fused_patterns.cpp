@@ -34,6 +34,8 @@ constexpr PatternNames kPatterns[] = {
     {FusedPattern::OwnStemWgrad, "the stem's weight gradient by a kernel of ours", "own-stem-wgrad"},
     {FusedPattern::OwnStemJoin, "layer1.0's conv1 data gradient + the stem's BN backward sums by a kernel of ours",
      "own-stem-join"},
+    {FusedPattern::OwnJoinPrologue, "the previous block's join applied as our conv1 kernel reads its input",
+     "own-join-prologue"},
     {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
     {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
     {FusedPattern::ConvBnAddRelu, "conv + BN + residual add + ReLU", "conv-bn-add-relu"},
@@ -81,7 +83,9 @@ unsigned parse_fused_pattern_list(const std::string& list) {
 }
 
 unsigned default_unfused_patterns(bool wgrad_beside) {
-  return wgrad_beside ? fused_pattern_bit(FusedPattern::SbrWgrad) | fused_pattern_bit(FusedPattern::OwnFinalize) : 0u;
+  const unsigned beside =
+      wgrad_beside ? fused_pattern_bit(FusedPattern::SbrWgrad) | fused_pattern_bit(FusedPattern::OwnFinalize) : 0u;
+  return beside | fused_pattern_bit(FusedPattern::OwnJoinPrologue);
 }
 
 bool run_fused(float fused_ms, float unfused_ms) {
@@ -168,5 +172,10 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
                                 "(kernels/conv1x1_dgrad_join.h)") +
                     (r.own_stem_wgrad ? ", the stem's weight gradient its apply as it reads the gradient" : "") +
                     ", in place of the plain data gradient and our reduction pass (--no-fuse own-stem-join: not)");
+  if (r.own_join_prologue)
+    lines.push_back("  and " + std::to_string(r.own_join_prologue) +
+                    " conv1s of ours apply the previous block's join as they read its inputs, and store it with its "
+                    "ReLU bits, in place of the join's pass before them (kernels/cutlass_join_mainloop.cuh; --no-fuse "
+                    "own-join-prologue: not)");
   return lines;
 }

@@ -53,6 +53,10 @@ struct TrainingNetwork::BlockRun {
   // sums; kernels/conv1x1_dgrad_join.h: OwnJoinDgrad), instead of writing its part of the gradient;
   // the first block's takes the stem's BN + ReLU backward so (OwnStemJoin).
   bool c1_joins = false;
+  // Training's forward: conv1, ours, applies the previous block's join as it reads the join's inputs
+  // and stores it with its ReLU bits (kernels/conv1x1_stats.h, Conv1x1Join: OwnJoinPrologue), and
+  // the previous block runs no join pass. Every block's but the first (the stem's BN is no join).
+  bool c1_applies_join = false;
   // conv3's data gradient with bn2's ReLU and backward sums by our kernel (kernels/conv1x1_dgrad_bn.h:
   // OwnDgradDbn), where its forward was ours (c3_own: the ReLU mask is the prologue's test, fp16
   // x * scale + shift > 0, also where the forward read a stored y2).
@@ -289,9 +293,16 @@ void TrainingNetwork::forward(const void* images, bool train) {
   uint8_t* bits = train && stem_relu_bits_.get() ? stem_relu_bits_.as<uint8_t>() : nullptr;
   store_relu_bn(bn, stem_a_.get(), stem_y_.get(), stem, ctx_.stream, bits);
   const void* cur = stem_y_.get();
+  ApplyArgs join{};
+  const ApplyArgs* deferred = nullptr;  // the previous block's join, where this block's conv1 applies it
   for (size_t i = 0; i < runs_.size(); ++i) {
-    block_forward(layers_->blocks[i], runs_[i], cur, train);
-    cur = runs_[i].out.get();
+    const Block& b = layers_->blocks[i];
+    BlockRun& r = runs_[i];
+    block_forward(b, r, cur, train, deferred);
+    join = join_args(b, r, cur, train);
+    deferred = train && i + 1 < runs_.size() && runs_[i + 1].c1_applies_join ? &join : nullptr;
+    if (!deferred) bn_apply(join, b.out, cfg_.dtype, cfg_.layout, ctx_.stream);
+    cur = r.out.get();
   }
   classify(cur);
 }
@@ -325,6 +336,7 @@ void TrainingNetwork::plan_own_convs() {
   const bool finalizes = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnFinalize));
   const bool prologues = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnPrologue));
   const bool stem_joins = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnStemJoin));
+  const bool join_prologues = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnJoinPrologue));
   size_t bytes = 0;
   int columns = 0;
   // Whether one of our kernels takes conv u, over the pixels of `s`: switched on, a 1x1 stride-1
@@ -349,6 +361,8 @@ void TrainingNetwork::plan_own_convs() {
     const Block& b = layers_->blocks[i];
     BlockRun& r = runs_[i];
     r.c1_own = stats(b.c1, b.mid1);
+    r.c1_applies_join = i > 0 && join_prologues && r.c1_own;
+    fusion_report_.own_join_prologue += r.c1_applies_join;
     r.c3_own = r.c3.fwd && b.b2.scale_h && stats(b.c3, b.out);
     r.c3.reads_stored = r.c3_own && r.stores_y2() && (!prologues || conv1x1_columns(b.c3.geometry().k) >= kY2Columns);
     fusion_report_.own_prologue += r.c3_own && !r.c3.reads_stored;
@@ -418,8 +432,10 @@ void TrainingNetwork::store_relu_bn(const Bn& bn, const void* x, void* y, Shape4
 
 void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, const void* x, void* y, const Bn& bn,
                                  Shape4 s, bool train, const Bn* prologue, void* stored, Shape4 s_prev, bool own,
-                                 bool reads_stored) {
+                                 bool reads_stored, const Conv1x1Join* join) {
   const cudaStream_t stream = ctx_.stream;
+  if (join && !(own && train && !prologue))
+    throw Fatal("conv_stats: " + bn.name + "'s conv applies the previous join only by our kernel, in training");
   if (prologue && reads_stored) {  // relu(bn_prev(x)) stored by a BN pass, then read as it is
     if (!stored) throw Fatal("conv_stats: " + bn.name + "'s conv reads its stored input, and none is allocated");
     store_relu_bn(*prologue, x, stored, s_prev, stream);
@@ -432,7 +448,8 @@ void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, cons
     float* partials = own_partials_.as<float>();
     const Conv1x1Finalize finalize = finalize_in_kernel(bn, g.k, false);
     conv1x1_stats({x, params_.working(c.weight), y, m, g.k, g.c, prologue ? prologue->scale_h : nullptr,
-                   prologue ? prologue->shift_h : nullptr, partials, Conv1x1Schedule::PingPong, finalize},
+                   prologue ? prologue->shift_h : nullptr, partials, Conv1x1Schedule::PingPong, finalize,
+                   join ? *join : Conv1x1Join{}},
                   stream);
     if (!finalize.arrivals)
       bn_finalize_partials(partials, conv1x1_partial_rows(m, g.k), g.k, s.per_channel(), bn.st, bn.channels,
@@ -461,8 +478,17 @@ void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, cons
   }
 }
 
-void TrainingNetwork::block_forward(const Block& b, BlockRun& r, const void* in, bool train) {
-  conv_stats(b.c1, r.c1_stats, in, r.a1.get(), b.b1, b.mid1, train, nullptr, nullptr, {}, r.c1_own);
+void TrainingNetwork::block_forward(const Block& b, BlockRun& r, const void* in, bool train, const ApplyArgs* join) {
+  if (join) {  // in (the join's output) is written by conv1, from the join's inputs
+    const Conv1x1Join j{.res = join->res, .scale = join->scale, .shift = join->shift,
+                        .res_scale = join->residual == Residual::BatchNorm ? join->res_scale : nullptr,
+                        .res_shift = join->residual == Residual::BatchNorm ? join->res_shift : nullptr,
+                        .out = join->y, .bits = join->relu_bits};
+    if (join->y != in) throw Fatal("block_forward: the join conv1 applies must write the block's input");
+    conv_stats(b.c1, r.c1_stats, join->x, r.a1.get(), b.b1, b.mid1, train, nullptr, nullptr, {}, r.c1_own, false, &j);
+  } else {
+    conv_stats(b.c1, r.c1_stats, in, r.a1.get(), b.b1, b.mid1, train, nullptr, nullptr, {}, r.c1_own);
+  }
   conv_stats(b.c2, r.c2.fwd, r.a1.get(), r.a2.get(), b.b2, b.mid2, train, &b.b1, r.y1.get(), b.mid1, false,
              r.c2.reads_stored);
   // Our conv3 kernel runs in training only: evaluation runs cuDNN's SbrConvStats, bn2 in its prologue.
@@ -470,12 +496,9 @@ void TrainingNetwork::block_forward(const Block& b, BlockRun& r, const void* in,
              r.c3.reads_stored && train);
   if (b.down)
     conv_stats(*b.down, r.down_stats, in, r.ad.get(), *b.bdown, b.out, train, nullptr, nullptr, {}, r.down_own);
-  join_forward(b, r, in, train);
 }
 
-// out = relu(bn3(a3) + shortcut), the shortcut bn_down(ad) or the block input, in one pass: the
-// shortcut's BN is applied as it is read (its output is never stored).
-void TrainingNetwork::join_forward(const Block& b, BlockRun& r, const void* in, bool train) {
+ApplyArgs TrainingNetwork::join_args(const Block& b, BlockRun& r, const void* in, bool train) const {
   ApplyArgs a{r.a3.get(), b.b3.st.scale, b.b3.st.shift, Residual::Tensor, in, nullptr, nullptr, true, r.out.get()};
   if (b.down) {
     a.residual = Residual::BatchNorm;
@@ -484,7 +507,7 @@ void TrainingNetwork::join_forward(const Block& b, BlockRun& r, const void* in, 
     a.res_shift = b.bdown->st.shift;
   }
   if (train) a.relu_bits = r.relu_bits.as<uint8_t>();
-  bn_apply(a, b.out, cfg_.dtype, cfg_.layout, ctx_.stream);
+  return a;
 }
 
 void TrainingNetwork::loss(const int32_t* labels, LossTotals* totals, const float* loss_scale, const long long* step,
@@ -622,7 +645,7 @@ void TrainingNetwork::block_backward(size_t i) {
 // already in g[0]): g[1] = the gradient of a3, and g[3] = that of the shortcut conv's output, or
 // g[0] = the identity shortcut's.
 void TrainingNetwork::join_backward(const Block& b, BlockRun& r, const void* dy2, bool joined) {
-  // The ReLU came after the residual add: join_forward's bits.
+  // The ReLU came after the residual add: the forward's bits (join_args).
   BnBackwardArgs last{.dy = grad_[0].get(), .dy2 = dy2, .relu = ReluMask::FromBits,
                       .relu_bits = r.relu_bits.as<uint8_t>(), .x = r.a3.get(), .bn = &b.b3.st,
                       .dgamma = params_.vector_grad(b.b3.gamma), .dbeta = params_.vector_grad(b.b3.beta),

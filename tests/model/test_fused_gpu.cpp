@@ -549,6 +549,24 @@ TEST(FusedNetworkGpu, TheFirstConv1JoinsTheStemWhereTheOthersJoin) {
   EXPECT_EQ(no_joins.own_join, 0);
 }
 
+// Switched on (off by default: slower), every conv1 but the first applies the previous block's join
+// where our kernel runs its forward; none by default, nor without our forward kernel.
+TEST(FusedNetworkGpu, EveryConv1ButTheFirstAppliesThePreviousJoin) {
+  SKIP_WITHOUT_GPU("the fused training network");
+  GpuContext ctx;
+  AutotuneCache cache("", "join prologue test");
+  const unsigned join = fused_pattern_bit(FusedPattern::OwnJoinPrologue);
+  const unsigned on = default_unfused_patterns(true) & ~join;
+  const FusionReport as_on = training_fusion_report(ctx, cache, on);
+  if (as_on.own != 33) GTEST_SKIP() << "our forward kernel runs " << as_on.own << " of 33 1x1 convs here";
+  EXPECT_EQ(as_on.own_join_prologue, 15);
+  const FusionReport by_default = training_fusion_report(ctx, cache, default_unfused_patterns(true));
+  EXPECT_EQ(by_default.own_join_prologue, 0);
+  EXPECT_EQ(by_default.own, 33) << "the convs' forward stays ours";
+  const FusionReport no_own = training_fusion_report(ctx, cache, on | fused_pattern_bit(FusedPattern::OwnConvStats));
+  EXPECT_EQ(no_own.own_join_prologue, 0) << "only our conv1 kernel applies the join";
+}
+
 // ---- the start-up report (CPU) ------------------------------------------------------------------
 TEST(FusionReport, CountsAndGroupsRefusalsByPatternAndReason) {
   FusionReport r;
@@ -645,6 +663,19 @@ TEST(FusionReport, SaysWhereTheStemsKernelsRun) {
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[2].find("its apply"), std::string::npos) << lines[2];
   r.own_stem_conv = r.own_stem_join = false;
+  EXPECT_EQ(fusion_report_lines(r).size(), 1u);
+}
+
+// The line for the conv1s that apply the previous join, and none where none do.
+TEST(FusionReport, SaysWhichConv1sApplyThePreviousJoin) {
+  FusionReport r;
+  r.tried = r.fused = 80;
+  r.own_join_prologue = 15;
+  std::vector<std::string> lines = fusion_report_lines(r);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find("15 conv1s of ours apply the previous block's join"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("--no-fuse own-join-prologue"), std::string::npos) << lines[1];
+  r.own_join_prologue = 0;
   EXPECT_EQ(fusion_report_lines(r).size(), 1u);
 }
 

@@ -148,6 +148,7 @@ struct Build {
   bool fused;
   bool wgrad_beside = false;  // weight gradients on their own stream, as bin/train runs them
   unsigned also_unfused = 0;  // patterns run plain beside bin/train's default (--no-fuse)
+  unsigned also_fused = 0;    // of the default's plain patterns, those run fused
   float loss_scale() const { return t == DType::F16 ? 1024.f : 1.f; }
 };
 const Build kLegacy{"legacy", ConvApi::Legacy, DType::F32, Layout::NCHW, false};
@@ -180,7 +181,7 @@ class ParityNet {
     // The patterns bin/train runs plain by default (src/train/setup.cpp): with the weight gradients
     // beside, sbr-wgrad, so that conv3 reads y2 stored by a BN pass where plan_own_convs says so,
     // and conv2's ConvStats reads y1 so stored (plan_blocks).
-    cfg.unfused_patterns = default_unfused_patterns(b.wgrad_beside) | b.also_unfused;
+    cfg.unfused_patterns = (default_unfused_patterns(b.wgrad_beside) | b.also_unfused) & ~b.also_fused;
     net_ = std::make_unique<TrainingNetwork>(cfg, ctx_, *cache_);
     init_params_for_parity(*net_, f.seed, ctx_.stream);
 
@@ -269,6 +270,7 @@ class ParityNet {
     return v;
   }
   bool joins_the_stem() const { return net_->fusion_report().own_stem_join; }
+  int join_prologues() const { return net_->fusion_report().own_join_prologue; }
 
  private:
   // A parameter's gradient in fp32, unscaled, in storage order.
@@ -425,6 +427,33 @@ TEST(FusedParityGpu, TheStemsOtherBackwardsAsCloseToPyTorch) {
     EXPECT_LE(s.median, 1.5 * s16.median + 2e-3);
     EXPECT_LE(s.worst, 1.5 * s16.worst + 1e-2) << worst;
   }
+}
+
+// The joins applied by the next conv1 as it reads their inputs (off by default: slower) against the
+// joins as passes of their own (bin/train's default): the join's output differs by fp16
+// rounding (the kernel computes it in fp16, the pass in fp32), so the loss and logits agree within
+// that and the run-to-run noise of the fused statistics, and the gradients are as close to PyTorch.
+TEST(FusedParityGpu, TheJoinsInConv1AsTheirOwnPasses) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device: the PyTorch parity test needs a GPU";
+  const Fixture f = load_fixture(fixture_path());
+  Build b = kFused;
+  b.also_fused = fused_pattern_bit(FusedPattern::OwnJoinPrologue);
+  ParityNet with(f, b);
+  if (with.join_prologues() == 0) GTEST_SKIP() << "no conv1 applies the previous join here";
+  ParityNet without(f, kFused);
+  EXPECT_EQ(without.join_prologues(), 0);
+  const float lw = with.step_gradients(), lo = without.step_gradients();
+  const std::vector<float> gw = with.logits(), go = without.logits();
+  const double apart = rel_error(std::vector<double>(gw.begin(), gw.end()), std::vector<double>(go.begin(), go.end()));
+  std::string ww, wo;
+  const Spread ew = spread(with.gradient_errors(ww)), eo = spread(without.gradient_errors(wo));
+  std::printf("[ parity   ] own-join-prologue (%d conv1s): loss %.6f, the passes' %.6f; logits %.2e apart; gradients "
+              "against PyTorch float64 median %.2e worst %.2e (%s), the passes' %.2e %.2e (%s)\n",
+              with.join_prologues(), lw, lo, apart, ew.median, ew.worst, ww.c_str(), eo.median, eo.worst, wo.c_str());
+  EXPECT_NEAR(lw, lo, 1e-3 * std::fabs(lo)) << "loss";
+  EXPECT_LE(apart, 1e-2) << "logits";
+  EXPECT_LE(ew.median, 1.5 * eo.median + 2e-3);
+  EXPECT_LE(ew.worst, 1.5 * eo.worst + 1e-2) << ww;
 }
 
 }  // namespace
