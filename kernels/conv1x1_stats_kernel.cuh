@@ -11,7 +11,8 @@
 // last CTA of the column to write its row does (finalize_column; the forward and conv3's data
 // gradient: not the join's, where it measured slower).
 //
-// Roles (384 threads, one CTA an SM): warp 0 issues the TMA loads of A and B tile after tile,
+// Roles (384 threads, one CTA an SM): warp 0 issues the TMA loads of A and B (and the join's
+// shortcut) tile after tile,
 // stages ahead; the two consumer warpgroups each multiply 64 of the tile's 128 rows, or ping-pong
 // each all of every other tile (CUTLASS's mainloop, or with the previous BN the prologue's,
 // kernels/cutlass_prologue_mainloop.cuh, or with the previous join kernels/cutlass_join_mainloop.cuh), then put the tile in fp16 in shared memory and hand it to

@@ -186,7 +186,8 @@ struct JoinMainloop : RegisterAMainloop<KernelSchedule, TileShape, carveout, 2>:
         const __half2 xv = __halves2half2(x(2 * j, m).to_half(), x(2 * j + 1, m).to_half());
         const __half2 rv = __halves2half2(r(2 * j, m).to_half(), r(2 * j + 1, m).to_half());
         const __half2 t = kDual ? __hfma2(rv, res_scale[j], shift[j]) : __hadd2(rv, shift[j]);
-        const __half2 y = __hfma2_relu(xv, scale[j], t);
+        // max with 0, not __hfma2_relu: a NaN (an overflowing step) becomes 0 as in bn_apply's fmaxf.
+        const __half2 y = __hmax2(__hfma2(xv, scale[j], t), __float2half2_rn(0.f));
         x(2 * j, m) = cutlass::half_t(__low2half(y));
         x(2 * j + 1, m) = cutlass::half_t(__high2half(y));
         if constexpr (kStores) {
@@ -298,8 +299,11 @@ struct JoinMainloop : RegisterAMainloop<KernelSchedule, TileShape, carveout, 2>:
         bits[k_tile] = mine;
       }
       // The last k-tile's stage back to the producer: its wgmmas are done (the wait before this
-      // k-tile's last k-block), and so is its store's read (above). Here, not inside the k-blocks'
-      // loop as PrologueMainloop does it: the store's wait there made ptxas serialize the wgmmas.
+      // k-tile's last k-block), and so is its store's read (above). Only the storing thread waited
+      // for that, and it suffices: without a cluster, CUTLASS's pipeline counts every consumer
+      // thread's arrival on the stage's empty barrier (PipelineTmaAsync: num_consumers arrivals), so
+      // the stage is free once that thread too has arrived. Here, not inside the k-blocks' loop as
+      // PrologueMainloop does it: the store's wait there made ptxas serialize the wgmmas.
       if (k_tile > 0) {
         pipeline.consumer_release(release);
         ++release;

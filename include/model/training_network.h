@@ -65,9 +65,10 @@ class TrainingNetwork : public Network {
   void plan_blocks(AutotuneCache& cache, size_t largest);  // largest: of the activations, in elements
   void allocate(size_t largest);
   void give_fused_workspaces();
-  // Which 1x1 convs' training forward runs our kernel (BlockRun::c1_own, ...), which conv1s' and
-  // conv3s' data gradient (BlockRun::c1_joins, the first block's joining the stem's BN; c3_dgrad_own), and
-  // whether the stem's forward and weight gradient run ours (kernels/stem_conv.h).
+  // Which 1x1 convs' training forward runs our kernel (BlockRun::c1_own, ...), which conv1s apply the
+  // previous join as they read it (c1_applies_join), which conv1s' and conv3s' data gradient
+  // (BlockRun::c1_joins, the first block's joining the stem's BN; c3_dgrad_own), and whether the
+  // stem's forward and weight gradient run ours (kernels/stem_conv.h).
   void plan_own_convs();
   struct StemShape stem_shape() const;  // the stem conv's, as our kernels take it (kernels/stem_conv.h)
   // What our 1x1 kernel that takes bn's sums over `channels` columns needs to finalize it itself

@@ -435,7 +435,8 @@ void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, cons
                                  bool reads_stored, const Conv1x1Join* join) {
   const cudaStream_t stream = ctx_.stream;
   if (join && !(own && train && !prologue))
-    throw Fatal("conv_stats: " + bn.name + "'s conv applies the previous join only by our kernel, in training");
+    throw Fatal("conv_stats: " + bn.name + "'s conv applies the previous join only by our kernel, in training, "
+                "without a BN prologue");
   if (prologue && reads_stored) {  // relu(bn_prev(x)) stored by a BN pass, then read as it is
     if (!stored) throw Fatal("conv_stats: " + bn.name + "'s conv reads its stored input, and none is allocated");
     store_relu_bn(*prologue, x, stored, s_prev, stream);

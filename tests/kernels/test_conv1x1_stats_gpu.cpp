@@ -277,16 +277,19 @@ TEST(Conv1x1Stats, TheProjectionJoinAsConv1ReadsItMatchesTheReference) {
   check_join(128 * 80, 128, 512, true);
 }
 
-// A join needs its shortcut, coefficients, output and bits, and comes without a BN prologue, on the
-// ping-pong schedule.
+// A join needs its shortcut, coefficients, output and bits, aligned, its output apart from its
+// inputs, and comes without a BN prologue, on the ping-pong schedule.
 TEST(Conv1x1Stats, AJoinWithoutWhatItNeedsIsRefused) {
   SKIP_UNLESS_RUNS(128, 64, 64);
-  DeviceTensor any(128 * 64, DType::F32);  // stands for every tensor: nothing runs
-  uint8_t* bits = static_cast<uint8_t*>(any.get());
-  const Conv1x1Join whole{.res = any.get(), .scale = any.f32(), .shift = any.f32(), .out = any.get(), .bits = bits};
+  const int m = 128, c = 64;
+  DeviceTensor x(size_t(m) * c, DType::F16), res(size_t(m) * c, DType::F16), out(size_t(m) * c, DType::F16),
+      w(size_t(c) * c, DType::F16), y(size_t(m) * c, DType::F16), coef(c, DType::F32),
+      part(conv1x1_partials_bytes(m, c) / 4, DType::F32), bits(size_t(m) * c / 8 / 4, DType::F32);
+  uint8_t* bits_at = static_cast<uint8_t*>(bits.get());
+  const Conv1x1Join whole{.res = res.get(), .scale = coef.f32(), .shift = coef.f32(), .out = out.get(), .bits = bits_at};
   auto refused = [&](Conv1x1Join j, bool prologue, Conv1x1Schedule schedule) {
-    Conv1x1Stats a{any.get(), any.get(), any.get(), 128, 64, 64, prologue ? any.get() : nullptr,
-                   prologue ? any.get() : nullptr, any.f32(), schedule};
+    Conv1x1Stats a{x.get(), w.get(), y.get(), m, c, c, prologue ? coef.get() : nullptr, prologue ? coef.get() : nullptr,
+                   part.f32(), schedule};
     a.join = j;
     try {
       conv1x1_stats(a, ctx().stream);
@@ -295,6 +298,7 @@ TEST(Conv1x1Stats, AJoinWithoutWhatItNeedsIsRefused) {
     }
     return false;
   };
+  EXPECT_FALSE(refused(whole, false, Conv1x1Schedule::PingPong)) << "all it needs";
   Conv1x1Join j = whole;
   j.bits = nullptr;
   EXPECT_TRUE(refused(j, false, Conv1x1Schedule::PingPong)) << "no bits";
@@ -305,8 +309,14 @@ TEST(Conv1x1Stats, AJoinWithoutWhatItNeedsIsRefused) {
   j.out = nullptr;
   EXPECT_TRUE(refused(j, false, Conv1x1Schedule::PingPong)) << "no output";
   j = whole;
-  j.res_scale = any.f32();
+  j.res_scale = coef.f32();
   EXPECT_TRUE(refused(j, false, Conv1x1Schedule::PingPong)) << "the shortcut's scale without its shift";
+  j = whole;
+  j.out = x.get();
+  EXPECT_TRUE(refused(j, false, Conv1x1Schedule::PingPong)) << "the output over its input";
+  j = whole;
+  j.bits = bits_at + 1;
+  EXPECT_TRUE(refused(j, false, Conv1x1Schedule::PingPong)) << "bits not 8-byte aligned";
   EXPECT_TRUE(refused(whole, true, Conv1x1Schedule::PingPong)) << "with a BN prologue";
   EXPECT_TRUE(refused(whole, false, Conv1x1Schedule::Cooperative)) << "cooperative";
   CUDA_CHECK(cudaStreamSynchronize(ctx().stream));

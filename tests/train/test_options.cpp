@@ -484,8 +484,8 @@ const FusedPattern kEveryPattern[] = {
 // --no-fuse: which fused BN patterns run plain (model/fused_patterns.h), as bits and as the one
 // text the ranks compare.
 // Without --no-fuse, the fused weight gradient and our kernels' in-kernel finalize run plain where
-// the weight gradients have their own stream (measured slower at the step there), and every pattern
-// is planned elsewhere.
+// the weight gradients have their own stream (measured slower at the step there), and the joins in
+// conv1's prologue everywhere (slower everywhere); every other pattern is planned.
 TEST(Options, NoFuseDefaultsToThePlainWeightGradientBesideTheDataGradient) {
   const unsigned join = fused_pattern_bit(FusedPattern::OwnJoinPrologue);
   EXPECT_EQ(default_unfused_patterns(true),
