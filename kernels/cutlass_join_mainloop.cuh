@@ -13,8 +13,10 @@
 // back: at layer1 the pass took 55 µs and conv1 26 (H200 trace, 2026-11-29). Here conv1 reads x and
 // r instead and nothing is read back. Measured (H200, 2026-11-29,
 // bench/results/levers-session23-nvidia-h200-2026-11-29.md): without the stores (a probe; its output
-// unusable) layer1's kernel took 52 µs, with them 84: the step is 10% slower than with the join
-// passes, hence off by default. The stores are what is left to make cheap.
+// unusable) layer1's kernel took 52 µs, with them 84 (the pass and conv1: 81). Where conv1 has more
+// than one column of tiles (layers 2-4), each column computes the join again from x and r, twice
+// the bytes of reading the stored output: 55-120 µs against 17-83. The step is 10% slower than
+// with the join passes, hence off by default; by the bytes it could win only at layer1.
 //
 // Built as PrologueMainloop (kernels/cutlass_prologue_mainloop.cuh): the register-sourced mainloop's
 // copy of each k-block of A from shared memory to registers is where the join goes. Each stage holds
