@@ -37,6 +37,33 @@ struct Case {
   Conv1x1Schedule schedule;
 };
 
+// y = in w^T (m by k, from in [m, c] and w [k, c]) and its per-column sums and sums of squares, as
+// the CPU reference makes them in double, against the kernel's y and its rows of partial sums.
+void expect_gemm_and_sums(const Vec& in, const Vec& w, int m, int k, int c, const DeviceTensor& dy,
+                          const DeviceTensor& part) {
+  Vec y(size_t(m) * k), sum(k, 0.0), sq(k, 0.0);
+  for (int i = 0; i < m; ++i)
+    for (int o = 0; o < k; ++o) {
+      double acc = 0;
+      for (int j = 0; j < c; ++j) acc += in[size_t(i) * c + j] * w[size_t(o) * c + j];
+      y[size_t(i) * k + o] = acc;
+      sum[o] += acc;
+      sq[o] += acc * acc;
+    }
+  EXPECT_CLOSE(dy.download(), y, gpu_test::kTolF16) << "y";
+  const int rows = conv1x1_partial_rows(m, k);
+  const Vec p = part.download();
+  Vec got_sum(k, 0.0), got_sq(k, 0.0);
+  for (int r = 0; r < rows; ++r)
+    for (int o = 0; o < k; ++o) {
+      got_sum[o] += p[size_t(r) * k + o];
+      got_sq[o] += p[(size_t(rows) + r) * k + o];
+    }
+  // fp32 accumulators of fp16 inputs: held to the fp32 bound, as the fused patterns' statistics are.
+  EXPECT_CLOSE(got_sum, sum, gpu_test::kTolF32) << "the sums";
+  EXPECT_CLOSE(got_sq, sq, gpu_test::kTolF32) << "the sums of squares";
+}
+
 // Runs the case and compares; skips (with the reason) where the kernel does not run it here.
 void check(const Case& t) {
   SKIP_UNLESS_RUNS(t.m, t.k, t.c);
@@ -50,36 +77,17 @@ void check(const Case& t) {
   if (t.prologue)
     for (size_t i = 0; i < in.size(); ++i)
       in[i] = gpu_test::quantize(DType::F16, std::max(0.0, x[i] * s[i % t.c] + b[i % t.c]));
-  Vec y(size_t(t.m) * t.k), sum(t.k, 0.0), sq(t.k, 0.0);
-  for (int i = 0; i < t.m; ++i)
-    for (int o = 0; o < t.k; ++o) {
-      double acc = 0;
-      for (int j = 0; j < t.c; ++j) acc += in[size_t(i) * t.c + j] * w[size_t(o) * t.c + j];
-      y[size_t(i) * t.k + o] = acc;
-      sum[o] += acc;
-      sq[o] += acc * acc;
-    }
 
   const int rows = conv1x1_partial_rows(t.m, t.k);
   DeviceTensor dx(x, DType::F16), dw(w, DType::F16), ds(s, DType::F16), db(b, DType::F16);
-  DeviceTensor dy(y.size(), DType::F16, "conv output"), part(2 * size_t(rows) * t.k, DType::F32, "partial sums");
+  DeviceTensor dy(size_t(t.m) * t.k, DType::F16, "conv output"), part(2 * size_t(rows) * t.k, DType::F32, "partial sums");
   dy.poison();
   part.poison();
   conv1x1_stats({dx.get(), dw.get(), dy.get(), t.m, t.k, t.c, t.prologue ? ds.get() : nullptr,
                  t.prologue ? db.get() : nullptr, part.f32(), t.schedule},
                 ctx().stream);
   CUDA_CHECK(cudaStreamSynchronize(ctx().stream));
-  EXPECT_CLOSE(dy.download(), y, gpu_test::kTolF16) << "y";
-  const Vec p = part.download();
-  Vec got_sum(t.k, 0.0), got_sq(t.k, 0.0);
-  for (int r = 0; r < rows; ++r)
-    for (int o = 0; o < t.k; ++o) {
-      got_sum[o] += p[size_t(r) * t.k + o];
-      got_sq[o] += p[(size_t(rows) + r) * t.k + o];
-    }
-  // fp32 accumulators of fp16 inputs: held to the fp32 bound, as the fused patterns' statistics are.
-  EXPECT_CLOSE(got_sum, sum, gpu_test::kTolF32) << "the sums";
-  EXPECT_CLOSE(got_sq, sq, gpu_test::kTolF32) << "the sums of squares";
+  expect_gemm_and_sums(in, w, t.m, t.k, t.c, dy, part);
 }
 
 // One tile a CTA, no prologue (conv1, the first shortcut).
@@ -244,25 +252,7 @@ void check_join(int m, int k, int c, bool projection) {
   for (size_t i = 0; i < n; ++i) wrong_bits += ((bits[i / 8] >> (i % 8)) & 1) != (got_out[i] > 0);
   EXPECT_EQ(wrong_bits, 0u) << "bits unlike out > 0";
 
-  Vec y(size_t(m) * k), sum(k, 0.0), sq(k, 0.0);
-  for (int i = 0; i < m; ++i)
-    for (int o = 0; o < k; ++o) {
-      double acc = 0;
-      for (int j = 0; j < c; ++j) acc += got_out[size_t(i) * c + j] * w[size_t(o) * c + j];
-      y[size_t(i) * k + o] = acc;
-      sum[o] += acc;
-      sq[o] += acc * acc;
-    }
-  EXPECT_CLOSE(dy.download(), y, gpu_test::kTolF16) << "y";
-  const Vec p = part.download();
-  Vec got_sum(k, 0.0), got_sq(k, 0.0);
-  for (int row = 0; row < rows; ++row)
-    for (int o = 0; o < k; ++o) {
-      got_sum[o] += p[size_t(row) * k + o];
-      got_sq[o] += p[(size_t(rows) + row) * k + o];
-    }
-  EXPECT_CLOSE(got_sum, sum, gpu_test::kTolF32) << "the sums";
-  EXPECT_CLOSE(got_sq, sq, gpu_test::kTolF32) << "the sums of squares";
+  expect_gemm_and_sums(got_out, w, m, k, c, dy, part);
 }
 
 // An identity shortcut, one column of tiles (layer1's conv1s): every CTA stores the join, several
