@@ -46,12 +46,11 @@ struct RegisterAMainloop {
                              GMMA::Major::K, Half, decltype(get<0>(TileShape{})), decltype(get<2>(TileShape{})), false>());
   using SmemAtomB = decltype(cutlass::gemm::collective::detail::rs_smem_selector<
                              GMMA::Major::K, Half, decltype(get<1>(TileShape{})), decltype(get<2>(TileShape{})), false>());
-  // As CUTLASS's builder counts them (compute_stage_count_or_override), each stage a_tiles of A.
-  static constexpr int kStageBytes =
-      cutlass::round_up(int(sizeof(Half)) * size<2>(TileShape{}) * (a_tiles * size<0>(TileShape{}) + size<1>(TileShape{})), 128) +
-      int(sizeof(typename cutlass::PipelineTmaAsync<1>::SharedStorage));
-  static constexpr int kStages =
-      (cutlass::gemm::collective::detail::sm90_smem_capacity_bytes / 128 * 128 - cutlass::round_up(carveout, 128)) / kStageBytes;
+  // CUTLASS's builder's count, a stage's a_tiles tiles of A counted as one tile a_tiles times taller.
+  using StageShape = Shape<Int<a_tiles * size<0>(TileShape{})>, decltype(get<1>(TileShape{})), decltype(get<2>(TileShape{}))>;
+  static constexpr int kStages = cutlass::gemm::collective::detail::compute_stage_count_or_override<
+      cutlass::gemm::collective::detail::sm90_smem_capacity_bytes, Half, Half, StageShape,
+      carveout>(cutlass::gemm::collective::StageCountAutoCarveout<carveout>{});
   using Policy = cutlass::gemm::MainloopSm90TmaGmmaRmemAWarpSpecialized<kStages, Shape<_1, _1, _1>, KernelSchedule>;
   using Base = cutlass::gemm::collective::CollectiveMma<Policy, TileShape, Half, Stride, Half, Stride, TiledMma,
                                                         SM90_TMA_LOAD, SmemAtomA, Copy_Atom<AutoVectorizingCopy, Half>,
