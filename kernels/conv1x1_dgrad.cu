@@ -5,6 +5,8 @@
 #include "kernels/conv1x1_dgrad_bn.h"
 #include "kernels/conv1x1_dgrad_join.h"
 
+#include <cstdint>
+
 #include "core/errors.h"
 #include "kernels/conv1x1_launch.cuh"
 
@@ -44,6 +46,12 @@ void conv1x1_dgrad_join(const Conv1x1DgradJoin& a, cudaStream_t stream) {
     throw Fatal("conv1x1_dgrad_join: a tensor it reads or writes is missing");
   if (!a.x2 != !a.mean2 || !a.x2 != !a.invstd2)
     throw Fatal("conv1x1_dgrad_join: the shortcut's BN needs its input, mean and 1/std together");
+  if (a.g_even && (a.img_h <= 0 || a.img_w <= 0 || a.m % (int64_t(a.img_h) * a.img_w) != 0))
+    throw Fatal("conv1x1_dgrad_join: the compact shortcut gradient needs dz's image height and width, "
+                "a whole number of images");
+  if (!a.g_even && (a.img_h || a.img_w)) throw Fatal("conv1x1_dgrad_join: an image size without a compact gradient");
+  if (reinterpret_cast<uintptr_t>(a.g_even) % 16)
+    throw Fatal("conv1x1_dgrad_join: the compact shortcut gradient must start 16-byte aligned (16-byte copies)");
 #if defined(CONV1X1_WITH_CUTLASS)
   trainer_kernels::JoinGradEpilogue::Params e{};
   e.dz = static_cast<cutlass::half_t*>(a.dz);
@@ -54,6 +62,13 @@ void conv1x1_dgrad_join(const Conv1x1DgradJoin& a, cudaStream_t stream) {
   e.x2 = static_cast<const __half*>(a.x2);
   e.mean2 = a.mean2;
   e.invstd2 = a.invstd2;
+  e.g_even = static_cast<const cutlass::half_t*>(a.g_even);
+  if (a.g_even) {
+    e.img_hw = cutlass::FastDivmod(a.img_h * a.img_w);
+    e.img_w = cutlass::FastDivmod(a.img_w);
+    e.half_h = (a.img_h + 1) / 2;
+    e.half_w = (a.img_w + 1) / 2;
+  }
   e.partials = a.partials;
   launch_dgrad<trainer_kernels::JoinGradEpilogue>(a.dy, a.w, a.m, a.k, a.c, e, stream);
 #else

@@ -25,7 +25,8 @@
 struct Conv1x1DgradJoin {
   const void* dy;  // fp16 [m, k]: the conv's output gradient
   const void* w;   // fp16 [k, c]: its KRSC filter
-  // fp16 [m, c]: in, the shortcut's part of the gradient of the previous block's output; out, dz.
+  // fp16 [m, c]: in, the shortcut's part of the gradient of the previous block's output (but see
+  // g_even); out, dz.
   void* dz;
   const uint8_t* relu_bits;  // the join's ReLU bits (ApplyArgs::relu_bits), one byte per 8 channels
   const void* x;             // fp16 [m, c]: bn3's input (a3), its batch mean and 1/std
@@ -35,6 +36,12 @@ struct Conv1x1DgradJoin {
   const void* x2 = nullptr;
   const float* mean2 = nullptr;
   const float* invstd2 = nullptr;
+  // A stride-2 projection shortcut's part of the gradient, where it is not in dz: compact, fp16
+  // [img][(img_h + 1) / 2][(img_w + 1) / 2][c] (the shortcut's data gradient at its output pixels
+  // alone), the part at the even rows and columns of dz's img_h x img_w images and zero at the
+  // others; dz is then only written. Null: in dz.
+  const void* g_even = nullptr;
+  int img_h = 0, img_w = 0;
   // conv1x1_dgrad_join_rows() rows of c sums each of dz, dz * xhat and, with a second BN, dz * xhat2
   // (else those rows are not written), for bn_backward_from_sums.
   float* partials;

@@ -70,6 +70,9 @@ class TrainingNetwork : public Network {
   // (BlockRun::c1_joins, the first block's joining the stem's BN; c3_dgrad_own), and whether the
   // stem's forward and weight gradient run ours (kernels/stem_conv.h).
   void plan_own_convs();
+  // Which stride-2 shortcuts' data gradients run at their output pixels alone
+  // (BlockRun::down_compact), their algorithms chosen; the workspace they need.
+  size_t plan_compact_shortcuts(AutotuneCache& cache);
   struct StemShape stem_shape() const;  // the stem conv's, as our kernels take it (kernels/stem_conv.h)
   // What our 1x1 kernel that takes bn's sums over `channels` columns needs to finalize it itself
   // (kernels/conv1x1_finalize.h): the forward's statistics, or backward the weight gradients and
@@ -98,10 +101,12 @@ class TrainingNetwork : public Network {
                       bool recompute_input, const void* x, const Bn& bn, void* stored, Shape4 s_in, void* dy, void* dx,
                       bool own_dgrad);
   // A conv's plain backward: dw (beside, on the lane) and dx = dgrad(dy); with `joined`, the data
-  // gradient by our kernel that writes the previous block's dz instead (kernels/conv1x1_dgrad_join.h).
+  // gradient by our kernel that writes the previous block's dz instead (kernels/conv1x1_dgrad_join.h);
+  // with `dgrad`, that conv's data gradient instead of c's (BlockRun::down_compact).
   // lane_joined_later: the caller joins the lane and reports the weight's gradient ready itself.
   void conv_backward(const struct ConvUnit& c, const void* x, const void* dy, void* dx,
-                     const struct Conv1x1DgradJoin* joined = nullptr, bool lane_joined_later = false);
+                     const struct Conv1x1DgradJoin* joined = nullptr, bool lane_joined_later = false,
+                     const ConvLayer* dgrad = nullptr);
   // The join, out = relu(bn3(a3) + shortcut), the shortcut bn_down(ad) or the block's input `in`, as
   // bn_apply's arguments (training: with its ReLU bits): run as a pass of its own, or by the next
   // block's conv1 as it reads a3 and the shortcut (BlockRun::c1_applies_join).

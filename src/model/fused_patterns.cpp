@@ -36,6 +36,8 @@ constexpr PatternNames kPatterns[] = {
      "own-stem-join"},
     {FusedPattern::OwnJoinPrologue, "the previous block's join applied as our conv1 kernel reads its input",
      "own-join-prologue"},
+    {FusedPattern::CompactShortcutDgrad, "a stride-2 shortcut's data gradient at its output pixels alone, read by conv1's join",
+     "compact-shortcut-dgrad"},
     {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
     {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
     {FusedPattern::ConvBnAddRelu, "conv + BN + residual add + ReLU", "conv-bn-add-relu"},
@@ -177,5 +179,10 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
                     " conv1s of ours apply the previous block's join as they read its inputs, and store it with its "
                     "ReLU bits, in place of the join's pass before them (kernels/cutlass_join_mainloop.cuh; --no-fuse "
                     "own-join-prologue: not)");
+  if (r.compact_shortcut_dgrad)
+    lines.push_back("  and " + std::to_string(r.compact_shortcut_dgrad) +
+                    " stride-2 shortcuts' data gradients run at their output pixels alone, read by conv1's join at the "
+                    "even pixels, in place of cuDNN's strided data gradient, zeros included (--no-fuse "
+                    "compact-shortcut-dgrad: not)");
   return lines;
 }

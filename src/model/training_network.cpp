@@ -61,6 +61,10 @@ struct TrainingNetwork::BlockRun {
   // OwnDgradDbn), where its forward was ours (c3_own: the ReLU mask is the prologue's test, fp16
   // x * scale + shift > 0, also where the forward read a stored y2).
   bool c3_dgrad_own = false;
+  // A stride-2 projection shortcut's data gradient at its output pixels alone, as a stride-1 1x1
+  // conv's over them (CompactShortcutDgrad), into g[2]; this block's conv1 (c1_joins) reads it as
+  // the shortcut's part at the even pixels. Null: cuDNN's strided data gradient, zeros included.
+  std::unique_ptr<ConvLayer> down_compact;
   DeviceBuffer a1, y1, a2, y2, a3, ad, out, relu_bits;
   bool stores_y1() const { return !c2.fwd || !c2.wgrad; }
   bool stores_y2() const { return !c3.fwd || !c3.wgrad; }
@@ -107,8 +111,9 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
   if (cfg.fuses()) plan_blocks(cache, largest);
   allocate(largest);
   plan_own_convs();
+  const size_t compact_ws = plan_compact_shortcuts(cache);
   give_fused_workspaces();
-  workspace_ = DeviceBuffer(ws, "cuDNN workspace (--workspace-mb)");
+  workspace_ = DeviceBuffer(std::max(ws, compact_ws), "cuDNN workspace (--workspace-mb)");
   algo_report_.workspace = ws;
   if (cfg.wgrad_beside) {
     // Only weight gradients run on the lane: its workspace is the largest plain weight gradient's need.
@@ -403,6 +408,35 @@ void TrainingNetwork::plan_own_convs() {
                                    "the stem's ReLU bits (batch " + std::to_string(cfg_.batch) + ")");
 }
 
+// At stride 2 a projection shortcut's input gradient is nonzero only at the even rows and columns,
+// and cuDNN's strided data gradient computes and writes all of it: at layer4.0 68 µs of the
+// backward's chain for a GEMM of 8.6 GFLOP (H200 trace, 2026-11-29). The same GEMM as a stride-1
+// 1x1 conv over the shortcut's output pixels writes a quarter of the bytes, and conv1's join kernel
+// reads each row where it belongs (Conv1x1DgradJoin::g_even): wherever that conv1 joins, unless
+// switched off (--no-fuse compact-shortcut-dgrad). On an H200 (2026-11-29) the three took 30.6, 30.3
+// and 17.9 µs against 68.4, 37.7 and 42.5 (layer4.0, 3.0, 2.0), and the step 5.045 ms against 5.099
+// (bench/ab.py, 5 rounds). Our resident kernel, tried first, took 34, 35 and 21 µs: its 128 x 64
+// tiles suit the memory-bound 1x1 convs, not these GEMMs of 8.6 GFLOP. Returns the workspace the
+// convs' choices need.
+size_t TrainingNetwork::plan_compact_shortcuts(AutotuneCache& cache) {
+  if (cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::CompactShortcutDgrad)) return 0;
+  AlgoChooser chooser(ctx_.cudnn, cfg_.conv, &cache);
+  size_t ws = 0;
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    const Block& b = layers_->blocks[i];
+    BlockRun& r = runs_[i];
+    if (!b.down || !r.c1_joins) continue;
+    const ConvGeometry& g = b.down->geometry();
+    if (g.r != 1 || g.pad != 0 || g.stride != 2) continue;
+    const ConvGeometry compact{.n = g.n, .c = g.c, .h = g.out_h(), .w = g.out_w(), .k = g.k, .r = 1, .stride = 1, .pad = 0};
+    r.down_compact = make_conv(cfg_.conv_api, compact, cfg_.dtype, cfg_.layout, cfg_.tf32);
+    chooser.configure(*r.down_compact);
+    ws = std::max(ws, r.down_compact->workspace_bytes());
+    ++fusion_report_.compact_shortcut_dgrad;
+  }
+  return ws;
+}
+
 StemShape TrainingNetwork::stem_shape() const {
   const ConvGeometry& g = layers_->stem.geometry();
   return {g.n, g.h, g.w, g.c, g.k, g.r};
@@ -615,7 +649,10 @@ void TrainingNetwork::block_backward(size_t i) {
   void *g0 = grad_[0].get(), *g1 = grad_[1].get(), *g2 = grad_[2].get(), *g3 = grad_[3].get();
   const bool last = i + 1 == runs_.size(), joined = !last && runs_[i + 1].c1_joins;
   join_backward(b, r, last || joined ? nullptr : g2, joined);  // g1: the gradient of a3; g3: of the shortcut conv's output
-  if (b.down) conv_backward(*b.down, in, g3, g0);
+  // The shortcut's part of the input's gradient: in g[0], or compact in g[2] (down_compact: g[2] is
+  // free once join_backward has read it, and this block's conv1 joins, writing g[0]).
+  const bool compact = bool(r.down_compact);
+  if (b.down) conv_backward(*b.down, in, g3, compact ? g2 : g0, nullptr, false, r.down_compact.get());
   inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, r.c3.recomputes_input(), r.a2.get(), b.b2, r.y2.get(), b.mid2, g1, g3,
                  r.c3_dgrad_own);
   inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, r.c2.recomputes_input(), r.a1.get(), b.b1, r.y1.get(), b.mid1, g3, g1,
@@ -638,6 +675,11 @@ void TrainingNetwork::block_backward(size_t i) {
     joins.x2 = pr->ad.get();
     joins.mean2 = prev->bdown->st.save_mean;
     joins.invstd2 = prev->bdown->st.save_invstd;
+  }
+  if (compact) {  // dz is only written: the shortcut's part comes from g[2]
+    joins.g_even = g2;
+    joins.img_h = b.in.h;
+    joins.img_w = b.in.w;
   }
   conv_backward(b.c1, in, g1, nullptr, &joins, lane_after_stem);
 }
@@ -675,14 +717,14 @@ void TrainingNetwork::join_backward(const Block& b, BlockRun& r, const void* dy2
 }
 
 void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void* dy, void* dx,
-                                    const Conv1x1DgradJoin* joined, bool lane_joined_later) {
+                                    const Conv1x1DgradJoin* joined, bool lane_joined_later, const ConvLayer* dgrad) {
   wgrad_beside([&](cudaStream_t, void* ws, size_t wsb) {
     c.conv->backward_filter(ctx_.cudnn, x, dy, params_.weight_grad(c.weight), ws, wsb);
   });
   if (joined)
     conv1x1_dgrad_join(*joined, ctx_.stream);
   else
-    c.conv->backward_data(ctx_.cudnn, dy, params_.working(c.weight), dx, workspace_.get(), workspace_.bytes());
+    (dgrad ? dgrad : c.conv.get())->backward_data(ctx_.cudnn, dy, params_.working(c.weight), dx, workspace_.get(), workspace_.bytes());
   if (lane_joined_later) return;
   lane_join();
   grad_ready(c.weight);

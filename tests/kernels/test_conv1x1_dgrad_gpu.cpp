@@ -6,9 +6,10 @@
 // each sum against the sums of the dz the kernel wrote. Then, fed to bn_backward_from_sums, the
 // join's the same gradients as the two-pass backward the network runs without it (the plain data
 // gradient, then bn_backward with the gradient in two parts and the ReLU bits). Identity and
-// projection shortcuts; a CTA walking several tiles; more k-tiles than stages. And conv3's kernel
-// doing the BN backward's finalize itself, against bn_backward_from_sums. The kernels run on sm_90
-// only: elsewhere these tests skip.
+// projection shortcuts; a CTA walking several tiles; more k-tiles than stages; a stride-2
+// shortcut's part read compact at the even pixels. And conv3's kernel doing the BN backward's
+// finalize itself, against bn_backward_from_sums. The kernels run on sm_90 only: elsewhere these
+// tests skip.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,6 +43,25 @@ struct Case {
   int m, k, c;  // pixels, the conv's output channels (dy's), its input channels (dz's)
   bool dual;    // Join: a projection shortcut, a second BN
   Kind kind = Kind::Join;
+  // Join: the shortcut's part given compact at the even pixels of img_h x img_w images (a stride-2
+  // shortcut's), zero at the others; 0: in dz.
+  int img_h = 0, img_w = 0;
+};
+
+// A stride-2 shortcut's part of the gradient: g with its odd rows' and columns' pixels zeroed (what
+// the kernel must add), and the even pixels' rows compact (what it reads).
+struct EvenPixels {
+  Vec full, compact;
+  EvenPixels(const Vec& g, const Case& t) : full(g.size(), 0.0) {
+    for (int pix = 0; pix < t.m; ++pix) {
+      const int in_img = pix % (t.img_h * t.img_w), y = in_img / t.img_w, x = in_img % t.img_w;
+      if (y % 2 || x % 2) continue;
+      for (int j = 0; j < t.c; ++j) {
+        full[size_t(pix) * t.c + j] = g[size_t(pix) * t.c + j];
+        compact.push_back(g[size_t(pix) * t.c + j]);
+      }
+    }
+  }
 };
 
 // Everything one case reads, in fp16 where the network keeps it so, and on the device.
@@ -122,16 +142,26 @@ void check_against_reference(const Case& t) {
   auto rng = gpu_test::test_rng();
   const Inputs in(t, rng);
   const Vec dx = in.dx(t);
+  const bool compact = t.img_h > 0;
+  const EvenPixels even(in.g, compact ? t : Case{0, 0, 0, false});
+  const Vec& g = compact ? even.full : in.g;
   Vec want(dx.size());
   auto passed = [&](size_t e) { return join ? in.bit(e) : in.passes(e, t.c); };
   for (size_t e = 0; e < dx.size(); ++e)
-    want[e] = !passed(e) ? 0.0 : join ? quantize(DType::F16, dx[e] + in.g[e]) : dx[e];
+    want[e] = !passed(e) ? 0.0 : join ? quantize(DType::F16, dx[e] + g[e]) : dx[e];
 
   const int rows = join ? conv1x1_dgrad_join_rows(t.m, t.c) : conv1x1_dgrad_bn_rows(t.m, t.c);
   DeviceTensor dz(in.g, DType::F16), part(3 * size_t(rows) * t.c, DType::F32, "partial sums");
   part.poison();
-  if (join) conv1x1_dgrad_join(in.args(t, dz, part), ctx().stream);
-  else conv1x1_dgrad_bn(in.inner_args(t, dz, part), ctx().stream);
+  DeviceTensor g_even(compact ? even.compact : Vec(8, 0.0), DType::F16);
+  if (compact) dz.poison();  // only written: a read of it would show
+  if (join) {
+    Conv1x1DgradJoin a = in.args(t, dz, part);
+    if (compact) a.g_even = g_even.get(), a.img_h = t.img_h, a.img_w = t.img_w;
+    conv1x1_dgrad_join(a, ctx().stream);
+  } else {
+    conv1x1_dgrad_bn(in.inner_args(t, dz, part), ctx().stream);
+  }
   CUDA_CHECK(cudaStreamSynchronize(ctx().stream));
   const Vec got = dz.download();
   EXPECT_CLOSE(got, want, gpu_test::kTolF16) << "dz";
@@ -186,6 +216,13 @@ TEST(Conv1x1DgradJoin, ProjectionShortcutSeveralTilesACtaMatchTheReference) {
 
 // 8 k-tiles a tile, more than the pipeline's stages (layer4's conv1: 512 channels in dy).
 TEST(Conv1x1DgradJoin, MoreKTilesThanStagesMatchTheReference) { check_against_reference({128 * 8, 512, 256, true}); }
+
+// A stride-2 shortcut's part compact at the even pixels: 8x8 images (layer4.0's conv1 input), and
+// 6x10 ones, whose rows of tiles start mid-image and mid-row.
+TEST(Conv1x1DgradJoin, AStride2ShortcutsCompactPartMatchesTheReference) {
+  check_against_reference({128 * 8, 512, 256, true, Kind::Join, 8, 8});
+  check_against_reference({128 * 15, 128, 128, true, Kind::Join, 6, 10});
+}
 
 // conv3's data gradient at layer1's channels (256 -> 64: 4 k-tiles, one column of tiles).
 TEST(Conv1x1DgradBn, OneColumnMatchesTheReference) { check_against_reference({128 * 16, 256, 64, false, Kind::Inner}); }
@@ -342,6 +379,16 @@ TEST(Conv1x1DgradJoin, ShapesTheTilesDoNotCoverAndPartialArgumentsAreRefused) {
   a.x2 = any.get();  // without mean2 and invstd2
   expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "the shortcut's BN");
   a.x2 = nullptr;
+  a.g_even = any.get();  // without the images' size
+  expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "image height and width");
+  a.img_h = 6, a.img_w = 10;  // 60 pixels an image: 128 is no whole number of them
+  expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "a whole number of images");
+  a.g_even = static_cast<const char*>(any.get()) + 8;
+  a.img_h = a.img_w = 8;
+  expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "16-byte aligned");
+  a.g_even = nullptr;
+  expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "an image size without");
+  a.img_h = a.img_w = 0;
   a.relu_bits = nullptr;
   expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "missing");
 }

@@ -530,12 +530,14 @@ TEST(FusedNetworkGpu, Conv2ReadsTheStoredBnWhereItsWeightGradientRunsPlain) {
   EXPECT_EQ(fused_wgrad.stored_conv2, 0) << "with the fused weight gradient, y1 is stored nowhere";
 }
 
-// layer1.0's conv1 takes the stem's BN backward where our join kernel runs the other conv1s, not
-// under --no-fuse own-stem-join; each switch leaves the other's convs as they were.
-TEST(FusedNetworkGpu, TheFirstConv1JoinsTheStemWhereTheOthersJoin) {
+// What rides on the conv1 joins. layer1.0's conv1 takes the stem's BN backward where our join kernel
+// runs the other conv1s, not under --no-fuse own-stem-join; each switch leaves the other's convs as
+// they were. The three stride-2 shortcuts' data gradients run compact, read by their block's conv1
+// join; none when switched off or without the joins.
+TEST(FusedNetworkGpu, TheConv1JoinsTakeTheStemAndTheCompactShortcutGradients) {
   SKIP_WITHOUT_GPU("the fused training network");
   GpuContext ctx;
-  AutotuneCache cache("", "stem join test");
+  AutotuneCache cache("", "conv1 joins test");
   const unsigned defaults = default_unfused_patterns(true);
   const FusionReport as_is = training_fusion_report(ctx, cache, defaults);
   if (as_is.own_join != 15) GTEST_SKIP() << "our join kernel runs " << as_is.own_join << " of 15 conv1s here";
@@ -547,6 +549,10 @@ TEST(FusedNetworkGpu, TheFirstConv1JoinsTheStemWhereTheOthersJoin) {
       training_fusion_report(ctx, cache, defaults | fused_pattern_bit(FusedPattern::OwnJoinDgrad));
   EXPECT_TRUE(no_joins.own_stem_join) << "the stem's join is its own switch";
   EXPECT_EQ(no_joins.own_join, 0);
+  EXPECT_EQ(no_joins.compact_shortcut_dgrad, 0) << "only conv1's join reads the compact gradient";
+  EXPECT_EQ(as_is.compact_shortcut_dgrad, 3);
+  const unsigned shortcut = fused_pattern_bit(FusedPattern::CompactShortcutDgrad);
+  EXPECT_EQ(training_fusion_report(ctx, cache, defaults | shortcut).compact_shortcut_dgrad, 0);
 }
 
 // Switched on (off by default: slower), every conv1 but the first applies the previous block's join
@@ -666,16 +672,21 @@ TEST(FusionReport, SaysWhereTheStemsKernelsRun) {
   EXPECT_EQ(fusion_report_lines(r).size(), 1u);
 }
 
-// The line for the conv1s that apply the previous join, and none where none do.
-TEST(FusionReport, SaysWhichConv1sApplyThePreviousJoin) {
+// The lines for the conv1s that apply the previous join and for the stride-2 shortcuts whose data
+// gradient runs compact, and none where none do.
+TEST(FusionReport, SaysWhichConv1sApplyThePreviousJoinAndWhichShortcutsRunCompact) {
   FusionReport r;
   r.tried = r.fused = 80;
   r.own_join_prologue = 15;
+  r.compact_shortcut_dgrad = 3;
   std::vector<std::string> lines = fusion_report_lines(r);
-  ASSERT_EQ(lines.size(), 2u);
+  ASSERT_EQ(lines.size(), 3u);
   EXPECT_NE(lines[1].find("15 conv1s of ours apply the previous block's join"), std::string::npos) << lines[1];
   EXPECT_NE(lines[1].find("--no-fuse own-join-prologue"), std::string::npos) << lines[1];
-  r.own_join_prologue = 0;
+  EXPECT_NE(lines[2].find("3 stride-2 shortcuts' data gradients run at their output pixels alone"), std::string::npos)
+      << lines[2];
+  EXPECT_NE(lines[2].find("--no-fuse compact-shortcut-dgrad"), std::string::npos) << lines[2];
+  r.own_join_prologue = r.compact_shortcut_dgrad = 0;
   EXPECT_EQ(fusion_report_lines(r).size(), 1u);
 }
 

@@ -271,6 +271,7 @@ class ParityNet {
   }
   bool joins_the_stem() const { return net_->fusion_report().own_stem_join; }
   int join_prologues() const { return net_->fusion_report().own_join_prologue; }
+  int compact_shortcuts() const { return net_->fusion_report().compact_shortcut_dgrad; }
 
  private:
   // A parameter's gradient in fp32, unscaled, in storage order.
@@ -454,6 +455,30 @@ TEST(FusedParityGpu, TheJoinsInConv1AsTheirOwnPasses) {
   EXPECT_LE(apart, 1e-2) << "logits";
   EXPECT_LE(ew.median, 1.5 * eo.median + 2e-3);
   EXPECT_LE(ew.worst, 1.5 * eo.worst + 1e-2) << ww;
+}
+
+// The stride-2 shortcuts' data gradients at their output pixels alone, read by conv1's join at the
+// even pixels (bin/train's default), against cuDNN's strided data gradient: the same sums in another
+// order, so the loss agrees within the fused statistics' run-to-run noise and the gradients are as
+// close to PyTorch.
+TEST(FusedParityGpu, TheCompactShortcutGradientsAsCuDNNsStrided) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device: the PyTorch parity test needs a GPU";
+  const Fixture f = load_fixture(fixture_path());
+  ParityNet compact(f, kFused);
+  if (compact.compact_shortcuts() == 0) GTEST_SKIP() << "no shortcut's data gradient runs compact here";
+  Build b = kFused;
+  b.also_unfused = fused_pattern_bit(FusedPattern::CompactShortcutDgrad);
+  ParityNet strided(f, b);
+  EXPECT_EQ(strided.compact_shortcuts(), 0);
+  const float lc = compact.step_gradients(), ls = strided.step_gradients();
+  std::string wc, ws;
+  const Spread ec = spread(compact.gradient_errors(wc)), es = spread(strided.gradient_errors(ws));
+  std::printf("[ parity   ] compact-shortcut-dgrad (%d shortcuts): loss %.6f, strided %.6f; gradients against "
+              "PyTorch float64 median %.2e worst %.2e (%s), strided %.2e %.2e (%s)\n",
+              compact.compact_shortcuts(), lc, ls, ec.median, ec.worst, wc.c_str(), es.median, es.worst, ws.c_str());
+  EXPECT_NEAR(lc, ls, 1e-3 * std::fabs(ls)) << "loss";
+  EXPECT_LE(ec.median, 1.5 * es.median + 2e-3);
+  EXPECT_LE(ec.worst, 1.5 * es.worst + 1e-2) << wc;
 }
 
 }  // namespace
