@@ -46,12 +46,19 @@ void conv1x1_dgrad_join(const Conv1x1DgradJoin& a, cudaStream_t stream) {
     throw Fatal("conv1x1_dgrad_join: a tensor it reads or writes is missing");
   if (!a.x2 != !a.mean2 || !a.x2 != !a.invstd2)
     throw Fatal("conv1x1_dgrad_join: the shortcut's BN needs its input, mean and 1/std together");
-  if (a.g_even && (a.img_h <= 0 || a.img_w <= 0 || a.m % (int64_t(a.img_h) * a.img_w) != 0))
-    throw Fatal("conv1x1_dgrad_join: the compact shortcut gradient needs dz's image height and width, "
-                "a whole number of images");
+  if (a.g_even && (a.img_h <= 0 || a.img_w <= 0))
+    throw Fatal("conv1x1_dgrad_join: the compact shortcut gradient needs dz's image height and width");
+  if (a.g_even && a.m % (int64_t(a.img_h) * a.img_w) != 0)
+    throw Fatal("conv1x1_dgrad_join: dz's pixels are not a whole number of img_h x img_w images");
   if (!a.g_even && (a.img_h || a.img_w)) throw Fatal("conv1x1_dgrad_join: an image size without a compact gradient");
   if (reinterpret_cast<uintptr_t>(a.g_even) % 16)
     throw Fatal("conv1x1_dgrad_join: the compact shortcut gradient must start 16-byte aligned (16-byte copies)");
+  if (a.g_even) {  // dz's tiles are written while other CTAs still read compact rows: apart, or wrong silently
+    const auto g = reinterpret_cast<uintptr_t>(a.g_even), z = reinterpret_cast<uintptr_t>(a.dz);
+    const size_t g_bytes = size_t(a.m / (int64_t(a.img_h) * a.img_w)) * ((a.img_h + 1) / 2) * ((a.img_w + 1) / 2) * a.c * 2;
+    if (g < z + size_t(a.m) * a.c * 2 && z < g + g_bytes)
+      throw Fatal("conv1x1_dgrad_join: the compact shortcut gradient overlaps dz");
+  }
 #if defined(CONV1X1_WITH_CUTLASS)
   trainer_kernels::JoinGradEpilogue::Params e{};
   e.dz = static_cast<cutlass::half_t*>(a.dz);

@@ -167,7 +167,7 @@ struct BnGradEpilogue {
   static constexpr int kSideTensors = kJoin ? 3 : 1;  // tiles read beside its own: g, x and x2, or x
   using LayoutB = cutlass::layout::RowMajor;          // w[k, n]
   struct Params {
-    cutlass::half_t* dz;   // [m, n]: out, dz (Join: in, the shortcut's part of the gradient)
+    cutlass::half_t* dz;   // [m, n]: out, dz (Join: in, the shortcut's part of the gradient, unless g_even)
     const uint8_t* bits;   // Join: the ReLU bits, one byte per 8 channels, bit j channel j
     const __half* x;       // [m, n]: the BN's input (Join: bn3's, a3), its batch mean and 1/std
     const float *mean, *invstd;

@@ -114,7 +114,7 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
   const size_t compact_ws = plan_compact_shortcuts(cache);
   give_fused_workspaces();
   workspace_ = DeviceBuffer(std::max(ws, compact_ws), "cuDNN workspace (--workspace-mb)");
-  algo_report_.workspace = ws;
+  algo_report_.workspace = workspace_.bytes();
   if (cfg.wgrad_beside) {
     // Only weight gradients run on the lane: its workspace is the largest plain weight gradient's need.
     size_t lane_ws = 0;
@@ -430,10 +430,14 @@ size_t TrainingNetwork::plan_compact_shortcuts(AutotuneCache& cache) {
     if (g.r != 1 || g.pad != 0 || g.stride != 2) continue;
     const ConvGeometry compact{.n = g.n, .c = g.c, .h = g.out_h(), .w = g.out_w(), .k = g.k, .r = 1, .stride = 1, .pad = 0};
     r.down_compact = make_conv(cfg_.conv_api, compact, cfg_.dtype, cfg_.layout, cfg_.tf32);
-    chooser.configure(*r.down_compact);
-    ws = std::max(ws, r.down_compact->workspace_bytes());
+    chooser.configure(*r.down_compact);  // all three directions, as every conv: only the data gradient runs
+    ws = std::max(ws, r.down_compact->algorithms().bwd_data.workspace);
     ++fusion_report_.compact_shortcut_dgrad;
   }
+  // Shapes of their own (no conv of the network is a stride-1 1x1 from these channels to those).
+  algo_report_.shapes += fusion_report_.compact_shortcut_dgrad;
+  algo_report_.searched += chooser.searched();
+  algo_report_.search_s += chooser.search_seconds();
   return ws;
 }
 
@@ -585,8 +589,9 @@ void TrainingNetwork::bn_grads_ready(const Bn& bn) const {
 // next (the previous block's join, the stem's BN) sums the two as it reads them. (cuDNN's graph API
 // through cudnn-frontend cannot accumulate a data gradient into its output, as the legacy calls
 // could with beta = 1.) Where conv1 joins (BlockRun::c1_joins), our kernel adds its part to g[0]
-// itself and leaves the previous join's dz there, g[2] unwritten. g[1] and g[3] hold the gradients
-// inside a block.
+// itself and leaves the previous join's dz there; g[2] then holds only a stride-2 shortcut's compact
+// gradient (BlockRun::down_compact), from its data gradient to conv1's join. g[1] and g[3] hold the
+// gradients inside a block.
 void TrainingNetwork::backward() {
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
@@ -661,8 +666,9 @@ void TrainingNetwork::block_backward(size_t i) {
   // touches neither its input nor its gradient; backward() joins the lane after the stem.
   const bool lane_after_stem = i == 0;
   if (!r.c1_joins) return conv_backward(b.c1, in, g1, g2, nullptr, lane_after_stem);
-  // g[0] holds this block's shortcut gradient, the previous block output's first part: dz over it.
-  // Before the first block, the stem's BN + ReLU: a join with no shortcut of its own.
+  // g[0] holds this block's shortcut gradient, the previous block output's first part: dz over it
+  // (a compact one is in g[2], and dz is only written). Before the first block, the stem's BN +
+  // ReLU: a join with no shortcut of its own.
   const Block* prev = i > 0 ? &layers_->blocks[i - 1] : nullptr;
   const BlockRun* pr = i > 0 ? &runs_[i - 1] : nullptr;
   const BnChannelState& st = prev ? prev->b3.st : layers_->stem_bn.st;

