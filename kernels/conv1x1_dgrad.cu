@@ -46,18 +46,20 @@ void conv1x1_dgrad_join(const Conv1x1DgradJoin& a, cudaStream_t stream) {
     throw Fatal("conv1x1_dgrad_join: a tensor it reads or writes is missing");
   if (!a.x2 != !a.mean2 || !a.x2 != !a.invstd2)
     throw Fatal("conv1x1_dgrad_join: the shortcut's BN needs its input, mean and 1/std together");
-  if (a.g_even && (a.img_h <= 0 || a.img_w <= 0))
-    throw Fatal("conv1x1_dgrad_join: the compact shortcut gradient needs dz's image height and width");
-  if (a.g_even && a.m % (int64_t(a.img_h) * a.img_w) != 0)
-    throw Fatal("conv1x1_dgrad_join: dz's pixels are not a whole number of img_h x img_w images");
-  if (!a.g_even && (a.img_h || a.img_w)) throw Fatal("conv1x1_dgrad_join: an image size without a compact gradient");
-  if (reinterpret_cast<uintptr_t>(a.g_even) % 16)
-    throw Fatal("conv1x1_dgrad_join: the compact shortcut gradient must start 16-byte aligned (16-byte copies)");
-  if (a.g_even) {  // dz's tiles are written while other CTAs still read compact rows: apart, or wrong silently
-    const auto g = reinterpret_cast<uintptr_t>(a.g_even), z = reinterpret_cast<uintptr_t>(a.dz);
-    const size_t g_bytes = size_t(a.m / (int64_t(a.img_h) * a.img_w)) * ((a.img_h + 1) / 2) * ((a.img_w + 1) / 2) * a.c * 2;
-    if (g < z + size_t(a.m) * a.c * 2 && z < g + g_bytes)
+  auto evens = [](int side) { return (side + 1) / 2; };  // a side's even rows (columns), the compact side
+  if (a.g_even) {
+    if (a.img_h <= 0 || a.img_w <= 0)
+      throw Fatal("conv1x1_dgrad_join: the compact shortcut gradient needs dz's image height and width");
+    const int64_t image = int64_t(a.img_h) * a.img_w;
+    if (a.m % image != 0)
+      throw Fatal("conv1x1_dgrad_join: dz's pixels are not a whole number of img_h x img_w images");
+    if (!aligned(a.g_even, 16))
+      throw Fatal("conv1x1_dgrad_join: the compact shortcut gradient must start 16-byte aligned (16-byte copies)");
+    const size_t compact_bytes = size_t(a.m / image) * evens(a.img_h) * evens(a.img_w) * a.c * 2;
+    if (overlap(a.g_even, compact_bytes, a.dz, size_t(a.m) * a.c * 2))
       throw Fatal("conv1x1_dgrad_join: the compact shortcut gradient overlaps dz");
+  } else if (a.img_h || a.img_w) {
+    throw Fatal("conv1x1_dgrad_join: an image size without a compact gradient");
   }
 #if defined(CONV1X1_WITH_CUTLASS)
   trainer_kernels::JoinGradEpilogue::Params e{};
@@ -73,8 +75,8 @@ void conv1x1_dgrad_join(const Conv1x1DgradJoin& a, cudaStream_t stream) {
   if (a.g_even) {
     e.img_hw = cutlass::FastDivmod(a.img_h * a.img_w);
     e.img_w = cutlass::FastDivmod(a.img_w);
-    e.half_h = (a.img_h + 1) / 2;
-    e.half_w = (a.img_w + 1) / 2;
+    e.half_h = evens(a.img_h);
+    e.half_w = evens(a.img_w);
   }
   e.partials = a.partials;
   launch_dgrad<trainer_kernels::JoinGradEpilogue>(a.dy, a.w, a.m, a.k, a.c, e, stream);

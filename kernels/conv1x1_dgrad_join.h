@@ -9,7 +9,8 @@
 // data gradient writes dx, and a reduction pass reads dx, g, a3, the bits (and the shortcut BN's
 // input) to write dz and take the sums. Here the conv's epilogue does that pass's work as dx leaves:
 // it reads g, a3 and the bits beside its tile and writes dz over g (or, for a stride-2 shortcut, reads
-// g compact from a buffer of its own: g_even), so dx is never stored and the pass is gone; only the BN backward's apply remains (bn_backward_from_sums, kernels/batchnorm.h).
+// g compact from a buffer of its own: g_even), so dx is never stored and the pass is gone; only the
+// BN backward's apply remains (bn_backward_from_sums, kernels/batchnorm.h).
 //
 // dx[m, c] = sum over k of dy[m, k] w[k, c] is one GEMM (m = N*H*W pixels, k the conv's output
 // channels, c its input channels), tiled 128 x 64 and resident as the forward's

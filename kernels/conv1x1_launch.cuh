@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include <cuda_runtime.h>
@@ -43,6 +44,17 @@ inline int ctas_per_column(int m, int n) { return std::max(1, std::min(m / kTile
 
 // The bytes of `sums` kinds of partial sums: a row of n for each CTA of a column, each kind.
 inline size_t partials_bytes(int sums, int m, int n) { return size_t(sums) * ctas_per_column(m, n) * n * sizeof(float); }
+
+// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte: a tensor a kernel writes while other
+// CTAs still read one it overlaps would be read half written.
+inline bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + b_bytes && y < x + a_bytes;
+}
+
+// Whether p is a multiple of `bytes` (TMA's tensors and 16-byte copies 16, the coefficients' pairs
+// 8, the bits' rows 8).
+inline bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // "" where this build and GPU tile the GEMM [m, k] by [k, n], else why not.
 inline std::string gemm_refusal(int m, int n, int k) {

@@ -4,8 +4,6 @@
 // where the build covers sm_90); elsewhere every shape is refused.
 #include "kernels/conv1x1_stats.h"
 
-#include <cstdint>
-
 #include "core/errors.h"
 #include "kernels/conv1x1_launch.cuh"
 
@@ -46,15 +44,6 @@ void launch_stats(const Conv1x1Stats& a, cudaStream_t stream) {
 }
 #endif
 
-// Whether [a, a + bytes) and [b, b + bytes) share a byte.
-bool overlap(const void* a, const void* b, size_t bytes) {
-  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return x < y + bytes && y < x + bytes;
-}
-
-// Whether p is a multiple of `bytes` (TMA's tensors 16, the coefficients' pairs 8, the bits' rows 8).
-bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
-
 // "" where the join (if any) has what it needs, else what it lacks.
 std::string join_refusal(const Conv1x1Stats& a) {
   const Conv1x1Join& j = a.join;
@@ -66,7 +55,7 @@ std::string join_refusal(const Conv1x1Stats& a) {
   if (!j.res_scale != !j.res_shift) return "the join's shortcut BN needs both its scale and its shift";
   // The first column's stores would overwrite tiles the other columns have still to read.
   const size_t bytes = size_t(a.m) * a.c * 2;
-  if (overlap(j.out, a.x, bytes) || overlap(j.out, j.res, bytes)) return "the join's output overlaps its inputs";
+  if (overlap(j.out, bytes, a.x, bytes) || overlap(j.out, bytes, j.res, bytes)) return "the join's output overlaps its inputs";
   if (!aligned(a.x, 16) || !aligned(j.res, 16) || !aligned(j.out, 16) || !aligned(j.bits, 8) || !aligned(j.scale, 8) ||
       !aligned(j.shift, 8) || (j.res_scale && (!aligned(j.res_scale, 8) || !aligned(j.res_shift, 8))))
     return "the join's tensors are not aligned (16 bytes, the coefficients and bits 8)";

@@ -727,10 +727,11 @@ void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void
   wgrad_beside([&](cudaStream_t, void* ws, size_t wsb) {
     c.conv->backward_filter(ctx_.cudnn, x, dy, params_.weight_grad(c.weight), ws, wsb);
   });
+  const ConvLayer& data_grad = dgrad ? *dgrad : *c.conv;
   if (joined)
     conv1x1_dgrad_join(*joined, ctx_.stream);
   else
-    (dgrad ? dgrad : c.conv.get())->backward_data(ctx_.cudnn, dy, params_.working(c.weight), dx, workspace_.get(), workspace_.bytes());
+    data_grad.backward_data(ctx_.cudnn, dy, params_.working(c.weight), dx, workspace_.get(), workspace_.bytes());
   if (lane_joined_later) return;
   lane_join();
   grad_ready(c.weight);
