@@ -21,6 +21,7 @@ enum class FusedPattern {
   OwnStemJoin,                                       // training, the stem's BN backward in layer1.0's conv1 dgrad (ours)
   OwnJoinPrologue,                                   // training, the previous join in our conv1 kernel's prologue
   CompactShortcutDgrad,                              // training, a stride-2 shortcut's dgrad at its output pixels, read by conv1's join
+  LaggingWgrad,                                      // training, the weight gradients' lane up to a block behind the data gradients
   ConvBn, ConvBnRelu, ConvBnAddRelu,                 // inference (cuDNN)
   GemmBn, GemmBnRelu, GemmBnAddRelu                  // inference, 1x1 convs (cuBLASLt)
 };
@@ -43,7 +44,7 @@ constexpr int kY2Columns = 8;
 // --no-fuse's help, the same in both programs.
 constexpr const char* kNoFuseHelp =
     "fused batch-norm patterns to run plain, to measure what each buys (fusedbn builds): a comma list of "
-    "conv-stats, sbr-conv-stats, sbr-wgrad, dgrad-drelu-dbn, own-conv, own-join-dgrad, own-dgrad-dbn, own-finalize, own-prologue, stored-conv-stats, own-stem-conv, own-stem-wgrad, own-stem-join, own-join-prologue, compact-shortcut-dgrad (training), conv-bn, conv-bn-relu, conv-bn-add-relu, "
+    "conv-stats, sbr-conv-stats, sbr-wgrad, dgrad-drelu-dbn, own-conv, own-join-dgrad, own-dgrad-dbn, own-finalize, own-prologue, stored-conv-stats, own-stem-conv, own-stem-wgrad, own-stem-join, own-join-prologue, compact-shortcut-dgrad, lagging-wgrad (training), conv-bn, conv-bn-relu, conv-bn-add-relu, "
     "gemm-bn, gemm-bn-relu, gemm-bn-add-relu (bin/predict), or all; the list replaces the default, so list "
     "the default's patterns too to change one thing";
 // bin/train's patterns that run plain unless --no-fuse says otherwise: with the weight gradients on
@@ -96,6 +97,7 @@ struct FusionReport {
   bool own_stem_join = false;   // layer1.0's conv1 data gradient takes the stem's BN backward sums (OwnStemJoin)
   int own_join_prologue = 0;    // conv1s of ours that apply the previous block's join as they read it (OwnJoinPrologue)
   int compact_shortcut_dgrad = 0;  // stride-2 shortcuts whose data gradient is compact (CompactShortcutDgrad)
+  bool lagging_wgrad = false;      // the weight gradients' lane runs up to a block behind (LaggingWgrad)
   int half_coefficients = 0;  // fused patterns whose engines take the BN scale/bias in fp16
   bool off_for_determinism = false;  // --deterministic: nothing tried (see fusion_report_lines)
   double seconds = -1;   // building (and, autotuning, timing) the patterns took; -1: not given

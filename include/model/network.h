@@ -45,6 +45,10 @@ struct NetConfig {
   // Training: each conv's weight gradient runs on a second stream beside its data gradient (both
   // read the same output gradient and write different buffers), with its own cuDNN workspace.
   bool wgrad_beside = false;
+  // Training on several GPUs: each weight's gradient is reported as soon as it is written
+  // (TrainingNetwork::on_grad_ready), so the weight gradients' lane is joined after each conv and
+  // never runs behind (FusedPattern::LaggingWgrad, one GPU only).
+  bool data_parallel = false;
   // Measured on the H100 (cuDNN 9.14): two runs of the fused build differ in their first loss even
   // with engines cuDNN does not mark non-deterministic, so --deterministic keeps every conv unfused.
   bool fuses() const { return fused_bn && !conv.deterministic; }

@@ -10,7 +10,8 @@
 // and the ReLU) and its backward are our kernels either way.
 // The network owns what backward needs (each block's stored activations, only those its table
 // requires), four gradient buffers it rotates through, and, with NetConfig::wgrad_beside, the
-// weight gradients' stream.
+// weight gradients' stream; where that stream runs behind the data gradients (LaggingWgrad), six
+// more gradient buffers, so that the data gradients need not wait for it after each conv.
 #pragma once
 
 #include <functional>
@@ -113,7 +114,16 @@ class TrainingNetwork : public Network {
   struct ApplyArgs join_args(const Block& b, BlockRun& r, const void* in, bool train) const;
   // dy2: the second part of the output's gradient, or nullptr; joined: the next block's conv1 left
   // dz and its sums (BlockRun::c1_joins).
-  void join_backward(const Block& b, BlockRun& r, const void* dy2, bool joined);
+  // The gradients inside a block (InnerGrads): g[1] and g[3] each in turn, or, with the lane
+  // behind (lagging_), four buffers per block of which the next block uses four others.
+  struct InnerGrads {
+    void* a3;        // the join's gradient of a3, conv3's output gradient
+    void* shortcut;  // of the shortcut conv's output
+    void* mid2;      // conv3's data gradient, conv2's output gradient
+    void* mid1;      // conv2's data gradient, conv1's output gradient
+  };
+  InnerGrads inner_grads(size_t block) const;
+  void join_backward(const Block& b, BlockRun& r, const void* dy2, bool joined, const InnerGrads& g);
   // bn's coefficients for y = bn(x): from x's statistics in training, else the running ones; with
   // their fp16 copies where the next conv's prologue reads them (bn.scale_h).
   void bn_forward(const Bn& bn, const void* x, Shape4 s, bool train);
@@ -125,14 +135,30 @@ class TrainingNetwork : public Network {
   // cuDNN's handle pointed at the lane meanwhile; without a lane, on the main stream. work(stream,
   // workspace, bytes) gets the stream and workspace it must use. Then lane_join() before anything
   // writes what `work` reads, or reads what it writes.
+  // With the lane behind (lagging_), lane_read(dy) after a weight gradient that reads the gradient
+  // buffer dy is enqueued, instead of conv_done()'s join, and before_write(g) before the main stream
+  // writes a gradient buffer g (core/stream_reads.h).
   void wgrad_beside(const std::function<void(cudaStream_t, void*, size_t)>& work);
   void lane_join();
+  void lane_read(const void* dy);
+  void before_write(const void* g);
+  // A conv's backward is enqueued: the lane is joined (unless it runs behind) and its weight's
+  // gradient reported.
+  void conv_done(int weight);
 
   std::vector<BlockRun> runs_;
   std::map<std::string, std::shared_ptr<FusedConv>> plans_;  // the fused patterns taken
   DeviceBuffer stem_a_, stem_y_;          // stem conv output, stem BN+ReLU output
   DeviceBuffer dlogits_, dfeat_;
   DeviceBuffer grad_[4];                  // activation gradients, each of the largest activation's size
+  // Where the lane may run behind the data gradients (LaggingWgrad: a fused build with the lane, not
+  // data-parallel, not switched off): lagging_grads_, the inner gradients of every other block
+  // (inner_grads), and lane_reads_, what the lane has yet to finish reading of them and of g[1] and
+  // g[3]. lagging_: it does in this backward (no gradient is reported as it is written: on_grad_ready
+  // unset).
+  bool lagging_ = false;
+  DeviceBuffer lagging_grads_[6];
+  std::unique_ptr<class StreamReads> lane_reads_;
   DeviceBuffer bn_scratch_;
   DeviceBuffer fused_sums_, fused_half_;  // per fused BN: sums (sum, sum of squares); fp16 scale/shift
   DeviceBuffer zeros_;                    // a zero vector (the dx pass after a fused data gradient)

@@ -38,6 +38,8 @@ constexpr PatternNames kPatterns[] = {
      "own-join-prologue"},
     {FusedPattern::CompactShortcutDgrad, "a stride-2 shortcut's data gradient at its output pixels alone, read by conv1's join",
      "compact-shortcut-dgrad"},
+    {FusedPattern::LaggingWgrad, "the weight gradients' stream up to a block behind the data gradients, on buffers of its own",
+     "lagging-wgrad"},
     {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
     {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
     {FusedPattern::ConvBnAddRelu, "conv + BN + residual add + ReLU", "conv-bn-add-relu"},
@@ -184,5 +186,9 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
                     " stride-2 shortcuts' data gradients run at their output pixels alone, read by conv1's join at the "
                     "even pixels, in place of cuDNN's strided data gradient, zeros included (--no-fuse "
                     "compact-shortcut-dgrad: not)");
+  if (r.lagging_wgrad)
+    lines.push_back("  and the weight gradients' stream runs up to a block behind the data gradients, which write "
+                    "the next block's gradients to buffers of their own instead of waiting for each conv's weight "
+                    "gradient (one GPU; --no-fuse lagging-wgrad: not)");
   return lines;
 }

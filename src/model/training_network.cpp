@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/elapsed.h"
+#include "core/stream_reads.h"
 #include "kernels/conv1x1_dgrad_bn.h"
 #include "kernels/conv1x1_dgrad_join.h"
 #include "kernels/conv1x1_stats.h"
@@ -105,7 +106,9 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
     }
   }
   activation_bytes_ = act * dtype_size(t);
-  check_memory(activation_bytes_ + 4 * largest * dtype_size(t) + bits);
+  const bool lags = cfg.fuses() && cfg.wgrad_beside && !cfg.data_parallel &&
+                    !(cfg.unfused_patterns & fused_pattern_bit(FusedPattern::LaggingWgrad));
+  check_memory(activation_bytes_ + (lags ? 10 : 4) * largest * dtype_size(t) + bits);
   bn_scratch_ = DeviceBuffer(scratch * sizeof(float), "BN partial sums");
   const size_t ws = conv_workspace_;  // the fused patterns have their own (give_fused_workspaces)
   if (cfg.fuses()) plan_blocks(cache, largest);
@@ -122,6 +125,15 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
     lane_ = std::make_unique<Lane>();
     lane_->workspace = DeviceBuffer(lane_ws, "cuDNN workspace of the weight gradients' stream");
     algo_report_.lane_workspace = lane_ws;
+  }
+  if (lags) {
+    std::vector<const void*> tracked{grad_[1].get(), grad_[3].get()};
+    for (DeviceBuffer& g : lagging_grads_) {
+      g = DeviceBuffer(largest * dtype_size(t), "activation gradients of the lagging weight gradients");
+      tracked.push_back(g.get());
+    }
+    lane_reads_ = std::make_unique<StreamReads>(tracked);
+    fusion_report_.lagging_wgrad = true;
   }
 }
 
@@ -575,6 +587,20 @@ void TrainingNetwork::wgrad_beside(const std::function<void(cudaStream_t, void*,
 
 void TrainingNetwork::lane_join() {
   if (lane_) CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream, lane_->done, 0));
+  if (lane_reads_) lane_reads_->reset();
+}
+
+void TrainingNetwork::lane_read(const void* dy) {
+  if (lagging_) lane_reads_->read(dy, lane_->stream);
+}
+
+void TrainingNetwork::before_write(const void* g) {
+  if (lagging_) lane_reads_->before_write(g, ctx_.stream);
+}
+
+void TrainingNetwork::conv_done(int weight) {
+  if (!lagging_) lane_join();
+  grad_ready(weight);
 }
 
 // ---- backward -----------------------------------------------------------------------------------
@@ -591,10 +617,15 @@ void TrainingNetwork::bn_grads_ready(const Bn& bn) const {
 // could with beta = 1.) Where conv1 joins (BlockRun::c1_joins), our kernel adds its part to g[0]
 // itself and leaves the previous join's dz there; g[2] then holds only a stride-2 shortcut's compact
 // gradient (BlockRun::down_compact), from its data gradient to conv1's join. g[1] and g[3] hold the
-// gradients inside a block.
+// gradients inside a block, or, where the weight gradients' lane runs behind (lagging_), four
+// buffers of their own per block (inner_grads).
 void TrainingNetwork::backward() {
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
+  // A gradient reported as written must be written: data-parallel training joins the lane after
+  // each conv. The lane's reads pending from an earlier backward were joined at its end.
+  lagging_ = lane_reads_ && !on_grad_ready;
+  if (lane_reads_) lane_reads_->reset();
   linear_backward(ctx_.cublas, {cfg_.batch, layers_->features, cfg_.classes}, t, cfg_.tf32, feat_.get(),
                   params_.working(layers_->fc_weight), dlogits_.get(), params_.weight_grad(layers_->fc_weight),
                   dfeat_.get());
@@ -640,7 +671,7 @@ void TrainingNetwork::backward() {
   }
   grad_ready(c.weight);
   if (runs_.empty()) return;
-  lane_join();  // the first block's conv1 weight gradient (block_backward)
+  lane_join();  // the first block's conv1 weight gradient (block_backward); behind, all the lane's
   grad_ready(layers_->blocks[0].c1.weight);
 }
 
@@ -651,21 +682,22 @@ void TrainingNetwork::block_backward(size_t i) {
   const Block& b = layers_->blocks[i];
   BlockRun& r = runs_[i];
   const void* in = i == 0 ? stem_y_.get() : runs_[i - 1].out.get();
-  void *g0 = grad_[0].get(), *g1 = grad_[1].get(), *g2 = grad_[2].get(), *g3 = grad_[3].get();
+  void *g0 = grad_[0].get(), *g2 = grad_[2].get();
+  const InnerGrads grads = inner_grads(i);
   const bool last = i + 1 == runs_.size(), joined = !last && runs_[i + 1].c1_joins;
-  join_backward(b, r, last || joined ? nullptr : g2, joined);  // g1: the gradient of a3; g3: of the shortcut conv's output
+  join_backward(b, r, last || joined ? nullptr : g2, joined, grads);
   // The shortcut's part of the input's gradient: in g[0], or compact in g[2] (down_compact: g[2] is
   // free once join_backward has read it, and this block's conv1 joins, writing g[0]).
   const bool compact = bool(r.down_compact);
-  if (b.down) conv_backward(*b.down, in, g3, compact ? g2 : g0, nullptr, false, r.down_compact.get());
-  inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, r.c3.recomputes_input(), r.a2.get(), b.b2, r.y2.get(), b.mid2, g1, g3,
-                 r.c3_dgrad_own);
-  inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, r.c2.recomputes_input(), r.a1.get(), b.b1, r.y1.get(), b.mid1, g3, g1,
-                 false);
+  if (b.down) conv_backward(*b.down, in, grads.shortcut, compact ? g2 : g0, nullptr, false, r.down_compact.get());
+  inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, r.c3.recomputes_input(), r.a2.get(), b.b2, r.y2.get(), b.mid2, grads.a3,
+                 grads.mid2, r.c3_dgrad_own);
+  inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, r.c2.recomputes_input(), r.a1.get(), b.b1, r.y1.get(), b.mid1, grads.mid2,
+                 grads.mid1, false);
   // The first block's conv1: its weight gradient may run on beside the stem's backward, which
   // touches neither its input nor its gradient; backward() joins the lane after the stem.
   const bool lane_after_stem = i == 0;
-  if (!r.c1_joins) return conv_backward(b.c1, in, g1, g2, nullptr, lane_after_stem);
+  if (!r.c1_joins) return conv_backward(b.c1, in, grads.mid1, g2, nullptr, lane_after_stem);
   // g[0] holds this block's shortcut gradient, the previous block output's first part: dz over it
   // (a compact one is in g[2], and dz is only written). Before the first block, the stem's BN +
   // ReLU: a join with no shortcut of its own.
@@ -673,7 +705,7 @@ void TrainingNetwork::block_backward(size_t i) {
   const BlockRun* pr = i > 0 ? &runs_[i - 1] : nullptr;
   const BnChannelState& st = prev ? prev->b3.st : layers_->stem_bn.st;
   const ConvGeometry& g = b.c1.geometry();
-  Conv1x1DgradJoin joins{.dy = g1, .w = params_.working(b.c1.weight), .dz = g0,
+  Conv1x1DgradJoin joins{.dy = grads.mid1, .w = params_.working(b.c1.weight), .dz = g0,
                          .relu_bits = (pr ? pr->relu_bits : stem_relu_bits_).as<uint8_t>(),
                          .x = pr ? pr->a3.get() : stem_a_.get(), .mean = st.save_mean, .invstd = st.save_invstd,
                          .partials = own_partials_.as<float>(), .m = b.in.n * b.in.h * b.in.w, .k = g.k, .c = g.c};
@@ -687,24 +719,40 @@ void TrainingNetwork::block_backward(size_t i) {
     joins.img_h = b.in.h;
     joins.img_w = b.in.w;
   }
-  conv_backward(b.c1, in, g1, nullptr, &joins, lane_after_stem);
+  conv_backward(b.c1, in, grads.mid1, nullptr, &joins, lane_after_stem);
+}
+
+// Without the lane behind, g[1] and g[3] by turns (each conv's data gradient waits for the previous
+// conv's weight gradient, which reads the buffer it overwrites). Behind, four buffers a block: the
+// lane may finish the block's weight gradients while the data gradients go on into the next block,
+// on four others; where it is further behind, before_write waits for it (lane_reads_). Measured on
+// an H200 (2026-11-29, bench/ab.py, 4 rounds): batch 128 5.054 -> 4.920 ms a step, batch 256 8.971
+// -> 8.834 ms (bench/results/levers-session25-nvidia-h200-2026-11-29.md).
+TrainingNetwork::InnerGrads TrainingNetwork::inner_grads(size_t block) const {
+  void *g1 = grad_[1].get(), *g3 = grad_[3].get();
+  if (!lagging_) return {.a3 = g1, .shortcut = g3, .mid2 = g3, .mid1 = g1};
+  const DeviceBuffer* l = lagging_grads_;
+  if (block % 2 == 0) return {.a3 = g1, .shortcut = g3, .mid2 = l[0].get(), .mid1 = l[1].get()};
+  return {.a3 = l[2].get(), .shortcut = l[3].get(), .mid2 = l[4].get(), .mid1 = l[5].get()};
 }
 
 // The join: out = relu(bn3(a3) + shortcut). From its output's gradient (g[0] + dy2, or, joined, dz
 // already in g[0]): g[1] = the gradient of a3, and g[3] = that of the shortcut conv's output, or
 // g[0] = the identity shortcut's.
-void TrainingNetwork::join_backward(const Block& b, BlockRun& r, const void* dy2, bool joined) {
+void TrainingNetwork::join_backward(const Block& b, BlockRun& r, const void* dy2, bool joined, const InnerGrads& g) {
+  before_write(g.a3);
+  if (b.down) before_write(g.shortcut);
   // The ReLU came after the residual add: the forward's bits (join_args).
   BnBackwardArgs last{.dy = grad_[0].get(), .dy2 = dy2, .relu = ReluMask::FromBits,
                       .relu_bits = r.relu_bits.as<uint8_t>(), .x = r.a3.get(), .bn = &b.b3.st,
                       .dgamma = params_.vector_grad(b.b3.gamma), .dbeta = params_.vector_grad(b.b3.beta),
-                      .dx = grad_[1].get()};
+                      .dx = g.a3};
   if (b.down) {
     last.x2 = r.ad.get();
     last.bn2 = &b.bdown->st;
     last.dgamma2 = params_.vector_grad(b.bdown->gamma);
     last.dbeta2 = params_.vector_grad(b.bdown->beta);
-    last.dx2 = grad_[3].get();
+    last.dx2 = g.shortcut;
   } else {
     last.dres = grad_[0].get();  // identity shortcut: the input's gradient starts as dz
   }
@@ -727,14 +775,14 @@ void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void
   wgrad_beside([&](cudaStream_t, void* ws, size_t wsb) {
     c.conv->backward_filter(ctx_.cudnn, x, dy, params_.weight_grad(c.weight), ws, wsb);
   });
+  lane_read(dy);
   const ConvLayer& data_grad = dgrad ? *dgrad : *c.conv;
+  before_write(joined ? joined->dz : dx);
   if (joined)
     conv1x1_dgrad_join(*joined, ctx_.stream);
   else
     data_grad.backward_data(ctx_.cudnn, dy, params_.working(c.weight), dx, workspace_.get(), workspace_.bytes());
-  if (lane_joined_later) return;
-  lane_join();
-  grad_ready(c.weight);
+  if (!lane_joined_later) conv_done(c.weight);
 }
 
 void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, const FusedCall& dgrad,
@@ -754,6 +802,8 @@ void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, 
       store_relu_bn(bn, x, stored, s_in, lane);
     c.conv->backward_filter(ctx_.cudnn, stored, dy, params_.weight_grad(c.weight), lane_ws, lane_wsb);
   });
+  lane_read(dy);
+  before_write(dx);
   float* coef = bn.st.bwd_coef;  // dx = coef[c] * g + coef[C + c] * x + coef[2C + c]
   const int C = bn.channels;
   if (own_dgrad) {  // dz over dx, its sums beside; then the BN backward's apply
@@ -787,7 +837,6 @@ void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, 
                              .dx = dx};
     bn_backward(mid, s_in, t, l, bn_scratch_.as<float>(), stream);
   }
-  lane_join();
-  grad_ready(c.weight);
+  conv_done(c.weight);
   bn_grads_ready(bn);
 }

@@ -237,6 +237,7 @@ NetConfig SetUp::net_config() const {
       opt_.no_fuse_given ? opt_.no_fuse_patterns : default_unfused_patterns(build_.wgrad_stream);
   cfg.unfused_by_default = !opt_.no_fuse_given;
   cfg.wgrad_beside = build_.wgrad_stream;
+  cfg.data_parallel = ranks_.several();
   cfg.classes = s_.data.split.train.classes();
   cfg.image_side = s_.data.split.train.side;
   return cfg;

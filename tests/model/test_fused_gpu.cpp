@@ -429,8 +429,11 @@ TEST(FusedBnFinalize, PartialRowsShorterThanTheChannelsAreRefused) {
 
 // ---- --no-fuse: patterns switched off run plain ---------------------------------------------------
 // What fusing did for bin/train's network (fp16, NHWC, batch 16) with the patterns `off` run plain.
-FusionReport training_fusion_report(GpuContext& ctx, AutotuneCache& cache, unsigned off) {
+FusionReport training_fusion_report(GpuContext& ctx, AutotuneCache& cache, unsigned off, bool wgrad_beside = false,
+                                    bool data_parallel = false) {
   NetConfig cfg;
+  cfg.wgrad_beside = wgrad_beside;
+  cfg.data_parallel = data_parallel;
   cfg.batch = 16;
   cfg.dtype = DType::F16;
   cfg.layout = Layout::NHWC;
@@ -553,6 +556,21 @@ TEST(FusedNetworkGpu, TheConv1JoinsTakeTheStemAndTheCompactShortcutGradients) {
   EXPECT_EQ(as_is.compact_shortcut_dgrad, 3);
   const unsigned shortcut = fused_pattern_bit(FusedPattern::CompactShortcutDgrad);
   EXPECT_EQ(training_fusion_report(ctx, cache, defaults | shortcut).compact_shortcut_dgrad, 0);
+}
+
+// The weight gradients' stream runs behind the data gradients where bin/train runs it (fused, the
+// weight gradients on their own stream, one GPU); not switched off, nor without that stream, nor
+// data-parallel (each gradient is reported as written, so the stream is joined after each conv).
+TEST(FusedNetworkGpu, TheWeightGradientsRunBehindOnOneGpuWithTheirOwnStream) {
+  SKIP_WITHOUT_GPU("the fused training network");
+  GpuContext ctx;
+  AutotuneCache cache("", "lagging weight gradients test");
+  const unsigned defaults = default_unfused_patterns(true);
+  EXPECT_TRUE(training_fusion_report(ctx, cache, defaults, true).lagging_wgrad);
+  const unsigned lagging = fused_pattern_bit(FusedPattern::LaggingWgrad);
+  EXPECT_FALSE(training_fusion_report(ctx, cache, defaults | lagging, true).lagging_wgrad) << "switched off";
+  EXPECT_FALSE(training_fusion_report(ctx, cache, defaults, false).lagging_wgrad) << "no stream of their own";
+  EXPECT_FALSE(training_fusion_report(ctx, cache, defaults, true, true).lagging_wgrad) << "data-parallel";
 }
 
 // Switched on (off by default: slower), every conv1 but the first applies the previous block's join
@@ -687,6 +705,19 @@ TEST(FusionReport, SaysWhichConv1sApplyThePreviousJoinAndWhichShortcutsRunCompac
       << lines[2];
   EXPECT_NE(lines[2].find("--no-fuse compact-shortcut-dgrad"), std::string::npos) << lines[2];
   r.own_join_prologue = r.compact_shortcut_dgrad = 0;
+  EXPECT_EQ(fusion_report_lines(r).size(), 1u);
+}
+
+// The line for the weight gradients' stream running behind the data gradients, and none without it.
+TEST(FusionReport, SaysWhetherTheWeightGradientsRunBehind) {
+  FusionReport r;
+  r.tried = r.fused = 80;
+  r.lagging_wgrad = true;
+  std::vector<std::string> lines = fusion_report_lines(r);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find("weight gradients' stream runs up to a block behind"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("--no-fuse lagging-wgrad"), std::string::npos) << lines[1];
+  r.lagging_wgrad = false;
   EXPECT_EQ(fusion_report_lines(r).size(), 1u);
 }
 

@@ -272,6 +272,7 @@ class ParityNet {
   bool joins_the_stem() const { return net_->fusion_report().own_stem_join; }
   int join_prologues() const { return net_->fusion_report().own_join_prologue; }
   int compact_shortcuts() const { return net_->fusion_report().compact_shortcut_dgrad; }
+  bool lagging_wgrad() const { return net_->fusion_report().lagging_wgrad; }
 
  private:
   // A parameter's gradient in fp32, unscaled, in storage order.
@@ -477,6 +478,35 @@ TEST(FusedParityGpu, TheCompactShortcutGradientsAsCuDNNsStrided) {
               compact.compact_shortcuts(), lc, ls, ec.median, ec.worst, wc.c_str(), es.median, es.worst, ws.c_str());
   EXPECT_LE(ec.median, 1.5 * es.median + 2e-3);
   EXPECT_LE(ec.worst, 1.5 * es.worst + 1e-2) << wc;
+}
+
+// The weight gradients' stream behind the data gradients, on buffers of their own (bin/train's
+// default), against it joined after each conv: the same kernels on the same inputs, so the same
+// gradients but for the run-to-run noise of the fused statistics. Run eagerly, the two streams
+// overlap as they do in the step's graph; a read overtaken by a write would show here.
+TEST(FusedParityGpu, TheLaggingWeightGradientsAsTheJoinedOnes) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device: the PyTorch parity test needs a GPU";
+  const Fixture f = load_fixture(fixture_path());
+  ParityNet lagging(f, kFused);
+  ASSERT_TRUE(lagging.lagging_wgrad()) << "bin/train's configuration runs the weight gradients behind";
+  Build b = kFused;
+  b.also_unfused = fused_pattern_bit(FusedPattern::LaggingWgrad);
+  ParityNet joined(f, b);
+  EXPECT_FALSE(joined.lagging_wgrad());
+  const float ll = lagging.step_gradients(), lj = joined.step_gradients();
+  std::string wl, wj;
+  const Spread el = spread(lagging.gradient_errors(wl)), ej = spread(joined.gradient_errors(wj));
+  std::printf("[ parity   ] lagging-wgrad: loss %.6f, joined %.6f; gradients against PyTorch float64 median %.2e "
+              "worst %.2e (%s), joined %.2e %.2e (%s)\n",
+              ll, lj, el.median, el.worst, wl.c_str(), ej.median, ej.worst, wj.c_str());
+  EXPECT_LE(el.median, 1.5 * ej.median + 2e-3);
+  EXPECT_LE(el.worst, 1.5 * ej.worst + 1e-2) << wl;
+  for (int s = 1; s < 3; ++s) {  // later steps: the lane's reads of the previous step were joined
+    lagging.sgd();
+    joined.sgd();
+    const float a = lagging.step_gradients(), c = joined.step_gradients();
+    EXPECT_NEAR(a, c, 1e-2 * std::fabs(c)) << "step " << s;
+  }
 }
 
 }  // namespace

@@ -478,7 +478,8 @@ const FusedPattern kEveryPattern[] = {
     FusedPattern::ConvStats, FusedPattern::SbrConvStats,  FusedPattern::SbrWgrad, FusedPattern::DgradDreluDbn,
     FusedPattern::OwnConvStats, FusedPattern::OwnJoinDgrad, FusedPattern::OwnDgradDbn, FusedPattern::OwnFinalize,
     FusedPattern::OwnPrologue, FusedPattern::StoredConvStats, FusedPattern::OwnStemConv, FusedPattern::OwnStemWgrad,
-    FusedPattern::OwnStemJoin, FusedPattern::OwnJoinPrologue, FusedPattern::CompactShortcutDgrad, FusedPattern::ConvBn, FusedPattern::ConvBnRelu,
+    FusedPattern::OwnStemJoin, FusedPattern::OwnJoinPrologue, FusedPattern::CompactShortcutDgrad,
+    FusedPattern::LaggingWgrad, FusedPattern::ConvBn, FusedPattern::ConvBnRelu,
     FusedPattern::ConvBnAddRelu, FusedPattern::GemmBn, FusedPattern::GemmBnRelu, FusedPattern::GemmBnAddRelu};
 
 // --no-fuse: which fused BN patterns run plain (model/fused_patterns.h), as bits and as the one
