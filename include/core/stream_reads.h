@@ -36,6 +36,7 @@ class StreamReads {
     Event read{false};
     bool pending = false;
   };
+  const Entry* find(const void* buffer) const;
   Entry* find(const void* buffer);
   std::vector<Entry> entries_;
 };

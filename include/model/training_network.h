@@ -112,10 +112,8 @@ class TrainingNetwork : public Network {
   // bn_apply's arguments (training: with its ReLU bits): run as a pass of its own, or by the next
   // block's conv1 as it reads a3 and the shortcut (BlockRun::c1_applies_join).
   struct ApplyArgs join_args(const Block& b, BlockRun& r, const void* in, bool train) const;
-  // dy2: the second part of the output's gradient, or nullptr; joined: the next block's conv1 left
-  // dz and its sums (BlockRun::c1_joins).
-  // The gradients inside a block (InnerGrads): g[1] and g[3] each in turn, or, with the lane
-  // behind (lagging_), four buffers per block of which the next block uses four others.
+  // The gradients inside a block: g[1] and g[3] by turns, or, with the lane behind (lagging_), two
+  // sets of four by turns from block to block (training_network.cpp says why).
   struct InnerGrads {
     void* a3;        // the join's gradient of a3, conv3's output gradient
     void* shortcut;  // of the shortcut conv's output
@@ -123,6 +121,8 @@ class TrainingNetwork : public Network {
     void* mid1;      // conv2's data gradient, conv1's output gradient
   };
   InnerGrads inner_grads(size_t block) const;
+  // dy2: the second part of the output's gradient, or nullptr; joined: the next block's conv1 left
+  // dz and its sums (BlockRun::c1_joins).
   void join_backward(const Block& b, BlockRun& r, const void* dy2, bool joined, const InnerGrads& g);
   // bn's coefficients for y = bn(x): from x's statistics in training, else the running ones; with
   // their fp16 copies where the next conv's prologue reads them (bn.scale_h).
@@ -151,11 +151,11 @@ class TrainingNetwork : public Network {
   DeviceBuffer stem_a_, stem_y_;          // stem conv output, stem BN+ReLU output
   DeviceBuffer dlogits_, dfeat_;
   DeviceBuffer grad_[4];                  // activation gradients, each of the largest activation's size
-  // Where the lane may run behind the data gradients (LaggingWgrad: a fused build with the lane, not
-  // data-parallel, not switched off): lagging_grads_, the inner gradients of every other block
-  // (inner_grads), and lane_reads_, what the lane has yet to finish reading of them and of g[1] and
-  // g[3]. lagging_: it does in this backward (no gradient is reported as it is written: on_grad_ready
-  // unset).
+  // Where the lane may run behind the data gradients (LaggingWgrad: with the lane, not data-parallel,
+  // not switched off): lagging_grads_, the second set of inner gradients and the first set's last
+  // two (inner_grads), and lane_reads_, what the lane has yet to finish reading of them and of g[1]
+  // and g[3]. lagging_: it does in this backward (no gradient is reported as it is written:
+  // on_grad_ready unset).
   bool lagging_ = false;
   DeviceBuffer lagging_grads_[6];
   std::unique_ptr<class StreamReads> lane_reads_;

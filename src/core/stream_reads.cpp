@@ -2,6 +2,7 @@
 #include "core/stream_reads.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/check.h"
 #include "core/errors.h"
@@ -11,9 +12,13 @@ StreamReads::StreamReads(const std::vector<const void*>& buffers) {
   for (const void* b : buffers) entries_.push_back(Entry{b});
 }
 
-StreamReads::Entry* StreamReads::find(const void* buffer) {
+const StreamReads::Entry* StreamReads::find(const void* buffer) const {
   const auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.buffer == buffer; });
   return it == entries_.end() ? nullptr : &*it;
+}
+
+StreamReads::Entry* StreamReads::find(const void* buffer) {
+  return const_cast<Entry*>(std::as_const(*this).find(buffer));
 }
 
 void StreamReads::read(const void* buffer, cudaStream_t reader) {
@@ -35,6 +40,6 @@ void StreamReads::reset() {
 }
 
 bool StreamReads::pending(const void* buffer) const {
-  const auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.buffer == buffer; });
-  return it != entries_.end() && it->pending;
+  const Entry* e = find(buffer);
+  return e && e->pending;
 }

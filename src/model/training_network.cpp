@@ -106,7 +106,9 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
     }
   }
   activation_bytes_ = act * dtype_size(t);
-  const bool lags = cfg.fuses() && cfg.wgrad_beside && !cfg.data_parallel &&
+  // The lane may run behind (LaggingWgrad) in unfused and deterministic runs too: the same work in
+  // another order, so GpuWgradStream.TrainsBitForBitAsOneStream checks it bit for bit.
+  const bool lags = cfg.wgrad_beside && !cfg.data_parallel &&
                     !(cfg.unfused_patterns & fused_pattern_bit(FusedPattern::LaggingWgrad));
   check_memory(activation_bytes_ + (lags ? 10 : 4) * largest * dtype_size(t) + bits);
   bn_scratch_ = DeviceBuffer(scratch * sizeof(float), "BN partial sums");
@@ -129,7 +131,8 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
   if (lags) {
     std::vector<const void*> tracked{grad_[1].get(), grad_[3].get()};
     for (DeviceBuffer& g : lagging_grads_) {
-      g = DeviceBuffer(largest * dtype_size(t), "activation gradients of the lagging weight gradients");
+      g = DeviceBuffer(largest * dtype_size(t),
+                       "activation gradients of the lagging weight gradients (batch " + std::to_string(cfg.batch) + ")");
       tracked.push_back(g.get());
     }
     lane_reads_ = std::make_unique<StreamReads>(tracked);
@@ -617,8 +620,8 @@ void TrainingNetwork::bn_grads_ready(const Bn& bn) const {
 // could with beta = 1.) Where conv1 joins (BlockRun::c1_joins), our kernel adds its part to g[0]
 // itself and leaves the previous join's dz there; g[2] then holds only a stride-2 shortcut's compact
 // gradient (BlockRun::down_compact), from its data gradient to conv1's join. g[1] and g[3] hold the
-// gradients inside a block, or, where the weight gradients' lane runs behind (lagging_), four
-// buffers of their own per block (inner_grads).
+// gradients inside a block, or, where the weight gradients' lane runs behind (lagging_), two sets
+// of four by turns from block to block (inner_grads).
 void TrainingNetwork::backward() {
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
@@ -671,7 +674,7 @@ void TrainingNetwork::backward() {
   }
   grad_ready(c.weight);
   if (runs_.empty()) return;
-  lane_join();  // the first block's conv1 weight gradient (block_backward); behind, all the lane's
+  lane_join();  // the first block's conv1 weight gradient (block_backward); with the lane behind, all of it
   grad_ready(layers_->blocks[0].c1.weight);
 }
 
@@ -723,11 +726,13 @@ void TrainingNetwork::block_backward(size_t i) {
 }
 
 // Without the lane behind, g[1] and g[3] by turns (each conv's data gradient waits for the previous
-// conv's weight gradient, which reads the buffer it overwrites). Behind, four buffers a block: the
-// lane may finish the block's weight gradients while the data gradients go on into the next block,
-// on four others; where it is further behind, before_write waits for it (lane_reads_). Measured on
-// an H200 (2026-11-29, bench/ab.py, 4 rounds): batch 128 5.054 -> 4.920 ms a step, batch 256 8.971
-// -> 8.834 ms (bench/results/levers-session25-nvidia-h200-2026-11-29.md).
+// conv's weight gradient, which reads the buffer it overwrites). Behind, two sets of four buffers,
+// by turns from block to block (the first set's a3 and shortcut gradients in g[1] and g[3]): the
+// lane may finish a block's weight gradients while the data gradients go on through the next block
+// on the other set; a block's writes wait only for the lane's reads of the same set two blocks
+// before (before_write, lane_reads_). Measured on an H200 (2026-11-29, bench/ab.py, 3 rounds,
+// against --no-fuse ...,lagging-wgrad): batch 128 5.109 -> 4.962 ms a step, batch 256 8.953 -> 8.766
+// ms (bench/results/levers-session25-nvidia-h200-2026-11-29.md).
 TrainingNetwork::InnerGrads TrainingNetwork::inner_grads(size_t block) const {
   void *g1 = grad_[1].get(), *g3 = grad_[3].get();
   if (!lagging_) return {.a3 = g1, .shortcut = g3, .mid2 = g3, .mid1 = g1};
@@ -777,7 +782,7 @@ void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void
   });
   lane_read(dy);
   const ConvLayer& data_grad = dgrad ? *dgrad : *c.conv;
-  before_write(joined ? joined->dz : dx);
+  before_write(joined ? joined->dz : dx);  // g[0] or g[2] today, which the lane never reads: no wait
   if (joined)
     conv1x1_dgrad_join(*joined, ctx_.stream);
   else

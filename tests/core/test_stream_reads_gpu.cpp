@@ -27,6 +27,7 @@ struct Buffers {
   Buffers() {
     CUDA_CHECK(cudaMemset(read.get(), kOriginal, kBytes));
     CUDA_CHECK(cudaMemset(copy.get(), 0, kBytes));
+    CUDA_CHECK(cudaDeviceSynchronize());  // the test's non-blocking streams do not wait for these
   }
   // The reader's slow read of `read` into `copy`.
   void enqueue_read(cudaStream_t reader) const {

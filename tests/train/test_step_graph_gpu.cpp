@@ -353,8 +353,9 @@ TEST_P(GpuStepGraphReplay, EqualsEagerExecutionBitForBit) {
 }
 
 // The weight gradients on their own stream (OPT_WGRAD_STREAM) compute what one stream computes, bit
-// for bit, eagerly and replayed as a graph of two branches: a weight gradient that read its output
-// gradient after the next data gradient had overwritten it, or a shared workspace, would not. The
+// for bit, eagerly and replayed as a graph of two branches, joined after each conv and running up to
+// two blocks behind (LaggingWgrad, on by default): a weight gradient that read its output gradient
+// after a data gradient had overwritten it, or a shared workspace, would not. The
 // lane's own workspace is sized to the weight gradients' needs alone: one too small for any of them
 // throws (ConvGraph::run and FusedConv::run check each call's need against what it is given), here
 // for the plain weight gradients, in GpuStepGraphFused.ReplayOnTwoStreamsTracksEagerExecution for the
@@ -364,14 +365,20 @@ TEST(GpuWgradStream, TrainsBitForBitAsOneStream) {
   for (const bool graphs : {false, true}) {
     SCOPED_TRACE(graphs ? "replayed as a CUDA graph" : "eager");
     GraphCase gc{"", DType::F16, Layout::NHWC, ConvApi::Graph};
-    TrainingRun one_stream(deterministic_config(gc), false);
-    gc.wgrad_beside = true;
-    TrainingRun two_streams(deterministic_config(gc), graphs);
-    train_side_by_side(one_stream, two_streams, gc.t, 0.05);
-    if (graphs) {
-      ASSERT_TRUE(two_streams.graph.plan().enabled()) << "the capture failed (a warning says why)";
+    for (const bool lagging : {true, false}) {
+      SCOPED_TRACE(lagging ? "the lane behind" : "the lane joined after each conv");
+      TrainingRun one_stream(deterministic_config(gc), false);
+      NetConfig two = deterministic_config(gc);
+      two.wgrad_beside = true;
+      if (!lagging) two.unfused_patterns = fused_pattern_bit(FusedPattern::LaggingWgrad);
+      TrainingRun two_streams(two, graphs);
+      EXPECT_EQ(two_streams.net->fusion_report().lagging_wgrad, lagging);
+      train_side_by_side(one_stream, two_streams, gc.t, 0.05);
+      if (graphs) {
+        ASSERT_TRUE(two_streams.graph.plan().enabled()) << "the capture failed (a warning says why)";
+      }
+      expect_same_bytes(one_stream, two_streams);
     }
-    expect_same_bytes(one_stream, two_streams);
   }
 }
 
