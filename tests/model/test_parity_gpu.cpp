@@ -431,6 +431,20 @@ TEST(FusedParityGpu, TheStemsOtherBackwardsAsCloseToPyTorch) {
   }
 }
 
+// `net`'s gradients (one step taken, its loss `loss`) as close to PyTorch as `reference`'s, within
+// the margins of the fused build's checks above; both printed, with `what` and the losses.
+void expect_gradients_as_close(const ParityNet& net, float loss, const ParityNet& reference, float reference_loss,
+                               const std::string& what, const char* reference_name) {
+  std::string wn, wr;
+  const Spread en = spread(net.gradient_errors(wn)), er = spread(reference.gradient_errors(wr));
+  std::printf("[ parity   ] %s: loss %.6f, %s %.6f; gradients against PyTorch float64 median %.2e worst %.2e (%s), "
+              "%s %.2e %.2e (%s)\n",
+              what.c_str(), loss, reference_name, reference_loss, en.median, en.worst, wn.c_str(), reference_name,
+              er.median, er.worst, wr.c_str());
+  EXPECT_LE(en.median, 1.5 * er.median + 2e-3);
+  EXPECT_LE(en.worst, 1.5 * er.worst + 1e-2) << wn;
+}
+
 // The joins applied by the next conv1 as it reads their inputs (off by default: slower) against the
 // joins as passes of their own (bin/train's default): the join's output differs by fp16
 // rounding (the kernel computes it in fp16, the pass in fp32), so the loss and logits agree within
@@ -447,15 +461,11 @@ TEST(FusedParityGpu, TheJoinsInConv1AsTheirOwnPasses) {
   const float lw = with.step_gradients(), lo = without.step_gradients();
   const std::vector<float> gw = with.logits(), go = without.logits();
   const double apart = rel_error(std::vector<double>(gw.begin(), gw.end()), std::vector<double>(go.begin(), go.end()));
-  std::string ww, wo;
-  const Spread ew = spread(with.gradient_errors(ww)), eo = spread(without.gradient_errors(wo));
-  std::printf("[ parity   ] own-join-prologue (%d conv1s): loss %.6f, the passes' %.6f; logits %.2e apart; gradients "
-              "against PyTorch float64 median %.2e worst %.2e (%s), the passes' %.2e %.2e (%s)\n",
-              with.join_prologues(), lw, lo, apart, ew.median, ew.worst, ww.c_str(), eo.median, eo.worst, wo.c_str());
+  std::printf("[ parity   ] own-join-prologue: logits %.2e apart from the passes'\n", apart);
   EXPECT_NEAR(lw, lo, 1e-3 * std::fabs(lo)) << "loss";
   EXPECT_LE(apart, 1e-2) << "logits";
-  EXPECT_LE(ew.median, 1.5 * eo.median + 2e-3);
-  EXPECT_LE(ew.worst, 1.5 * eo.worst + 1e-2) << ww;
+  expect_gradients_as_close(with, lw, without, lo,
+                            "own-join-prologue (" + std::to_string(with.join_prologues()) + " conv1s)", "the passes'");
 }
 
 // The stride-2 shortcuts' data gradients at their output pixels alone, read by conv1's join at the
@@ -471,13 +481,9 @@ TEST(FusedParityGpu, TheCompactShortcutGradientsAsCuDNNsStrided) {
   ParityNet strided(f, b);
   EXPECT_EQ(strided.compact_shortcuts(), 0);
   const float lc = compact.step_gradients(), ls = strided.step_gradients();
-  std::string wc, ws;
-  const Spread ec = spread(compact.gradient_errors(wc)), es = spread(strided.gradient_errors(ws));
-  std::printf("[ parity   ] compact-shortcut-dgrad (%d shortcuts): loss %.6f, strided %.6f; gradients against "
-              "PyTorch float64 median %.2e worst %.2e (%s), strided %.2e %.2e (%s)\n",
-              compact.compact_shortcuts(), lc, ls, ec.median, ec.worst, wc.c_str(), es.median, es.worst, ws.c_str());
-  EXPECT_LE(ec.median, 1.5 * es.median + 2e-3);
-  EXPECT_LE(ec.worst, 1.5 * es.worst + 1e-2) << wc;
+  expect_gradients_as_close(compact, lc, strided, ls,
+                            "compact-shortcut-dgrad (" + std::to_string(compact.compact_shortcuts()) + " shortcuts)",
+                            "strided");
 }
 
 // The weight gradients' stream behind the data gradients, on buffers of their own (bin/train's
@@ -494,13 +500,7 @@ TEST(FusedParityGpu, TheLaggingWeightGradientsAsTheJoinedOnes) {
   ParityNet joined(f, b);
   EXPECT_FALSE(joined.lagging_wgrad());
   const float ll = lagging.step_gradients(), lj = joined.step_gradients();
-  std::string wl, wj;
-  const Spread el = spread(lagging.gradient_errors(wl)), ej = spread(joined.gradient_errors(wj));
-  std::printf("[ parity   ] lagging-wgrad: loss %.6f, joined %.6f; gradients against PyTorch float64 median %.2e "
-              "worst %.2e (%s), joined %.2e %.2e (%s)\n",
-              ll, lj, el.median, el.worst, wl.c_str(), ej.median, ej.worst, wj.c_str());
-  EXPECT_LE(el.median, 1.5 * ej.median + 2e-3);
-  EXPECT_LE(el.worst, 1.5 * ej.worst + 1e-2) << wl;
+  expect_gradients_as_close(lagging, ll, joined, lj, "lagging-wgrad", "joined");
   for (int s = 1; s < 3; ++s) {  // later steps: the lane's reads of the previous step were joined
     lagging.sgd();
     joined.sgd();
