@@ -21,7 +21,7 @@ enum class FusedPattern {
   OwnStemJoin,                                       // training, the stem's BN backward in layer1.0's conv1 dgrad (ours)
   OwnJoinPrologue,                                   // training, the previous join in our conv1 kernel's prologue
   CompactShortcutDgrad,                              // training, a stride-2 shortcut's dgrad at its output pixels, read by conv1's join
-  LaggingWgrad,                                      // training, the weight gradients' lane up to two blocks behind the data gradients
+  LaggingWgrad,                                      // training, the weight gradients' lane up to three blocks behind the data gradients
   ConvBn, ConvBnRelu, ConvBnAddRelu,                 // inference (cuDNN)
   GemmBn, GemmBnRelu, GemmBnAddRelu                  // inference, 1x1 convs (cuBLASLt)
 };
@@ -97,7 +97,7 @@ struct FusionReport {
   bool own_stem_join = false;   // layer1.0's conv1 data gradient takes the stem's BN backward sums (OwnStemJoin)
   int own_join_prologue = 0;    // conv1s of ours that apply the previous block's join as they read it (OwnJoinPrologue)
   int compact_shortcut_dgrad = 0;  // stride-2 shortcuts whose data gradient is compact (CompactShortcutDgrad)
-  bool lagging_wgrad = false;      // the weight gradients' lane runs up to two blocks behind (LaggingWgrad)
+  bool lagging_wgrad = false;      // the weight gradients' lane runs up to three blocks behind (LaggingWgrad)
   int half_coefficients = 0;  // fused patterns whose engines take the BN scale/bias in fp16
   bool off_for_determinism = false;  // --deterministic: nothing tried (see fusion_report_lines)
   double seconds = -1;   // building (and, autotuning, timing) the patterns took; -1: not given

@@ -38,7 +38,7 @@ constexpr PatternNames kPatterns[] = {
      "own-join-prologue"},
     {FusedPattern::CompactShortcutDgrad, "a stride-2 shortcut's data gradient at its output pixels alone, read by conv1's join",
      "compact-shortcut-dgrad"},
-    {FusedPattern::LaggingWgrad, "the weight gradients' stream up to two blocks behind the data gradients, on buffers of its own",
+    {FusedPattern::LaggingWgrad, "the weight gradients' stream up to three blocks behind the data gradients, on buffers of its own",
      "lagging-wgrad"},
     {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
     {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
@@ -187,8 +187,8 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
                     "even pixels, in place of cuDNN's strided data gradient, zeros included (--no-fuse "
                     "compact-shortcut-dgrad: not)");
   if (r.lagging_wgrad)
-    lines.push_back("  and the weight gradients' stream runs up to two blocks behind the data gradients, which write "
-                    "each block's gradients to one of two sets of buffers by turns instead of waiting for each "
+    lines.push_back("  and the weight gradients' stream runs up to three blocks behind the data gradients, which write "
+                    "each block's gradients to one of three sets of buffers by turns instead of waiting for each "
                     "conv's weight gradient (one GPU; --no-fuse lagging-wgrad: not)");
   return lines;
 }

@@ -110,7 +110,20 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
   // another order, so GpuWgradStream.TrainsBitForBitAsOneStream checks it bit for bit.
   const bool lags = cfg.wgrad_beside && !cfg.data_parallel &&
                     !(cfg.unfused_patterns & fused_pattern_bit(FusedPattern::LaggingWgrad));
-  check_memory(activation_bytes_ + (lags ? 10 : 4) * largest * dtype_size(t) + bits);
+  // The lagging sets' buffers sized by role (InnerGrads' order): the gradients of a3 and of the
+  // shortcut's output of the largest block output, those of a2 and a1 of the largest inner ones.
+  size_t out_max = 0, mid2_max = 0, mid1_max = 0;
+  for (const Block& b : layers_->blocks) {
+    out_max = std::max(out_max, b.out.count());
+    mid2_max = std::max(mid2_max, b.mid2.count());
+    mid1_max = std::max(mid1_max, b.mid1.count());
+  }
+  const size_t role[4] = {out_max, out_max, mid2_max, mid1_max};
+  const int sets = lags ? kLaggingSets : 0;
+  size_t lag_elems = 0;  // the first set's a3 and shortcut gradients are g[1] and g[3]
+  for (int k = 0; k < sets; ++k)
+    for (int r = k == 0 ? 2 : 0; r < 4; ++r) lag_elems += role[r];
+  check_memory(activation_bytes_ + (4 * largest + lag_elems) * dtype_size(t) + bits);
   bn_scratch_ = DeviceBuffer(scratch * sizeof(float), "BN partial sums");
   const size_t ws = conv_workspace_;  // the fused patterns have their own (give_fused_workspaces)
   if (cfg.fuses()) plan_blocks(cache, largest);
@@ -130,11 +143,14 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
   }
   if (lags) {
     std::vector<const void*> tracked{grad_[1].get(), grad_[3].get()};
-    for (DeviceBuffer& g : lagging_grads_) {
-      g = DeviceBuffer(largest * dtype_size(t),
-                       "activation gradients of the lagging weight gradients (batch " + std::to_string(cfg.batch) + ")");
-      tracked.push_back(g.get());
-    }
+    lagging_grads_.resize(4 * size_t(sets));
+    for (int k = 0; k < sets; ++k)
+      for (int r = k == 0 ? 2 : 0; r < 4; ++r) {
+        DeviceBuffer& g = lagging_grads_[4 * k + r];
+        g = DeviceBuffer(role[r] * dtype_size(t), "activation gradients of the lagging weight gradients (batch " +
+                                                      std::to_string(cfg.batch) + ")");
+        tracked.push_back(g.get());
+      }
     lane_reads_ = std::make_unique<StreamReads>(tracked);
     fusion_report_.lagging_wgrad = true;
   }
@@ -620,8 +636,8 @@ void TrainingNetwork::bn_grads_ready(const Bn& bn) const {
 // could with beta = 1.) Where conv1 joins (BlockRun::c1_joins), our kernel adds its part to g[0]
 // itself and leaves the previous join's dz there; g[2] then holds only a stride-2 shortcut's compact
 // gradient (BlockRun::down_compact), from its data gradient to conv1's join. g[1] and g[3] hold the
-// gradients inside a block, or, where the weight gradients' lane runs behind (lagging_), two sets
-// of four by turns from block to block (inner_grads).
+// gradients inside a block, or, where the weight gradients' lane runs behind (lagging_), one of
+// kLaggingSets sets of four by turns from block to block (inner_grads).
 void TrainingNetwork::backward() {
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
@@ -726,19 +742,20 @@ void TrainingNetwork::block_backward(size_t i) {
 }
 
 // Without the lane behind, g[1] and g[3] by turns (each conv's data gradient waits for the previous
-// conv's weight gradient, which reads the buffer it overwrites). Behind, two sets of four buffers,
-// by turns from block to block (the first set's a3 and shortcut gradients in g[1] and g[3]): the
-// lane may finish a block's weight gradients while the data gradients go on through the next block
-// on the other set; a block's writes wait only for the lane's reads of the same set two blocks
-// before (before_write, lane_reads_). Measured on an H200 (2026-11-29, bench/ab.py, 3 rounds,
-// against --no-fuse ...,lagging-wgrad): batch 128 5.109 -> 4.962 ms a step, batch 256 8.953 -> 8.766
-// ms (bench/results/levers-session25-nvidia-h200-2026-11-29.md).
+// conv's weight gradient, which reads the buffer it overwrites). Behind, kLaggingSets sets of four
+// buffers, by turns from block to block (the first set's a3 and shortcut gradients in g[1] and
+// g[3]): the lane may finish a block's weight gradients while the data gradients go on through the
+// next blocks on the other sets; a block's writes wait only for the lane's reads of the same set
+// kLaggingSets blocks before (before_write, lane_reads_). Measured on an H200 (2026-11-29,
+// bench/ab.py, 3 rounds): two sets against --no-fuse ...,lagging-wgrad, batch 128 5.109 -> 4.962 ms
+// a step, batch 256 8.953 -> 8.766 ms; three against two, 4.917 -> 4.887 ms and 8.864 -> 8.856 ms
+// (bench/results/levers-session25-nvidia-h200-2026-11-29.md and levers-session26-...-29.md).
 TrainingNetwork::InnerGrads TrainingNetwork::inner_grads(size_t block) const {
   void *g1 = grad_[1].get(), *g3 = grad_[3].get();
   if (!lagging_) return {.a3 = g1, .shortcut = g3, .mid2 = g3, .mid1 = g1};
-  const DeviceBuffer* l = lagging_grads_;
-  if (block % 2 == 0) return {.a3 = g1, .shortcut = g3, .mid2 = l[0].get(), .mid1 = l[1].get()};
-  return {.a3 = l[2].get(), .shortcut = l[3].get(), .mid2 = l[4].get(), .mid1 = l[5].get()};
+  const size_t k = block % kLaggingSets;
+  const DeviceBuffer* l = &lagging_grads_[4 * k];
+  return {.a3 = k ? l[0].get() : g1, .shortcut = k ? l[1].get() : g3, .mid2 = l[2].get(), .mid1 = l[3].get()};
 }
 
 // The join: out = relu(bn3(a3) + shortcut). From its output's gradient (g[0] + dy2, or, joined, dz

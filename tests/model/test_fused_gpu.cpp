@@ -715,7 +715,7 @@ TEST(FusionReport, SaysWhetherTheWeightGradientsRunBehind) {
   r.lagging_wgrad = true;
   std::vector<std::string> lines = fusion_report_lines(r);
   ASSERT_EQ(lines.size(), 2u);
-  EXPECT_NE(lines[1].find("weight gradients' stream runs up to two blocks behind"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("weight gradients' stream runs up to three blocks behind"), std::string::npos) << lines[1];
   EXPECT_NE(lines[1].find("--no-fuse lagging-wgrad"), std::string::npos) << lines[1];
   r.lagging_wgrad = false;
   EXPECT_EQ(fusion_report_lines(r).size(), 1u);

@@ -354,7 +354,7 @@ TEST_P(GpuStepGraphReplay, EqualsEagerExecutionBitForBit) {
 
 // The weight gradients on their own stream (OPT_WGRAD_STREAM) compute what one stream computes, bit
 // for bit, eagerly and replayed as a graph of two branches, joined after each conv and running up to
-// two blocks behind (LaggingWgrad, on by default): a weight gradient that read its output gradient
+// three blocks behind (LaggingWgrad, on by default): a weight gradient that read its output gradient
 // after a data gradient had overwritten it, or a shared workspace, would not. The
 // lane's own workspace is sized to the weight gradients' needs alone: one too small for any of them
 // throws (ConvGraph::run and FusedConv::run check each call's need against what it is given), here
