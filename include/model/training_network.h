@@ -10,8 +10,9 @@
 // and the ReLU) and its backward are our kernels either way.
 // The network owns what backward needs (each block's stored activations, only those its table
 // requires), four gradient buffers it rotates through, and, with NetConfig::wgrad_beside, the
-// weight gradients' stream; where that stream runs behind the data gradients (LaggingWgrad), six
-// more gradient buffers, so that the data gradients need not wait for it after each conv.
+// weight gradients' stream; where that stream runs behind the data gradients (LaggingWgrad), three
+// sets of inner-gradient buffers sized by role, so that the data gradients need not wait for it
+// after each conv.
 #pragma once
 
 #include <functional>
@@ -112,8 +113,8 @@ class TrainingNetwork : public Network {
   // bn_apply's arguments (training: with its ReLU bits): run as a pass of its own, or by the next
   // block's conv1 as it reads a3 and the shortcut (BlockRun::c1_applies_join).
   struct ApplyArgs join_args(const Block& b, BlockRun& r, const void* in, bool train) const;
-  // The gradients inside a block: g[1] and g[3] by turns, or, with the lane behind (lagging_), two
-  // sets of four by turns from block to block (training_network.cpp says why).
+  // The gradients inside a block: g[1] and g[3] by turns, or, with the lane behind (lagging_), one
+  // of kLaggingSets sets of four by turns from block to block (training_network.cpp says why).
   struct InnerGrads {
     void* a3;        // the join's gradient of a3, conv3's output gradient
     void* shortcut;  // of the shortcut conv's output
