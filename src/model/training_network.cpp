@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <tuple>
 
 #include "core/check.h"
@@ -95,7 +96,11 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
   // may run fused forward and weight gradient alike.
   const unsigned sbr = fused_pattern_bit(FusedPattern::SbrConvStats) | fused_pattern_bit(FusedPattern::SbrWgrad);
   const bool stores_ys = !cfg.fuses() || (cfg.unfused_patterns & sbr);
+  size_t out_max = 0, mid2_max = 0, mid1_max = 0;  // the lagging buffers' roles (below)
   for (const Block& b : layers_->blocks) {
+    out_max = std::max(out_max, b.out.count());
+    mid2_max = std::max(mid2_max, b.mid2.count());
+    mid1_max = std::max(mid1_max, b.mid1.count());
     bits += relu_bits_bytes(b.out, t);
     // a1, y1, a2, y2, a3, ad, out
     const size_t ys = stores_ys ? b.mid1.count() + b.mid2.count() : 0;
@@ -110,19 +115,13 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
   // another order, so GpuWgradStream.TrainsBitForBitAsOneStream checks it bit for bit.
   const bool lags = cfg.wgrad_beside && !cfg.data_parallel &&
                     !(cfg.unfused_patterns & fused_pattern_bit(FusedPattern::LaggingWgrad));
-  // The lagging sets' buffers sized by role (InnerGrads' order): the gradients of a3 and of the
-  // shortcut's output of the largest block output, those of a2 and a1 of the largest inner ones.
-  size_t out_max = 0, mid2_max = 0, mid1_max = 0;
-  for (const Block& b : layers_->blocks) {
-    out_max = std::max(out_max, b.out.count());
-    mid2_max = std::max(mid2_max, b.mid2.count());
-    mid1_max = std::max(mid1_max, b.mid1.count());
-  }
-  const size_t role[4] = {out_max, out_max, mid2_max, mid1_max};
-  const int sets = lags ? kLaggingSets : 0;
-  size_t lag_elems = 0;  // the first set's a3 and shortcut gradients are g[1] and g[3]
-  for (int k = 0; k < sets; ++k)
-    for (int r = k == 0 ? 2 : 0; r < 4; ++r) lag_elems += role[r];
+  // The lagging sets' buffers sized by role, 4 a set in InnerGrads' order: the gradients of a3 and
+  // of the shortcut's output of the largest block output, those of a2 and a1 of the largest inner
+  // ones; 0 for the first set's a3 and shortcut gradients, which are g[1] and g[3].
+  std::vector<size_t> lag_counts;
+  for (int k = 0; lags && k < kLaggingSets; ++k)
+    lag_counts.insert(lag_counts.end(), {k ? out_max : 0, k ? out_max : 0, mid2_max, mid1_max});
+  const size_t lag_elems = std::accumulate(lag_counts.begin(), lag_counts.end(), size_t(0));
   check_memory(activation_bytes_ + (4 * largest + lag_elems) * dtype_size(t) + bits);
   bn_scratch_ = DeviceBuffer(scratch * sizeof(float), "BN partial sums");
   const size_t ws = conv_workspace_;  // the fused patterns have their own (give_fused_workspaces)
@@ -143,14 +142,13 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
   }
   if (lags) {
     std::vector<const void*> tracked{grad_[1].get(), grad_[3].get()};
-    lagging_grads_.resize(4 * size_t(sets));
-    for (int k = 0; k < sets; ++k)
-      for (int r = k == 0 ? 2 : 0; r < 4; ++r) {
-        DeviceBuffer& g = lagging_grads_[4 * k + r];
-        g = DeviceBuffer(role[r] * dtype_size(t), "activation gradients of the lagging weight gradients (batch " +
-                                                      std::to_string(cfg.batch) + ")");
-        tracked.push_back(g.get());
-      }
+    lagging_grads_.resize(lag_counts.size());
+    for (size_t i = 0; i < lag_counts.size(); ++i) {
+      if (!lag_counts[i]) continue;
+      lagging_grads_[i] = DeviceBuffer(lag_counts[i] * dtype_size(t), "activation gradients of the lagging weight "
+                                                                      "gradients (batch " + std::to_string(cfg.batch) + ")");
+      tracked.push_back(lagging_grads_[i].get());
+    }
     lane_reads_ = std::make_unique<StreamReads>(tracked);
     fusion_report_.lagging_wgrad = true;
   }
