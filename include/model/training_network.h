@@ -157,7 +157,8 @@ class TrainingNetwork : public Network {
   // lane_reads_, what the lane has yet to finish reading of them and of g[1] and g[3]. lagging_: it
   // does in this backward (no gradient is reported as it is written: on_grad_ready unset). Three
   // sets sized by role rather than two of the largest activation's size: -0.6% a step at batch 128
-  // (H200, 2026-11-29) in about the same memory (+420 MB at batch 128 against +400).
+  // (H200, 2026-11-29) in about the same memory (419 MB at batch 128 by the shapes against 403; bench.py's
+  // peak 2,618 -> 2,634 MB).
   static constexpr int kLaggingSets = 3;
   bool lagging_ = false;
   std::vector<DeviceBuffer> lagging_grads_;  // 4 a set; the first set's first two unused (g[1], g[3])
