@@ -130,22 +130,29 @@ const char* memcpy_name(CopyKind k) {
   return "memcpy";
 }
 
+// What every GPU record holds alike (kernels, copies, fills): when, where, and its API call.
+template <class Record>
+GpuActivity gpu_activity(GpuActivityKind kind, const Record& r) {
+  GpuActivity a;
+  a.kind = kind;
+  a.start_ns = r.start;
+  a.end_ns = r.end;
+  a.device = r.deviceId;
+  a.stream = r.streamId;
+  a.correlation = r.correlationId;
+  return a;
+}
+
 // The struct versions are the newest in CUDA 13's cupti_activity.h, which is what CUPTI 13 writes.
 void add_record(RecordParser& c, const CUpti_Activity* rec) {
   switch (rec->kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-      GpuActivity a;
-      a.kind = GpuActivityKind::Kernel;
+      GpuActivity a = gpu_activity(GpuActivityKind::Kernel, *k);
       auto name = c.kernel_names.find(k->name);
       if (name == c.kernel_names.end()) name = c.kernel_names.emplace(k->name, demangle(k->name)).first;
       a.name = name->second;
-      a.start_ns = k->start;
-      a.end_ns = k->end;
-      a.device = k->deviceId;
-      a.stream = k->streamId;
-      a.correlation = k->correlationId;
       a.grid[0] = k->gridX, a.grid[1] = k->gridY, a.grid[2] = k->gridZ;
       a.block[0] = k->blockX, a.block[1] = k->blockY, a.block[2] = k->blockZ;
       c.out.gpu.push_back(std::move(a));
@@ -153,31 +160,19 @@ void add_record(RecordParser& c, const CUpti_Activity* rec) {
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
-      GpuActivity a;
-      a.kind = GpuActivityKind::Memcpy;
+      GpuActivity a = gpu_activity(GpuActivityKind::Memcpy, *m);
       a.copy = copy_kind(m->copyKind);
       a.name = memcpy_name(a.copy);
       if (a.copy == CopyKind::HostToDevice) a.host_memory = host_memory(m->srcKind);
       if (a.copy == CopyKind::DeviceToHost) a.host_memory = host_memory(m->dstKind);
-      a.start_ns = m->start;
-      a.end_ns = m->end;
-      a.device = m->deviceId;
-      a.stream = m->streamId;
-      a.correlation = m->correlationId;
       a.bytes = m->bytes;
       c.out.gpu.push_back(std::move(a));
       break;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
-      GpuActivity a;
-      a.kind = GpuActivityKind::Memset;
+      GpuActivity a = gpu_activity(GpuActivityKind::Memset, *m);
       a.name = "memset";
-      a.start_ns = m->start;
-      a.end_ns = m->end;
-      a.device = m->deviceId;
-      a.stream = m->streamId;
-      a.correlation = m->correlationId;
       a.bytes = m->bytes;
       c.out.gpu.push_back(std::move(a));
       break;
