@@ -13,6 +13,7 @@
 #include <future>
 
 #include "kernel_lab/cutlass_conv_stats.h"
+#include "kernel_lab/cutlass_implicit_conv.h"
 #include "kernel_lab/lab.h"
 
 namespace lab {
@@ -220,6 +221,20 @@ LabVersion cutlass_version(Lab& lab, ConvCase& c, CutlassKernel kernel, std::fun
           }};
 }
 
+// CUTLASS's implicit-GEMM conv or data gradient alone (kernel_lab/cutlass_implicit_conv.h), from
+// `in` into `out`, set up once (its arguments and TMA descriptors) and launched in each run.
+LabVersion implicit_version(Lab& lab, ConvCase& c, ImplicitConvBuild b, const DeviceTensor& in, DeviceTensor& out,
+                            std::function<void()> poison, std::function<std::vector<LabCheck>()> check) {
+  return {implicit_conv_text(b), [&lab, &c, b, &in, &out, poison, check] {
+            poison();
+            ImplicitConvRun r = implicit_conv(b, c.G, in.get(), c.W.get(), out.get(), nullptr);
+            if (!r.refused.empty()) return Prepared{.refused = r.refused};
+            lab.reserve_workspace(r.workspace);
+            r = implicit_conv(b, c.G, in.get(), c.W.get(), out.get(), lab.workspace());
+            return Prepared{.run = [&lab, run = r.run] { run(lab.stream()); }, .check = check};
+          }};
+}
+
 void conv_forward(Lab& lab, ConvCase& c) {
   const bool applies = feeds_a_conv(c.in.conv->role);
   auto checks = [&](bool with_stats, bool with_apply) {
@@ -295,6 +310,10 @@ void conv_forward(Lab& lab, ConvCase& c) {
   // previous BN's prologue where the fused pattern is SbrConvStats, the others where it is ConvStats.
   for (const CutlassKernel& k : cutlass_kernels())
     if (k.prologue == c.in.prologue) versions.push_back(cutlass_version(lab, c, k, poison, checks));
+  // And the conv alone by CUTLASS's implicit GEMM, any filter, as the graph-API conv alone reads it.
+  for (const ImplicitConvBuild& b : implicit_conv_builds())
+    if (b.op == ImplicitOp::Fprop)
+      versions.push_back(implicit_version(lab, c, b, c.STORED, c.Y, poison, [&] { return checks(false, false); }));
   lab.measure("conv-forward", c.shape(), "fp16 NHWC", 0, versions);
 }
 
@@ -319,9 +338,8 @@ void conv_dgrad(Lab& lab, ConvCase& c) {
   };
   float* coef = c.bnp.bwd_coef.f32();  // dx = coef[c] * g + coef[C + c] * x + coef[2C + c]
   const int C = c.G.c;
-  lab.measure(
-      "conv-dgrad", c.shape(), "fp16 NHWC", 0,
-      {{"dgrad (graph API)",
+  std::vector<LabVersion> versions{
+       {"dgrad (graph API)",
         [&] {
           setup();
           return Prepared{.run = dgrad, .check = [&] { return checks(false); }};
@@ -365,7 +383,12 @@ void conv_dgrad(Lab& lab, ConvCase& c) {
                          c.sin, kT, kL, lab.stream());
               },
               [&] { return checks(true); });
-        }}});
+        }}};
+  // And the data gradient alone by CUTLASS's implicit GEMM, as the graph-API one alone.
+  for (const ImplicitConvBuild& b : implicit_conv_builds())
+    if (b.op == ImplicitOp::Dgrad)
+      versions.push_back(implicit_version(lab, c, b, c.DY, c.DX, poison, [&] { return checks(false); }));
+  lab.measure("conv-dgrad", c.shape(), "fp16 NHWC", 0, versions);
 }
 
 void conv_wgrad(Lab& lab, ConvCase& c) {
