@@ -37,6 +37,7 @@
 #include "kernels/conv1x1_finalize.h"
 #include "kernels/cutlass_join_mainloop.cuh"
 #include "kernels/cutlass_prologue_mainloop.cuh"
+#include "kernels/cutlass_taps_mainloop.cuh"
 
 namespace trainer_kernels {
 
@@ -346,8 +347,9 @@ using InnerGradEpilogue = BnGradEpilogue<GradKind::Inner>;
 // What the GEMM multiplies as its A operand: x as stored, relu(x * scale + shift) (the previous BN,
 // kernels/cutlass_prologue_mainloop.cuh) or the previous block's join with an identity shortcut or a
 // projection's (JoinBn: the shortcut through its BN; kernels/cutlass_join_mainloop.cuh), computed as x
-// is read. The joins are two kernels: each a branch less inside its mainloop.
-enum class Operand { Stored, Bn, Join, JoinBn };
+// is read. The joins are two kernels: each a branch less inside its mainloop. Taps: a 3x3 stride-1
+// conv's implicit GEMM, x loaded at each tap (kernels/cutlass_taps_mainloop.cuh; the kernel lab's).
+enum class Operand { Stored, Bn, Join, JoinBn, Taps };
 
 template <int TileM, int TileN, Operand A, bool PingPong, class Epilogue>
 struct ResidentConv {
@@ -386,10 +388,11 @@ struct ResidentConv {
       cutlass::gemm::collective::StageCountAutoCarveout<kCarveout>, Schedule>::CollectiveOp;
   static constexpr Operand kOperand = A;
   static_assert(A == Operand::Stored || std::is_same_v<typename Epilogue::LayoutB, cutlass::layout::ColumnMajor>,
-                "the prologue mainloops read a K-major B");
+                "the prologue mainloops and the taps read a K-major B");
   using Mainloop = std::conditional_t<
       A == Operand::Join || A == Operand::JoinBn, JoinMainloop<Schedule, Tile, kCarveout, A == Operand::JoinBn>,
-      std::conditional_t<A == Operand::Bn, PrologueMainloop<Schedule, Tile, kCarveout>, OwnMainloop>>;
+      std::conditional_t<A == Operand::Bn, PrologueMainloop<Schedule, Tile, kCarveout>,
+                         std::conditional_t<A == Operand::Taps, TapsMainloop<OwnMainloop>, OwnMainloop>>>;
   using TiledMma = typename Mainloop::TiledMma;
   using Pipeline = typename Mainloop::MainloopPipeline;
   using PipeState = typename Mainloop::PipelineState;

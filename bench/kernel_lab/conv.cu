@@ -14,7 +14,9 @@
 
 #include "kernel_lab/cutlass_conv_stats.h"
 #include "kernel_lab/cutlass_implicit_conv.h"
+#include "kernel_lab/cutlass_taps_conv.h"
 #include "kernel_lab/lab.h"
+#include "kernels/conv1x1_stats.h"
 
 namespace lab {
 
@@ -235,6 +237,32 @@ LabVersion implicit_version(Lab& lab, ConvCase& c, ImplicitConvBuild b, const De
           }};
 }
 
+// Our resident kernel as a 3x3 conv, x's taps loaded by TMA (kernel_lab/cutlass_taps_conv.h), as the
+// graph-API conv alone reads it; with the statistics, then bn_finalize_partials (as cutlass_version).
+LabVersion taps_version(Lab& lab, ConvCase& c, bool stats, bool ping_pong, std::function<void()> poison,
+                        std::function<std::vector<LabCheck>(bool, bool)> checks) {
+  const std::string name = std::string("our resident conv, x's 9 taps by TMA (lab only; ") +
+                           (ping_pong ? "ping-pong" : "cooperative") + ", 128x64 tiles)" +
+                           (stats ? " + statistics, then bn_finalize_partials" : " alone");
+  return {name, [&lab, &c, stats, ping_pong, poison, checks] {
+            poison();
+            if (const std::string why = taps_conv_refusal(c.G); !why.empty()) return Prepared{.refused = why};
+            const int m = c.sout.n * c.sout.h * c.sout.w;
+            const size_t ws = stats ? conv1x1_partials_bytes(m, c.G.k) : 0;
+            lab.reserve_workspace(ws);
+            return Prepared{.run =
+                                [&lab, &c, stats, ping_pong, m] {
+                                  float* partials = stats ? static_cast<float*>(lab.workspace()) : nullptr;
+                                  taps_conv(c.G, c.STORED.get(), c.W.get(), c.Y.get(), partials, ping_pong, lab.stream());
+                                  if (!stats) return;
+                                  bn_finalize_partials(partials, conv1x1_partial_rows(m, c.G.k), c.G.k,
+                                                       c.sout.per_channel(), c.bn.state(), c.G.k, c.scale_h_out.get(),
+                                                       c.shift_h_out.get(), lab.stream());
+                                },
+                            .check = [checks, stats] { return checks(stats, false); }};
+          }};
+}
+
 void conv_forward(Lab& lab, ConvCase& c) {
   const bool applies = feeds_a_conv(c.in.conv->role);
   auto checks = [&](bool with_stats, bool with_apply) {
@@ -310,6 +338,10 @@ void conv_forward(Lab& lab, ConvCase& c) {
   // previous BN's prologue where the fused pattern is SbrConvStats, the others where it is ConvStats.
   for (const CutlassKernel& k : cutlass_kernels())
     if (k.prologue == c.in.prologue) versions.push_back(cutlass_version(lab, c, k, poison, checks));
+  // Our kernel as a 3x3 conv, where the conv is one (3x3, stride 1, pad 1).
+  if (c.G.r == 3 && c.G.stride == 1)
+    for (bool stats : {false, true})
+      for (bool pp : {false, true}) versions.push_back(taps_version(lab, c, stats, pp, poison, checks));
   // And the conv alone by CUTLASS's implicit GEMM, any filter, as the graph-API conv alone reads it.
   for (const ImplicitConvBuild& b : implicit_conv_builds())
     if (b.op == ImplicitOp::Fprop)
