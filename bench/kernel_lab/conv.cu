@@ -349,6 +349,36 @@ void conv_forward(Lab& lab, ConvCase& c) {
   lab.measure("conv-forward", c.shape(), "fp16 NHWC", 0, versions);
 }
 
+// The data gradient of a 3x3 stride-1 conv with a pad of 1 is itself such a conv: of dy, by the
+// filter turned (taps 2 - r, 2 - s) with its channels swapped, w'[c][r][s][k] = w[k][2-r][2-s][c].
+// Our taps kernel runs it (kernel_lab/cutlass_taps_conv.h), the turned filter made once here (the
+// trainer would make it after each step's update: 73 KB at layer1).
+LabVersion taps_dgrad_version(Lab& lab, ConvCase& c, bool ping_pong, std::function<void()> poison,
+                              std::function<std::vector<LabCheck>()> check) {
+  const std::string name = std::string("our resident conv as the data gradient, dy's 9 taps by TMA, the filter "
+                                       "turned (lab only; ") + (ping_pong ? "ping-pong" : "cooperative") + ")";
+  return {name, [&lab, &c, ping_pong, poison, check] {
+            poison();
+            const ConvGeometry& g = c.G;
+            const ConvGeometry turned{g.n, g.k, g.out_h(), g.out_w(), g.c, g.r, g.stride, g.pad};
+            if (g.r != 3 || g.stride != 1 || g.pad != 1) return Prepared{.refused = "not a 3x3 stride-1 conv with a pad of 1"};
+            if (const std::string why = taps_conv_refusal(turned); !why.empty()) return Prepared{.refused = why};
+            Vec w(c.in.w.size());  // KCRS, turned: [c][k][r][s] = w[k][c][2-r][2-s]
+            for (int k = 0; k < g.k; ++k)
+              for (int ch = 0; ch < g.c; ++ch)
+                for (int r = 0; r < 3; ++r)
+                  for (int s = 0; s < 3; ++s)
+                    w[((size_t(ch) * g.k + k) * 3 + r) * 3 + s] = c.in.w[((size_t(k) * g.c + ch) * 3 + (2 - r)) * 3 + (2 - s)];
+            auto turned_w = std::make_shared<DeviceTensor>(gpu_test::device_filter(turned, w));
+            return Prepared{.run =
+                                [&lab, &c, turned, turned_w, ping_pong] {
+                                  taps_conv(turned, c.DY.get(), turned_w->get(), c.DX.get(), nullptr, ping_pong,
+                                            lab.stream());
+                                },
+                            .check = check};
+          }};
+}
+
 void conv_dgrad(Lab& lab, ConvCase& c) {
   auto checks = [&](bool through_bn) {
     const ConvRefs& want = c.want();
@@ -416,6 +446,9 @@ void conv_dgrad(Lab& lab, ConvCase& c) {
               },
               [&] { return checks(true); });
         }}};
+  // Our kernel as the data gradient of a 3x3 stride-1 conv.
+  for (bool pp : {false, true})
+    versions.push_back(taps_dgrad_version(lab, c, pp, poison, [&] { return checks(false); }));
   // And the data gradient alone by CUTLASS's implicit GEMM, as the graph-API one alone.
   for (const ImplicitConvBuild& b : implicit_conv_builds())
     if (b.op == ImplicitOp::Dgrad)
