@@ -155,13 +155,12 @@ build/obj/model/cudnn/%.o build/sanitize/obj/model/cudnn/%.o: CXXFLAGS += $(FRON
 FRONTEND_OBJ := $(patsubst src/%.cpp,build/obj/%.o,$(wildcard src/model/cudnn/*.cpp))
 $(FRONTEND_OBJ) $(FRONTEND_OBJ:build/%=build/sanitize/%): | $(CUDNN_FRONTEND_STAMP)
 # CUTLASS (PyPI nvidia-cutlass, pinned; its C++ headers only), for the kernel lab's convolutions of
-# our own (bench/kernel_lab/cutlass_*.cu), fetched as cudnn-frontend is: the library's headers and
-# its utilities' (cutlass/util/, which its implicit-GEMM convs include) in one include directory.
-# CUTLASS_INC=<dir> uses headers found elsewhere (the GPU machine: carry build/deps/ or a copy).
+# our own (bench/kernel_lab/cutlass_*.cu), fetched as cudnn-frontend is. CUTLASS_INC=<dir> uses
+# headers found elsewhere (the GPU machine: carry build/deps/ or a copy of them).
 CUTLASS_VERSION := 4.2.0.0
 CUTLASS_INC ?= build/deps/cutlass-$(CUTLASS_VERSION)/include
-CUTLASS_STAMP := $(CUTLASS_INC)/cutlass/util/packed_stride.hpp
-build/deps/cutlass-$(CUTLASS_VERSION)/include/cutlass/util/packed_stride.hpp:
+CUTLASS_STAMP := $(CUTLASS_INC)/cutlass/cutlass.h
+build/deps/cutlass-$(CUTLASS_VERSION)/include/cutlass/cutlass.h:
 	@echo "set-up: fetching CUTLASS $(CUTLASS_VERSION) (PyPI nvidia-cutlass) into build/deps/"
 	@rm -rf build/deps/cutlass-wheel && mkdir -p build/deps/cutlass-wheel
 	@python3 -m pip download -q --no-deps --only-binary=:all: -d build/deps/cutlass-wheel \
@@ -170,14 +169,12 @@ build/deps/cutlass-$(CUTLASS_VERSION)/include/cutlass/util/packed_stride.hpp:
 	   echo "error: could not fetch nvidia-cutlass==$(CUTLASS_VERSION) from PyPI; fetch it where PyPI is reachable" \
 	        "and set CUTLASS_INC to its cutlass_library/source/include/ directory"; exit 1; }
 	@python3 -c 'import sys, zipfile, glob; z = zipfile.ZipFile(glob.glob("build/deps/cutlass-wheel/*.whl")[0]); \
-	  [z.extract(n, "build/deps/cutlass-wheel/x") for n in z.namelist() if n.startswith(tuple(sys.argv[1:]))]' \
-	  cutlass_library/source/include/ cutlass_library/source/tools/util/include/
-	@rm -rf build/deps/cutlass-$(CUTLASS_VERSION) && mkdir -p build/deps/cutlass-$(CUTLASS_VERSION) && \
-	 mv build/deps/cutlass-wheel/x/cutlass_library/source/include build/deps/cutlass-$(CUTLASS_VERSION)/ && \
-	 mv build/deps/cutlass-wheel/x/cutlass_library/source/tools/util/include/cutlass/util \
-	    build/deps/cutlass-$(CUTLASS_VERSION)/include/cutlass/
+	  [z.extract(n, "build/deps/cutlass-wheel/x") for n in z.namelist() if n.startswith(sys.argv[1])]' \
+	  cutlass_library/source/include/
+	@mkdir -p build/deps/cutlass-$(CUTLASS_VERSION) && \
+	 mv build/deps/cutlass-wheel/x/cutlass_library/source/include build/deps/cutlass-$(CUTLASS_VERSION)/
 	@rm -rf build/deps/cutlass-wheel
-	@test -f $@ || { echo "error: the nvidia-cutlass wheel held no cutlass/util/packed_stride.hpp"; exit 1; }
+	@test -f $@ || { echo "error: the nvidia-cutlass wheel held no cutlass/cutlass.h"; exit 1; }
 deps: build/.deps-ok $(CUDNN_FRONTEND_STAMP) $(CUTLASS_STAMP)
 
 # ---- compile ------------------------------------------------------------------------------------

@@ -13,7 +13,6 @@
 #include <future>
 
 #include "kernel_lab/cutlass_conv_stats.h"
-#include "kernel_lab/cutlass_implicit_conv.h"
 #include "kernel_lab/cutlass_taps_conv.h"
 #include "kernel_lab/lab.h"
 #include "kernels/conv1x1_stats.h"
@@ -223,37 +222,22 @@ LabVersion cutlass_version(Lab& lab, ConvCase& c, CutlassKernel kernel, std::fun
           }};
 }
 
-// CUTLASS's implicit-GEMM conv or data gradient alone (kernel_lab/cutlass_implicit_conv.h), from
-// `in` into `out`, set up once (its arguments and TMA descriptors) and launched in each run.
-LabVersion implicit_version(Lab& lab, ConvCase& c, ImplicitConvBuild b, const DeviceTensor& in, DeviceTensor& out,
-                            std::function<void()> poison, std::function<std::vector<LabCheck>()> check) {
-  return {implicit_conv_text(b), [&lab, &c, b, &in, &out, poison, check] {
-            poison();
-            ImplicitConvRun r = implicit_conv(b, c.G, in.get(), c.W.get(), out.get(), nullptr);
-            if (!r.refused.empty()) return Prepared{.refused = r.refused};
-            lab.reserve_workspace(r.workspace);
-            r = implicit_conv(b, c.G, in.get(), c.W.get(), out.get(), lab.workspace());
-            return Prepared{.run = [&lab, run = r.run] { run(lab.stream()); }, .check = check};
-          }};
-}
-
 // Our resident kernel as a 3x3 conv, x's taps loaded by TMA (kernel_lab/cutlass_taps_conv.h), as the
 // graph-API conv alone reads it; with the statistics, then bn_finalize_partials (as cutlass_version).
-LabVersion taps_version(Lab& lab, ConvCase& c, bool stats, bool ping_pong, std::function<void()> poison,
+LabVersion taps_version(Lab& lab, ConvCase& c, bool stats, std::function<void()> poison,
                         std::function<std::vector<LabCheck>(bool, bool)> checks) {
-  const std::string name = std::string("our resident conv, x's 9 taps by TMA (lab only; ") +
-                           (ping_pong ? "ping-pong" : "cooperative") + ", 128x64 tiles)" +
+  const std::string name = std::string("our resident conv, x's 9 taps by TMA (lab only; cooperative, 128x64 tiles)") +
                            (stats ? " + statistics, then bn_finalize_partials" : " alone");
-  return {name, [&lab, &c, stats, ping_pong, poison, checks] {
+  return {name, [&lab, &c, stats, poison, checks] {
             poison();
             if (const std::string why = taps_conv_refusal(c.G); !why.empty()) return Prepared{.refused = why};
             const int m = c.sout.n * c.sout.h * c.sout.w;
             const size_t ws = stats ? conv1x1_partials_bytes(m, c.G.k) : 0;
             lab.reserve_workspace(ws);
             return Prepared{.run =
-                                [&lab, &c, stats, ping_pong, m] {
+                                [&lab, &c, stats, m] {
                                   float* partials = stats ? static_cast<float*>(lab.workspace()) : nullptr;
-                                  taps_conv(c.G, c.STORED.get(), c.W.get(), c.Y.get(), partials, ping_pong, lab.stream());
+                                  taps_conv(c.G, c.STORED.get(), c.W.get(), c.Y.get(), partials, lab.stream());
                                   if (!stats) return;
                                   bn_finalize_partials(partials, conv1x1_partial_rows(m, c.G.k), c.G.k,
                                                        c.sout.per_channel(), c.bn.state(), c.G.k, c.scale_h_out.get(),
@@ -340,12 +324,7 @@ void conv_forward(Lab& lab, ConvCase& c) {
     if (k.prologue == c.in.prologue) versions.push_back(cutlass_version(lab, c, k, poison, checks));
   // Our kernel as a 3x3 conv, where the conv is one (3x3, stride 1, pad 1).
   if (c.G.r == 3 && c.G.stride == 1)
-    for (bool stats : {false, true})
-      for (bool pp : {false, true}) versions.push_back(taps_version(lab, c, stats, pp, poison, checks));
-  // And the conv alone by CUTLASS's implicit GEMM, any filter, as the graph-API conv alone reads it.
-  for (const ImplicitConvBuild& b : implicit_conv_builds())
-    if (b.op == ImplicitOp::Fprop)
-      versions.push_back(implicit_version(lab, c, b, c.STORED, c.Y, poison, [&] { return checks(false, false); }));
+    for (bool stats : {false, true}) versions.push_back(taps_version(lab, c, stats, poison, checks));
   lab.measure("conv-forward", c.shape(), "fp16 NHWC", 0, versions);
 }
 
@@ -353,11 +332,11 @@ void conv_forward(Lab& lab, ConvCase& c) {
 // filter turned (taps 2 - r, 2 - s) with its channels swapped, w'[c][r][s][k] = w[k][2-r][2-s][c].
 // Our taps kernel runs it (kernel_lab/cutlass_taps_conv.h), the turned filter made once here (the
 // trainer would make it after each step's update: 73 KB at layer1).
-LabVersion taps_dgrad_version(Lab& lab, ConvCase& c, bool ping_pong, std::function<void()> poison,
+LabVersion taps_dgrad_version(Lab& lab, ConvCase& c, std::function<void()> poison,
                               std::function<std::vector<LabCheck>()> check) {
-  const std::string name = std::string("our resident conv as the data gradient, dy's 9 taps by TMA, the filter "
-                                       "turned (lab only; ") + (ping_pong ? "ping-pong" : "cooperative") + ")";
-  return {name, [&lab, &c, ping_pong, poison, check] {
+  const std::string name =
+      "our resident conv as the data gradient, dy's 9 taps by TMA, the filter turned (lab only; cooperative)";
+  return {name, [&lab, &c, poison, check] {
             poison();
             const ConvGeometry& g = c.G;
             const ConvGeometry turned{g.n, g.k, g.out_h(), g.out_w(), g.c, g.r, g.stride, g.pad};
@@ -371,9 +350,8 @@ LabVersion taps_dgrad_version(Lab& lab, ConvCase& c, bool ping_pong, std::functi
                     w[((size_t(ch) * g.k + k) * 3 + r) * 3 + s] = c.in.w[((size_t(k) * g.c + ch) * 3 + (2 - r)) * 3 + (2 - s)];
             auto turned_w = std::make_shared<DeviceTensor>(gpu_test::device_filter(turned, w));
             return Prepared{.run =
-                                [&lab, &c, turned, turned_w, ping_pong] {
-                                  taps_conv(turned, c.DY.get(), turned_w->get(), c.DX.get(), nullptr, ping_pong,
-                                            lab.stream());
+                                [&lab, &c, turned, turned_w] {
+                                  taps_conv(turned, c.DY.get(), turned_w->get(), c.DX.get(), nullptr, lab.stream());
                                 },
                             .check = check};
           }};
@@ -447,12 +425,7 @@ void conv_dgrad(Lab& lab, ConvCase& c) {
               [&] { return checks(true); });
         }}};
   // Our kernel as the data gradient of a 3x3 stride-1 conv.
-  for (bool pp : {false, true})
-    versions.push_back(taps_dgrad_version(lab, c, pp, poison, [&] { return checks(false); }));
-  // And the data gradient alone by CUTLASS's implicit GEMM, as the graph-API one alone.
-  for (const ImplicitConvBuild& b : implicit_conv_builds())
-    if (b.op == ImplicitOp::Dgrad)
-      versions.push_back(implicit_version(lab, c, b, c.DY, c.DX, poison, [&] { return checks(false); }));
+  versions.push_back(taps_dgrad_version(lab, c, poison, [&] { return checks(false); }));
   lab.measure("conv-dgrad", c.shape(), "fp16 NHWC", 0, versions);
 }
 

@@ -29,8 +29,7 @@ std::string taps_conv_refusal(const ConvGeometry& g) {
 #endif
 }
 
-void taps_conv(const ConvGeometry& g, const void* x, const void* w, void* y, float* partials, bool ping_pong,
-               cudaStream_t stream) {
+void taps_conv(const ConvGeometry& g, const void* x, const void* w, void* y, float* partials, cudaStream_t stream) {
   if (const std::string why = taps_conv_refusal(g); !why.empty()) throw Fatal("taps conv: " + why);
 #if defined(LAB_WITH_CUTLASS)
   using namespace trainer_kernels;
@@ -48,8 +47,8 @@ void taps_conv(const ConvGeometry& g, const void* x, const void* w, void* y, flo
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) throw Fatal("taps conv: cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ")");
   const int m = g.n * image, k9 = 9 * g.c;
-  auto run = [&](auto pp) {
-    using K = ResidentConv<conv1x1::kTileM, conv1x1::kTileN, Operand::Taps, decltype(pp)::value, StatsEpilogue>;
+  {
+    using K = ResidentConv<conv1x1::kTileM, conv1x1::kTileN, Operand::Taps, false, StatsEpilogue>;
     typename K::Mainloop::Arguments args{};
     args.ptr_A = static_cast<const cutlass::half_t*>(x);  // CUTLASS's A descriptor, never loaded
     args.dA = cute::make_stride(int64_t(k9), cute::_1{}, int64_t(m) * k9);
@@ -62,13 +61,9 @@ void taps_conv(const ConvGeometry& g, const void* x, const void* w, void* y, flo
     p.m = m, p.n = g.k, p.k = k9;
     p.epilogue = {static_cast<cutlass::half_t*>(y), partials, {}};
     conv1x1::launch<K>(p, stream);
-  };
-  if (ping_pong)
-    run(std::true_type{});
-  else
-    run(std::false_type{});
+  }
 #else
-  (void)x, (void)w, (void)y, (void)partials, (void)ping_pong, (void)stream;
+  (void)x, (void)w, (void)y, (void)partials, (void)stream;
 #endif
 }
 

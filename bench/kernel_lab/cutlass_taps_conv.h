@@ -17,8 +17,8 @@ namespace lab {
 // "" where this build and GPU run it, else why not (no sm_90; not 3x3/1 with a pad of 1; channels
 // not multiples of 64; an image's rows not whole in 128-pixel tiles).
 std::string taps_conv_refusal(const ConvGeometry& g);
-// Ping-pong: the consumer warpgroups on alternate tiles, else both on each tile.
-void taps_conv(const ConvGeometry& g, const void* x, const void* w, void* y, float* partials, bool ping_pong,
-               cudaStream_t stream);
+// Both consumer warpgroups on each tile (the cooperative schedule: ping-pong measured 0.2-2.5 µs
+// slower at every shape, H200, 2026-11-30, bench/results/levers-session28-nvidia-h200-2026-11-30.md).
+void taps_conv(const ConvGeometry& g, const void* x, const void* w, void* y, float* partials, cudaStream_t stream);
 
 }  // namespace lab
