@@ -340,7 +340,7 @@ LabVersion taps_dgrad_version(Lab& lab, ConvCase& c, std::function<void()> poiso
             poison();
             const ConvGeometry& g = c.G;
             const ConvGeometry turned{g.n, g.k, g.out_h(), g.out_w(), g.c, g.r, g.stride, g.pad};
-            if (g.r != 3 || g.stride != 1 || g.pad != 1) return Prepared{.refused = "not a 3x3 stride-1 conv with a pad of 1"};
+            // The turned conv has g's filter size, stride and pad: its refusal covers g's shape too.
             if (const std::string why = taps_conv_refusal(turned); !why.empty()) return Prepared{.refused = why};
             Vec w(c.in.w.size());  // KCRS, turned: [c][k][r][s] = w[k][c][2-r][2-s]
             for (int k = 0; k < g.k; ++k)
