@@ -100,16 +100,8 @@ void conv1x1_dgrad_bn(const Conv1x1DgradBn& a, cudaStream_t stream) {
   if (const std::string why = finalize_refusal(a.finalize, false); !why.empty())
     throw Fatal("conv1x1_dgrad_bn: " + why);
 #if defined(CONV1X1_WITH_CUTLASS)
-  trainer_kernels::InnerGradEpilogue::Params e{};
-  e.dz = static_cast<cutlass::half_t*>(a.dz);
-  e.x = static_cast<const __half*>(a.x);
-  e.mean = a.mean;
-  e.invstd = a.invstd;
-  e.scale = static_cast<const __half2*>(a.scale);
-  e.shift = static_cast<const __half2*>(a.shift);
-  e.partials = a.partials;
-  e.finalize = a.finalize;
-  launch_dgrad<trainer_kernels::InnerGradEpilogue>(a.dy, a.w, a.m, a.k, a.c, e, stream);
+  using E = trainer_kernels::InnerGradEpilogue;
+  launch_dgrad<E>(a.dy, a.w, a.m, a.k, a.c, inner_grad_params<E>(a), stream);
 #else
   (void)stream;
 #endif

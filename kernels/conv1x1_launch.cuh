@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "core/check.h"
+#include "core/errors.h"
 #include "kernels/conv1x1_finalize.h"
 #include "kernels/conv1x1_stats.h"
 
@@ -88,6 +89,41 @@ inline std::string finalize_refusal(const Conv1x1Finalize& f, bool forward) {
 }
 
 #if defined(CONV1X1_WITH_CUTLASS)
+// The 4-D TMA descriptor of an NHWC fp16 image batch x [n][h][w][c] read in boxes of 64 channels, whole
+// rows (w columns) of `rows` rows and `images` images, 128-byte rows swizzled as CUTLASS's mainloops
+// lay out a K-major tile: the 3x3 convs' (kernels/cutlass_taps_mainloop.cuh, cutlass_halo_mainloop.cuh).
+// Coordinates outside the tensor read as zeros: the convs' padding.
+inline cute::TmaDescriptor image_rows_descriptor(const void* x, int n, int h, int w, int c, int rows, int images) {
+  cute::TmaDescriptor desc{};
+  const cuuint64_t dims[4] = {cuuint64_t(c), cuuint64_t(w), cuuint64_t(h), cuuint64_t(n)};
+  const cuuint64_t strides[3] = {cuuint64_t(c) * 2, cuuint64_t(w) * c * 2, cuuint64_t(h) * w * c * 2};
+  const cuuint32_t box[4] = {64, cuuint32_t(w), cuuint32_t(rows), cuuint32_t(images)};
+  const cuuint32_t steps[4] = {1, 1, 1, 1};
+  const CUresult r = CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(
+      &desc, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<void*>(x), dims, strides, box, steps,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) throw Fatal("cuTensorMapEncodeTiled failed for a 3x3 conv's input (" + std::to_string(int(r)) + ")");
+  return desc;
+}
+
+// The Inner data gradient epilogue's parameters (BnGradEpilogue<GradKind::Inner, ...>) from the
+// arguments its launchers share (Conv1x1DgradBn, Conv3x3DgradBn: dz, x, its BN, the mask's fp16
+// coefficients, the partial sums, the finalize).
+template <class Epilogue, class Args>
+typename Epilogue::Params inner_grad_params(const Args& a) {
+  typename Epilogue::Params e{};
+  e.dz = static_cast<cutlass::half_t*>(a.dz);
+  e.x = static_cast<const __half*>(a.x);
+  e.mean = a.mean;
+  e.invstd = a.invstd;
+  e.scale = static_cast<const __half2*>(a.scale);
+  e.shift = static_cast<const __half2*>(a.shift);
+  e.partials = a.partials;
+  e.finalize = a.finalize;
+  return e;
+}
+
 // The kernel K on params whose mainloop, shape and epilogue are set: the grid and the rest filled in.
 template <class K>
 void launch(typename K::Params p, cudaStream_t stream) {

@@ -35,6 +35,7 @@
 #include "cutlass/pipeline/pipeline.hpp"
 #include "kernels/batchnorm_channel.cuh"
 #include "kernels/conv1x1_finalize.h"
+#include "kernels/cutlass_halo_mainloop.cuh"
 #include "kernels/cutlass_join_mainloop.cuh"
 #include "kernels/cutlass_prologue_mainloop.cuh"
 #include "kernels/cutlass_taps_mainloop.cuh"
@@ -152,11 +153,14 @@ struct StatsEpilogue {
 //     block's conv1; its join, out = relu(bn3(a3) + shortcut), needs dz = (dx + g) where the ReLU
 //     passed (its bits), g the shortcut's part (read from dz, then overwritten, or from a stride-2
 //     shortcut's compact gradient), and the sums also of dz * xhat2 for a projection shortcut's BN;
-//   - Inner (kernels/conv1x1_dgrad_bn.h): dx is the gradient of relu(bn(x)), conv3's input: dz = dx
-//     where bn(x) passed the ReLU as the forward's prologue computed it (fp16 x * scale + shift).
+//   - Inner (kernels/conv1x1_dgrad_bn.h, kernels/conv3x3.h): dx is the gradient of relu(bn(x)),
+//     conv3's input (layer1's conv2's for the 3x3): dz = dx where bn(x) passed the ReLU as the forward's
+//     prologue computed it (fp16 x * scale + shift).
+// B: the filter as the GEMM reads it, w[k, n] (RowMajor, the 1x1's KRSC filter read N-major) or a
+// 3x3's filter turned for its data gradient, w'[n][r][s][k], read K-major (ColumnMajor).
 enum class GradKind { Join, Inner };
 
-template <GradKind kKind>
+template <GradKind kKind, class B = cutlass::layout::RowMajor>
 struct BnGradEpilogue {
   static constexpr bool kJoin = kKind == GradKind::Join;
   static constexpr int kSums = kJoin ? 3 : 2;
@@ -166,7 +170,7 @@ struct BnGradEpilogue {
   // kernel after them.
   static constexpr bool kFinalizes = !kJoin;
   static constexpr int kSideTensors = kJoin ? 3 : 1;  // tiles read beside its own: g, x and x2, or x
-  using LayoutB = cutlass::layout::RowMajor;          // w[k, n]
+  using LayoutB = B;
   struct Params {
     cutlass::half_t* dz;   // [m, n]: out, dz (Join: in, the shortcut's part of the gradient, unless g_even)
     const uint8_t* bits;   // Join: the ReLU bits, one byte per 8 channels, bit j channel j
@@ -343,13 +347,15 @@ struct BnGradEpilogue {
 };
 using JoinGradEpilogue = BnGradEpilogue<GradKind::Join>;
 using InnerGradEpilogue = BnGradEpilogue<GradKind::Inner>;
+using TurnedInnerGradEpilogue = BnGradEpilogue<GradKind::Inner, cutlass::layout::ColumnMajor>;
 
 // What the GEMM multiplies as its A operand: x as stored, relu(x * scale + shift) (the previous BN,
 // kernels/cutlass_prologue_mainloop.cuh) or the previous block's join with an identity shortcut or a
 // projection's (JoinBn: the shortcut through its BN; kernels/cutlass_join_mainloop.cuh), computed as x
 // is read. The joins are two kernels: each a branch less inside its mainloop. Taps: a 3x3 stride-1
-// conv's implicit GEMM, x loaded at each tap (kernels/cutlass_taps_mainloop.cuh; the kernel lab's).
-enum class Operand { Stored, Bn, Join, JoinBn, Taps };
+// conv's implicit GEMM, x loaded at each tap (kernels/cutlass_taps_mainloop.cuh; the kernel lab's);
+// Halo: the same conv, x loaded once for 3 taps and the filter once a CTA (kernels/cutlass_halo_mainloop.cuh).
+enum class Operand { Stored, Bn, Join, JoinBn, Taps, Halo };
 
 template <int TileM, int TileN, Operand A, bool PingPong, class Epilogue>
 struct ResidentConv {
@@ -392,7 +398,11 @@ struct ResidentConv {
   using Mainloop = std::conditional_t<
       A == Operand::Join || A == Operand::JoinBn, JoinMainloop<Schedule, Tile, kCarveout, A == Operand::JoinBn>,
       std::conditional_t<A == Operand::Bn, PrologueMainloop<Schedule, Tile, kCarveout>,
-                         std::conditional_t<A == Operand::Taps, TapsMainloop<OwnMainloop>, OwnMainloop>>>;
+                         std::conditional_t<A == Operand::Taps, TapsMainloop<OwnMainloop>,
+                                            std::conditional_t<A == Operand::Halo, HaloMainloop<OwnMainloop, kCarveout>,
+                                                               OwnMainloop>>>>;
+  // The pipeline's stages a tile: a k-tile each, or with the halo one box of x for 3 taps.
+  static constexpr int kTapsPerStage = A == Operand::Halo ? 3 : 1;
   using TiledMma = typename Mainloop::TiledMma;
   using Pipeline = typename Mainloop::MainloopPipeline;
   using PipeState = typename Mainloop::PipelineState;
@@ -523,7 +533,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) resident_conv(const __grid_con
   auto inputs = mainloop.load_init(make_shape(p.m, p.n, p.k, 1), p.mainloop);
   const int column = blockIdx.x % p.n_tiles;  // this CTA's column of tiles
   const int first = blockIdx.x / p.n_tiles;   // its first row of tiles, then every ctas_per_column-th
-  const int k_tiles = p.k / size<2>(typename K::Tile{});
+  const int k_tiles = p.k / size<2>(typename K::Tile{}) / K::kTapsPerStage;  // the pipeline's stages a tile
 
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<40>();

@@ -61,9 +61,9 @@ RACECHECK_CLEAN="RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
 # The GPU unit tests of our kernel families, on more shapes than a training run has (partial tiles,
 # short last chunks); the conv and linear tests are left out: they run only library kernels.
 GPU_TESTS='*GpuBatchNorm*:*GpuPool*:*GpuSoftmaxXent*:GpuSgd*:GpuLossScale*:GpuNormalize*:GpuCast*'
-# Our 1x1 convs with BN sums (Conv1x1Stats, Conv1x1Dgrad*: sm_90 only, skipped elsewhere) are
-# fused patterns of ours: memchecked with them.
-FUSED_TESTS='Shapes/FusedGpu*:Shapes/GemmGpu*:FusedBnFinalize*:FusedParityGpu*:Conv1x1Stats*:Conv1x1Dgrad*:PredictGpu.BatchNormInTheConvEpiloguesGivesTheUnfusedLogits:PredictGpu.GemmConvsWithTheBnFoldedInGiveTheUnfusedLogits'
+# Our 1x1 and 3x3 convs with BN sums (Conv1x1Stats, Conv1x1Dgrad*, Conv3x3*: sm_90 only, skipped
+# elsewhere) are fused patterns of ours: memchecked with them.
+FUSED_TESTS='Shapes/FusedGpu*:Shapes/GemmGpu*:FusedBnFinalize*:FusedParityGpu*:Conv1x1Stats*:Conv1x1Dgrad*:Conv3x3*:PredictGpu.BatchNormInTheConvEpiloguesGivesTheUnfusedLogits:PredictGpu.GemmConvsWithTheBnFoldedInGiveTheUnfusedLogits'
 # The fused memcheck as gtest shards run side by side: as one process it took more than 300 s. H200,
 # 2026-11-28, every check at once (a 4-GPU machine, three GPUs training beside): the shards took 10,
 # 74, 50 and 461 s, the other checks 10-75 s, the whole script 7 min 45 s.

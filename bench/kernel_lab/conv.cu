@@ -14,6 +14,7 @@
 
 #include "kernel_lab/cutlass_conv_stats.h"
 #include "kernel_lab/cutlass_taps_conv.h"
+#include "kernels/conv3x3.h"
 #include "kernel_lab/lab.h"
 #include "kernels/conv1x1_stats.h"
 
@@ -247,6 +248,33 @@ LabVersion taps_version(Lab& lab, ConvCase& c, bool stats, std::function<void()>
           }};
 }
 
+// The trainer's 3x3 conv of layer1 (kernels/conv3x3.h: x loaded once for 3 taps with a row above and
+// below, the filter held in shared memory), alone or with the statistics, then bn_finalize_partials.
+LabVersion halo_version(Lab& lab, ConvCase& c, bool stats, std::function<void()> poison,
+                        std::function<std::vector<LabCheck>(bool, bool)> checks) {
+  const std::string name = std::string("our 3x3 conv (kernels/conv3x3.h: x once for 3 taps, the filter held)") +
+                           (stats ? " + statistics, then bn_finalize_partials" : " alone");
+  return {name, [&lab, &c, stats, poison, checks] {
+            poison();
+            const Conv3x3Shape s{c.G.n, c.G.h, c.G.w, c.G.c, c.G.k};
+            if (c.G.r != 3 || c.G.stride != 1 || c.G.pad != 1) return Prepared{.refused = "not a 3x3 stride-1 conv with a pad of 1"};
+            if (const std::string why = conv3x3_refusal(s); !why.empty()) return Prepared{.refused = why};
+            lab.reserve_workspace(stats ? conv3x3_partials_bytes(s) : 0);
+            return Prepared{.run =
+                                [&lab, &c, stats, s] {
+                                  float* partials = stats ? static_cast<float*>(lab.workspace()) : nullptr;
+                                  conv3x3_stats({.x = c.STORED.get(), .w = c.W.get(), .y = c.Y.get(), .s = s,
+                                                 .partials = partials},
+                                                lab.stream());
+                                  if (!stats) return;
+                                  bn_finalize_partials(partials, conv3x3_partial_rows(s), c.G.k, c.sout.per_channel(),
+                                                       c.bn.state(), c.G.k, c.scale_h_out.get(), c.shift_h_out.get(),
+                                                       lab.stream());
+                                },
+                            .check = [checks, stats] { return checks(stats, false); }};
+          }};
+}
+
 void conv_forward(Lab& lab, ConvCase& c) {
   const bool applies = feeds_a_conv(c.in.conv->role);
   auto checks = [&](bool with_stats, bool with_apply) {
@@ -325,6 +353,7 @@ void conv_forward(Lab& lab, ConvCase& c) {
   // Our kernel as a 3x3 conv, where the conv is one (3x3, stride 1, pad 1).
   if (c.G.r == 3 && c.G.stride == 1)
     for (bool stats : {false, true}) versions.push_back(taps_version(lab, c, stats, poison, checks));
+  for (bool stats : {false, true}) versions.push_back(halo_version(lab, c, stats, poison, checks));
   lab.measure("conv-forward", c.shape(), "fp16 NHWC", 0, versions);
 }
 
@@ -352,6 +381,40 @@ LabVersion taps_dgrad_version(Lab& lab, ConvCase& c, std::function<void()> poiso
             return Prepared{.run =
                                 [&lab, &c, turned, turned_w] {
                                   taps_conv(turned, c.DY.get(), turned_w->get(), c.DX.get(), nullptr, lab.stream());
+                                },
+                            .check = check};
+          }};
+}
+
+// The trainer's data gradient of layer1's 3x3 conv with the previous BN + ReLU's backward sums
+// (kernels/conv3x3.h: dy once for 3 taps, the turned filter held; the mask fp16 x * scale + shift > 0),
+// then bn_backward_from_sums: what DgradDreluDbn and bn_apply do. The filter is turned once here.
+LabVersion halo_dgrad_version(Lab& lab, ConvCase& c, std::function<void()> poison,
+                              std::function<std::vector<LabCheck>()> check) {
+  const std::string name =
+      "our 3x3 data gradient + ReLU and BN backward sums (kernels/conv3x3.h), then bn_backward_from_sums";
+  return {name, [&lab, &c, poison, check] {
+            poison();
+            const Conv3x3Shape s{c.G.n, c.G.h, c.G.w, c.G.c, c.G.k};
+            if (c.G.r != 3 || c.G.stride != 1 || c.G.pad != 1) return Prepared{.refused = "not a 3x3 stride-1 conv with a pad of 1"};
+            if (const std::string why = conv3x3_refusal(s); !why.empty()) return Prepared{.refused = why};
+            auto turned = std::make_shared<DeviceTensor>(c.W.count(), DType::F16, "turned filter");
+            conv3x3_turn_filter(c.W.get(), turned->get(), s, lab.stream());
+            lab.reserve_workspace(conv3x3_partials_bytes(s));
+            return Prepared{.run =
+                                [&lab, &c, s, turned] {
+                                  float* partials = static_cast<float*>(lab.workspace());
+                                  conv3x3_dgrad_bn({.dy = c.DY.get(), .turned = turned->get(), .dz = c.DX.get(),
+                                                    .x = c.X.get(), .mean = c.bnp.save_mean.f32(),
+                                                    .invstd = c.bnp.save_invstd.f32(), .scale = c.s_h.get(),
+                                                    .shift = c.b_h.get(), .partials = partials, .s = s},
+                                                   lab.stream());
+                                  const BnChannelState st = c.bnp.state();
+                                  bn_backward_from_sums({.dy = c.DX.get(), .x = c.X.get(), .bn = &st,
+                                                         .dgamma = c.dgamma.f32(), .dbeta = c.dbeta.f32(),
+                                                         .dx = c.DX.get()},
+                                                        partials, conv3x3_dgrad_partial_rows(s), c.sin, kT, kL,
+                                                        lab.stream());
                                 },
                             .check = check};
           }};
@@ -426,6 +489,7 @@ void conv_dgrad(Lab& lab, ConvCase& c) {
         }}};
   // Our kernel as the data gradient of a 3x3 stride-1 conv.
   versions.push_back(taps_dgrad_version(lab, c, poison, [&] { return checks(false); }));
+  versions.push_back(halo_dgrad_version(lab, c, poison, [&] { return checks(true); }));
   lab.measure("conv-dgrad", c.shape(), "fp16 NHWC", 0, versions);
 }
 

@@ -33,19 +33,9 @@ void taps_conv(const ConvGeometry& g, const void* x, const void* w, void* y, flo
   if (const std::string why = taps_conv_refusal(g); !why.empty()) throw Fatal("taps conv: " + why);
 #if defined(LAB_WITH_CUTLASS)
   using namespace trainer_kernels;
-  // x as (c, w, h, n), boxes of 64 channels by a tile's 128 pixels: whole rows of one image, or whole
-  // images; 128-byte rows swizzled as the mainloop's shared memory layout is.
+  // Boxes of 64 channels by a tile's 128 pixels: whole rows of one image, or whole images.
   const int image = g.h * g.w, rows = std::min(g.h, 128 / g.w), images = std::max(1, 128 / image);
-  cute::TmaDescriptor desc{};
-  const cuuint64_t dims[4] = {cuuint64_t(g.c), cuuint64_t(g.w), cuuint64_t(g.h), cuuint64_t(g.n)};
-  const cuuint64_t strides[3] = {cuuint64_t(g.c) * 2, cuuint64_t(g.w) * g.c * 2, cuuint64_t(image) * g.c * 2};
-  const cuuint32_t box[4] = {64, cuuint32_t(g.w), cuuint32_t(rows), cuuint32_t(images)};
-  const cuuint32_t steps[4] = {1, 1, 1, 1};
-  const CUresult r = CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(
-      &desc, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<void*>(x), dims, strides, box, steps,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) throw Fatal("taps conv: cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ")");
+  const cute::TmaDescriptor desc = conv1x1::image_rows_descriptor(x, g.n, g.h, g.w, g.c, rows, images);
   const int m = g.n * image, k9 = 9 * g.c;
   {
     using K = ResidentConv<conv1x1::kTileM, conv1x1::kTileN, Operand::Taps, false, StatsEpilogue>;
