@@ -69,9 +69,13 @@ class TrainingNetwork : public Network {
   void give_fused_workspaces();
   // Which 1x1 convs' training forward runs our kernel (BlockRun::c1_own, ...), which conv1s apply the
   // previous join as they read it (c1_applies_join), which conv1s' and conv3s' data gradient
-  // (BlockRun::c1_joins, the first block's joining the stem's BN; c3_dgrad_own), and whether the
-  // stem's forward and weight gradient run ours (kernels/stem_conv.h).
+  // (BlockRun::c1_joins, the first block's joining the stem's BN; c3_dgrad_own), which 3x3 conv2s'
+  // forward and data gradient (c2_own, c2_dgrad_own: kernels/conv3x3.h), and whether the stem's
+  // forward and weight gradient run ours (kernels/stem_conv.h).
   void plan_own_convs();
+  // Whether our 3x3 kernel may run block b's conv2's data gradient (switched on, a shape it takes):
+  // allocate() then gives bn1 the fp16 scale and shift its ReLU mask reads.
+  bool conv2_dgrad_may_be_own(const Block& b) const;
   // Which stride-2 shortcuts' data gradients run at their output pixels alone
   // (BlockRun::down_compact), their algorithms chosen; the workspace they need.
   size_t plan_compact_shortcuts(AutotuneCache& cache);
@@ -96,12 +100,13 @@ class TrainingNetwork : public Network {
                   bool train, const Bn* prologue, void* stored, Shape4 s_prev, bool own, bool reads_stored = false,
                   const struct Conv1x1Join* join = nullptr);
   // The backward of conv c whose input was relu(bn(x)): its weight gradient, and dx, the gradient of
-  // bn's input x, from dy; own_dgrad: the data gradient by our kernel (BlockRun::c3_dgrad_own);
+  // bn's input x, from dy; own_dgrad: the data gradient by our kernel (BlockRun::c3_dgrad_own, or
+  // for layer1's 3x3 conv2 c2_dgrad_own, with its filter turned in `turned`);
   // recompute_input: the plain weight gradient first writes relu(bn(x)) into `stored` (the forward
   // read it fused and did not store it).
   void inner_backward(const struct ConvUnit& c, const FusedCall& wgrad, const FusedCall& dgrad,
                       bool recompute_input, const void* x, const Bn& bn, void* stored, Shape4 s_in, void* dy, void* dx,
-                      bool own_dgrad);
+                      bool own_dgrad, const void* turned = nullptr);
   // A conv's plain backward: dw (beside, on the lane) and dx = dgrad(dy); with `joined`, the data
   // gradient by our kernel that writes the previous block's dz instead (kernels/conv1x1_dgrad_join.h);
   // with `dgrad`, that conv's data gradient instead of c's (BlockRun::down_compact).

@@ -40,6 +40,9 @@ constexpr PatternNames kPatterns[] = {
      "compact-shortcut-dgrad"},
     {FusedPattern::LaggingWgrad, "the weight gradients' stream up to three blocks behind the data gradients, on buffers of its own",
      "lagging-wgrad"},
+    {FusedPattern::OwnConv3x3, "layer1's 3x3 conv + statistics by a kernel of ours", "own-conv3x3"},
+    {FusedPattern::OwnDgrad3x3, "layer1's 3x3 data gradient + ReLU backward + BN backward sums by a kernel of ours",
+     "own-dgrad3x3"},
     {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
     {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
     {FusedPattern::ConvBnAddRelu, "conv + BN + residual add + ReLU", "conv-bn-add-relu"},
@@ -150,9 +153,19 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
                     " conv3s the data gradient with the ReLU and BN backward sums runs a kernel of ours "
                     "(kernels/conv1x1_dgrad_bn.h), in place of cuDNN's pattern or the plain data gradient "
                     "(--no-fuse own-dgrad-dbn: not)");
+  if (r.own_conv3x3 || r.own_dgrad3x3) {
+    const char* what = !r.own_dgrad3x3 ? "forward with its BN statistics runs"
+                       : !r.own_conv3x3 ? "data gradient with the ReLU and BN backward sums runs"
+                                        : "forward with its BN statistics and the data gradient with the ReLU and BN "
+                                          "backward sums run";
+    lines.push_back("  and for " + std::to_string(std::max(r.own_conv3x3, r.own_dgrad3x3)) + " of layer1's 3x3 conv2s the " +
+                    what + " a kernel of ours (kernels/conv3x3.h), in place of cuDNN's patterns (--no-fuse "
+                    "own-conv3x3,own-dgrad3x3: not)");
+  }
   if (r.own_finalize)
     lines.push_back("  and " + std::to_string(r.own_finalize) +
-                    " of those kernels of ours (the forward's, conv3's) finalize their BN in the last CTA of each "
+                    " of those kernels of ours (the forward's, the data gradients of conv3 and layer1's conv2) finalize "
+                    "their BN in the last CTA of each "
                     "column of tiles (kernels/conv1x1_finalize.h), in place of a finalize kernel after them (--no-fuse "
                     "own-finalize: not)");
   if (r.own_prologue || r.own_stored)

@@ -13,6 +13,7 @@
 #include "kernels/conv1x1_dgrad_bn.h"
 #include "kernels/conv1x1_dgrad_join.h"
 #include "kernels/conv1x1_stats.h"
+#include "kernels/conv3x3.h"
 #include "kernels/loss.h"
 #include "kernels/pooling.h"
 #include "kernels/stem_conv.h"
@@ -63,6 +64,12 @@ struct TrainingNetwork::BlockRun {
   // OwnDgradDbn), where its forward was ours (c3_own: the ReLU mask is the prologue's test, fp16
   // x * scale + shift > 0, also where the forward read a stored y2).
   bool c3_dgrad_own = false;
+  // Layer1's 3x3 conv2 by our kernel (kernels/conv3x3.h): training's forward with its statistics,
+  // where conv2 reads y1 stored (Inner::reads_stored: OwnConv3x3), and the data gradient with bn1's
+  // ReLU and backward sums (OwnDgrad3x3), by conv2's filter turned into c2_turned in each training
+  // forward (the weights change at each step).
+  bool c2_own = false, c2_dgrad_own = false;
+  DeviceBuffer c2_turned;
   // A stride-2 projection shortcut's data gradient at its output pixels alone, as a stride-1 1x1
   // conv's over them (CompactShortcutDgrad), into g[2]; this block's conv1 (c1_joins) reads it as
   // the shortcut's part at the even pixels. Null: cuDNN's strided data gradient, zeros included.
@@ -82,6 +89,19 @@ struct TrainingNetwork::Lane {
   Event forked{false}, done{false};
   DeviceBuffer workspace;  // the main stream's convs keep workspace_: both run at once
 };
+
+// The shape of block b's conv2 as kernels/conv3x3.h takes it, and whether it is a 3x3 stride-1 conv
+// with a pad of 1 at all.
+namespace {
+Conv3x3Shape conv2_shape(const Block& b) {
+  const ConvGeometry& g = b.c2.geometry();
+  return {b.mid1.n, b.mid1.h, b.mid1.w, g.c, g.k};
+}
+bool conv3x3_takes(const Block& b) {
+  const ConvGeometry& g = b.c2.geometry();
+  return g.r == 3 && g.stride == 1 && g.pad == 1 && conv3x3_refusal(conv2_shape(b)).empty();
+}
+}  // namespace
 
 // ---- construction -------------------------------------------------------------------------------
 TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache)
@@ -287,7 +307,9 @@ void TrainingNetwork::allocate(size_t largest) {
     // conv2 and conv3 read the previous BN's coefficients in their prologue
     auto reads_half = [](const FusedCall& f) { return f && f.plan->scale_type() == DType::F16; };
     for (auto [bn, inner] : {std::pair{&b.b1, &runs_[i].c2}, std::pair{&b.b2, &runs_[i].c3}}) {
-      if (!reads_half(inner->fwd) && !reads_half(inner->wgrad)) continue;
+      // and our 3x3 data gradient's ReLU mask (conv2_dgrad_may_be_own) reads bn1's
+      const bool mask = bn == &b.b1 && conv2_dgrad_may_be_own(b);
+      if (!reads_half(inner->fwd) && !reads_half(inner->wgrad) && !mask) continue;
       bn->scale_h = halves;
       bn->shift_h = halves + bn->channels;
       halves += 2 * bn->channels;
@@ -371,6 +393,7 @@ void TrainingNetwork::plan_own_convs() {
   const bool prologues = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnPrologue));
   const bool stem_joins = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnStemJoin));
   const bool join_prologues = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnJoinPrologue));
+  const bool convs3x3 = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnConv3x3));
   size_t bytes = 0;
   int columns = 0;
   // Whether one of our kernels takes conv u, over the pixels of `s`: switched on, a 1x1 stride-1
@@ -410,6 +433,22 @@ void TrainingNetwork::plan_own_convs() {
     r.c3_dgrad_own = r.c3_own && takes(dgrads, b.c3, b.mid2, conv1x1_dgrad_bn_refusal,
                                        [](int m, int, int c) { return conv1x1_dgrad_bn_partials_bytes(m, c); },
                                        fusion_report_.own_dgrad, true);
+    // Layer1's 3x3 conv2: the forward where it reads y1 stored (our kernel has no BN prologue), the
+    // data gradient where bn1 has its fp16 coefficients (allocate: conv2_dgrad_may_be_own).
+    if (!conv3x3_takes(b)) continue;
+    const Conv3x3Shape s3 = conv2_shape(b);
+    r.c2_own = convs3x3 && r.c2.reads_stored;
+    r.c2_dgrad_own = conv2_dgrad_may_be_own(b) && b.b1.scale_h;
+    for (bool taken : {r.c2_own, r.c2_dgrad_own}) {
+      if (!taken) continue;
+      bytes = std::max(bytes, conv3x3_partials_bytes(s3));
+      columns = std::max(columns, conv1x1_finalize_counters(std::max(s3.c, s3.k)));
+      fusion_report_.own_finalize += finalizes;
+    }
+    fusion_report_.own_conv3x3 += r.c2_own;
+    fusion_report_.own_dgrad3x3 += r.c2_dgrad_own;
+    if (r.c2_dgrad_own)
+      r.c2_turned = DeviceBuffer(size_t(9) * s3.c * s3.k * sizeof(uint16_t), "layer1 conv2's filter turned for its data gradient");
   }
   // One buffer for all, on one stream: each forward conv's and conv3's finalize reads its partial
   // sums right after it (or in its last CTA); a joining conv1's are read by the previous block's
@@ -435,6 +474,11 @@ void TrainingNetwork::plan_own_convs() {
   if (!runs_.empty() && runs_[0].c1_joins)  // the mask the first block's conv1 reads for the stem's ReLU
     stem_relu_bits_ = DeviceBuffer(relu_bits_bytes(layers_->stem_out, cfg_.dtype),
                                    "the stem's ReLU bits (batch " + std::to_string(cfg_.batch) + ")");
+}
+
+bool TrainingNetwork::conv2_dgrad_may_be_own(const Block& b) const {
+  return cfg_.fuses() && cfg_.dtype == DType::F16 && cfg_.layout == Layout::NHWC &&
+         !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnDgrad3x3)) && conv3x3_takes(b);
 }
 
 // At stride 2 a projection shortcut's input gradient is nonzero only at the even rows and columns,
@@ -515,6 +559,16 @@ void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, cons
     const int m = s.n * s.h * s.w;
     float* partials = own_partials_.as<float>();
     const Conv1x1Finalize finalize = finalize_in_kernel(bn, g.k, false);
+    if (g.r == 3) {  // layer1's conv2 (BlockRun::c2_own), reading y1 stored: no prologue left
+      if (prologue || join) throw Fatal("conv_stats: " + bn.name + "'s 3x3 conv of ours reads its input as stored");
+      const Conv3x3Shape s3{s.n, s.h, s.w, g.c, g.k};
+      conv3x3_stats({.x = x, .w = params_.working(c.weight), .y = y, .s = s3, .partials = partials, .finalize = finalize},
+                    stream);
+      if (!finalize.arrivals)
+        bn_finalize_partials(partials, conv3x3_partial_rows(s3), g.k, s.per_channel(), bn.st, bn.channels, bn.scale_h,
+                             bn.shift_h, stream);
+      return;
+    }
     conv1x1_stats({x, params_.working(c.weight), y, m, g.k, g.c, prologue ? prologue->scale_h : nullptr,
                    prologue ? prologue->shift_h : nullptr, partials, Conv1x1Schedule::PingPong, finalize,
                    join ? *join : Conv1x1Join{}},
@@ -557,8 +611,10 @@ void TrainingNetwork::block_forward(const Block& b, BlockRun& r, const void* in,
   } else {
     conv_stats(b.c1, r.c1_stats, in, r.a1.get(), b.b1, b.mid1, train, nullptr, nullptr, {}, r.c1_own);
   }
-  conv_stats(b.c2, r.c2.fwd, r.a1.get(), r.a2.get(), b.b2, b.mid2, train, &b.b1, r.y1.get(), b.mid1, false,
+  conv_stats(b.c2, r.c2.fwd, r.a1.get(), r.a2.get(), b.b2, b.mid2, train, &b.b1, r.y1.get(), b.mid1, r.c2_own,
              r.c2.reads_stored);
+  if (train && r.c2_dgrad_own)  // the filter of this step's data gradient, as the forward used it
+    conv3x3_turn_filter(params_.working(b.c2.weight), r.c2_turned.get(), conv2_shape(b), ctx_.stream);
   // Our conv3 kernel runs in training only: evaluation runs cuDNN's SbrConvStats, bn2 in its prologue.
   conv_stats(b.c3, r.c3.fwd, r.a2.get(), r.a3.get(), b.b3, b.out, train, &b.b2, r.y2.get(), b.mid2, r.c3_own,
              r.c3.reads_stored && train);
@@ -710,7 +766,7 @@ void TrainingNetwork::block_backward(size_t i) {
   inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, r.c3.recomputes_input(), r.a2.get(), b.b2, r.y2.get(), b.mid2, grads.a3,
                  grads.mid2, r.c3_dgrad_own);
   inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, r.c2.recomputes_input(), r.a1.get(), b.b1, r.y1.get(), b.mid1, grads.mid2,
-                 grads.mid1, false);
+                 grads.mid1, r.c2_dgrad_own, r.c2_turned.get());
   // The first block's conv1: its weight gradient may run on beside the stem's backward, which
   // touches neither its input nor its gradient; backward() joins the lane after the stem.
   const bool lane_after_stem = i == 0;
@@ -807,7 +863,7 @@ void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void
 
 void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, const FusedCall& dgrad,
                                      bool recompute_input, const void* x, const Bn& bn, void* stored, Shape4 s_in,
-                                     void* dy, void* dx, bool own_dgrad) {
+                                     void* dy, void* dx, bool own_dgrad, const void* turned) {
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
   const cudaStream_t stream = ctx_.stream;
@@ -831,16 +887,27 @@ void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, 
     const int m = s_in.n * s_in.h * s_in.w;
     float* partials = own_partials_.as<float>();
     const Conv1x1Finalize finalize = finalize_in_kernel(bn, g.c, true);
-    conv1x1_dgrad_bn({.dy = dy, .w = params_.working(c.weight), .dz = dx, .x = x, .mean = bn.st.save_mean,
-                      .invstd = bn.st.save_invstd, .scale = bn.scale_h, .shift = bn.shift_h, .partials = partials,
-                      .m = m, .k = g.k, .c = g.c, .finalize = finalize},
-                     stream);
+    int rows = 0;
+    if (g.r == 3) {  // layer1's conv2 (BlockRun::c2_dgrad_own), by its filter turned in the forward
+      const Conv3x3Shape s3{s_in.n, s_in.h, s_in.w, g.c, g.k};
+      conv3x3_dgrad_bn({.dy = dy, .turned = turned, .dz = dx, .x = x, .mean = bn.st.save_mean,
+                        .invstd = bn.st.save_invstd, .scale = bn.scale_h, .shift = bn.shift_h, .partials = partials,
+                        .s = s3, .finalize = finalize},
+                       stream);
+      rows = conv3x3_dgrad_partial_rows(s3);
+    } else {
+      conv1x1_dgrad_bn({.dy = dy, .w = params_.working(c.weight), .dz = dx, .x = x, .mean = bn.st.save_mean,
+                        .invstd = bn.st.save_invstd, .scale = bn.scale_h, .shift = bn.shift_h, .partials = partials,
+                        .m = m, .k = g.k, .c = g.c, .finalize = finalize},
+                       stream);
+      rows = conv1x1_dgrad_bn_rows(m, g.c);
+    }
     const BnBackwardArgs mid{.dy = dx, .x = x, .bn = &bn.st, .dgamma = params_.vector_grad(bn.gamma),
                              .dbeta = params_.vector_grad(bn.beta), .dx = dx};
     if (finalize.arrivals)  // finalized by the kernel
       bn_backward_apply(mid, s_in, t, l, stream);
     else
-      bn_backward_from_sums(mid, partials, conv1x1_dgrad_bn_rows(m, g.c), s_in, t, l, stream);
+      bn_backward_from_sums(mid, partials, rows, s_in, t, l, stream);
   } else if (dgrad) {
     const FusedArgs a{.x = x, .w = params_.working(c.weight), .dy = dy, .mean = bn.st.save_mean,
                       .invstd = bn.st.save_invstd, .gamma = bn.st.gamma, .beta = bn.st.beta, .g = dx,

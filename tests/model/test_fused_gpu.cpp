@@ -658,7 +658,9 @@ TEST(FusionReport, SaysWhereOurKernelsRun) {
   EXPECT_NE(lines[2].find("--no-fuse own-join-dgrad"), std::string::npos) << lines[2];
   EXPECT_NE(lines[3].find("for 16 conv3s"), std::string::npos) << lines[3];
   EXPECT_NE(lines[3].find("--no-fuse own-dgrad-dbn"), std::string::npos) << lines[3];
-  EXPECT_NE(lines[4].find("and 49 of those kernels of ours (the forward's, conv3's) finalize their BN"), std::string::npos) << lines[4];
+  EXPECT_NE(lines[4].find("and 49 of those kernels of ours (the forward's, the data gradients of conv3 and layer1's "
+                          "conv2) finalize their BN"),
+            std::string::npos) << lines[4];
   EXPECT_NE(lines[4].find("--no-fuse own-finalize"), std::string::npos) << lines[4];
   EXPECT_NE(lines[5].find("of the conv3s of ours 3 apply bn2 as they read its input, 13 read relu(bn2(x)) stored"),
             std::string::npos) << lines[5];
@@ -667,6 +669,35 @@ TEST(FusionReport, SaysWhereOurKernelsRun) {
   EXPECT_NE(lines[6].find("--no-fuse sbr-wgrad,stored-conv-stats"), std::string::npos) << lines[6];
   r.own = r.own_join = r.own_dgrad = r.own_finalize = r.own_prologue = r.own_stored = r.stored_conv2 = 0;
   EXPECT_EQ(fusion_report_lines(r).size(), 1u) << "none of our kernels, no line for them";
+}
+
+// Layer1's 3x3 conv2s of ours: one line, saying which of forward and data gradient run ours, before
+// the finalize line; none where neither does.
+TEST(FusionReport, SaysWhereOur3x3KernelsRun) {
+  FusionReport r;
+  r.tried = r.fused = 80;
+  r.own_conv3x3 = r.own_dgrad3x3 = 3;
+  r.own_finalize = 6;
+  std::vector<std::string> lines = fusion_report_lines(r);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_NE(lines[1].find("for 3 of layer1's 3x3 conv2s the forward with its BN statistics and the data gradient with "
+                          "the ReLU and BN backward sums run a kernel of ours (kernels/conv3x3.h)"),
+            std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("--no-fuse own-conv3x3,own-dgrad3x3"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[2].find("and 6 of those kernels of ours"), std::string::npos) << lines[2];
+  r.own_dgrad3x3 = 0;
+  r.own_finalize = 0;
+  lines = fusion_report_lines(r);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find("the forward with its BN statistics runs a kernel of ours"), std::string::npos) << lines[1];
+  r.own_conv3x3 = 0;
+  r.own_dgrad3x3 = 3;
+  lines = fusion_report_lines(r);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find("the data gradient with the ReLU and BN backward sums runs a kernel of ours"), std::string::npos)
+      << lines[1];
+  r.own_dgrad3x3 = 0;
+  EXPECT_EQ(fusion_report_lines(r).size(), 1u);
 }
 
 // The stem's lines: which of its kernels are ours, and where its BN backward went.
