@@ -94,11 +94,8 @@ size_t conv1x1_dgrad_bn_partials_bytes(int m, int c) { return partials_bytes(2, 
 void conv1x1_dgrad_bn(const Conv1x1DgradBn& a, cudaStream_t stream) {
   if (const std::string why = conv1x1_dgrad_bn_refusal(a.m, a.k, a.c); !why.empty())
     throw Fatal("conv1x1_dgrad_bn: " + why);
-  if (!a.scale || !a.shift) throw Fatal("conv1x1_dgrad_bn: the ReLU mask needs the BN's fp16 scale and shift");
-  if (!a.dy || !a.w || !a.dz || !a.x || !a.mean || !a.invstd || !a.partials)
-    throw Fatal("conv1x1_dgrad_bn: a tensor it reads or writes is missing");
-  if (const std::string why = finalize_refusal(a.finalize, false); !why.empty())
-    throw Fatal("conv1x1_dgrad_bn: " + why);
+  if (const std::string why = inner_grad_args_refusal(a); !why.empty()) throw Fatal("conv1x1_dgrad_bn: " + why);
+  if (!a.w) throw Fatal("conv1x1_dgrad_bn: a tensor it reads or writes is missing");
 #if defined(CONV1X1_WITH_CUTLASS)
   using E = trainer_kernels::InnerGradEpilogue;
   launch_dgrad<E>(a.dy, a.w, a.m, a.k, a.c, inner_grad_params<E>(a), stream);

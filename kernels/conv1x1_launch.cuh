@@ -88,6 +88,16 @@ inline std::string finalize_refusal(const Conv1x1Finalize& f, bool forward) {
   return "";
 }
 
+// "" where the arguments of an Inner data gradient (Conv1x1DgradBn, Conv3x3DgradBn) are whole, else
+// what is missing: the mask's fp16 coefficients, the tensors it reads and writes but the filter
+// (each launcher checks its own), what its finalize needs.
+template <class Args>
+std::string inner_grad_args_refusal(const Args& a) {
+  if (!a.scale || !a.shift) return "the ReLU mask needs the BN's fp16 scale and shift";
+  if (!a.dy || !a.dz || !a.x || !a.mean || !a.invstd || !a.partials) return "a tensor it reads or writes is missing";
+  return finalize_refusal(a.finalize, false);
+}
+
 #if defined(CONV1X1_WITH_CUTLASS)
 // The 4-D TMA descriptor of an NHWC fp16 image batch x [n][h][w][c] read in boxes of 64 channels, whole
 // rows (w columns) of `rows` rows and `images` images, 128-byte rows swizzled as CUTLASS's mainloops

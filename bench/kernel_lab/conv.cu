@@ -248,6 +248,13 @@ LabVersion taps_version(Lab& lab, ConvCase& c, bool stats, std::function<void()>
           }};
 }
 
+// Conv c as kernels/conv3x3.h takes it into `s`, and "" where it runs it here, else why not.
+std::string halo_refusal(const ConvCase& c, Conv3x3Shape& s) {
+  if (c.G.r != 3 || c.G.stride != 1 || c.G.pad != 1) return "not a 3x3 stride-1 conv with a pad of 1";
+  s = {c.G.n, c.G.h, c.G.w, c.G.c, c.G.k};
+  return conv3x3_refusal(s);
+}
+
 // The trainer's 3x3 conv of layer1 (kernels/conv3x3.h: x loaded once for 3 taps with a row above and
 // below, the filter held in shared memory), alone or with the statistics, then bn_finalize_partials.
 LabVersion halo_version(Lab& lab, ConvCase& c, bool stats, std::function<void()> poison,
@@ -256,9 +263,8 @@ LabVersion halo_version(Lab& lab, ConvCase& c, bool stats, std::function<void()>
                            (stats ? " + statistics, then bn_finalize_partials" : " alone");
   return {name, [&lab, &c, stats, poison, checks] {
             poison();
-            const Conv3x3Shape s{c.G.n, c.G.h, c.G.w, c.G.c, c.G.k};
-            if (c.G.r != 3 || c.G.stride != 1 || c.G.pad != 1) return Prepared{.refused = "not a 3x3 stride-1 conv with a pad of 1"};
-            if (const std::string why = conv3x3_refusal(s); !why.empty()) return Prepared{.refused = why};
+            Conv3x3Shape s{};
+            if (const std::string why = halo_refusal(c, s); !why.empty()) return Prepared{.refused = why};
             lab.reserve_workspace(stats ? conv3x3_partials_bytes(s) : 0);
             return Prepared{.run =
                                 [&lab, &c, stats, s] {
@@ -395,9 +401,8 @@ LabVersion halo_dgrad_version(Lab& lab, ConvCase& c, std::function<void()> poiso
       "our 3x3 data gradient + ReLU and BN backward sums (kernels/conv3x3.h), then bn_backward_from_sums";
   return {name, [&lab, &c, poison, check] {
             poison();
-            const Conv3x3Shape s{c.G.n, c.G.h, c.G.w, c.G.c, c.G.k};
-            if (c.G.r != 3 || c.G.stride != 1 || c.G.pad != 1) return Prepared{.refused = "not a 3x3 stride-1 conv with a pad of 1"};
-            if (const std::string why = conv3x3_refusal(s); !why.empty()) return Prepared{.refused = why};
+            Conv3x3Shape s{};
+            if (const std::string why = halo_refusal(c, s); !why.empty()) return Prepared{.refused = why};
             auto turned = std::make_shared<DeviceTensor>(c.W.count(), DType::F16, "turned filter");
             conv3x3_turn_filter(c.W.get(), turned->get(), s, lab.stream());
             lab.reserve_workspace(conv3x3_partials_bytes(s));

@@ -559,23 +559,22 @@ void TrainingNetwork::conv_stats(const ConvUnit& c, const FusedCall& fused, cons
     const int m = s.n * s.h * s.w;
     float* partials = own_partials_.as<float>();
     const Conv1x1Finalize finalize = finalize_in_kernel(bn, g.k, false);
+    int rows = 0;
     if (g.r == 3) {  // layer1's conv2 (BlockRun::c2_own), reading y1 stored: no prologue left
       if (prologue || join) throw Fatal("conv_stats: " + bn.name + "'s 3x3 conv of ours reads its input as stored");
       const Conv3x3Shape s3{s.n, s.h, s.w, g.c, g.k};
       conv3x3_stats({.x = x, .w = params_.working(c.weight), .y = y, .s = s3, .partials = partials, .finalize = finalize},
                     stream);
-      if (!finalize.arrivals)
-        bn_finalize_partials(partials, conv3x3_partial_rows(s3), g.k, s.per_channel(), bn.st, bn.channels, bn.scale_h,
-                             bn.shift_h, stream);
-      return;
+      rows = conv3x3_partial_rows(s3);
+    } else {
+      conv1x1_stats({x, params_.working(c.weight), y, m, g.k, g.c, prologue ? prologue->scale_h : nullptr,
+                     prologue ? prologue->shift_h : nullptr, partials, Conv1x1Schedule::PingPong, finalize,
+                     join ? *join : Conv1x1Join{}},
+                    stream);
+      rows = conv1x1_partial_rows(m, g.k);
     }
-    conv1x1_stats({x, params_.working(c.weight), y, m, g.k, g.c, prologue ? prologue->scale_h : nullptr,
-                   prologue ? prologue->shift_h : nullptr, partials, Conv1x1Schedule::PingPong, finalize,
-                   join ? *join : Conv1x1Join{}},
-                  stream);
     if (!finalize.arrivals)
-      bn_finalize_partials(partials, conv1x1_partial_rows(m, g.k), g.k, s.per_channel(), bn.st, bn.channels,
-                           bn.scale_h, bn.shift_h, stream);
+      bn_finalize_partials(partials, rows, g.k, s.per_channel(), bn.st, bn.channels, bn.scale_h, bn.shift_h, stream);
     return;
   }
   if (fused) {
