@@ -73,7 +73,10 @@ CudaGraph::Instantiation CudaGraph::capture(cudaStream_t stream, const std::func
     cudaGraphExecDestroy(exec_);
     exec_ = nullptr;
   }
-  const cudaError_t made = cudaGraphInstantiate(&exec_, graph.get(), 0);
+  // Each kernel node keeps the priority of the stream it was captured from (core/handles.h,
+  // StreamPriority); without the flag every node would take the priority of the stream the graph
+  // is launched into.
+  const cudaError_t made = cudaGraphInstantiate(&exec_, graph.get(), cudaGraphInstantiateFlagUseNodePriority);
   if (made != cudaSuccess) {
     cudaGetLastError();
     exec_ = nullptr;

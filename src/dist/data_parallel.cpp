@@ -121,7 +121,8 @@ void DataParallel::attach(ParamStore& params, cudaStream_t compute, GradAccumula
   params_ = &params;
   compute_ = compute;
   sums_ = sums;
-  comm_stream_ = std::make_unique<Stream>(/*blocking=*/false);
+  // As urgent as the compute stream (GpuContext): the all-reduces must not wait behind the backward.
+  comm_stream_ = std::make_unique<Stream>(/*blocking=*/false, StreamPriority::First);
   grad_type_ = params.act();
   const bool int8 = cfg_.compression == "int8";
   // Compressed, the buckets are cut by the gradients' own size, as PyTorch DDP's compression hooks

@@ -83,7 +83,8 @@ struct TrainingNetwork::BlockRun {
 // A conv's weight gradient and its data gradient read the same output gradient and write different
 // buffers: on two streams they run side by side, and in the step's CUDA graph they become two
 // branches. The small convs of the later stages fill the GPU only in part, and one branch's launch
-// gaps are the other's running time.
+// gaps are the other's running time. The lane runs at the normal priority, below the compute
+// stream's (core/handles.h, GpuContext): where both wait for SMs, the chain goes first.
 struct TrainingNetwork::Lane {
   Stream stream{false};
   Event forked{false}, done{false};
