@@ -65,8 +65,8 @@ GPU_TESTS='*GpuBatchNorm*:*GpuPool*:*GpuSoftmaxXent*:GpuSgd*:GpuLossScale*:GpuNo
 # elsewhere) are fused patterns of ours: memchecked with them.
 FUSED_TESTS='Shapes/FusedGpu*:Shapes/GemmGpu*:FusedBnFinalize*:FusedParityGpu*:Conv1x1Stats*:Conv1x1Dgrad*:Conv3x3*:PredictGpu.BatchNormInTheConvEpiloguesGivesTheUnfusedLogits:PredictGpu.GemmConvsWithTheBnFoldedInGiveTheUnfusedLogits'
 # The fused memcheck as gtest shards run side by side: as one process it took more than 300 s. H200,
-# 2026-11-28, every check at once (a 4-GPU machine, three GPUs training beside): the shards took 10,
-# 74, 50 and 461 s, the other checks 10-75 s, the whole script 7 min 45 s.
+# 2026-11-30, every check at once on a one-GPU machine: the shards took 51, 290, 21 and 57 s, the
+# other checks 7-59 s, the whole script 292 s.
 FUSED_SHARDS=4
 failed=0
 
