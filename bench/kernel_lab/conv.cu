@@ -180,6 +180,13 @@ Prepared fused_version(Lab& lab, const FusedConv& f, bool prologue, std::functio
           .kept_zero = std::move(kept_zero)};
 }
 
+// The BN finalize after one of our convs with statistics: `rows` rows of `row_len` partial sums
+// into conv c's batch statistics and the fp16 scale and shift of its output's BN.
+void finalize_partials(Lab& lab, ConvCase& c, const float* partials, int rows, int row_len) {
+  bn_finalize_partials(partials, rows, row_len, c.sout.per_channel(), c.bn.state(), c.G.k, c.scale_h_out.get(),
+                       c.shift_h_out.get(), lab.stream());
+}
+
 // A CUTLASS GEMM of ours (kernel_lab/cutlass_conv_stats.h), then, with the statistics, the BN's
 // finalize from the rows of per-tile partials (bn_finalize_partials), as bn_finalize_sums follows
 // ConvStats. A build with the prologue reads x and the previous BN's fp16 scale and shift, as
@@ -215,9 +222,8 @@ LabVersion cutlass_version(Lab& lab, ConvCase& c, CutlassKernel kernel, std::fun
                                   cutlass_conv_stats(kernel, a, lab.stream());
                                   if (!kernel.stats) return;
                                   const CutlassPartials p = cutlass_partials_layout(kernel, m, c.G.k);
-                                  bn_finalize_partials(static_cast<const float*>(lab.workspace()), p.rows, p.row_len,
-                                                       c.sout.per_channel(), c.bn.state(), c.G.k, c.scale_h_out.get(),
-                                                       c.shift_h_out.get(), lab.stream());
+                                  finalize_partials(lab, c, static_cast<const float*>(lab.workspace()), p.rows,
+                                                    p.row_len);
                                 },
                             .check = [checks, kernel] { return checks(kernel.stats, false); }};
           }};
@@ -240,9 +246,7 @@ LabVersion taps_version(Lab& lab, ConvCase& c, bool stats, std::function<void()>
                                   float* partials = stats ? static_cast<float*>(lab.workspace()) : nullptr;
                                   taps_conv(c.G, c.STORED.get(), c.W.get(), c.Y.get(), partials, lab.stream());
                                   if (!stats) return;
-                                  bn_finalize_partials(partials, conv1x1_partial_rows(m, c.G.k), c.G.k,
-                                                       c.sout.per_channel(), c.bn.state(), c.G.k, c.scale_h_out.get(),
-                                                       c.shift_h_out.get(), lab.stream());
+                                  finalize_partials(lab, c, partials, conv1x1_partial_rows(m, c.G.k), c.G.k);
                                 },
                             .check = [checks, stats] { return checks(stats, false); }};
           }};
@@ -273,9 +277,7 @@ LabVersion halo_version(Lab& lab, ConvCase& c, bool stats, std::function<void()>
                                                  .partials = partials},
                                                 lab.stream());
                                   if (!stats) return;
-                                  bn_finalize_partials(partials, conv3x3_partial_rows(s), c.G.k, c.sout.per_channel(),
-                                                       c.bn.state(), c.G.k, c.scale_h_out.get(), c.shift_h_out.get(),
-                                                       lab.stream());
+                                  finalize_partials(lab, c, partials, conv3x3_partial_rows(s), c.G.k);
                                 },
                             .check = [checks, stats] { return checks(stats, false); }};
           }};
