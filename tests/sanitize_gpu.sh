@@ -63,7 +63,7 @@ RACECHECK_CLEAN="RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
 GPU_TESTS='*GpuBatchNorm*:*GpuPool*:*GpuSoftmaxXent*:GpuSgd*:GpuLossScale*:GpuNormalize*:GpuCast*'
 # Our 1x1 and 3x3 convs with BN sums (Conv1x1Stats, Conv1x1Dgrad*, Conv3x3*: sm_90 only, skipped
 # elsewhere) are fused patterns of ours: memchecked with them.
-FUSED_TESTS='Shapes/FusedGpu*:Shapes/GemmGpu*:FusedBnFinalize*:FusedParityGpu*:Conv1x1Stats*:Conv1x1Dgrad*:Conv3x3*:PredictGpu.BatchNormInTheConvEpiloguesGivesTheUnfusedLogits:PredictGpu.GemmConvsWithTheBnFoldedInGiveTheUnfusedLogits'
+FUSED_TESTS='Shapes/FusedGpu*:Shapes/GemmGpu*:Shapes/GemmWgradGpu*:FusedBnFinalize*:FusedParityGpu*:Conv1x1Stats*:Conv1x1Dgrad*:Conv3x3*:PredictGpu.BatchNormInTheConvEpiloguesGivesTheUnfusedLogits:PredictGpu.GemmConvsWithTheBnFoldedInGiveTheUnfusedLogits'
 # The fused memcheck as gtest shards run side by side: as one process it took more than 300 s. H200,
 # 2026-11-30, every check at once on a one-GPU machine: the shards took 51, 290, 21 and 57 s, the
 # other checks 7-59 s, the whole script 292 s.

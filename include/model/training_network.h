@@ -79,6 +79,8 @@ class TrainingNetwork : public Network {
   // Which stride-2 shortcuts' data gradients run at their output pixels alone
   // (BlockRun::down_compact), their algorithms chosen; the workspace they need.
   size_t plan_compact_shortcuts(AutotuneCache& cache);
+  // Which 1x1 weight gradients run as cuBLASLt GEMMs on the lane (lane_gemms_); the workspace they need.
+  size_t plan_lane_gemms();
   struct StemShape stem_shape() const;  // the stem conv's, as our kernels take it (kernels/stem_conv.h)
   // What our 1x1 kernel that takes bn's sums over `channels` columns needs to finalize it itself
   // (kernels/conv1x1_finalize.h): the forward's statistics, or backward the weight gradients and
@@ -151,6 +153,10 @@ class TrainingNetwork : public Network {
   // A conv's backward is enqueued: the lane is joined (unless it runs behind) and its weight's
   // gradient reported.
   void conv_done(int weight);
+  // Conv c's weight gradient dw = dy^T x on `stream`: the cuBLASLt GEMM planned for its shape
+  // (lane_gemms_), else its cuDNN plan.
+  void weight_grad(const struct ConvUnit& c, const void* x, const void* dy, cudaStream_t stream, void* ws,
+                   size_t ws_bytes) const;
 
   std::vector<BlockRun> runs_;
   std::map<std::string, std::shared_ptr<FusedConv>> plans_;  // the fused patterns taken
@@ -178,5 +184,8 @@ class TrainingNetwork : public Network {
   DeviceBuffer stem_relu_bits_;           // the stem's ReLU bits, where the first block's conv1 joins it (else empty)
   bool stem_conv_own_ = false, stem_wgrad_own_ = false;  // the stem's forward, weight gradient: ours (plan_own_convs)
   std::unique_ptr<Lane> lane_;
+  // The lane's 1x1 weight gradients as cuBLASLt GEMMs sized to leave SMs to the chain, by shape key
+  // (LaneGemmWgrad; empty: cuDNN's plans run them).
+  std::map<std::string, std::unique_ptr<class GemmWgrad>> lane_gemms_;
   const void* images_ = nullptr;          // the batch of the last forward (backward's stem input)
 };

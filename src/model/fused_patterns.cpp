@@ -43,6 +43,8 @@ constexpr PatternNames kPatterns[] = {
     {FusedPattern::OwnConv3x3, "layer1's 3x3 conv + statistics by a kernel of ours", "own-conv3x3"},
     {FusedPattern::OwnDgrad3x3, "layer1's 3x3 data gradient + ReLU backward + BN backward sums by a kernel of ours",
      "own-dgrad3x3"},
+    {FusedPattern::LaneGemmWgrad, "the weight gradients' stream's 1x1 convs as cuBLASLt GEMMs sized for half the SMs",
+     "lane-gemm-wgrad"},
     {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
     {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
     {FusedPattern::ConvBnAddRelu, "conv + BN + residual add + ReLU", "conv-bn-add-relu"},
@@ -203,5 +205,10 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
     lines.push_back("  and the weight gradients' stream runs up to three blocks behind the data gradients, which write "
                     "each block's gradients to one of three sets of buffers by turns instead of waiting for each "
                     "conv's weight gradient (one GPU; --no-fuse lagging-wgrad: not)");
+  if (r.lane_gemm_wgrads)
+    lines.push_back("  and " + std::to_string(r.lane_gemm_wgrads) +
+                    " 1x1 convs' weight gradients run as cuBLASLt GEMMs planned for " + std::to_string(r.lane_gemm_sms) +
+                    " SMs, leaving the rest to the data gradients, in place of cuDNN's split-K plans that hold every "
+                    "SM (one GPU; --no-fuse lane-gemm-wgrad: not)");
   return lines;
 }

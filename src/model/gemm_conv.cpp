@@ -14,6 +14,7 @@
 #include "core/format.h"
 #include "core/handles.h"
 #include "core/memory.h"
+#include "model/lt_offers.h"
 #include "kernels/batchnorm.h"
 
 namespace {
@@ -59,20 +60,11 @@ GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, s
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.x, CUDA_R_16F, g.c, M, g.c));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.y, CUDA_R_16F, g.k, M, g.k));
 
-  cublasLtMatmulPreference_t pref = nullptr;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                    &workspace_limit, sizeof workspace_limit));
-  cublasLtMatmulHeuristicResult_t found[kHeuristics];
-  int n = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(lt, pl.op, pl.w, pl.x, pl.y, pl.y, pref, kHeuristics, found, &n);
-  cublasLtMatmulPreferenceDestroy(pref);
-  std::vector<int> usable;
-  for (int i = 0; i < n && st == CUBLAS_STATUS_SUCCESS; ++i)
-    if (found[i].state == CUBLAS_STATUS_SUCCESS) usable.push_back(i);
+  const LtOffers offers = lt_offers(lt, pl.op, pl.w, pl.x, pl.y, workspace_limit, kHeuristics);
+  const std::vector<cublasLtMatmulHeuristicResult_t>& found = offers.found;
+  const std::vector<int>& usable = offers.usable;
   if (usable.empty()) {
-    why_ = std::string("cuBLASLt offers no algorithm for it (") + cublas_status_name(st) + ")";
+    why_ = offers.why;
     return;
   }
   // A cached index that still names an algorithm with the same workspace is taken as it is: the
@@ -85,8 +77,7 @@ GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, s
     from_cache_ = ok_ = true;
     return;
   }
-  size_t ws_bytes = 0;
-  for (int i : usable) ws_bytes = std::max(ws_bytes, found[i].workspaceSize);
+  const size_t ws_bytes = offers.largest_workspace();
   const size_t es = 2, xs = size_t(M) * g.c * es, fs = size_t(g.k) * g.c * es, ys = size_t(M) * g.k * es;
   auto scratch = [](size_t bytes, const char* what) {
     return scratch_buffer(bytes, std::string("cuBLASLt conv autotune ") + what);

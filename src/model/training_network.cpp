@@ -19,6 +19,7 @@
 #include "kernels/stem_conv.h"
 #include "model/fused_conv.h"
 #include "model/fusion_planner.h"
+#include "model/gemm_wgrad.h"
 #include "model/linear.h"
 #include "model/resnet50_layers.h"
 
@@ -151,11 +152,13 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
   plan_own_convs();
   const size_t compact_ws = plan_compact_shortcuts(cache);
   give_fused_workspaces();
+  const size_t lane_gemm_ws = plan_lane_gemms();
   workspace_ = DeviceBuffer(std::max(ws, compact_ws), "cuDNN workspace (--workspace-mb)");
   algo_report_.workspace = workspace_.bytes();
   if (cfg.wgrad_beside) {
-    // Only weight gradients run on the lane: its workspace is the largest plain weight gradient's need.
-    size_t lane_ws = 0;
+    // Only weight gradients run on the lane: its workspace is the largest plain weight gradient's
+    // need, cuDNN's or a GEMM's.
+    size_t lane_ws = lane_gemm_ws;
     for (ConvUnit* u : layers_->convs()) lane_ws = std::max(lane_ws, u->conv->algorithms().bwd_filter.workspace);
     lane_ = std::make_unique<Lane>();
     lane_->workspace = DeviceBuffer(lane_ws, "cuDNN workspace of the weight gradients' stream");
@@ -642,6 +645,35 @@ void TrainingNetwork::loss(const int32_t* labels, LossTotals* totals, const floa
                loss_scale, label_smoothing, totals, step, ctx_.stream);
 }
 
+// The lane's 1x1 weight gradients as cuBLASLt GEMMs planned for half the SMs (LaneGemmWgrad;
+// model/gemm_wgrad.h says why), one plan per shape. Only beside the chain, in fp16 NHWC, and not
+// under --deterministic (cuDNN's plans are then the deterministic ones). Nor data-parallel: there
+// the all-reduce's kernels share the SMs too, and on two H200s training was faster with cuDNN's
+// plans, 49,388 -> 49,571 images/s (+0.37%, in every round of 3; batch 128 a GPU, 2026-11-30,
+// bench/results/levers-session31-nvidia-h200-2026-11-30.md). Returns the workspace the plans need.
+size_t TrainingNetwork::plan_lane_gemms() {
+  const NetConfig& cfg = cfg_;
+  if (!cfg.wgrad_beside || cfg.data_parallel || cfg.dtype != DType::F16 || cfg.layout != Layout::NHWC || cfg.conv.deterministic ||
+      (cfg.unfused_patterns & fused_pattern_bit(FusedPattern::LaneGemmWgrad)))
+    return 0;
+  const int sms = lane_gemm_sm_target();
+  size_t ws = 0;
+  for (ConvUnit* u : layers_->convs()) {
+    const ConvGeometry& g = u->geometry();
+    if (!GemmWgrad::applies(g)) continue;
+    auto found = lane_gemms_.find(g.key());
+    if (found == lane_gemms_.end()) {
+      auto gemm = std::make_unique<GemmWgrad>(ctx_.cublas_lt, g, kLaneGemmWorkspace, sms, ctx_.stream);
+      if (!gemm->ok()) continue;  // cuDNN's plan stays
+      ws = std::max(ws, gemm->workspace());
+      found = lane_gemms_.emplace(g.key(), std::move(gemm)).first;
+    }
+    ++fusion_report_.lane_gemm_wgrads;
+  }
+  fusion_report_.lane_gemm_sms = fusion_report_.lane_gemm_wgrads ? sms : 0;
+  return ws;
+}
+
 // ---- the weight gradients' lane ------------------------------------------------------------------
 void TrainingNetwork::wgrad_beside(const std::function<void(cudaStream_t, void*, size_t)>& work) {
   if (!lane_) return work(ctx_.stream, workspace_.get(), workspace_.bytes());
@@ -656,6 +688,15 @@ void TrainingNetwork::wgrad_beside(const std::function<void(cudaStream_t, void*,
   }
   CUDNN_CHECK(cudnnSetStream(ctx_.cudnn, ctx_.stream));
   lane_->done.record(lane_->stream);
+}
+
+void TrainingNetwork::weight_grad(const ConvUnit& c, const void* x, const void* dy, cudaStream_t stream, void* ws,
+                                  size_t ws_bytes) const {
+  const auto lt = lane_gemms_.find(c.geometry().key());
+  if (lt != lane_gemms_.end())
+    lt->second->run(ctx_.cublas_lt, x, dy, params_.weight_grad(c.weight), ws, ws_bytes, stream);
+  else
+    c.conv->backward_filter(ctx_.cudnn, x, dy, params_.weight_grad(c.weight), ws, ws_bytes);
 }
 
 void TrainingNetwork::lane_join() {
@@ -848,9 +889,7 @@ void TrainingNetwork::join_backward(const Block& b, BlockRun& r, const void* dy2
 
 void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void* dy, void* dx,
                                     const Conv1x1DgradJoin* joined, bool lane_joined_later, const ConvLayer* dgrad) {
-  wgrad_beside([&](cudaStream_t, void* ws, size_t wsb) {
-    c.conv->backward_filter(ctx_.cudnn, x, dy, params_.weight_grad(c.weight), ws, wsb);
-  });
+  wgrad_beside([&](cudaStream_t s, void* ws, size_t wsb) { weight_grad(c, x, dy, s, ws, wsb); });
   lane_read(dy);
   const ConvLayer& data_grad = dgrad ? *dgrad : *c.conv;
   before_write(joined ? joined->dz : dx);  // g[0] or g[2] today, which the lane never reads: no wait
@@ -876,7 +915,7 @@ void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, 
     }
     if (recompute_input)  // the forward read relu(bn(x)) fused and did not store it
       store_relu_bn(bn, x, stored, s_in, lane);
-    c.conv->backward_filter(ctx_.cudnn, stored, dy, params_.weight_grad(c.weight), lane_ws, lane_wsb);
+    weight_grad(c, stored, dy, lane, lane_ws, lane_wsb);
   });
   lane_read(dy);
   before_write(dx);

@@ -18,6 +18,7 @@
 #include "model/autotune_cache.h"
 #include "model/fused_conv.h"
 #include "model/gemm_conv.h"
+#include "model/gemm_wgrad.h"
 #include "model/training_network.h"
 #include "support/bn_data.h"
 #include "support/gpu_test_util.h"
@@ -573,6 +574,28 @@ TEST(FusedNetworkGpu, TheWeightGradientsRunBehindOnOneGpuWithTheirOwnStream) {
   EXPECT_FALSE(training_fusion_report(ctx, cache, defaults, true, true).lagging_wgrad) << "data-parallel";
 }
 
+// The lane's 1x1 weight gradients run as cuBLASLt GEMMs for half the SMs where bin/train runs them
+// (fp16 NHWC, the weight gradients on their own stream, one GPU); not switched off, nor without that
+// stream, nor data-parallel (measured slower there). ResNet-50's 1x1 stride-1 convs: conv1 and conv3 of 16 blocks and layer1's
+// projection shortcut.
+TEST(FusedNetworkGpu, TheLanes1x1WeightGradientsRunAsGemmsOnHalfTheSms) {
+  SKIP_WITHOUT_GPU("the fused training network");
+  GpuContext ctx;
+  AutotuneCache cache("", "lane GEMM weight gradients test");
+  const unsigned defaults = default_unfused_patterns(true);
+  const FusionReport on = training_fusion_report(ctx, cache, defaults, true);
+  EXPECT_EQ(on.lane_gemm_wgrads, 33);
+  EXPECT_EQ(on.lane_gemm_sms, lane_gemm_sm_target());
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  EXPECT_EQ(lane_gemm_sm_target(), std::max(1, sms / 2));
+  EXPECT_EQ(training_fusion_report(ctx, cache, defaults, true, true).lane_gemm_wgrads, 0) << "data-parallel";
+  const unsigned off = fused_pattern_bit(FusedPattern::LaneGemmWgrad);
+  EXPECT_EQ(training_fusion_report(ctx, cache, defaults | off, true).lane_gemm_wgrads, 0) << "switched off";
+  EXPECT_EQ(training_fusion_report(ctx, cache, defaults, false).lane_gemm_wgrads, 0) << "no stream of their own";
+}
+
 // Switched on (off by default: slower), every conv1 but the first applies the previous block's join
 // where our kernel runs its forward; none by default, nor without our forward kernel.
 TEST(FusedNetworkGpu, EveryConv1ButTheFirstAppliesThePreviousJoin) {
@@ -749,6 +772,22 @@ TEST(FusionReport, SaysWhetherTheWeightGradientsRunBehind) {
   EXPECT_NE(lines[1].find("weight gradients' stream runs up to three blocks behind"), std::string::npos) << lines[1];
   EXPECT_NE(lines[1].find("--no-fuse lagging-wgrad"), std::string::npos) << lines[1];
   r.lagging_wgrad = false;
+  EXPECT_EQ(fusion_report_lines(r).size(), 1u);
+}
+
+// The line for the lane's 1x1 weight gradients as cuBLASLt GEMMs, with the SM count they were
+// planned for, and none without them.
+TEST(FusionReport, SaysHowManyWeightGradientsRunAsGemmsOnFewerSms) {
+  FusionReport r;
+  r.tried = r.fused = 80;
+  r.lane_gemm_wgrads = 33;
+  r.lane_gemm_sms = 66;
+  std::vector<std::string> lines = fusion_report_lines(r);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find("33 1x1 convs' weight gradients run as cuBLASLt GEMMs planned for 66 SMs"),
+            std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("--no-fuse lane-gemm-wgrad"), std::string::npos) << lines[1];
+  r.lane_gemm_wgrads = 0;
   EXPECT_EQ(fusion_report_lines(r).size(), 1u);
 }
 

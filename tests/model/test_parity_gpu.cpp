@@ -273,6 +273,7 @@ class ParityNet {
   int join_prologues() const { return net_->fusion_report().own_join_prologue; }
   int compact_shortcuts() const { return net_->fusion_report().compact_shortcut_dgrad; }
   bool lagging_wgrad() const { return net_->fusion_report().lagging_wgrad; }
+  int lane_gemms() const { return net_->fusion_report().lane_gemm_wgrads; }
 
  private:
   // A parameter's gradient in fp32, unscaled, in storage order.
@@ -505,6 +506,28 @@ TEST(FusedParityGpu, TheLaggingWeightGradientsAsTheJoinedOnes) {
     lagging.sgd();
     joined.sgd();
     const float a = lagging.step_gradients(), c = joined.step_gradients();
+    EXPECT_NEAR(a, c, 1e-2 * std::fabs(c)) << "step " << s;
+  }
+}
+
+// The lane's 1x1 weight gradients as cuBLASLt GEMMs on half the SMs (bin/train's default) against
+// cuDNN's plans: the same products summed in another order, so the same gradients to fp16 rounding.
+// Over three steps, so that a gradient written to the wrong filter would show in the losses too.
+TEST(FusedParityGpu, TheLanesGemmWeightGradientsAsCudnns) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device: the PyTorch parity test needs a GPU";
+  const Fixture f = load_fixture(fixture_path());
+  ParityNet gemms(f, kFused);
+  ASSERT_EQ(gemms.lane_gemms(), 33) << "bin/train's configuration runs the 1x1 weight gradients as GEMMs";
+  Build b = kFused;
+  b.also_unfused = fused_pattern_bit(FusedPattern::LaneGemmWgrad);
+  ParityNet cudnn(f, b);
+  EXPECT_EQ(cudnn.lane_gemms(), 0);
+  const float lg = gemms.step_gradients(), lc = cudnn.step_gradients();
+  expect_gradients_as_close(gemms, lg, cudnn, lc, "lane-gemm-wgrad", "cuDNN's");
+  for (int s = 1; s < 3; ++s) {
+    gemms.sgd();
+    cudnn.sgd();
+    const float a = gemms.step_gradients(), c = cudnn.step_gradients();
     EXPECT_NEAR(a, c, 1e-2 * std::fabs(c)) << "step " << s;
   }
 }

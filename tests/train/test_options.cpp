@@ -479,7 +479,8 @@ const FusedPattern kEveryPattern[] = {
     FusedPattern::OwnConvStats, FusedPattern::OwnJoinDgrad, FusedPattern::OwnDgradDbn, FusedPattern::OwnFinalize,
     FusedPattern::OwnPrologue, FusedPattern::StoredConvStats, FusedPattern::OwnStemConv, FusedPattern::OwnStemWgrad,
     FusedPattern::OwnStemJoin, FusedPattern::OwnJoinPrologue, FusedPattern::CompactShortcutDgrad,
-    FusedPattern::LaggingWgrad, FusedPattern::ConvBn, FusedPattern::ConvBnRelu,
+    FusedPattern::LaggingWgrad, FusedPattern::OwnConv3x3, FusedPattern::OwnDgrad3x3, FusedPattern::LaneGemmWgrad,
+    FusedPattern::ConvBn, FusedPattern::ConvBnRelu,
     FusedPattern::ConvBnAddRelu, FusedPattern::GemmBn, FusedPattern::GemmBnRelu, FusedPattern::GemmBnAddRelu};
 
 // --no-fuse: which fused BN patterns run plain (model/fused_patterns.h), as bits and as the one
