@@ -23,7 +23,8 @@
 // 2026-11-30, bench/ab.py, 3 rounds each; bench/results/levers-session31-nvidia-h200-2026-11-30.md):
 // against cuDNN's plans, targets of 132 / 100 / 66 SMs gave batch 128 -0.37% / -0.43% / -1.70% a
 // step and batch 256 -0.04% / -0.34% / -0.60%; against 66, targets of 88 / 48 / 33 / 16 gave
-// +1.06% / -0.12% / +0.69% / +5.86% (batch 128) and +0.55% / +0.95% / +0.60% / +4.48% (batch 256).
+// +1.06% / -0.12% / +0.69% / +5.86% (batch 128) and +0.55% / +0.95% / +0.60% / +4.48% (batch 256);
+// the device's SMs for layers 3-4 only, +0.88% and +0.80%: every shape takes half.
 constexpr int kLaneSmShare = 2;  // the device's SMs divided by this
 // The workspace a plan may take: cuBLASLt's split-K partial sums (at most a few MB at batch 256).
 constexpr size_t kLaneGemmWorkspace = size_t(64) << 20;
