@@ -21,15 +21,12 @@
 #include <cuda_runtime.h>
 
 #include "model/fused_conv.h"
+#include "model/lt_gemm.h"
 
 class GemmConv : public FusedPlan {
  public:
-  // Whether a conv is a plain matrix product in NHWC: 1x1, stride 1, no padding; and channels in
-  // multiples of 8, so that every row of x, w' and y starts 16-byte aligned, as cuBLASLt's fp16
-  // kernels assume (the network's are multiples of 64).
-  static bool applies(const ConvGeometry& g) {
-    return g.r == 1 && g.stride == 1 && g.pad == 0 && g.c % 8 == 0 && g.k % 8 == 0;
-  }
+  // Whether a conv is one matrix product (model/lt_gemm.h).
+  static bool applies(const ConvGeometry& g) { return conv_is_lt_gemm(g); }
 
   // Plans the GEMM for `g` (fp16) with pattern p's epilogue (GemmBn, GemmBnRelu or GemmBnAddRelu):
   // cuBLASLt's heuristics' algorithms within `workspace_limit`, each timed on scratch memory on
@@ -45,9 +42,8 @@ class GemmConv : public FusedPlan {
            void* ws, size_t ws_bytes, cudaStream_t stream) const;
 
  private:
-  struct Plan;
   // The GEMM with plan_'s algorithm, unchecked: run() after checking, and the timing of each candidate.
   void launch(cublasLtHandle_t lt, const void* x, const void* w_folded, const void* bias, const void* z, void* y,
               void* ws, size_t ws_bytes, cudaStream_t stream) const;
-  std::unique_ptr<Plan> plan_;
+  std::unique_ptr<LtMatmul> plan_;
 };

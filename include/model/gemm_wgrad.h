@@ -17,7 +17,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
-#include "model/conv.h"
+#include "model/lt_gemm.h"
 
 // The lane's plans target half the device's SMs. Measured at the step on an H200 (132 SMs,
 // 2026-11-30, bench/ab.py, 3 rounds each; bench/results/levers-session31-nvidia-h200-2026-11-30.md):
@@ -33,10 +33,7 @@ int lane_gemm_sm_target();
 
 class GemmWgrad {
  public:
-  // 1x1, stride 1, no padding, channels in multiples of 8 (cuBLASLt's fp16 rows 16-byte aligned).
-  static bool applies(const ConvGeometry& g) {
-    return g.r == 1 && g.stride == 1 && g.pad == 0 && g.c % 8 == 0 && g.k % 8 == 0;
-  }
+  static bool applies(const ConvGeometry& g) { return conv_is_lt_gemm(g); }
 
   // Plans dw for `g` within `workspace_limit`: cuBLASLt's heuristics for `sm_target` SMs (0: the
   // device's), each algorithm offered timed on scratch memory on `stream`, the fastest kept.
@@ -57,11 +54,10 @@ class GemmWgrad {
            cudaStream_t stream) const;
 
  private:
-  struct Plan;
   void launch(cublasLtHandle_t lt, const void* x, const void* dy, void* dw, void* ws, size_t ws_bytes,
               cudaStream_t stream) const;
   ConvGeometry g_;
-  std::unique_ptr<Plan> plan_;
+  std::unique_ptr<LtMatmul> plan_;
   bool ok_ = false;
   std::string why_, algorithm_;
   float ms_ = 0;

@@ -153,8 +153,8 @@ class TrainingNetwork : public Network {
   // A conv's backward is enqueued: the lane is joined (unless it runs behind) and its weight's
   // gradient reported.
   void conv_done(int weight);
-  // Conv c's weight gradient dw = dy^T x on `stream`: the cuBLASLt GEMM planned for its shape
-  // (lane_gemms_), else its cuDNN plan.
+  // Conv c's weight gradient dw = dy^T x on `stream`: its cuBLASLt GEMM (lane_gemms_), else its
+  // cuDNN plan.
   void weight_grad(const struct ConvUnit& c, const void* x, const void* dy, cudaStream_t stream, void* ws,
                    size_t ws_bytes) const;
 
@@ -184,8 +184,8 @@ class TrainingNetwork : public Network {
   DeviceBuffer stem_relu_bits_;           // the stem's ReLU bits, where the first block's conv1 joins it (else empty)
   bool stem_conv_own_ = false, stem_wgrad_own_ = false;  // the stem's forward, weight gradient: ours (plan_own_convs)
   std::unique_ptr<Lane> lane_;
-  // The lane's 1x1 weight gradients as cuBLASLt GEMMs sized to leave SMs to the chain, by shape key
-  // (LaneGemmWgrad; empty: cuDNN's plans run them).
-  std::map<std::string, std::unique_ptr<class GemmWgrad>> lane_gemms_;
+  // The lane's 1x1 weight gradients as cuBLASLt GEMMs sized to leave SMs to the chain, by the
+  // conv's weight id, one plan per shape (LaneGemmWgrad; empty: cuDNN's plans run them).
+  std::map<int, std::shared_ptr<const class GemmWgrad>> lane_gemms_;
   const void* images_ = nullptr;          // the batch of the last forward (backward's stem input)
 };

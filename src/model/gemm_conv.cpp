@@ -14,7 +14,6 @@
 #include "core/format.h"
 #include "core/handles.h"
 #include "core/memory.h"
-#include "model/lt_offers.h"
 #include "kernels/batchnorm.h"
 
 namespace {
@@ -28,39 +27,27 @@ void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void* v
 
 }  // namespace
 
-struct GemmConv::Plan {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t w = nullptr, x = nullptr, y = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  ~Plan() {
-    if (y) cublasLtMatrixLayoutDestroy(y);
-    if (x) cublasLtMatrixLayoutDestroy(x);
-    if (w) cublasLtMatrixLayoutDestroy(w);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
-
 GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, size_t workspace_limit,
                    cudaStream_t stream, const FusedChoice* cached)
-    : FusedPlan(p, g), plan_(std::make_unique<Plan>()) {
+    : FusedPlan(p, g), plan_(std::make_unique<LtMatmul>()) {
   if (!applies(g)) {
-    why_ = "not a 1x1 stride-1 conv with channels in multiples of 8";
+    why_ = kNotLtGemm;
     return;
   }
   const bool relu = p != FusedPattern::GemmBn, add_z = p == FusedPattern::GemmBnAddRelu;
   const int64_t M = int64_t(g.n) * g.h * g.w;
-  Plan& pl = *plan_;
+  LtMatmul& pl = *plan_;  // A = w' (op T), B = x^T, D = y^T
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&pl.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   set(pl.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
   set(pl.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
   const cublasLtEpilogue_t ep = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
   set(pl.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.w, CUDA_R_16F, g.c, g.k, g.c));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.x, CUDA_R_16F, g.c, M, g.c));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.y, CUDA_R_16F, g.k, M, g.k));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.a, CUDA_R_16F, g.c, g.k, g.c));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.b, CUDA_R_16F, g.c, M, g.c));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.d, CUDA_R_16F, g.k, M, g.k));
 
-  const LtOffers offers = lt_offers(lt, pl.op, pl.w, pl.x, pl.y, workspace_limit, kHeuristics);
+  const LtOffers offers = lt_offers(lt, pl, workspace_limit, kHeuristics);
   const std::vector<cublasLtMatmulHeuristicResult_t>& found = offers.found;
   const std::vector<int>& usable = offers.usable;
   if (usable.empty()) {
@@ -85,14 +72,10 @@ GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, s
   const DeviceBuffer x = scratch(xs, "input"), w = scratch(fs, "filter"), y = scratch(ys, "output"),
                      z = scratch(add_z ? ys : 0, "residual"), b = scratch(size_t(g.k) * es, "bias");
   DeviceBuffer ws(ws_bytes + 256, "cuBLASLt conv autotune workspace");
-  int best = -1;
-  for (int i : usable) {
-    pl.algo = found[i].algo;
-    const float t = fastest_ms(stream, kTimedRuns, [&] {
-      launch(lt, x.get(), w.get(), b.get(), add_z ? z.get() : nullptr, y.get(), ws.get(), found[i].workspaceSize, stream);
-    });
-    if (best < 0 || t < choice_.ms) best = i, choice_.ms = t;
-  }
+  const LtFastest best = fastest_offer(pl, offers, stream, kTimedRuns, [&](const cublasLtMatmulHeuristicResult_t& o) {
+    launch(lt, x.get(), w.get(), b.get(), add_z ? z.get() : nullptr, y.get(), ws.get(), o.workspaceSize, stream);
+  });
+  choice_.ms = best.ms;
   // Each forward folds the BN's scale into the filter before the GEMM (fold_bn_into_filters): that
   // pass is part of what the GEMM costs against cuDNN's kernel, which reads the scale as it is.
   const DeviceBuffer folded(fs, "cuBLASLt conv autotune folded filter"), scale = scratch(size_t(g.k) * 4, "scale"),
@@ -101,9 +84,8 @@ GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, s
   CUDA_CHECK(cudaMemcpy(target.get(), &fold, sizeof fold, cudaMemcpyHostToDevice));
   choice_.ms += fastest_ms(stream, kTimedRuns,
                            [&] { fold_bn_into_filters(target.as<FilterFold>(), 1, g.filter_count(), stream); });
-  pl.algo = found[best].algo;
-  choice_.engine = "lt" + std::to_string(best);
-  choice_.workspace = found[best].workspaceSize;
+  choice_.engine = "lt" + std::to_string(best.index);
+  choice_.workspace = found[best.index].workspaceSize;
   ok_ = true;
 }
 
@@ -125,6 +107,6 @@ void GemmConv::launch(cublasLtHandle_t lt, const void* x, const void* w_folded, 
                       void* y, void* ws, size_t ws_bytes, cudaStream_t stream) const {
   set(plan_->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
   const float one = 1.f, beta = z ? 1.f : 0.f;
-  CUBLAS_CHECK(cublasLtMatmul(lt, plan_->op, &one, w_folded, plan_->w, x, plan_->x, &beta, z ? z : y, plan_->y, y,
-                              plan_->y, &plan_->algo, ws, ws_bytes, stream));
+  CUBLAS_CHECK(cublasLtMatmul(lt, plan_->op, &one, w_folded, plan_->a, x, plan_->b, &beta, z ? z : y, plan_->d, y,
+                              plan_->d, &plan_->algo, ws, ws_bytes, stream));
 }

@@ -8,14 +8,11 @@
 #include "model/gemm_wgrad.h"
 
 #include <algorithm>
-#include <vector>
 
 #include "core/check.h"
 #include "core/errors.h"
 #include "core/format.h"
-#include "core/handles.h"
 #include "core/memory.h"
-#include "model/lt_offers.h"
 
 namespace {
 
@@ -38,27 +35,15 @@ int lane_gemm_sm_target() {
   return std::max(1, sms / kLaneSmShare);
 }
 
-struct GemmWgrad::Plan {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t x = nullptr, dy = nullptr, dw = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  ~Plan() {
-    if (dw) cublasLtMatrixLayoutDestroy(dw);
-    if (dy) cublasLtMatrixLayoutDestroy(dy);
-    if (x) cublasLtMatrixLayoutDestroy(x);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
-
 GemmWgrad::GemmWgrad(cublasLtHandle_t lt, const ConvGeometry& g, size_t workspace_limit, int sm_target,
                      cudaStream_t stream)
-    : g_(g), plan_(std::make_unique<Plan>()) {
+    : g_(g), plan_(std::make_unique<LtMatmul>()) {
   if (!applies(g)) {
-    why_ = "not a 1x1 stride-1 conv with channels in multiples of 8";
+    why_ = kNotLtGemm;
     return;
   }
   const int64_t M = int64_t(g.n) * g.h * g.w;
-  Plan& pl = *plan_;
+  LtMatmul& pl = *plan_;  // A = x^T, B = dy^T (op T), D = dw^T
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&pl.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_T;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -67,30 +52,25 @@ GemmWgrad::GemmWgrad(cublasLtHandle_t lt, const ConvGeometry& g, size_t workspac
     const int32_t sms = sm_target;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof sms));
   }
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.x, CUDA_R_16F, g.c, M, g.c));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.dy, CUDA_R_16F, g.k, M, g.k));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.dw, CUDA_R_16F, g.c, g.k, g.c));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.a, CUDA_R_16F, g.c, M, g.c));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.b, CUDA_R_16F, g.k, M, g.k));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.d, CUDA_R_16F, g.c, g.k, g.c));
 
-  const LtOffers offers = lt_offers(lt, pl.op, pl.x, pl.dy, pl.dw, workspace_limit, kHeuristics);
+  const LtOffers offers = lt_offers(lt, pl, workspace_limit, kHeuristics);
   if (offers.usable.empty()) {
     why_ = offers.why;
     return;
   }
-  const std::vector<cublasLtMatmulHeuristicResult_t>& found = offers.found;
   const DeviceBuffer x = scratch_buffer(size_t(M) * g.c * 2, "cuBLASLt weight gradient autotune input"),
                      dy = scratch_buffer(size_t(M) * g.k * 2, "cuBLASLt weight gradient autotune output gradient"),
                      dw = scratch_buffer(g.filter_count() * 2, "cuBLASLt weight gradient autotune filter gradient");
   DeviceBuffer ws(offers.largest_workspace() + 256, "cuBLASLt weight gradient autotune workspace");
-  int best = -1;
-  for (int i : offers.usable) {
-    pl.algo = found[i].algo;
-    const float t = fastest_ms(stream, kTimedRuns,
-                               [&] { launch(lt, x.get(), dy.get(), dw.get(), ws.get(), found[i].workspaceSize, stream); });
-    if (best < 0 || t < ms_) best = i, ms_ = t;
-  }
-  pl.algo = found[best].algo;
-  workspace_ = found[best].workspaceSize;
-  algorithm_ = "lt" + std::to_string(best) + " tile " + std::to_string(config(pl.algo, CUBLASLT_ALGO_CONFIG_TILE_ID)) +
+  const LtFastest best = fastest_offer(pl, offers, stream, kTimedRuns, [&](const cublasLtMatmulHeuristicResult_t& o) {
+    launch(lt, x.get(), dy.get(), dw.get(), ws.get(), o.workspaceSize, stream);
+  });
+  ms_ = best.ms;
+  workspace_ = offers.found[best.index].workspaceSize;
+  algorithm_ = "lt" + std::to_string(best.index) + " tile " + std::to_string(config(pl.algo, CUBLASLT_ALGO_CONFIG_TILE_ID)) +
                " split-k " + std::to_string(config(pl.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM));
   ok_ = true;
 }
@@ -109,6 +89,6 @@ void GemmWgrad::run(cublasLtHandle_t lt, const void* x, const void* dy, void* dw
 void GemmWgrad::launch(cublasLtHandle_t lt, const void* x, const void* dy, void* dw, void* ws, size_t ws_bytes,
                        cudaStream_t stream) const {
   const float one = 1.f, zero = 0.f;
-  CUBLAS_CHECK(cublasLtMatmul(lt, plan_->op, &one, x, plan_->x, dy, plan_->dy, &zero, dw, plan_->dw, dw, plan_->dw,
+  CUBLAS_CHECK(cublasLtMatmul(lt, plan_->op, &one, x, plan_->a, dy, plan_->b, &zero, dw, plan_->d, dw, plan_->d,
                               &plan_->algo, ws, ws_bytes, stream));
 }

@@ -652,25 +652,23 @@ void TrainingNetwork::loss(const int32_t* labels, LossTotals* totals, const floa
 // plans, 49,388 -> 49,571 images/s (+0.37%, in every round of 3; batch 128 a GPU, 2026-11-30,
 // bench/results/levers-session31-nvidia-h200-2026-11-30.md). Returns the workspace the plans need.
 size_t TrainingNetwork::plan_lane_gemms() {
-  const NetConfig& cfg = cfg_;
-  if (!cfg.wgrad_beside || cfg.data_parallel || cfg.dtype != DType::F16 || cfg.layout != Layout::NHWC || cfg.conv.deterministic ||
-      (cfg.unfused_patterns & fused_pattern_bit(FusedPattern::LaneGemmWgrad)))
+  if (!cfg_.wgrad_beside || cfg_.data_parallel || cfg_.dtype != DType::F16 || cfg_.layout != Layout::NHWC ||
+      cfg_.conv.deterministic || (cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::LaneGemmWgrad)))
     return 0;
   const int sms = lane_gemm_sm_target();
+  std::map<std::string, std::shared_ptr<const GemmWgrad>> by_shape;  // refused ones too: planned once
   size_t ws = 0;
   for (ConvUnit* u : layers_->convs()) {
     const ConvGeometry& g = u->geometry();
     if (!GemmWgrad::applies(g)) continue;
-    auto found = lane_gemms_.find(g.key());
-    if (found == lane_gemms_.end()) {
-      auto gemm = std::make_unique<GemmWgrad>(ctx_.cublas_lt, g, kLaneGemmWorkspace, sms, ctx_.stream);
-      if (!gemm->ok()) continue;  // cuDNN's plan stays
-      ws = std::max(ws, gemm->workspace());
-      found = lane_gemms_.emplace(g.key(), std::move(gemm)).first;
-    }
-    ++fusion_report_.lane_gemm_wgrads;
+    std::shared_ptr<const GemmWgrad>& gemm = by_shape[g.key()];
+    if (!gemm) gemm = std::make_shared<const GemmWgrad>(ctx_.cublas_lt, g, kLaneGemmWorkspace, sms, ctx_.stream);
+    if (!gemm->ok()) continue;  // cuDNN's plan stays
+    ws = std::max(ws, gemm->workspace());
+    lane_gemms_[u->weight] = gemm;
   }
-  fusion_report_.lane_gemm_sms = fusion_report_.lane_gemm_wgrads ? sms : 0;
+  fusion_report_.lane_gemm_wgrads = int(lane_gemms_.size());
+  fusion_report_.lane_gemm_sms = lane_gemms_.empty() ? 0 : sms;
   return ws;
 }
 
@@ -692,7 +690,7 @@ void TrainingNetwork::wgrad_beside(const std::function<void(cudaStream_t, void*,
 
 void TrainingNetwork::weight_grad(const ConvUnit& c, const void* x, const void* dy, cudaStream_t stream, void* ws,
                                   size_t ws_bytes) const {
-  const auto lt = lane_gemms_.find(c.geometry().key());
+  const auto lt = lane_gemms_.find(c.weight);
   if (lt != lane_gemms_.end())
     lt->second->run(ctx_.cublas_lt, x, dy, params_.weight_grad(c.weight), ws, ws_bytes, stream);
   else
