@@ -3,6 +3,7 @@
 // descriptors of one product, what cuBLASLt's heuristics offer for it, and the fastest offer.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -20,16 +21,32 @@ inline bool conv_is_lt_gemm(const ConvGeometry& g) {
 }
 constexpr const char* kNotLtGemm = "not a 1x1 stride-1 conv with channels in multiples of 8";
 
-// One product D = alpha op(A) op(B) + beta C (C read in D's layout): its descriptor, the layouts
-// of A, B and D, and the algorithm it runs; the descriptors are destroyed with it.
+// How many algorithms each GEMM asks of cuBLASLt's heuristics, and how often each is timed.
+constexpr int kLtHeuristics = 8;
+constexpr int kLtTimedRuns = 3;
+
+// A column-major fp16 matrix: rows x cols, consecutive columns ld elements apart.
+struct LtShape {
+  uint64_t rows, cols;
+  int64_t ld;
+};
+
+// One product D = alpha op(A) op(B) + beta C (C read in D's layout), computed in fp32: its
+// descriptor, the fp16 layouts of A, B and D, and the algorithm it runs; the descriptors are
+// destroyed with it.
 struct LtMatmul {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  LtMatmul() = default;
+  LtMatmul(cublasOperation_t op_a, cublasOperation_t op_b, LtShape a_shape, LtShape b_shape, LtShape d_shape);
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;
   ~LtMatmul();
+  // One attribute of the descriptor (an epilogue, a bias pointer, an SM target).
+  void set(cublasLtMatmulDescAttributes_t what, const void* value, size_t bytes) const;
+
+ private:
+  LtMatmul() = default;  // the one the public constructor delegates to, so a throw in it still destroys
 };
 
 struct LtOffers {

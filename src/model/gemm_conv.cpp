@@ -18,36 +18,25 @@
 
 namespace {
 
-constexpr int kHeuristics = 8;  // algorithms asked of cuBLASLt's heuristics, each timed
-constexpr int kTimedRuns = 3;
-
-void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void* v, size_t bytes) {
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, a, v, bytes));
-}
-
 }  // namespace
 
 GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, size_t workspace_limit,
                    cudaStream_t stream, const FusedChoice* cached)
-    : FusedPlan(p, g), plan_(std::make_unique<LtMatmul>()) {
+    : FusedPlan(p, g) {
   if (!applies(g)) {
     why_ = kNotLtGemm;
     return;
   }
   const bool relu = p != FusedPattern::GemmBn, add_z = p == FusedPattern::GemmBnAddRelu;
   const int64_t M = int64_t(g.n) * g.h * g.w;
-  LtMatmul& pl = *plan_;  // A = w' (op T), B = x^T, D = y^T
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&pl.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  set(pl.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-  set(pl.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+  // A = w' (op T), B = x^T, D = y^T
+  plan_ = std::make_unique<LtMatmul>(CUBLAS_OP_T, CUBLAS_OP_N, LtShape{uint64_t(g.c), uint64_t(g.k), g.c},
+                                     LtShape{uint64_t(g.c), uint64_t(M), g.c}, LtShape{uint64_t(g.k), uint64_t(M), g.k});
+  LtMatmul& pl = *plan_;
   const cublasLtEpilogue_t ep = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
-  set(pl.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.a, CUDA_R_16F, g.c, g.k, g.c));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.b, CUDA_R_16F, g.c, M, g.c));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.d, CUDA_R_16F, g.k, M, g.k));
+  pl.set(CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
 
-  const LtOffers offers = lt_offers(lt, pl, workspace_limit, kHeuristics);
+  const LtOffers offers = lt_offers(lt, pl, workspace_limit, kLtHeuristics);
   const std::vector<cublasLtMatmulHeuristicResult_t>& found = offers.found;
   const std::vector<int>& usable = offers.usable;
   if (usable.empty()) {
@@ -72,7 +61,7 @@ GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, s
   const DeviceBuffer x = scratch(xs, "input"), w = scratch(fs, "filter"), y = scratch(ys, "output"),
                      z = scratch(add_z ? ys : 0, "residual"), b = scratch(size_t(g.k) * es, "bias");
   DeviceBuffer ws(ws_bytes + 256, "cuBLASLt conv autotune workspace");
-  const LtFastest best = fastest_offer(pl, offers, stream, kTimedRuns, [&](const cublasLtMatmulHeuristicResult_t& o) {
+  const LtFastest best = fastest_offer(pl, offers, stream, kLtTimedRuns, [&](const cublasLtMatmulHeuristicResult_t& o) {
     launch(lt, x.get(), w.get(), b.get(), add_z ? z.get() : nullptr, y.get(), ws.get(), o.workspaceSize, stream);
   });
   choice_.ms = best.ms;
@@ -82,7 +71,7 @@ GemmConv::GemmConv(cublasLtHandle_t lt, FusedPattern p, const ConvGeometry& g, s
       target(sizeof(FilterFold), "cuBLASLt conv autotune fold");
   const FilterFold fold{w.get(), scale.as<float>(), folded.get(), g.k, g.c};
   CUDA_CHECK(cudaMemcpy(target.get(), &fold, sizeof fold, cudaMemcpyHostToDevice));
-  choice_.ms += fastest_ms(stream, kTimedRuns,
+  choice_.ms += fastest_ms(stream, kLtTimedRuns,
                            [&] { fold_bn_into_filters(target.as<FilterFold>(), 1, g.filter_count(), stream); });
   choice_.engine = "lt" + std::to_string(best.index);
   choice_.workspace = found[best.index].workspaceSize;
@@ -105,7 +94,7 @@ void GemmConv::run(cublasLtHandle_t lt, const void* x, const void* w_folded, con
 
 void GemmConv::launch(cublasLtHandle_t lt, const void* x, const void* w_folded, const void* bias, const void* z,
                       void* y, void* ws, size_t ws_bytes, cudaStream_t stream) const {
-  set(plan_->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  plan_->set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
   const float one = 1.f, beta = z ? 1.f : 0.f;
   CUBLAS_CHECK(cublasLtMatmul(lt, plan_->op, &one, w_folded, plan_->a, x, plan_->b, &beta, z ? z : y, plan_->d, y,
                               plan_->d, &plan_->algo, ws, ws_bytes, stream));

@@ -16,9 +16,6 @@
 
 namespace {
 
-constexpr int kHeuristics = 8;  // algorithms asked of cuBLASLt's heuristics, each timed
-constexpr int kTimedRuns = 3;
-
 uint32_t config(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t what) {
   uint32_t v = 0;
   size_t written = 0;
@@ -37,26 +34,22 @@ int lane_gemm_sm_target() {
 
 GemmWgrad::GemmWgrad(cublasLtHandle_t lt, const ConvGeometry& g, size_t workspace_limit, int sm_target,
                      cudaStream_t stream)
-    : g_(g), plan_(std::make_unique<LtMatmul>()) {
+    : g_(g) {
   if (!applies(g)) {
     why_ = kNotLtGemm;
     return;
   }
   const int64_t M = int64_t(g.n) * g.h * g.w;
-  LtMatmul& pl = *plan_;  // A = x^T, B = dy^T (op T), D = dw^T
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&pl.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_T;
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  // A = x^T, B = dy^T (op T), D = dw^T
+  plan_ = std::make_unique<LtMatmul>(CUBLAS_OP_N, CUBLAS_OP_T, LtShape{uint64_t(g.c), uint64_t(M), g.c},
+                                     LtShape{uint64_t(g.k), uint64_t(M), g.k}, LtShape{uint64_t(g.c), uint64_t(g.k), g.c});
+  LtMatmul& pl = *plan_;
   if (sm_target > 0) {
     const int32_t sms = sm_target;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof sms));
+    pl.set(CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof sms);
   }
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.a, CUDA_R_16F, g.c, M, g.c));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.b, CUDA_R_16F, g.k, M, g.k));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.d, CUDA_R_16F, g.c, g.k, g.c));
 
-  const LtOffers offers = lt_offers(lt, pl, workspace_limit, kHeuristics);
+  const LtOffers offers = lt_offers(lt, pl, workspace_limit, kLtHeuristics);
   if (offers.usable.empty()) {
     why_ = offers.why;
     return;
@@ -65,7 +58,7 @@ GemmWgrad::GemmWgrad(cublasLtHandle_t lt, const ConvGeometry& g, size_t workspac
                      dy = scratch_buffer(size_t(M) * g.k * 2, "cuBLASLt weight gradient autotune output gradient"),
                      dw = scratch_buffer(g.filter_count() * 2, "cuBLASLt weight gradient autotune filter gradient");
   DeviceBuffer ws(offers.largest_workspace() + 256, "cuBLASLt weight gradient autotune workspace");
-  const LtFastest best = fastest_offer(pl, offers, stream, kTimedRuns, [&](const cublasLtMatmulHeuristicResult_t& o) {
+  const LtFastest best = fastest_offer(pl, offers, stream, kLtTimedRuns, [&](const cublasLtMatmulHeuristicResult_t& o) {
     launch(lt, x.get(), dy.get(), dw.get(), ws.get(), o.workspaceSize, stream);
   });
   ms_ = best.ms;

@@ -6,6 +6,21 @@
 #include "core/check.h"
 #include "core/handles.h"
 
+LtMatmul::LtMatmul(cublasOperation_t op_a, cublasOperation_t op_b, LtShape a_shape, LtShape b_shape,
+                   LtShape d_shape)
+    : LtMatmul() {
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set(CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a);
+  set(CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b);
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16F, a_shape.rows, a_shape.cols, a_shape.ld));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16F, b_shape.rows, b_shape.cols, b_shape.ld));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d, CUDA_R_16F, d_shape.rows, d_shape.cols, d_shape.ld));
+}
+
+void LtMatmul::set(cublasLtMatmulDescAttributes_t what, const void* value, size_t bytes) const {
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, what, value, bytes));
+}
+
 LtMatmul::~LtMatmul() {
   if (d) cublasLtMatrixLayoutDestroy(d);
   if (b) cublasLtMatrixLayoutDestroy(b);
