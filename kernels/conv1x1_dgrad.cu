@@ -1,24 +1,33 @@
 // The 1x1 conv's data gradients with a BN backward's sums (kernels/conv1x1_dgrad_join.h,
 // kernels/conv1x1_dgrad_bn.h): kernels/conv1x1_stats_kernel.cuh with BnGradEpilogue, B (the filter)
-// read N-major, 128x64 tiles, the ping-pong schedule. Compiled only where CONV1X1_WITH_CUTLASS is
+// read N-major, 128x64 tiles, the ping-pong schedule; with the weight gradient too,
+// kernels/conv1x1_dgrad_wgrad_kernel.cuh (cooperative). Compiled only where CONV1X1_WITH_CUTLASS is
 // set (sm_90a); elsewhere every shape is refused.
 #include "kernels/conv1x1_dgrad_bn.h"
 #include "kernels/conv1x1_dgrad_join.h"
 
 #include <cstdint>
 
+#include <cuda_fp16.h>
+
 #include "core/errors.h"
 #include "kernels/conv1x1_launch.cuh"
+#if defined(CONV1X1_WITH_CUTLASS)
+#include "kernels/conv1x1_dgrad_wgrad_kernel.cuh"
+#endif
 
 using namespace trainer_kernels::conv1x1;
 
 namespace {
+// The data gradient that takes dw too: its k-tiles fixed (dw's accumulators stay in registers).
+constexpr int kDwKTiles = 4;
+
 #if defined(CONV1X1_WITH_CUTLASS)
 // dx = dy w (w[k][c], read N-major) with the epilogue's parameters set by the caller.
-template <class Epilogue>
-void launch_dgrad(const void* dy, const void* w, int m, int k, int c, const typename Epilogue::Params& epilogue,
-                  cudaStream_t stream) {
-  using K = trainer_kernels::ResidentConv<kTileM, kTileN, trainer_kernels::Operand::Stored, true, Epilogue>;
+// K's parameters for dx = dy w (w[k][c], read N-major) with the epilogue's set by the caller.
+template <class K>
+typename K::Params dgrad_params(const void* dy, const void* w, int m, int k, int c,
+                                const typename K::Epi::Params& epilogue) {
   typename K::Mainloop::Arguments args{};
   args.ptr_A = static_cast<const cutlass::half_t*>(dy);
   args.dA = cute::make_stride(int64_t(k), cute::_1{}, int64_t(m) * k);
@@ -28,9 +37,33 @@ void launch_dgrad(const void* dy, const void* w, int m, int k, int c, const type
   p.mainloop = K::Mainloop::to_underlying_arguments(cute::make_shape(m, c, k, 1), args, nullptr);
   p.m = m, p.n = c, p.k = k;
   p.epilogue = epilogue;
-  launch<K>(p, stream);
+  return p;
+}
+
+template <class Epilogue>
+void launch_dgrad(const void* dy, const void* w, int m, int k, int c, const typename Epilogue::Params& epilogue,
+                  cudaStream_t stream) {
+  using K = trainer_kernels::ResidentConv<kTileM, kTileN, trainer_kernels::Operand::Stored, true, Epilogue>;
+  launch<K>(dgrad_params<K>(dy, w, m, k, c, epilogue), stream);
+}
+
+void launch_dgrad_wgrad(const Conv1x1DgradBn& a, cudaStream_t stream) {
+  using D = trainer_kernels::DgradWgrad<kDwKTiles>;
+  static const bool agree = trainer_kernels::dgrad_wgrad_layouts_agree<kDwKTiles>();
+  if (!agree) throw Fatal("conv1x1_dgrad_bn: dy's stage read MN-major is not the stage CUTLASS writes");
+  const auto p = dgrad_params<D::K>(a.dy, a.w, a.m, a.k, a.c, inner_grad_params<trainer_kernels::InnerGradEpilogue>(a));
+  launch_with<D::K, trainer_kernels::resident_dgrad_wgrad<kDwKTiles>>(p, stream, a.dw_partials);
 }
 #endif
+
+// dw[i] = the sum of the rows' i-th values, in row order: a thread per value.
+__global__ void dw_from_partials_kernel(const float* partials, int rows, int count, __half* dw) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  float sum = 0.f;
+  for (int r = 0; r < rows; ++r) sum += partials[int64_t(r) * count + i];
+  dw[i] = __float2half_rn(sum);
+}
 }  // namespace
 
 std::string conv1x1_dgrad_join_refusal(int m, int k, int c) { return gemm_refusal(m, c, k); }
@@ -91,15 +124,41 @@ int conv1x1_dgrad_bn_rows(int m, int c) { return ctas_per_column(m, c); }
 
 size_t conv1x1_dgrad_bn_partials_bytes(int m, int c) { return partials_bytes(2, m, c); }
 
+std::string conv1x1_dgrad_bn_dw_refusal(int m, int k, int c) {
+  if (std::string why = conv1x1_dgrad_bn_refusal(m, k, c); !why.empty()) return why;
+  if (k != kDwKTiles * kTileK)
+    return "the weight gradient is taken beside the data gradient only at " + std::to_string(kDwKTiles * kTileK) +
+           " output channels";
+  return "";
+}
+
+size_t conv1x1_dw_partials_bytes(int m, int k, int c) {
+  return size_t(conv1x1_dgrad_bn_rows(m, c)) * k * c * sizeof(float);
+}
+
 void conv1x1_dgrad_bn(const Conv1x1DgradBn& a, cudaStream_t stream) {
-  if (const std::string why = conv1x1_dgrad_bn_refusal(a.m, a.k, a.c); !why.empty())
+  if (const std::string why = a.dw_partials ? conv1x1_dgrad_bn_dw_refusal(a.m, a.k, a.c)
+                                            : conv1x1_dgrad_bn_refusal(a.m, a.k, a.c);
+      !why.empty())
     throw Fatal("conv1x1_dgrad_bn: " + why);
   if (const std::string why = inner_grad_args_refusal(a); !why.empty()) throw Fatal("conv1x1_dgrad_bn: " + why);
   if (!a.w) throw Fatal("conv1x1_dgrad_bn: a tensor it reads or writes is missing");
 #if defined(CONV1X1_WITH_CUTLASS)
   using E = trainer_kernels::InnerGradEpilogue;
-  launch_dgrad<E>(a.dy, a.w, a.m, a.k, a.c, inner_grad_params<E>(a), stream);
+  if (a.dw_partials)
+    launch_dgrad_wgrad(a, stream);
+  else
+    launch_dgrad<E>(a.dy, a.w, a.m, a.k, a.c, inner_grad_params<E>(a), stream);
 #else
   (void)stream;
 #endif
+}
+
+void conv1x1_dw_from_partials(const float* partials, int rows, int k, int c, void* dw, cudaStream_t stream) {
+  if (!partials || !dw || rows <= 0 || k <= 0 || c <= 0)
+    throw Fatal("conv1x1_dw_from_partials: no parts, no output or an empty shape");
+  const int count = k * c, threads = 256;
+  dw_from_partials_kernel<<<(count + threads - 1) / threads, threads, 0, stream>>>(partials, rows, count,
+                                                                                  static_cast<__half*>(dw));
+  CUDA_CHECK(cudaGetLastError());
 }

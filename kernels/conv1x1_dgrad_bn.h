@@ -43,6 +43,11 @@ struct Conv1x1DgradBn {
   // With finalize.arrivals set, the BN's backward finalize too (kernels/conv1x1_finalize.h): its
   // weight gradients and apply coefficients written, so that bn_backward_apply is all that is left.
   Conv1x1Finalize finalize{};
+  // Where set, also the conv's weight gradient, dw[k][c] = sum over m of dy[m, k] y[m, c] with y =
+  // relu(fp16 x * scale + shift), the input the forward's prologue multiplied, from the same loads
+  // of dy (kernels/conv1x1_dgrad_wgrad_kernel.cuh): each CTA writes its part in fp32, a row of k x c
+  // for each of conv1x1_dgrad_bn_rows(), which conv1x1_dw_from_partials adds into dw.
+  float* dw_partials = nullptr;
 };
 
 // "" where this build and GPU run the shape, else why not.
@@ -52,3 +57,10 @@ int conv1x1_dgrad_bn_rows(int m, int c);
 size_t conv1x1_dgrad_bn_partials_bytes(int m, int c);
 // dz and its sums on `stream`. A refused shape or a CUDA error throws (Fatal).
 void conv1x1_dgrad_bn(const Conv1x1DgradBn& a, cudaStream_t stream);
+// "" where this build and GPU run the shape with the weight gradient too (dw_partials set), else
+// why not; and the bytes of its parts.
+std::string conv1x1_dgrad_bn_dw_refusal(int m, int k, int c);
+size_t conv1x1_dw_partials_bytes(int m, int k, int c);
+// dw (fp16 [k][c], the 1x1 conv's KRSC filter gradient) = the sum of the kernel's `rows` parts, in a
+// fixed order, on `stream`.
+void conv1x1_dw_from_partials(const float* partials, int rows, int k, int c, void* dw, cudaStream_t stream);

@@ -134,20 +134,27 @@ typename Epilogue::Params inner_grad_params(const Args& a) {
   return e;
 }
 
-// The kernel K on params whose mainloop, shape and epilogue are set: the grid and the rest filled in.
-template <class K>
-void launch(typename K::Params p, cudaStream_t stream) {
+// Kernel (K's, taking K::Params and then `extra`) on params whose mainloop, shape and epilogue are
+// set: the grid and the rest filled in.
+template <class K, auto kernel, class... Extra>
+void launch_with(typename K::Params p, cudaStream_t stream, Extra... extra) {
   p.n_tiles = p.n / kTileN;
   p.m_tiles = p.m / kTileM;
   p.ctas_per_column = ctas_per_column(p.m, p.n);
   constexpr int smem = int(sizeof(typename K::SharedStorage));
   static const bool sized = [] {  // once a build: above 48 KiB a kernel must ask for its shared memory
-    CUDA_CHECK(cudaFuncSetAttribute(resident_conv<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     return true;
   }();
   (void)sized;
-  resident_conv<K><<<p.n_tiles * p.ctas_per_column, K::kThreads, smem, stream>>>(p);
+  kernel<<<p.n_tiles * p.ctas_per_column, K::kThreads, smem, stream>>>(p, extra...);
   CUDA_CHECK(cudaGetLastError());
+}
+
+// kernels/conv1x1_stats_kernel.cuh's kernel for K.
+template <class K>
+void launch(typename K::Params p, cudaStream_t stream) {
+  launch_with<K, resident_conv<K>>(p, stream);
 }
 #endif
 

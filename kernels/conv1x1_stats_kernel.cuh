@@ -357,7 +357,17 @@ using TurnedInnerGradEpilogue = BnGradEpilogue<GradKind::Inner, cutlass::layout:
 // Halo: the same conv, x loaded once for 3 taps and the filter once a CTA (kernels/cutlass_halo_mainloop.cuh).
 enum class Operand { Stored, Bn, Join, JoinBn, Taps, Halo };
 
-template <int TileM, int TileN, Operand A, bool PingPong, class Epilogue>
+// Shared memory a kernel variant keeps beside ResidentConv's own (the data gradient that also takes
+// the weight gradient, kernels/conv1x1_dgrad_wgrad_kernel.cuh): none for the others, whose layout it
+// leaves as it is.
+template <int Bytes>
+struct ExtraSmem {
+  alignas(1024) char extra[Bytes];  // 1024: a swizzled wgmma operand may start there
+};
+template <>
+struct ExtraSmem<0> {};
+
+template <int TileM, int TileN, Operand A, bool PingPong, class Epilogue, int ExtraBytes = 0>
 struct ResidentConv {
   using Tile = Shape<Int<TileM>, Int<TileN>, _64>;
   using Epi = Epilogue;
@@ -386,7 +396,7 @@ struct ResidentConv {
   static constexpr int kSideTensors = Epilogue::kSideTensors > 0 ? Epilogue::kSideTensors : 1;
   static constexpr int kSideRows = Epilogue::kSideTensors > 0 ? TileM : 1;
   static constexpr int kSideBytes = kStagingTiles * kSideTensors * kSideRows * TileN * 2;
-  static constexpr int kCarveout = kStatsBytes + kStagingBytes + kSideBytes + 64;  // 64: the turns' barriers
+  static constexpr int kCarveout = kStatsBytes + kStagingBytes + kSideBytes + ExtraBytes + 64;  // 64: the turns' barriers
   // Without a prologue CUTLASS's own mainloop (wgmma reads A from shared memory).
   using OwnMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::half_t, cutlass::layout::RowMajor, 8,
@@ -411,7 +421,7 @@ struct ResidentConv {
   // waits test a phase's parity) once a tile has more k-tiles than there are stages.
   using TurnBarrier = cutlass::OrderedSequenceBarrier<1, 2>;
 
-  struct SharedStorage {
+  struct SharedStorage : ExtraSmem<ExtraBytes> {
     typename Mainloop::TensorStorage tensors;
     typename Mainloop::PipelineStorage pipeline;
     alignas(16) typename TurnBarrier::SharedStorage turns;
@@ -505,6 +515,63 @@ __device__ void finalize_column(int t, typename K::SharedStorage& ss, const Run&
   epilogue.finalize_channel(in, total, n0 + t, n, M);
 }
 
+// The stage pipeline of a resident kernel, its barriers set up by their leaders: warp 0 loads,
+// the consumer warpgroups read each stage (both, or ping-pong the one whose tile it is). The
+// caller syncs the CTA before anyone waits on them.
+template <class K>
+__device__ typename K::Pipeline make_pipeline(typename K::SharedStorage& ss, const typename K::Params& p) {
+  const int warp_group = threadIdx.x / cutlass::NumThreadsPerWarpGroup, warp = threadIdx.x / 32;
+  typename K::Pipeline::Params pp;
+  pp.role = warp == 0         ? K::Pipeline::ThreadCategory::Producer
+            : warp_group == 0 ? K::Pipeline::ThreadCategory::NonParticipant
+                              : K::Pipeline::ThreadCategory::Consumer;
+  pp.is_leader = threadIdx.x % cutlass::NumThreadsPerWarpGroup == 0;
+  pp.num_consumers = K::kTileThreads;  // the threads that read each stage
+  pp.transaction_bytes = p.mainloop.tma_transaction_bytes;
+  return typename K::Pipeline(ss.pipeline, pp, Shape<_1, _1, _1>{});
+}
+
+// The producer warp: the CTA's tiles of its column (every ctas_per_column-th row from `first`),
+// each tile's k_tiles stages loaded in turn.
+template <class K, class Inputs>
+__device__ void produce_tiles(typename K::Mainloop& mainloop, typename K::Pipeline& pipeline,
+                              const typename K::Params& p, const Inputs& inputs, typename K::SharedStorage& ss,
+                              int first, int column, int k_tiles) {
+  typename K::PipeState write = cutlass::make_producer_start_state<typename K::Pipeline>();
+  for (int mt = first; mt < p.m_tiles; mt += p.ctas_per_column) {
+    auto k_iter = make_coord_iterator(shape<3>(get<0>(inputs)));
+    mainloop.load(p.mainloop, pipeline, write, inputs, make_coord(mt, column, _, 0), k_iter, k_tiles,
+                  threadIdx.x % 32, 0, ss.tensors);
+    write.advance(k_tiles);
+  }
+  mainloop.load_tail(pipeline, write);
+}
+
+// A tile out: its fp32 accumulators (wgmma's m64nNk16 layout, each one's (row, column) in cC) in
+// fp16 through shared memory, the neighbouring columns as one half2, the epilogue seeing the fp32
+// values on the way; then the epilogue writes the staged tile in whole rows. The tile's threads.
+template <class K, class Accum, class Coords, class Run>
+__device__ void write_tile(Accum& accum, const Coords& cC, __half (*staged)[K::kRowPitch],
+                           __half (*side)[K::kSideRows][K::kTileN], Run& epilogue, int64_t row0, int n0, int n,
+                           int tt, int group) {
+  static_assert(decltype(size<0>(accum))::value == K::kTileN / 2 && decltype(size<2>(accum))::value == 1,
+                "not wgmma's m64nNk16 accumulator layout");
+  cutlass::arch::NamedBarrier::sync(K::kTileThreads, K::kTileBarrier + group);  // the last tile's read
+  CUTLASS_PRAGMA_UNROLL
+  for (int m = 0; m < size<1>(accum); ++m)
+    CUTLASS_PRAGMA_UNROLL
+    for (int v2 = 0; v2 < K::kTileN / 8; ++v2)
+      CUTLASS_PRAGMA_UNROLL
+      for (int v1 = 0; v1 < 2; ++v1) {
+        const float a = accum(make_coord(make_coord(0, v1, v2), m, 0)), b = accum(make_coord(make_coord(1, v1, v2), m, 0));
+        const auto rc = cC(make_coord(make_coord(0, v1, v2), m, 0));
+        *reinterpret_cast<__half2*>(&staged[get<0>(rc)][get<1>(rc)]) = __floats2half2_rn(a, b);
+        epilogue.values(v2, a, b);
+      }
+  cutlass::arch::NamedBarrier::sync(K::kTileThreads, K::kTileBarrier + group);
+  epilogue.rows(staged, side, row0, n0, n, tt);
+}
+
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, 1) resident_conv(const __grid_constant__ typename K::Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
@@ -515,14 +582,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) resident_conv(const __grid_con
   const int warp = threadIdx.x / 32;
   if (threadIdx.x == 0) K::Mainloop::prefetch_tma_descriptors(p.mainloop);
 
-  typename K::Pipeline::Params pp;
-  pp.role = warp == 0         ? K::Pipeline::ThreadCategory::Producer
-            : warp_group == 0 ? K::Pipeline::ThreadCategory::NonParticipant
-                              : K::Pipeline::ThreadCategory::Consumer;
-  pp.is_leader = threadIdx.x % cutlass::NumThreadsPerWarpGroup == 0;
-  pp.num_consumers = K::kTileThreads;  // the threads that read each stage
-  pp.transaction_bytes = p.mainloop.tma_transaction_bytes;
-  typename K::Pipeline pipeline(ss.pipeline, pp, Shape<_1, _1, _1>{});
+  typename K::Pipeline pipeline = make_pipeline<K>(ss, p);
   typename K::TurnBarrier::Params tp;
   tp.group_id = warp_group == 2 ? 1 : 0;
   tp.group_size = cutlass::NumThreadsPerWarpGroup;
@@ -537,15 +597,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) resident_conv(const __grid_con
 
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<40>();
-    if (warp != 0) return;
-    typename K::PipeState write = cutlass::make_producer_start_state<typename K::Pipeline>();
-    for (int mt = first; mt < p.m_tiles; mt += p.ctas_per_column) {
-      auto k_iter = make_coord_iterator(shape<3>(get<0>(inputs)));
-      mainloop.load(p.mainloop, pipeline, write, inputs, make_coord(mt, column, _, 0), k_iter, k_tiles,
-                    threadIdx.x % 32, 0, ss.tensors);
-      write.advance(k_tiles);
-    }
-    mainloop.load_tail(pipeline, write);
+    if (warp == 0) produce_tiles<K>(mainloop, pipeline, p, inputs, ss, first, column, k_tiles);
     return;
   }
 
@@ -558,11 +610,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) resident_conv(const __grid_con
   // Each accumulator's (row, column) in the tile; a thread's columns are the same in every tile.
   Tensor cC = thread_mma.partition_C(make_identity_tensor(make_shape(Int<TileM>{}, Int<TileN>{})));
   Tensor accum = partition_fragment_C(tiled_mma, make_shape(Int<TileM>{}, Int<TileN>{}));
-  static_assert(size<0>(accum) == TileN / 2 && size<2>(accum) == 1, "not wgmma's m64nNk16 accumulator layout");
-  constexpr int kGroups8 = TileN / 8;
-  auto value = [&](int v0, int v1, int v2, int m) -> float& {
-    return accum(make_coord(make_coord(v0, v1, v2), m, 0));
-  };
   auto slot_column = [&](int v0, int v2) { return get<1>(cC(make_coord(make_coord(v0, 0, v2), 0, 0))); };
   const int n0 = column * TileN;
   typename K::Epi::template Run<K> epilogue(p.epilogue);
@@ -582,22 +629,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) resident_conv(const __grid_con
     if constexpr (K::kGroupsPerTile == 1) turns.arrive();
     mainloop.mma_tail(pipeline, read, k_tiles);  // the wgmmas done, the last stages given back
     read.advance(k_tiles * (2 / K::kGroupsPerTile));  // its own tile, and ping-pong: the other's
-    // The tile in fp16 through shared memory, the neighbouring columns as one half2; the epilogue
-    // sees the fp32 accumulators on the way, then the staged tile.
-    cutlass::arch::NamedBarrier::sync(K::kTileThreads, K::kTileBarrier + group);  // the last tile's read
-    CUTLASS_PRAGMA_UNROLL
-    for (int m = 0; m < size<1>(accum); ++m)
-      CUTLASS_PRAGMA_UNROLL
-      for (int v2 = 0; v2 < kGroups8; ++v2)
-        CUTLASS_PRAGMA_UNROLL
-        for (int v1 = 0; v1 < 2; ++v1) {
-          const float a = value(0, v1, v2, m), b = value(1, v1, v2, m);
-          const auto rc = cC(make_coord(make_coord(0, v1, v2), m, 0));
-          *reinterpret_cast<__half2*>(&staged[get<0>(rc)][get<1>(rc)]) = __floats2half2_rn(a, b);
-          epilogue.values(v2, a, b);
-        }
-    cutlass::arch::NamedBarrier::sync(K::kTileThreads, K::kTileBarrier + group);
-    epilogue.rows(staged, side, int64_t(mt) * TileM, n0, p.n, tt);
+    write_tile<K>(accum, cC, staged, side, epilogue, int64_t(mt) * TileM, n0, p.n, tt, group);
   }
   epilogue.finish(t, ss.stats, slot_column, first, p.ctas_per_column, n0, p.n);
   if constexpr (K::Epi::kFinalizes)

@@ -46,6 +46,7 @@ struct Case {
   // Join: the shortcut's part given compact at the even pixels of img_h x img_w images (a stride-2
   // shortcut's), zero at the others; 0: in dz.
   int img_h = 0, img_w = 0;
+  bool dw = false;  // Inner: the weight gradient taken too (Conv1x1DgradBn::dw_partials)
 };
 
 // A stride-2 shortcut's part of the gradient: g with its odd rows' and columns' pixels zeroed (what
@@ -108,6 +109,18 @@ struct Inputs {
     const size_t j = e % c;
     return quantize(DType::F16, x[e] * scale[j] + shift[j]) > 0.0;
   }
+  // dw[o][j] = sum over pixels of dy[., o] y[., j], y = relu(fp16 x * scale + shift) as the forward's
+  // prologue fed the conv, in double, rounded to fp16 as a weight gradient is stored.
+  Vec dw(const Case& t) const {
+    Vec y(size_t(t.m) * t.c), out(size_t(t.k) * t.c, 0.0);
+    for (size_t e = 0; e < y.size(); ++e) y[e] = passes(e, t.c) ? quantize(DType::F16, x[e] * scale[e % t.c] + shift[e % t.c]) : 0.0;
+    for (int i = 0; i < t.m; ++i)
+      for (int o = 0; o < t.k; ++o) {
+        const double d = dy[size_t(i) * t.k + o];
+        for (int j = 0; j < t.c; ++j) out[size_t(o) * t.c + j] += d * y[size_t(i) * t.c + j];
+      }
+    return quantize(DType::F16, out);
+  }
   // dx = dy w in double, rounded to fp16 as a data gradient is stored.
   Vec dx(const Case& t) const {
     Vec out(size_t(t.m) * t.c, 0.0);
@@ -138,7 +151,8 @@ struct Inputs {
 
 void check_against_reference(const Case& t) {
   const bool join = t.kind == Kind::Join;
-  SKIP_UNLESS_RUNS(join ? conv1x1_dgrad_join_refusal : conv1x1_dgrad_bn_refusal, t.m, t.k, t.c);
+  SKIP_UNLESS_RUNS(join ? conv1x1_dgrad_join_refusal : t.dw ? conv1x1_dgrad_bn_dw_refusal : conv1x1_dgrad_bn_refusal,
+                   t.m, t.k, t.c);
   auto rng = gpu_test::test_rng();
   const Inputs in(t, rng);
   const Vec dx = in.dx(t);
@@ -159,10 +173,23 @@ void check_against_reference(const Case& t) {
     Conv1x1DgradJoin a = in.args(t, dz, part);
     if (compact) a.g_even = g_even.get(), a.img_h = t.img_h, a.img_w = t.img_w;
     conv1x1_dgrad_join(a, ctx().stream);
-  } else {
-    conv1x1_dgrad_bn(in.inner_args(t, dz, part), ctx().stream);
+  }
+  DeviceTensor dw_parts(t.dw ? conv1x1_dw_partials_bytes(t.m, t.k, t.c) / 4 : 1, DType::F32, "dw parts"),
+      dw(size_t(t.k) * t.c, DType::F16, "dw");
+  if (!join) {
+    Conv1x1DgradBn a = in.inner_args(t, dz, part);
+    if (t.dw) {
+      dw_parts.poison();
+      dw.poison();
+      a.dw_partials = dw_parts.f32();
+    }
+    conv1x1_dgrad_bn(a, ctx().stream);
+    if (t.dw) conv1x1_dw_from_partials(dw_parts.f32(), rows, t.k, t.c, dw.get(), ctx().stream);
   }
   CUDA_CHECK(cudaStreamSynchronize(ctx().stream));
+  if (t.dw) {
+    EXPECT_CLOSE(dw.download(), in.dw(t), gpu_test::kTolF16) << "dw";
+  }
   const Vec got = dz.download();
   EXPECT_CLOSE(got, want, gpu_test::kTolF16) << "dz";
   size_t leaked = 0, zeros = 0;
@@ -230,6 +257,25 @@ TEST(Conv1x1DgradJoin, AStride2ShortcutsCompactPartMatchesTheReference) {
 
 // conv3's data gradient at layer1's channels (256 -> 64: 4 k-tiles, one column of tiles).
 TEST(Conv1x1DgradBn, OneColumnMatchesTheReference) { check_against_reference({128 * 16, 256, 64, false, Kind::Inner}); }
+
+// With the weight gradient too (kernels/conv1x1_dgrad_wgrad_kernel.cuh): layer1's conv3 (256 -> 64),
+// 300 rows of tiles, so that a CTA walks 2-3 tiles (x a tile ahead, dw across tiles); two columns.
+TEST(Conv1x1DgradBn, TheWeightGradientBesideMatchesTheReference) {
+  check_against_reference({128 * 300, 256, 64, false, Kind::Inner, 0, 0, true});
+  check_against_reference({128 * 70, 256, 128, false, Kind::Inner, 0, 0, true});
+}
+
+// The weight gradient is taken only at the k it holds in registers; elsewhere a clear refusal.
+TEST(Conv1x1DgradBn, TheWeightGradientAtOtherChannelsIsRefused) {
+  SKIP_UNLESS_RUNS(conv1x1_dgrad_bn_refusal, 128, 512, 64);
+  EXPECT_EQ(conv1x1_dgrad_bn_dw_refusal(128, 256, 64), "");
+  EXPECT_NE(conv1x1_dgrad_bn_dw_refusal(128, 512, 64), "");
+  DeviceTensor any(128 * 512, DType::F32);  // stands for every tensor: nothing runs
+  const Conv1x1DgradBn a{.dy = any.get(), .w = any.get(), .dz = any.get(), .x = any.get(), .mean = any.f32(),
+                         .invstd = any.f32(), .scale = any.get(), .shift = any.get(), .partials = any.f32(), .m = 128,
+                         .k = 512, .c = 64, .dw_partials = any.f32()};
+  expect_refused([&] { conv1x1_dgrad_bn(a, ctx().stream); }, "output channels");
+}
 
 // 16 k-tiles (layer3's 1024 -> 256) and two tiles a CTA (64 rows of tiles over 4 columns).
 TEST(Conv1x1DgradBn, SeveralTilesACtaAndMoreKTilesThanStagesMatchTheReference) {
@@ -318,10 +364,10 @@ TEST(Conv1x1DgradJoin, JoinedBackwardGivesThePlainPathsGradients) {
 // bn_backward_apply: the same weight gradients, coefficients and input gradient as
 // bn_backward_from_sums on the same partial sums. The rows are added in another order (both in
 // double), so the fp32 results are held to 1e-6 and the fp16 gradient to 1e-3. 4 columns (33 CTAs
-// each on a 132-SM GPU); twice on the same counters (a launch must leave them zero).
-TEST(Conv1x1DgradBn, FinalizedInTheKernelAsBnBackwardFromSumsDoes) {
-  const Case t{128 * 40, 512, 256, false, Kind::Inner};
-  SKIP_UNLESS_RUNS(conv1x1_dgrad_bn_refusal, t.m, t.k, t.c);
+// each on a 132-SM GPU); twice on the same counters (a launch must leave them zero). The kernel that
+// takes the weight gradient too is set against the plain one's sums.
+void check_finalize_in_kernel(const Case& t) {
+  SKIP_UNLESS_RUNS(t.dw ? conv1x1_dgrad_bn_dw_refusal : conv1x1_dgrad_bn_refusal, t.m, t.k, t.c);
   auto rng = gpu_test::test_rng();
   Inputs in(t, rng);  // not const: the coefficients are poisoned before each run
   const Shape4 s{t.m, t.c, 1, 1};
@@ -331,6 +377,7 @@ TEST(Conv1x1DgradBn, FinalizedInTheKernelAsBnBackwardFromSumsDoes) {
   DeviceTensor part(2 * size_t(rows) * t.c, DType::F32, "partial sums");
   const size_t counters = conv1x1_finalize_counters(t.c);
   DeviceBuffer arrivals(counters * sizeof(unsigned), "column counters");
+  DeviceTensor dw_parts(t.dw ? conv1x1_dw_partials_bytes(t.m, t.k, t.c) / 4 : 1, DType::F32, "dw parts");
   CUDA_CHECK(cudaMemset(arrivals.get(), 0, arrivals.bytes()));
   auto backward = [&](bool in_kernel) {
     DeviceTensor dz(in.g, DType::F16), dx(s.count(), DType::F16), dg(t.c, DType::F32), db(t.c, DType::F32);
@@ -338,6 +385,7 @@ TEST(Conv1x1DgradBn, FinalizedInTheKernelAsBnBackwardFromSumsDoes) {
     const BnBackwardArgs b{.dy = dz.get(), .x = in.x_d.get(), .bn = &st, .dgamma = dg.f32(), .dbeta = db.f32(), .dx = dx.get()};
     Conv1x1DgradBn a = in.inner_args(t, dz, part);
     if (in_kernel) a.finalize = {.bn = st, .dgamma = dg.f32(), .dbeta = db.f32(), .arrivals = arrivals.as<unsigned>()};
+    if (in_kernel && t.dw) a.dw_partials = dw_parts.f32();
     conv1x1_dgrad_bn(a, stream);
     if (in_kernel) bn_backward_apply(b, s, DType::F16, Layout::NHWC, stream);
     else bn_backward_from_sums(b, part.f32(), rows, s, DType::F16, Layout::NHWC, stream);
@@ -354,6 +402,15 @@ TEST(Conv1x1DgradBn, FinalizedInTheKernelAsBnBackwardFromSumsDoes) {
     CUDA_CHECK(cudaMemcpy(left.data(), arrivals.get(), left.size() * sizeof(unsigned), cudaMemcpyDeviceToHost));
     EXPECT_EQ(std::count(left.begin(), left.end(), 0u), long(left.size())) << "the counters left zero";
   }
+}
+
+TEST(Conv1x1DgradBn, FinalizedInTheKernelAsBnBackwardFromSumsDoes) {
+  check_finalize_in_kernel({128 * 40, 512, 256, false, Kind::Inner});
+}
+
+// The same with the weight gradient beside (the cooperative kernel's finalize; 2 columns).
+TEST(Conv1x1DgradBn, FinalizedInTheKernelWithTheWeightGradientBeside) {
+  check_finalize_in_kernel({128 * 40, 256, 128, false, Kind::Inner, 0, 0, true});
 }
 
 // A finalize without the weight gradients is refused before anything runs.
