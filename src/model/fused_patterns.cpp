@@ -45,6 +45,8 @@ constexpr PatternNames kPatterns[] = {
      "own-dgrad3x3"},
     {FusedPattern::LaneGemmWgrad, "the weight gradients' stream's 1x1 convs as cuBLASLt GEMMs sized for half the SMs",
      "lane-gemm-wgrad"},
+    {FusedPattern::OwnDgradWgrad, "conv3's weight gradient taken by its data gradient kernel of ours from the same loads",
+     "own-dgrad-wgrad"},
     {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
     {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
     {FusedPattern::ConvBnAddRelu, "conv + BN + residual add + ReLU", "conv-bn-add-relu"},
@@ -210,5 +212,10 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
                     " 1x1 convs' weight gradients run as cuBLASLt GEMMs planned for " + std::to_string(r.lane_gemm_sms) +
                     " SMs, leaving the rest to the data gradients, in place of cuDNN's split-K plans that hold every "
                     "SM (one GPU; --no-fuse lane-gemm-wgrad: not)");
+  if (r.own_dgrad_wgrad)
+    lines.push_back("  and for " + std::to_string(r.own_dgrad_wgrad) +
+                    " conv3s the data gradient's kernel takes the weight gradient too from the same loads of dy, with "
+                    "relu(bn2(x)) made from the x it reads anyway (kernels/conv1x1_dgrad_bn.h), in place of the weight "
+                    "gradient's GEMM and the BN pass that recomputes its input (--no-fuse own-dgrad-wgrad: not)");
   return lines;
 }

@@ -577,14 +577,16 @@ TEST(FusedNetworkGpu, TheWeightGradientsRunBehindOnOneGpuWithTheirOwnStream) {
 // The lane's 1x1 weight gradients run as cuBLASLt GEMMs for half the SMs where bin/train runs them
 // (fp16 NHWC, the weight gradients on their own stream, one GPU); not switched off, nor without that
 // stream, nor data-parallel (measured slower there). ResNet-50's 1x1 stride-1 convs: conv1 and conv3 of 16 blocks and layer1's
-// projection shortcut.
+// projection shortcut, 33, less layer1's three conv3s whose data gradient takes their weight gradient.
 TEST(FusedNetworkGpu, TheLanes1x1WeightGradientsRunAsGemmsOnHalfTheSms) {
   SKIP_WITHOUT_GPU("the fused training network");
   GpuContext ctx;
   AutotuneCache cache("", "lane GEMM weight gradients test");
   const unsigned defaults = default_unfused_patterns(true);
   const FusionReport on = training_fusion_report(ctx, cache, defaults, true);
-  EXPECT_EQ(on.lane_gemm_wgrads, 33);
+  EXPECT_EQ(on.lane_gemm_wgrads, 33 - on.own_dgrad_wgrad);
+  const unsigned in_dgrad = fused_pattern_bit(FusedPattern::OwnDgradWgrad);
+  EXPECT_EQ(training_fusion_report(ctx, cache, defaults | in_dgrad, true).lane_gemm_wgrads, 33);
   EXPECT_EQ(on.lane_gemm_sms, lane_gemm_sm_target());
   int device = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&device));
@@ -788,6 +790,34 @@ TEST(FusionReport, SaysHowManyWeightGradientsRunAsGemmsOnFewerSms) {
             std::string::npos) << lines[1];
   EXPECT_NE(lines[1].find("--no-fuse lane-gemm-wgrad"), std::string::npos) << lines[1];
   r.lane_gemm_wgrads = 0;
+  EXPECT_EQ(fusion_report_lines(r).size(), 1u);
+}
+
+// Layer1's conv3s take their weight gradient in their data gradient (kernels/conv1x1_dgrad_bn.h)
+// where bin/train runs them: our kernels, the forward applying bn2 in its prologue; not switched off.
+TEST(FusedNetworkGpu, Layer1sConv3sTakeTheirWeightGradientInTheirDataGradient) {
+  SKIP_WITHOUT_GPU("the fused training network");
+  GpuContext ctx;
+  AutotuneCache cache("", "weight gradients in the data gradient test");
+  const unsigned defaults = default_unfused_patterns(true);
+  const FusionReport on = training_fusion_report(ctx, cache, defaults, true);
+  if (on.own_dgrad == 0) GTEST_SKIP() << "our data gradient kernel runs no conv3 here";
+  EXPECT_EQ(on.own_dgrad_wgrad, 3);
+  const unsigned off = fused_pattern_bit(FusedPattern::OwnDgradWgrad);
+  EXPECT_EQ(training_fusion_report(ctx, cache, defaults | off, true).own_dgrad_wgrad, 0) << "switched off";
+}
+
+// The line for the conv3s whose data gradient takes their weight gradient, and none without them.
+TEST(FusionReport, SaysWhichDataGradientsTakeTheirWeightGradient) {
+  FusionReport r;
+  r.tried = r.fused = 80;
+  r.own_dgrad_wgrad = 3;
+  std::vector<std::string> lines = fusion_report_lines(r);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find("for 3 conv3s the data gradient's kernel takes the weight gradient too"), std::string::npos)
+      << lines[1];
+  EXPECT_NE(lines[1].find("--no-fuse own-dgrad-wgrad"), std::string::npos) << lines[1];
+  r.own_dgrad_wgrad = 0;
   EXPECT_EQ(fusion_report_lines(r).size(), 1u);
 }
 
