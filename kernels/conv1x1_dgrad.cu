@@ -23,7 +23,6 @@ namespace {
 constexpr int kDwKTiles = 4;
 
 #if defined(CONV1X1_WITH_CUTLASS)
-// dx = dy w (w[k][c], read N-major) with the epilogue's parameters set by the caller.
 // K's parameters for dx = dy w (w[k][c], read N-major) with the epilogue's set by the caller.
 template <class K>
 typename K::Params dgrad_params(const void* dy, const void* w, int m, int k, int c,
@@ -40,6 +39,7 @@ typename K::Params dgrad_params(const void* dy, const void* w, int m, int k, int
   return p;
 }
 
+// The ping-pong resident kernel with Epilogue for dx = dy w.
 template <class Epilogue>
 void launch_dgrad(const void* dy, const void* w, int m, int k, int c, const typename Epilogue::Params& epilogue,
                   cudaStream_t stream) {

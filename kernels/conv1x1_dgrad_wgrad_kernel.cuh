@@ -45,7 +45,7 @@ struct DgradWgrad {
 };
 
 // Host and device: whether dy's stage read MN-major for dw is the same bytes as the stage CUTLASS's
-// mainloop writes K-major for dx (checked by the launcher's test).
+// mainloop writes K-major for dx (the launcher checks it once, before the first launch).
 template <int KTiles>
 CUTE_HOST_DEVICE bool dgrad_wgrad_layouts_agree() {
   using D = DgradWgrad<KTiles>;

@@ -471,7 +471,8 @@ void TrainingNetwork::plan_own_convs() {
   // sums right after it (or in its last CTA); a joining conv1's are read by the previous block's
   // join_backward (the first block's by backward()'s stem finalize), next on the stream, before any
   // other of these kernels runs. The counters too are
-  // shared: these kernels never run beside one another (the weight-gradient lane runs none).
+  // shared: these kernels never run beside one another (the weight-gradient lane runs none; it adds
+  // up conv3's weight gradient parts, dw_partials_, which touches neither).
   if (bytes) own_partials_ = DeviceBuffer(bytes, "partial BN sums of our 1x1 convs");
   // One buffer for the parts of the weight gradients taken by conv3's data gradients: each is
   // added up on the lane, whose read the next such kernel waits for (before_write).
