@@ -447,6 +447,19 @@ void expect_gradients_as_close(const ParityNet& net, float loss, const ParityNet
   EXPECT_LE(en.worst, 1.5 * er.worst + 1e-2) << wn;
 }
 
+// One step each, gradients as close to PyTorch as each other's (expect_gradients_as_close), then
+// two more with SGD between, the losses within 1% of each other.
+void expect_steps_as_close(ParityNet& net, ParityNet& reference, const std::string& what, const char* reference_name) {
+  const float l = net.step_gradients(), r = reference.step_gradients();
+  expect_gradients_as_close(net, l, reference, r, what, reference_name);
+  for (int s = 1; s < 3; ++s) {
+    net.sgd();
+    reference.sgd();
+    const float a = net.step_gradients(), c = reference.step_gradients();
+    EXPECT_NEAR(a, c, 1e-2 * std::fabs(c)) << "step " << s;
+  }
+}
+
 // The joins applied by the next conv1 as it reads their inputs (off by default: slower) against the
 // joins as passes of their own (bin/train's default): the join's output differs by fp16
 // rounding (the kernel computes it in fp16, the pass in fp32), so the loss and logits agree within
@@ -501,14 +514,8 @@ TEST(FusedParityGpu, TheLaggingWeightGradientsAsTheJoinedOnes) {
   b.also_unfused = fused_pattern_bit(FusedPattern::LaggingWgrad);
   ParityNet joined(f, b);
   EXPECT_FALSE(joined.lagging_wgrad());
-  const float ll = lagging.step_gradients(), lj = joined.step_gradients();
-  expect_gradients_as_close(lagging, ll, joined, lj, "lagging-wgrad", "joined");
-  for (int s = 1; s < 3; ++s) {  // later steps: the lane's reads of the previous step were joined
-    lagging.sgd();
-    joined.sgd();
-    const float a = lagging.step_gradients(), c = joined.step_gradients();
-    EXPECT_NEAR(a, c, 1e-2 * std::fabs(c)) << "step " << s;
-  }
+  // The later steps: the lane's reads of the previous step were joined.
+  expect_steps_as_close(lagging, joined, "lagging-wgrad", "joined");
 }
 
 // The lane's 1x1 weight gradients as cuBLASLt GEMMs on half the SMs (bin/train's default) against
@@ -524,14 +531,7 @@ TEST(FusedParityGpu, TheLanesGemmWeightGradientsAsCudnns) {
   b.also_unfused = fused_pattern_bit(FusedPattern::LaneGemmWgrad);
   ParityNet cudnn(f, b);
   EXPECT_EQ(cudnn.lane_gemms(), 0);
-  const float lg = gemms.step_gradients(), lc = cudnn.step_gradients();
-  expect_gradients_as_close(gemms, lg, cudnn, lc, "lane-gemm-wgrad", "cuDNN's");
-  for (int s = 1; s < 3; ++s) {
-    gemms.sgd();
-    cudnn.sgd();
-    const float a = gemms.step_gradients(), c = cudnn.step_gradients();
-    EXPECT_NEAR(a, c, 1e-2 * std::fabs(c)) << "step " << s;
-  }
+  expect_steps_as_close(gemms, cudnn, "lane-gemm-wgrad", "cuDNN's");
 }
 
 // Layer1's conv3 weight gradients taken by their data gradient kernel (bin/train's default) against
@@ -547,14 +547,7 @@ TEST(FusedParityGpu, TheWeightGradientsInConv3sDataGradientAsTheLanes) {
   b.also_unfused = fused_pattern_bit(FusedPattern::OwnDgradWgrad);
   ParityNet lane(f, b);
   EXPECT_EQ(lane.dgrad_dws(), 0);
-  const float lf = fused.step_gradients(), ll = lane.step_gradients();
-  expect_gradients_as_close(fused, lf, lane, ll, "own-dgrad-wgrad", "the lane's");
-  for (int s = 1; s < 3; ++s) {
-    fused.sgd();
-    lane.sgd();
-    const float a = fused.step_gradients(), c = lane.step_gradients();
-    EXPECT_NEAR(a, c, 1e-2 * std::fabs(c)) << "step " << s;
-  }
+  expect_steps_as_close(fused, lane, "own-dgrad-wgrad", "the lane's");
 }
 
 }  // namespace
