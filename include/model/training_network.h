@@ -105,11 +105,11 @@ class TrainingNetwork : public Network {
   // bn's input x, from dy; own_dgrad: the data gradient by our kernel (BlockRun::c3_dgrad_own, or
   // for layer1's 3x3 conv2 c2_dgrad_own, with its filter turned in `turned`);
   // recompute_input: the plain weight gradient first writes relu(bn(x)) into `stored` (the forward
-  // read it fused and did not store it); dw_in_dgrad: our data gradient takes the weight gradient
-  // too (BlockRun::c3_dgrad_dw), its parts added up on the lane.
+  // read it fused and did not store it); dw_parts: our data gradient takes the weight gradient too
+  // (BlockRun::c3_dgrad_dw), its parts there, added up on the lane.
   void inner_backward(const struct ConvUnit& c, const FusedCall& wgrad, const FusedCall& dgrad,
                       bool recompute_input, const void* x, const Bn& bn, void* stored, Shape4 s_in, void* dy, void* dx,
-                      bool own_dgrad, const void* turned = nullptr, bool dw_in_dgrad = false);
+                      bool own_dgrad, const void* turned = nullptr, float* dw_parts = nullptr);
   // A conv's plain backward: dw (beside, on the lane) and dx = dgrad(dy); with `joined`, the data
   // gradient by our kernel that writes the previous block's dz instead (kernels/conv1x1_dgrad_join.h);
   // with `dgrad`, that conv's data gradient instead of c's (BlockRun::down_compact).
@@ -181,7 +181,6 @@ class TrainingNetwork : public Network {
   DeviceBuffer fused_workspaces_;         // each conv's fused patterns' own workspaces (FusedCall)
   DeviceBuffer own_partials_;             // our 1x1 convs' partial BN sums, forward and backward (plan_own_convs)
   DeviceBuffer own_arrivals_;             // their columns' counters where they finalize (empty: they do not)
-  DeviceBuffer dw_partials_;              // the CTAs' parts of conv3's weight gradient (BlockRun::c3_dgrad_dw)
   DeviceBuffer stem_partials_;            // our stem kernels' partial sums (empty: cuDNN runs the stem)
   DeviceBuffer stem_relu_bits_;           // the stem's ReLU bits, where the first block's conv1 joins it (else empty)
   bool stem_conv_own_ = false, stem_wgrad_own_ = false;  // the stem's forward, weight gradient: ours (plan_own_convs)

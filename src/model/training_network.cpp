@@ -70,6 +70,7 @@ struct TrainingNetwork::BlockRun {
   // made from the a2 it reads anyway (Conv1x1DgradBn::dw_partials: OwnDgradWgrad), where the forward
   // applied bn2 in its prologue (the same fp16 y) and the kernel holds dw's k (layer1's 256).
   bool c3_dgrad_dw = false;
+  DeviceBuffer dw_parts;  // its CTAs' parts of dw, a buffer a block: the chain never waits for the lane's sum
   // Layer1's 3x3 conv2 by our kernel (kernels/conv3x3.h): training's forward with its statistics,
   // where conv2 reads y1 stored (Inner::reads_stored: OwnConv3x3), and the data gradient with bn1's
   // ReLU and backward sums (OwnDgrad3x3), by conv2's filter turned into c2_turned in each training
@@ -178,7 +179,6 @@ TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, Autotune
                                                                       "gradients (batch " + std::to_string(cfg.batch) + ")");
       tracked.push_back(lagging_grads_[i].get());
     }
-    if (dw_partials_.get()) tracked.push_back(dw_partials_.get());  // the lane adds up conv3's weight gradient parts
     lane_reads_ = std::make_unique<StreamReads>(tracked);
     fusion_report_.lagging_wgrad = true;
   }
@@ -405,7 +405,7 @@ void TrainingNetwork::plan_own_convs() {
   const bool join_prologues = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnJoinPrologue));
   const bool convs3x3 = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnConv3x3));
   const bool dgrad_dws = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnDgradWgrad));
-  size_t bytes = 0, dw_bytes = 0;
+  size_t bytes = 0;
   int columns = 0;
   // Whether one of our kernels takes conv u, over the pixels of `s`: switched on, a 1x1 stride-1
   // conv, a shape it runs (refusal(m, k, c)); counted in `report`, its partial sums (sized by
@@ -448,7 +448,10 @@ void TrainingNetwork::plan_own_convs() {
     const int m3 = b.mid2.n * b.mid2.h * b.mid2.w;
     r.c3_dgrad_dw = r.c3_dgrad_own && dgrad_dws && !r.c3.wgrad && r.c3.recomputes_input() &&
                     conv1x1_dgrad_bn_dw_refusal(m3, g3.k, g3.c).empty();
-    if (r.c3_dgrad_dw) dw_bytes = std::max(dw_bytes, conv1x1_dw_partials_bytes(m3, g3.k, g3.c));
+    if (r.c3_dgrad_dw) {
+      r.dw_parts = DeviceBuffer(conv1x1_dw_partials_bytes(m3, g3.k, g3.c), "parts of a layer1 conv3's weight gradient");
+      r.y2 = DeviceBuffer();  // relu(bn2(a2)) is made in the data gradient, stored nowhere
+    }
     fusion_report_.own_dgrad_wgrad += r.c3_dgrad_dw;
     // Layer1's 3x3 conv2: the forward where it reads y1 stored (our kernel has no BN prologue), the
     // data gradient where bn1 has its fp16 coefficients (allocate: conv2_dgrad_may_be_own).
@@ -472,11 +475,8 @@ void TrainingNetwork::plan_own_convs() {
   // join_backward (the first block's by backward()'s stem finalize), next on the stream, before any
   // other of these kernels runs. The counters too are
   // shared: these kernels never run beside one another (the weight-gradient lane runs none; it adds
-  // up conv3's weight gradient parts, dw_partials_, which touches neither).
+  // up conv3's weight gradient parts, BlockRun::dw_parts, which touches neither).
   if (bytes) own_partials_ = DeviceBuffer(bytes, "partial BN sums of our 1x1 convs");
-  // One buffer for the parts of the weight gradients taken by conv3's data gradients: each is
-  // added up on the lane, whose read the next such kernel waits for (before_write).
-  if (dw_bytes) dw_partials_ = DeviceBuffer(dw_bytes, "parts of conv3's weight gradients taken by its data gradient");
   if (bytes && finalizes) {  // zero once: each launch leaves its counters zero
     own_arrivals_ = DeviceBuffer(columns * sizeof(unsigned), "our 1x1 convs' column counters");
     CUDA_CHECK(cudaMemset(own_arrivals_.get(), 0, own_arrivals_.bytes()));
@@ -823,7 +823,7 @@ void TrainingNetwork::block_backward(size_t i) {
   const bool compact = bool(r.down_compact);
   if (b.down) conv_backward(*b.down, in, grads.shortcut, compact ? g2 : g0, nullptr, false, r.down_compact.get());
   inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, r.c3.recomputes_input(), r.a2.get(), b.b2, r.y2.get(), b.mid2, grads.a3,
-                 grads.mid2, r.c3_dgrad_own, nullptr, r.c3_dgrad_dw);
+                 grads.mid2, r.c3_dgrad_own, nullptr, r.c3_dgrad_dw ? r.dw_parts.as<float>() : nullptr);
   inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, r.c2.recomputes_input(), r.a1.get(), b.b1, r.y1.get(), b.mid1, grads.mid2,
                  grads.mid1, r.c2_dgrad_own, r.c2_turned.get());
   // The first block's conv1: its weight gradient may run on beside the stem's backward, which
@@ -920,7 +920,8 @@ void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void
 
 void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, const FusedCall& dgrad,
                                      bool recompute_input, const void* x, const Bn& bn, void* stored, Shape4 s_in,
-                                     void* dy, void* dx, bool own_dgrad, const void* turned, bool dw_in_dgrad) {
+                                     void* dy, void* dx, bool own_dgrad, const void* turned, float* dw_parts) {
+  const bool dw_in_dgrad = dw_parts != nullptr;
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
   const cudaStream_t stream = ctx_.stream;
@@ -953,8 +954,6 @@ void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, 
                        stream);
       rows = conv3x3_dgrad_partial_rows(s3);
     } else {
-      float* dw_parts = dw_in_dgrad ? dw_partials_.as<float>() : nullptr;
-      if (dw_parts) before_write(dw_parts);  // the lane has added up the last conv's parts
       conv1x1_dgrad_bn({.dy = dy, .w = params_.working(c.weight), .dz = dx, .x = x, .mean = bn.st.save_mean,
                         .invstd = bn.st.save_invstd, .scale = bn.scale_h, .shift = bn.shift_h, .partials = partials,
                         .m = m, .k = g.k, .c = g.c, .finalize = finalize, .dw_partials = dw_parts},
@@ -964,7 +963,6 @@ void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, 
         wgrad_beside([&](cudaStream_t lane, void*, size_t) {
           conv1x1_dw_from_partials(dw_parts, rows, g.k, g.c, params_.weight_grad(c.weight), lane);
         });
-        lane_read(dw_parts);
       }
     }
     const BnBackwardArgs mid{.dy = dx, .x = x, .bn = &bn.st, .dgamma = params_.vector_grad(bn.gamma),
