@@ -68,9 +68,11 @@ struct TrainingNetwork::BlockRun {
   bool c3_dgrad_own = false;
   // That kernel also takes conv3's weight gradient from the same loads of dy, with relu(bn2(a2))
   // made from the a2 it reads anyway (Conv1x1DgradBn::dw_partials: OwnDgradWgrad), where the forward
-  // applied bn2 in its prologue (the same fp16 y) and the kernel holds dw's k (layer1's 256).
-  bool c3_dgrad_dw = false;
-  DeviceBuffer dw_parts;  // its CTAs' parts of dw, a buffer a block: the chain never waits for the lane's sum
+  // applied bn2 in its prologue (the same fp16 y) and the kernel holds dw's k (layer1's 256). It does
+  // where dw_parts, its CTAs' parts of dw, is allocated: a buffer a block, so that the chain never
+  // waits for the lane's sum.
+  DeviceBuffer dw_parts;
+  bool c3_dgrad_dw() const { return dw_parts.get() != nullptr; }
   // Layer1's 3x3 conv2 by our kernel (kernels/conv3x3.h): training's forward with its statistics,
   // where conv2 reads y1 stored (Inner::reads_stored: OwnConv3x3), and the data gradient with bn1's
   // ReLU and backward sums (OwnDgrad3x3), by conv2's filter turned into c2_turned in each training
@@ -446,13 +448,12 @@ void TrainingNetwork::plan_own_convs() {
                                        fusion_report_.own_dgrad, true);
     const ConvGeometry& g3 = b.c3.geometry();
     const int m3 = b.mid2.n * b.mid2.h * b.mid2.w;
-    r.c3_dgrad_dw = r.c3_dgrad_own && dgrad_dws && !r.c3.wgrad && r.c3.recomputes_input() &&
-                    conv1x1_dgrad_bn_dw_refusal(m3, g3.k, g3.c).empty();
-    if (r.c3_dgrad_dw) {
+    if (r.c3_dgrad_own && dgrad_dws && !r.c3.wgrad && r.c3.recomputes_input() &&
+        conv1x1_dgrad_bn_dw_refusal(m3, g3.k, g3.c).empty()) {
       r.dw_parts = DeviceBuffer(conv1x1_dw_partials_bytes(m3, g3.k, g3.c), "parts of a layer1 conv3's weight gradient");
       r.y2 = DeviceBuffer();  // relu(bn2(a2)) is made in the data gradient, stored nowhere
     }
-    fusion_report_.own_dgrad_wgrad += r.c3_dgrad_dw;
+    fusion_report_.own_dgrad_wgrad += r.c3_dgrad_dw();
     // Layer1's 3x3 conv2: the forward where it reads y1 stored (our kernel has no BN prologue), the
     // data gradient where bn1 has its fp16 coefficients (allocate: conv2_dgrad_may_be_own).
     if (!conv3x3_takes(b)) continue;
@@ -676,7 +677,7 @@ size_t TrainingNetwork::plan_lane_gemms() {
   std::map<std::string, std::shared_ptr<const GemmWgrad>> by_shape;  // refused ones too: planned once
   std::set<int> in_dgrad;  // weights whose gradient conv3's data gradient takes (BlockRun::c3_dgrad_dw)
   for (size_t i = 0; i < runs_.size(); ++i)
-    if (runs_[i].c3_dgrad_dw) in_dgrad.insert(layers_->blocks[i].c3.weight);
+    if (runs_[i].c3_dgrad_dw()) in_dgrad.insert(layers_->blocks[i].c3.weight);
   size_t ws = 0;
   for (ConvUnit* u : layers_->convs()) {
     const ConvGeometry& g = u->geometry();
@@ -823,7 +824,7 @@ void TrainingNetwork::block_backward(size_t i) {
   const bool compact = bool(r.down_compact);
   if (b.down) conv_backward(*b.down, in, grads.shortcut, compact ? g2 : g0, nullptr, false, r.down_compact.get());
   inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, r.c3.recomputes_input(), r.a2.get(), b.b2, r.y2.get(), b.mid2, grads.a3,
-                 grads.mid2, r.c3_dgrad_own, nullptr, r.c3_dgrad_dw ? r.dw_parts.as<float>() : nullptr);
+                 grads.mid2, r.c3_dgrad_own, nullptr, r.dw_parts.as<float>());
   inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, r.c2.recomputes_input(), r.a1.get(), b.b1, r.y1.get(), b.mid1, grads.mid2,
                  grads.mid1, r.c2_dgrad_own, r.c2_turned.get());
   // The first block's conv1: its weight gradient may run on beside the stem's backward, which
