@@ -39,6 +39,12 @@ struct ConvPolicy {
   AlgoPolicy policy = AlgoPolicy::Heuristic;
   bool deterministic = false;
   size_t workspace_limit = size_t(1) << 30;
+  // The SMs the weight gradient's plan is chosen for (cuDNN's SM-count target), 0: the device's.
+  // Graph API only (ConvGraph; the legacy calls take none): training's weight gradients run on a
+  // stream of their own beside the data gradients (TrainingNetwork, LaneCudnnSms).
+  int wgrad_sm_target = 0;
+  // The suffix that keeps choices made under such a target apart in the autotune cache.
+  std::string cache_suffix() const;
 };
 
 // What the network asks of a convolution, whichever cuDNN API runs it.
@@ -56,9 +62,9 @@ class ConvLayer {
 
   // Finds algorithms for this shape: cuDNN's heuristics, or measured when p.policy is Autotune.
   virtual ConvAlgos search(cudnnHandle_t h, const ConvPolicy& p) = 0;
-  // Makes this layer run with `a` (from search() or from the cache); false when `a` cannot be
-  // used here (a stale cache entry), so that the caller searches instead.
-  virtual bool use(cudnnHandle_t h, const ConvAlgos& a) = 0;
+  // Makes this layer run with `a` (from search() or from the cache, both under `p`); false when `a`
+  // cannot be used here (a stale cache entry), so that the caller searches instead.
+  virtual bool use(cudnnHandle_t h, const ConvAlgos& a, const ConvPolicy& p) = 0;
   const ConvAlgos& algorithms() const { return algos_; }
   size_t workspace_bytes() const;
 
@@ -94,7 +100,7 @@ class Conv2d : public ConvLayer {
   ~Conv2d() override;
 
   ConvAlgos search(cudnnHandle_t h, const ConvPolicy& p) override;
-  bool use(cudnnHandle_t h, const ConvAlgos& a) override;
+  bool use(cudnnHandle_t h, const ConvAlgos& a, const ConvPolicy& p) override;
 
  private:
   void run(Op op, cudnnHandle_t h, const void* x, const void* w, const void* y, void* ws, size_t ws_bytes) const override;
@@ -113,12 +119,12 @@ class ConvGraph : public ConvLayer {
   ConvGraph(const ConvGeometry& g, DType t, Layout l, bool tf32) : ConvLayer(g, t, tf32), layout_(l) {}
 
   ConvAlgos search(cudnnHandle_t h, const ConvPolicy& p) override;
-  bool use(cudnnHandle_t h, const ConvAlgos& a) override;
+  bool use(cudnnHandle_t h, const ConvAlgos& a, const ConvPolicy& p) override;
 
  private:
   void run(Op op, cudnnHandle_t h, const void* x, const void* w, const void* y, void* ws, size_t ws_bytes) const override;
   // The key under which layers share a built plan.
-  std::string plan_key(Op op, cudnnHandle_t h, const std::string& engine) const;
+  std::string plan_key(Op op, cudnnHandle_t h, const std::string& engine, int sm_target) const;
 
   Layout layout_;
   std::array<std::shared_ptr<const PlannedGraph>, kOps> plans_;

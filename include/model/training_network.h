@@ -36,6 +36,14 @@ class TrainingNetwork : public Network {
   TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache);
   ~TrainingNetwork() override;
 
+  // The SMs the lane's cuDNN weight gradients (3x3 convs, stride-2 shortcuts) are planned for on one
+  // GPU (LaneCudnnSms): three quarters of the current device's, 99 of an H200's 132. On H200s
+  // (2026-11-30, bench/ab.py), as landed: 4.710 -> 4.696 ms a step at batch 128 (-0.29%, in every
+  // round of 4), 8.364 -> 8.356 at 256 (-0.10%, 3 of 4); as a probe, 100 SMs gave -0.19% to -0.36%
+  // at batch 128 in every round of three calls and -0.11% to +0.04% at 256, 88 -0.25% and -0.19%,
+  // 66 +0.48% and +0.11% (bench/results/levers-session35-nvidia-h200-2026-11-30.md).
+  static int lane_cudnn_sm_target();
+
   // images: batch x 3 x side x side in the configured type and layout. train=false uses the
   // running statistics (evaluation).
   void forward(const void* images, bool train);

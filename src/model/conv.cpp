@@ -51,7 +51,7 @@ Conv2d::~Conv2d() {
   if (x_) cudnnDestroyTensorDescriptor(x_);
 }
 
-bool Conv2d::use(cudnnHandle_t, const ConvAlgos& a) {
+bool Conv2d::use(cudnnHandle_t, const ConvAlgos& a, const ConvPolicy&) {
   // A cached choice naming an algorithm or math type this cuDNN does not have (a corrupt or hand-
   // edited file) is refused, so the shape is searched again rather than failing at its first call.
   const int algorithms[kOps] = {CUDNN_CONVOLUTION_FWD_ALGO_COUNT, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
@@ -152,16 +152,20 @@ std::unique_ptr<ConvLayer> make_conv(ConvApi api, const ConvGeometry& g, DType t
   return std::make_unique<Conv2d>(g, t, l, tf32);
 }
 
+std::string ConvPolicy::cache_suffix() const {
+  return wgrad_sm_target > 0 ? ".wgrad-sms" + std::to_string(wgrad_sm_target) : std::string();
+}
+
 void AlgoChooser::configure(ConvLayer& conv) {
-  const std::string key = conv.geometry().key();
+  const std::string key = conv.geometry().key() + p_.cache_suffix();
   if (const ConvAlgos* hit = cache_ ? cache_->find(key) : nullptr)
-    if (conv.use(h_, *hit)) return;
+    if (conv.use(h_, *hit, p_)) return;
   const auto t0 = std::chrono::steady_clock::now();
   const ConvAlgos a = conv.search(h_, p_);
   if (p_.policy == AlgoPolicy::Autotune) {
     search_s_ += seconds_since(t0);
     ++searched_;
   }
-  if (!conv.use(h_, a)) throw Fatal("cuDNN rejected the algorithms it chose for conv " + key);
+  if (!conv.use(h_, a, p_)) throw Fatal("cuDNN rejected the algorithms it chose for conv " + key);
   if (cache_) cache_->put(key, a);
 }

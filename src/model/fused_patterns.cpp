@@ -47,6 +47,8 @@ constexpr PatternNames kPatterns[] = {
      "lane-gemm-wgrad"},
     {FusedPattern::OwnDgradWgrad, "conv3's weight gradient taken by its data gradient kernel of ours from the same loads",
      "own-dgrad-wgrad"},
+    {FusedPattern::LaneCudnnSms, "the weight gradients' stream's cuDNN convs planned for three quarters of the SMs",
+     "lane-cudnn-sms"},
     {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
     {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
     {FusedPattern::ConvBnAddRelu, "conv + BN + residual add + ReLU", "conv-bn-add-relu"},
@@ -217,5 +219,9 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
                     " conv3s the data gradient's kernel takes the weight gradient too from the same loads of dy, with "
                     "relu(bn2(x)) made from the x it reads anyway (kernels/conv1x1_dgrad_bn.h), in place of the weight "
                     "gradient's GEMM and the BN pass that recomputes its input (--no-fuse own-dgrad-wgrad: not)");
+  if (r.lane_cudnn_sms)
+    lines.push_back("  and the weight gradients cuDNN runs beside the chain (3x3 convs, stride-2 shortcuts) are planned "
+                    "for " + std::to_string(r.lane_cudnn_sms) + " SMs, in place of plans that hold every SM (one GPU; "
+                    "--no-fuse lane-cudnn-sms: not)");
   return lines;
 }

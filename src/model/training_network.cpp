@@ -111,11 +111,38 @@ bool conv3x3_takes(const Block& b) {
   const ConvGeometry& g = b.c2.geometry();
   return g.r == 3 && g.stride == 1 && g.pad == 1 && conv3x3_refusal(conv2_shape(b)).empty();
 }
+
+// Whether the lane's plans are sized to leave SMs to the chain (LaneGemmWgrad, LaneCudnnSms): only
+// beside the chain, in fp16 NHWC, and not under --deterministic (cuDNN's plans are then the
+// deterministic ones). Nor data-parallel: there the all-reduce's kernels share the SMs too, and on
+// two H200s training was faster with cuDNN's plans for every SM, 49,388 -> 49,571 images/s (+0.37%,
+// in every round of 3; batch 128 a GPU, 2026-11-30, bench/results/levers-session31-nvidia-h200-2026-11-30.md).
+bool lane_shares_sms(const NetConfig& cfg) {
+  return cfg.wgrad_beside && !cfg.data_parallel && cfg.dtype == DType::F16 && cfg.layout == Layout::NHWC &&
+         !cfg.conv.deterministic;
+}
+
+// `cfg` with the lane's cuDNN weight gradients planned for TrainingNetwork::lane_cudnn_sm_target()
+// SMs where the lane shares them (LaneCudnnSms): the convs are configured by Network's constructor.
+NetConfig with_lane_targets(NetConfig cfg) {
+  if (lane_shares_sms(cfg) && cfg.conv_api == ConvApi::Graph &&
+      !(cfg.unfused_patterns & fused_pattern_bit(FusedPattern::LaneCudnnSms)))
+    cfg.conv.wgrad_sm_target = TrainingNetwork::lane_cudnn_sm_target();
+  return cfg;
+}
 }  // namespace
+
+int TrainingNetwork::lane_cudnn_sm_target() {
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return std::max(1, sms * 3 / 4);
+}
 
 // ---- construction -------------------------------------------------------------------------------
 TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache)
-    : Network(cfg, ctx, cache, true), runs_(layers_->blocks.size()) {
+    : Network(with_lane_targets(cfg), ctx, cache, true), runs_(layers_->blocks.size()) {
+  fusion_report_.lane_cudnn_sms = cfg_.conv.wgrad_sm_target;
   const DType t = cfg.dtype;
   const Shape4 stem = layers_->stem_out;
   // Sizes first, so that a batch too large for the GPU is one clear message, not a failed cudaMalloc.
@@ -664,15 +691,10 @@ void TrainingNetwork::loss(const int32_t* labels, LossTotals* totals, const floa
 }
 
 // The lane's 1x1 weight gradients as cuBLASLt GEMMs planned for half the SMs (LaneGemmWgrad;
-// model/gemm_wgrad.h says why), one plan per shape. Only beside the chain, in fp16 NHWC, and not
-// under --deterministic (cuDNN's plans are then the deterministic ones). Nor data-parallel: there
-// the all-reduce's kernels share the SMs too, and on two H200s training was faster with cuDNN's
-// plans, 49,388 -> 49,571 images/s (+0.37%, in every round of 3; batch 128 a GPU, 2026-11-30,
-// bench/results/levers-session31-nvidia-h200-2026-11-30.md). Returns the workspace the plans need.
+// model/gemm_wgrad.h says why), one plan per shape, where the lane shares the SMs (lane_shares_sms).
+// Returns the workspace the plans need.
 size_t TrainingNetwork::plan_lane_gemms() {
-  if (!cfg_.wgrad_beside || cfg_.data_parallel || cfg_.dtype != DType::F16 || cfg_.layout != Layout::NHWC ||
-      cfg_.conv.deterministic || (cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::LaneGemmWgrad)))
-    return 0;
+  if (!lane_shares_sms(cfg_) || (cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::LaneGemmWgrad))) return 0;
   const int sms = lane_gemm_sm_target();
   std::map<std::string, std::shared_ptr<const GemmWgrad>> by_shape;  // refused ones too: planned once
   std::set<int> in_dgrad;  // weights whose gradient conv3's data gradient takes (BlockRun::c3_dgrad_dw)

@@ -154,7 +154,7 @@ TEST(GpuConvAlgos, GraphPlansFromTheCacheMatchTheSearch) {
   for (const char* engine : {"eng99999", "eng1_k99999=1", "3", "engine"}) {
     ConvAlgos stale = first.algorithms();
     stale.fwd.algo = engine;
-    EXPECT_FALSE(third.use(c.cudnn, stale)) << engine;
+    EXPECT_FALSE(third.use(c.cudnn, stale, {})) << engine;
   }
 }
 
@@ -168,19 +168,19 @@ TEST(GpuConvAlgos, LegacyChoicesCuDnnDoesNotHaveAreRefused) {
   AlgoChooser chooser(c.cudnn, ConvPolicy{AlgoPolicy::Heuristic, false, size_t(256) << 20}, nullptr);
   chooser.configure(conv);
   const ConvAlgos good = conv.algorithms();
-  EXPECT_TRUE(conv.use(c.cudnn, good));
+  EXPECT_TRUE(conv.use(c.cudnn, good, {}));
   ConvAlgos bad = good;
   bad.fwd.algo = std::to_string(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
-  EXPECT_FALSE(conv.use(c.cudnn, bad));
+  EXPECT_FALSE(conv.use(c.cudnn, bad, {}));
   bad = good;
   bad.bwd_filter.algo = "70";
-  EXPECT_FALSE(conv.use(c.cudnn, bad));
+  EXPECT_FALSE(conv.use(c.cudnn, bad, {}));
   bad = good;
   bad.bwd_data.algo = "eng1_k2=3";
-  EXPECT_FALSE(conv.use(c.cudnn, bad));
+  EXPECT_FALSE(conv.use(c.cudnn, bad, {}));
   bad = good;
   bad.bwd_data.math = 9;
-  EXPECT_FALSE(conv.use(c.cudnn, bad));
+  EXPECT_FALSE(conv.use(c.cudnn, bad, {}));
   EXPECT_EQ(conv.algorithms(), good) << "a refused choice leaves the layer as it was";
 }
 
@@ -218,9 +218,54 @@ TEST(GpuConvAlgos, AnEngineTagRebuildsTheEngineItNames) {
   }
   EXPECT_CLOSE(out1, ref::conv2d_forward(rg, x, w), kTolF16) << "engine " << chosen.fwd.algo;
   ConvGraph second(g, DType::F16, Layout::NHWC, false);
-  ASSERT_TRUE(second.use(c.cudnn, chosen)) << chosen.fwd.algo << " refused by a new layer";
+  ASSERT_TRUE(second.use(c.cudnn, chosen, {})) << chosen.fwd.algo << " refused by a new layer";
   EXPECT_EQ(second.algorithms(), chosen);
   EXPECT_EQ(out1, forward(second)) << chosen.fwd.algo << " built another engine in a new layer";
+}
+
+// A weight gradient planned for fewer SMs (cuDNN's SM-count target: training's lane, LaneCudnnSms)
+// computes the reference, its choice is cached under a key of its own, and a later layer of the
+// same shape builds that choice again, found among the heuristics' configurations under the same
+// target (the frontend's replay of an engine tag would drop the target), without searching.
+TEST(GpuConvAlgos, AWeightGradientPlannedForFewerSmsMatchesTheReference) {
+  SKIP_WITHOUT_GPU("cuDNN's graph API");
+  GpuContext& c = ctx();
+  const ConvGeometry g{8, 64, 16, 16, 64, 3, 1, 1};  // a 3x3 conv as the lane runs it, fp16 NHWC
+  const ref::ConvDims rg = conv_dims(g);
+  const ref::Dims xd = rg.input(), yd = rg.output(), wd{g.k, g.c, g.r, g.r};
+  std::mt19937_64 rng = test_rng();
+  const Vec x = quantize(DType::F16, random_normal(rng, xd.count()));
+  const Vec dy = quantize(DType::F16, random_normal(rng, yd.count()));
+  const DeviceTensor x_d = upload_activation(x, xd, DType::F16, Layout::NHWC);
+  const DeviceTensor dy_d = upload_activation(dy, yd, DType::F16, Layout::NHWC);
+  auto wgrad = [&](ConvGraph& conv) {
+    DeviceBuffer ws(conv.workspace_bytes(), "conv test workspace");
+    DeviceTensor dw(wd.count(), DType::F16);
+    dw.poison();
+    conv.backward_filter(c.cudnn, x_d.get(), dy_d.get(), dw.get(), ws.get(), ws.bytes());
+    return download_activation(dw, wd, Layout::NHWC);
+  };
+  ConvPolicy p{AlgoPolicy::Autotune, false, size_t(256) << 20};
+  p.wgrad_sm_target = 66;
+  EXPECT_EQ(p.cache_suffix(), ".wgrad-sms66");
+  EXPECT_EQ(ConvPolicy{}.cache_suffix(), "") << "no target: the shape's key as before";
+  AutotuneCache cache("", "test");
+  AlgoChooser chooser(c.cudnn, p, &cache);
+  const Vec expected = ref::conv2d_backward_filter(rg, x, dy);
+  ConvAlgos chosen;
+  {
+    ConvGraph first(g, DType::F16, Layout::NHWC, false);
+    chooser.configure(first);
+    chosen = first.algorithms();
+    EXPECT_CLOSE(wgrad(first), expected, kTolF16) << "engine " << chosen.bwd_filter.algo;
+  }
+  EXPECT_NE(cache.find(g.key() + ".wgrad-sms66"), nullptr);
+  EXPECT_EQ(cache.find(g.key()), nullptr) << "a targeted choice under the plain shape's key";
+  ConvGraph second(g, DType::F16, Layout::NHWC, false);  // the first's plans are gone: built again
+  chooser.configure(second);
+  EXPECT_EQ(chooser.searched(), 1) << "the cached choice under the target was refused";
+  EXPECT_EQ(second.algorithms(), chosen);
+  EXPECT_CLOSE(wgrad(second), expected, kTolF16) << "engine " << chosen.bwd_filter.algo;
 }
 
 // ================================================================================================

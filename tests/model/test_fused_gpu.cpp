@@ -598,6 +598,24 @@ TEST(FusedNetworkGpu, TheLanes1x1WeightGradientsRunAsGemmsOnHalfTheSms) {
   EXPECT_EQ(training_fusion_report(ctx, cache, defaults, false).lane_gemm_wgrads, 0) << "no stream of their own";
 }
 
+// The lane's cuDNN weight gradients are planned for three quarters of the SMs where bin/train runs
+// them (as the GEMMs above); not switched off, nor without their stream, nor data-parallel.
+TEST(FusedNetworkGpu, TheLanesCudnnWeightGradientsArePlannedForFewerSms) {
+  SKIP_WITHOUT_GPU("the fused training network");
+  GpuContext ctx;
+  AutotuneCache cache("", "lane cuDNN SM target test");
+  const unsigned defaults = default_unfused_patterns(true);
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  EXPECT_EQ(TrainingNetwork::lane_cudnn_sm_target(), std::max(1, sms * 3 / 4));
+  EXPECT_EQ(training_fusion_report(ctx, cache, defaults, true).lane_cudnn_sms, TrainingNetwork::lane_cudnn_sm_target());
+  EXPECT_EQ(training_fusion_report(ctx, cache, defaults, true, true).lane_cudnn_sms, 0) << "data-parallel";
+  const unsigned off = fused_pattern_bit(FusedPattern::LaneCudnnSms);
+  EXPECT_EQ(training_fusion_report(ctx, cache, defaults | off, true).lane_cudnn_sms, 0) << "switched off";
+  EXPECT_EQ(training_fusion_report(ctx, cache, defaults, false).lane_cudnn_sms, 0) << "no stream of their own";
+}
+
 // Switched on (off by default: slower), every conv1 but the first applies the previous block's join
 // where our kernel runs its forward; none by default, nor without our forward kernel.
 TEST(FusedNetworkGpu, EveryConv1ButTheFirstAppliesThePreviousJoin) {
@@ -790,6 +808,19 @@ TEST(FusionReport, SaysHowManyWeightGradientsRunAsGemmsOnFewerSms) {
             std::string::npos) << lines[1];
   EXPECT_NE(lines[1].find("--no-fuse lane-gemm-wgrad"), std::string::npos) << lines[1];
   r.lane_gemm_wgrads = 0;
+  EXPECT_EQ(fusion_report_lines(r).size(), 1u);
+}
+
+// The line for the lane's cuDNN weight gradients planned for fewer SMs, and none without them.
+TEST(FusionReport, SaysForHowManySmsTheLanesCudnnPlansWereMade) {
+  FusionReport r;
+  r.tried = r.fused = 80;
+  r.lane_cudnn_sms = 99;
+  std::vector<std::string> lines = fusion_report_lines(r);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find("are planned for 99 SMs"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("--no-fuse lane-cudnn-sms"), std::string::npos) << lines[1];
+  r.lane_cudnn_sms = 0;
   EXPECT_EQ(fusion_report_lines(r).size(), 1u);
 }
 

@@ -275,6 +275,7 @@ class ParityNet {
   bool lagging_wgrad() const { return net_->fusion_report().lagging_wgrad; }
   int lane_gemms() const { return net_->fusion_report().lane_gemm_wgrads; }
   int dgrad_dws() const { return net_->fusion_report().own_dgrad_wgrad; }
+  int lane_cudnn_sms() const { return net_->fusion_report().lane_cudnn_sms; }
 
  private:
   // A parameter's gradient in fp32, unscaled, in storage order.
@@ -532,6 +533,21 @@ TEST(FusedParityGpu, TheLanesGemmWeightGradientsAsCudnns) {
   ParityNet cudnn(f, b);
   EXPECT_EQ(cudnn.lane_gemms(), 0);
   expect_steps_as_close(gemms, cudnn, "lane-gemm-wgrad", "cuDNN's");
+}
+
+// The lane's cuDNN weight gradients planned for fewer SMs (bin/train's default) against plans for
+// every SM: other engines or split-K counts for the same convolutions, so the same gradients to
+// fp16 rounding, over three steps.
+TEST(FusedParityGpu, TheLanesCudnnPlansForFewerSmsAsForEverySm) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device: the PyTorch parity test needs a GPU";
+  const Fixture f = load_fixture(fixture_path());
+  ParityNet fewer(f, kFused);
+  ASSERT_GT(fewer.lane_cudnn_sms(), 0) << "bin/train's configuration plans the lane's cuDNN convs for fewer SMs";
+  Build b = kFused;
+  b.also_unfused = fused_pattern_bit(FusedPattern::LaneCudnnSms);
+  ParityNet every(f, b);
+  EXPECT_EQ(every.lane_cudnn_sms(), 0);
+  expect_steps_as_close(fewer, every, "lane-cudnn-sms", "every SM's");
 }
 
 // Layer1's conv3 weight gradients taken by their data gradient kernel (bin/train's default) against

@@ -38,8 +38,12 @@ GraphRecipe direction_recipe(ConvLayer::Op op, const ConvGeometry& g, DType t, L
   };
 }
 
-PlanRules rules_of(const ConvPolicy& p, bool fma_only, bool measure) {
-  return {.measure = measure, .deterministic = p.deterministic, .fma_only = fma_only, .workspace_limit = p.workspace_limit};
+PlanRules rules_of(const ConvPolicy& p, ConvLayer::Op op, bool fma_only, bool measure) {
+  return {.measure = measure,
+          .deterministic = p.deterministic,
+          .fma_only = fma_only,
+          .workspace_limit = p.workspace_limit,
+          .sm_target = op == ConvLayer::kBackwardFilter ? p.wgrad_sm_target : 0};
 }
 
 // The plans built from an engine, shared by every layer of the same shape (ResNet-50 has 53 convs
@@ -62,7 +66,6 @@ std::shared_ptr<const PlannedGraph> shared_plan(const std::string& key, const st
 
 ConvAlgos ConvGraph::search(cudnnHandle_t h, const ConvPolicy& p) {
   const bool measure = p.policy == AlgoPolicy::Autotune;
-  const PlanRules rules = rules_of(p, fma_only(), measure);
   const size_t es = measure ? dtype_size(t_) : 0;  // nothing to time on without measuring
   const DeviceBuffer x = scratch_buffer(g_.input().count() * es, "autotune input " + g_.key());
   const DeviceBuffer w = scratch_buffer(g_.filter_count() * es, "autotune filter " + g_.key());
@@ -70,32 +73,36 @@ ConvAlgos ConvGraph::search(cudnnHandle_t h, const ConvPolicy& p) {
   const ScratchPointers scratch{{kUidX, x.get()}, {kUidW, w.get()}, {kUidY, y.get()}};
   ConvAlgos a;
   for (int op = 0; op < kOps; ++op) {
+    const PlanRules rules = rules_of(p, Op(op), fma_only(), measure);
     PlannedGraph plan = pick_plan(direction_recipe(Op(op), g_, t_, layout_), h, rules, scratch);
     if (!plan)
       throw Fatal(std::string("cuDNN offers no usable ") + op_name(Op(op)) + " engine for conv " + g_.key() + ": " +
                   plan.why + "; try a larger --workspace-mb");
     a[op] = {plan.engine, 0, plan.workspace, plan.ms};
     // Held until use() takes it, so that the plan just built is the one kept, not built again.
-    searched_[op] = shared_plan(plan_key(Op(op), h, plan.engine), [&] { return std::move(plan); });
+    searched_[op] = shared_plan(plan_key(Op(op), h, plan.engine, rules.sm_target), [&] { return std::move(plan); });
   }
   return a;
 }
 
-std::string ConvGraph::plan_key(Op op, cudnnHandle_t h, const std::string& engine) const {
+std::string ConvGraph::plan_key(Op op, cudnnHandle_t h, const std::string& engine, int sm_target) const {
   return g_.key() + "/" + dtype_name(t_) + "/" + layout_name(layout_) + "/" + op_name(op) + "/" +
-         (fma_only() ? "fma" : "any") + "/" + engine + "/" + std::to_string(reinterpret_cast<uintptr_t>(h));
+         (fma_only() ? "fma" : "any") + "/" + engine + "/sms" + std::to_string(sm_target) + "/" +
+         std::to_string(reinterpret_cast<uintptr_t>(h));
 }
 
-bool ConvGraph::use(cudnnHandle_t h, const ConvAlgos& a) {
+bool ConvGraph::use(cudnnHandle_t h, const ConvAlgos& a, const ConvPolicy& p) {
   const auto searched = std::exchange(searched_, {});  // kept alive while the plans are looked up
   // Deterministic runs keep no cache (autotune-cache.txt is not written under --deterministic), so
-  // a choice handed here met the rules it was made under.
-  const PlanRules rules = rules_of(ConvPolicy{}, fma_only(), false);
+  // a choice handed here met the rules it was made under; only p's SM target still matters (a plan
+  // under one is found among its heuristics' configurations, not replayed).
+  const ConvPolicy target{.wgrad_sm_target = p.wgrad_sm_target};
   std::array<std::shared_ptr<const PlannedGraph>, kOps> plans;
   ConvAlgos chosen = a;
   for (int op = 0; op < kOps; ++op) {
     AlgoChoice& c = chosen[op];
-    plans[op] = shared_plan(plan_key(Op(op), h, c.algo),
+    const PlanRules rules = rules_of(target, Op(op), fma_only(), false);
+    plans[op] = shared_plan(plan_key(Op(op), h, c.algo, rules.sm_target),
                             [&] { return plan_engine(direction_recipe(Op(op), g_, t_, layout_), h, rules, c.algo); });
     if (!plans[op]) return false;  // a stale choice: the caller searches again
     c.workspace = plans[op]->workspace;

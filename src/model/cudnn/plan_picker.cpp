@@ -37,11 +37,13 @@ namespace {
 
 constexpr int kTimedRuns = 3;
 
-// The graph of `recipe`, validated and lowered to cuDNN's operation graph; null with `why` where
-// cuDNN refuses it.
-std::shared_ptr<fe::graph::Graph> operation_graph(const GraphRecipe& recipe, cudnnHandle_t h, std::string& why) {
+// The graph of `recipe`, validated and lowered to cuDNN's operation graph, its heuristics to target
+// `sm_target` SMs where that is set; null with `why` where cuDNN refuses it.
+std::shared_ptr<fe::graph::Graph> operation_graph(const GraphRecipe& recipe, cudnnHandle_t h, int sm_target,
+                                                  std::string& why) {
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_compute_data_type(fe::DataType_t::FLOAT);
+  if (sm_target > 0) g->set_sm_count(sm_target);
   recipe(*g);
   fe::error_t st = g->validate();
   if (st.is_good()) st = g->build_operation_graph(h);
@@ -115,11 +117,12 @@ bool parse_engine(const std::string& tag, int64_t& id, std::unordered_map<fe::Kn
 
 // Adds the configuration `engine` names to g's list; its index, or -1 where cuDNN offers none by
 // that tag. Replayed from its engine and knobs where it can be (no heuristics query), else found
-// among the configurations of the heuristics' modes A, B and the fallback list.
-int64_t add_engine(fe::graph::Graph& g, const std::string& engine) {
+// among the configurations of the heuristics' modes A, B and the fallback list. Never replayed under
+// an SM target: the frontend builds a replayed engine without it, where the heuristics' carry it.
+int64_t add_engine(fe::graph::Graph& g, const std::string& engine, bool replay) {
   int64_t id = -1;
   std::unordered_map<fe::KnobType_t, int64_t> knobs;
-  if (parse_engine(engine, id, knobs) && g.create_execution_plan(id, knobs).is_good() &&
+  if (replay && parse_engine(engine, id, knobs) && g.create_execution_plan(id, knobs).is_good() &&
       g.get_execution_plan_count() == 1 && engine_at(g, 0) == engine)
     return 0;
   for (fe::HeurMode_t mode : {fe::HeurMode_t::A, fe::HeurMode_t::B, fe::HeurMode_t::FALLBACK}) {
@@ -144,7 +147,7 @@ PlannedGraph built_plan(std::shared_ptr<fe::graph::Graph> g, int64_t i) {
 PlannedGraph pick_plan(const GraphRecipe& recipe, cudnnHandle_t h, const PlanRules& rules,
                        const ScratchPointers& scratch) {
   std::string why;
-  std::shared_ptr<fe::graph::Graph> g = operation_graph(recipe, h, why);
+  std::shared_ptr<fe::graph::Graph> g = operation_graph(recipe, h, rules.sm_target, why);
   if (!g) return {.why = why};
   // Mode B ranks engines otherwise than A, and the fastest was in B's list for 42 of ResNet-50's 69
   // conv directions (H100, cuDNN 9.14); asked only when measuring (its query costs host time).
@@ -179,9 +182,9 @@ PlannedGraph pick_plan(const GraphRecipe& recipe, cudnnHandle_t h, const PlanRul
 PlannedGraph plan_engine(const GraphRecipe& recipe, cudnnHandle_t h, const PlanRules& rules, const std::string& engine) {
   if (engine.rfind("eng", 0) != 0) return {.why = "'" + engine + "' names no engine"};
   std::string why;
-  std::shared_ptr<fe::graph::Graph> g = operation_graph(recipe, h, why);
+  std::shared_ptr<fe::graph::Graph> g = operation_graph(recipe, h, rules.sm_target, why);
   if (!g) return {.why = why};
-  const int64_t i = add_engine(*g, engine);
+  const int64_t i = add_engine(*g, engine, rules.sm_target <= 0);
   if (i < 0) return {.why = "engine " + engine + " is not offered for it"};
   apply_rules(*g, rules);
   if (!rules.runtime_compiled && runtime_compiled(*g, i)) return {.why = "engine " + engine + " is compiled at run time"};

@@ -64,6 +64,9 @@ struct PlanRules {
   // strayed 2.1% from the fp32 logits where the list's first, compiled one strayed 0.13%.
   bool runtime_compiled = false;
   size_t workspace_limit = size_t(1) << 30;
+  // cuDNN's SM-count target for its heuristics (0: the device's): the configurations it offers are
+  // sized to leave the other SMs free (the weight gradients' lane; ConvPolicy::wgrad_sm_target).
+  int sm_target = 0;
 };
 
 // A graph's tensors and operations, added to a fresh graph (the picker builds a graph more than once).
