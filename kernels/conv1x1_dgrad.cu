@@ -47,12 +47,15 @@ void launch_dgrad(const void* dy, const void* w, int m, int k, int c, const type
   launch<K>(dgrad_params<K>(dy, w, m, k, c, epilogue), stream);
 }
 
-void launch_dgrad_wgrad(const Conv1x1DgradBn& a, cudaStream_t stream) {
-  using D = trainer_kernels::DgradWgrad<kDwKTiles>;
-  static const bool agree = trainer_kernels::dgrad_wgrad_layouts_agree<kDwKTiles>();
-  if (!agree) throw Fatal("conv1x1_dgrad_bn: dy's stage read MN-major is not the stage CUTLASS writes");
-  const auto p = dgrad_params<D::K>(a.dy, a.w, a.m, a.k, a.c, inner_grad_params<trainer_kernels::InnerGradEpilogue>(a));
-  launch_with<D::K, trainer_kernels::resident_dgrad_wgrad<kDwKTiles>>(p, stream, a.dw_partials);
+// dx = dy w with Epilogue, and dw's parts, by the kernel that takes both from the same stages of dy.
+template <class Epilogue>
+void launch_dgrad_wgrad(const void* dy, const void* w, int m, int k, int c, const typename Epilogue::Params& e,
+                        float* dw_partials, cudaStream_t stream) {
+  using D = trainer_kernels::DgradWgrad<kDwKTiles, Epilogue>;
+  static const bool agree = trainer_kernels::dgrad_wgrad_layouts_agree<kDwKTiles, Epilogue>();
+  if (!agree) throw Fatal("conv1x1 dgrad + wgrad: dy's stage read MN-major is not the stage CUTLASS writes");
+  const auto p = dgrad_params<typename D::K>(dy, w, m, k, c, e);
+  launch_with<typename D::K, trainer_kernels::resident_dgrad_wgrad<kDwKTiles, Epilogue>>(p, stream, dw_partials);
 }
 #endif
 
@@ -146,9 +149,23 @@ void conv1x1_dgrad_bn(const Conv1x1DgradBn& a, cudaStream_t stream) {
 #if defined(CONV1X1_WITH_CUTLASS)
   using E = trainer_kernels::InnerGradEpilogue;
   if (a.dw_partials)
-    launch_dgrad_wgrad(a, stream);
+    launch_dgrad_wgrad<E>(a.dy, a.w, a.m, a.k, a.c, inner_grad_params<E>(a), a.dw_partials, stream);
   else
     launch_dgrad<E>(a.dy, a.w, a.m, a.k, a.c, inner_grad_params<E>(a), stream);
+#else
+  (void)stream;
+#endif
+}
+
+void conv1x1_dgrad_dw(const Conv1x1DgradDw& a, cudaStream_t stream) {
+  if (const std::string why = conv1x1_dgrad_bn_dw_refusal(a.m, a.k, a.c); !why.empty())
+    throw Fatal("conv1x1_dgrad_dw: " + why);
+  if (!a.dy || !a.w || !a.dx || !a.x || !a.dw_partials)
+    throw Fatal("conv1x1_dgrad_dw: a tensor it reads or writes is missing");
+#if defined(CONV1X1_WITH_CUTLASS)
+  using E = trainer_kernels::PlainGradEpilogue;
+  const E::Params e{.dx = static_cast<cutlass::half_t*>(a.dx), .x = static_cast<const __half*>(a.x)};
+  launch_dgrad_wgrad<E>(a.dy, a.w, a.m, a.k, a.c, e, a.dw_partials, stream);
 #else
   (void)stream;
 #endif

@@ -61,6 +61,24 @@ void conv1x1_dgrad_bn(const Conv1x1DgradBn& a, cudaStream_t stream);
 // why not; and the bytes of its parts.
 std::string conv1x1_dgrad_bn_dw_refusal(int m, int k, int c);
 size_t conv1x1_dw_partials_bytes(int m, int k, int c);
+
+// A 1x1 stride-1 conv's data gradient as it is (no BN backward: its input is no BN's output to take
+// backward here) with its weight gradient from the same loads of dy, dw[k][c] = sum over m of
+// dy[m, k] x[m, c], x the conv's stored input: layer1.0's projection shortcut, whose input is the
+// stem's output. The same kernel as above with a plain epilogue; its shapes are
+// conv1x1_dgrad_bn_dw_refusal()'s and its parts conv1x1_dw_partials_bytes()' and
+// conv1x1_dgrad_bn_rows()' (conv1x1_dw_from_partials adds them into dw).
+struct Conv1x1DgradDw {
+  const void* dy;      // fp16 [m, k]: the conv's output gradient
+  const void* w;       // fp16 [k, c]: its KRSC filter
+  void* dx;            // fp16 [m, c]: out
+  const void* x;       // fp16 [m, c]: the conv's input
+  float* dw_partials;  // out: the CTAs' parts of dw
+  int m, k, c;
+};
+// dx and dw's parts on `stream`. A refused shape, a missing tensor or a CUDA error throws (Fatal).
+void conv1x1_dgrad_dw(const Conv1x1DgradDw& a, cudaStream_t stream);
+
 // dw (fp16 [k][c], the 1x1 conv's KRSC filter gradient) = the sum of the kernel's `rows` parts, in a
 // fixed order, on `stream`.
 void conv1x1_dw_from_partials(const float* partials, int rows, int k, int c, void* dw, cudaStream_t stream);

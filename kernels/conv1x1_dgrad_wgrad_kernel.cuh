@@ -16,6 +16,10 @@
 // of dw in fp32, a row of [k][c] for each CTA of its column, which conv1x1_dw_from_partials adds up.
 // x beside each tile is loaded a tile ahead (two buffers), since y must be in shared memory before
 // the tile's first wgmma; KTiles (k / 64) is fixed so that the accumulators stay in registers.
+//
+// The same kernel with PlainGradEpilogue writes dx as it is and takes y = x as stored: a conv whose
+// input is no BN's to take backward here, layer1.0's projection shortcut, whose input is the stem's
+// output (its BN backward is conv1's join kernel's, kernels/conv1x1_dgrad_join.h).
 #pragma once
 
 #include "kernels/conv1x1_stats_kernel.cuh"
@@ -25,9 +29,55 @@ namespace trainer_kernels {
 // y's tile (64 channels by 128 rows, MN-major) and the second buffer of x beside the tile.
 constexpr int kDwExtraBytes = 2 * 128 * 64 * 2;
 
-template <int KTiles>
+// dx written as the GEMM gives it, x (the conv's stored input) loaded beside each tile for dw.
+struct PlainGradEpilogue {
+  static constexpr int kSums = 1;  // none: ResidentConv sizes its (unused) statistics by this
+  static constexpr bool kFinalizes = false;
+  static constexpr int kSideTensors = 1;  // x
+  using LayoutB = cutlass::layout::RowMajor;
+  struct Params {
+    cutlass::half_t* dx;  // [m, n]: out
+    const __half* x;      // [m, n]: the conv's input
+  };
+
+  template <class K>
+  struct Run {
+    static constexpr int kChunks = K::kTileN / 8;  // 8 channels, 16 bytes, a chunk
+    static constexpr int kPerThread = K::kTileM * kChunks / K::kTileThreads;
+    static_assert(K::kTileThreads % kChunks == 0, "a thread's chunks must stay in one column");
+    using Side = __half (*)[K::kSideRows][K::kTileN];
+    const Params& p;
+    int col = 0;  // the thread's first column in the tile
+    __device__ explicit Run(const Params& params) : p(params) {}
+    __device__ void begin(int tt, int) { col = tt % kChunks * 8; }
+    __device__ void values(int, float, float) {}
+    __device__ __half2 input_of(__half2 x, int) const { return x; }
+    // The thread's chunks of x beside the tile (as BnGradEpilogue's load: cp.async, read back by
+    // the thread that copied them).
+    __device__ void load(Side side, int64_t row0, int n0, int n, int tt) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kPerThread; ++i) {
+        const int row = (tt + i * K::kTileThreads) / kChunks;
+        const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(&side[0][row][col]));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(p.x + (row0 + row) * n + n0 + col)
+                     : "memory");
+      }
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
+    }
+    // The staged tile out in whole rows of 16-byte chunks.
+    __device__ void rows(const __half (*staged)[K::kRowPitch], Side, int64_t row0, int n0, int n, int tt) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kPerThread; ++i) {
+        const int row = (tt + i * K::kTileThreads) / kChunks;
+        *reinterpret_cast<uint4*>(p.dx + (row0 + row) * n + n0 + col) = *reinterpret_cast<const uint4*>(&staged[row][col]);
+      }
+    }
+  };
+};
+
+template <int KTiles, class Epilogue = InnerGradEpilogue>
 struct DgradWgrad {
-  using K = ResidentConv<128, 64, Operand::Stored, false, InnerGradEpilogue, kDwExtraBytes>;
+  using K = ResidentConv<128, 64, Operand::Stored, false, Epilogue, kDwExtraBytes>;
   static_assert(KTiles % 2 == 0, "the two warpgroups take dw's k-tiles by turns");
   static constexpr int kSlots = KTiles / 2;  // dw's k-tiles a warpgroup
   using Half = cutlass::half_t;
@@ -46,9 +96,9 @@ struct DgradWgrad {
 
 // Host and device: whether dy's stage read MN-major for dw is the same bytes as the stage CUTLASS's
 // mainloop writes K-major for dx (the launcher checks it once, before the first launch).
-template <int KTiles>
+template <int KTiles, class Epilogue>
 CUTE_HOST_DEVICE bool dgrad_wgrad_layouts_agree() {
-  using D = DgradWgrad<KTiles>;
+  using D = DgradWgrad<KTiles, Epilogue>;
   const auto k_major = typename D::Mainloop::SmemLayoutA{};
   const auto mn_major = typename D::SmemLayoutDyT{};
   for (int s = 0; s < D::kStages; ++s)
@@ -58,11 +108,11 @@ CUTE_HOST_DEVICE bool dgrad_wgrad_layouts_agree() {
   return true;
 }
 
-template <int KTiles>
+template <int KTiles, class Epilogue>
 __global__ void __launch_bounds__(384, 1)
-    resident_dgrad_wgrad(const __grid_constant__ typename DgradWgrad<KTiles>::K::Params p, float* dw_partials) {
+    resident_dgrad_wgrad(const __grid_constant__ typename DgradWgrad<KTiles, Epilogue>::K::Params p, float* dw_partials) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
-  using D = DgradWgrad<KTiles>;
+  using D = DgradWgrad<KTiles, Epilogue>;
   using K = typename D::K;
   extern __shared__ char smem_raw[];
   auto& ss = *reinterpret_cast<typename K::SharedStorage*>(smem_raw);
@@ -120,7 +170,8 @@ __global__ void __launch_bounds__(384, 1)
   int turn = 0;
   for (int mt = first; mt < p.m_tiles; mt += p.ctas_per_column, turn ^= 1) {
     const typename D::Side side = turn ? side1 : side0;
-    // y = relu(fp16 x * scale + shift) of the thread's chunks of x (those it loaded), into y's tile.
+    // y of the thread's chunks of x (those it loaded), into y's tile: relu(fp16 x * scale + shift),
+    // or x itself (PlainGradEpilogue).
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < Run::kPerThread; ++i) {
@@ -128,7 +179,7 @@ __global__ void __launch_bounds__(384, 1)
       uint4 v = *reinterpret_cast<const uint4*>(&side[0][row][epilogue.col]);
       __half2* h = reinterpret_cast<__half2*>(&v);
       CUTLASS_PRAGMA_UNROLL
-      for (int j2 = 0; j2 < 4; ++j2) h[j2] = __hfma2_relu(h[j2], epilogue.scale[j2], epilogue.shift[j2]);
+      for (int j2 = 0; j2 < 4; ++j2) h[j2] = epilogue.input_of(h[j2], j2);
       *reinterpret_cast<uint4*>(&sY(epilogue.col, row)) = v;
     }
     cutlass::arch::fence_view_async_shared();  // y, written by threads, read by wgmma
@@ -175,8 +226,10 @@ __global__ void __launch_bounds__(384, 1)
     pipeline.consumer_release(release);
     write_tile<K>(accum, cC, ss.staged[0], side, epilogue, int64_t(mt) * TileM, n0, p.n, t, 0);
   }
-  epilogue.finish(t, ss.stats, slot_column, first, p.ctas_per_column, n0, p.n);
-  if (epilogue.arrivals()) finalize_column<K>(t, ss, epilogue, column, p.ctas_per_column, n0, p.n, double(p.m));
+  if constexpr (!std::is_same_v<Epilogue, PlainGradEpilogue>) {  // the BN backward's sums (and finalize)
+    epilogue.finish(t, ss.stats, slot_column, first, p.ctas_per_column, n0, p.n);
+    if (epilogue.arrivals()) finalize_column<K>(t, ss, epilogue, column, p.ctas_per_column, n0, p.n, double(p.m));
+  }
 
   // The CTA's part of dw: row `first` of [ctas_per_column][k][n], its column's channels.
   Tensor cD = dw_thread.partition_C(make_identity_tensor(Shape<_64, _64>{}));

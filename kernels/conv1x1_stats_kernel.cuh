@@ -225,6 +225,9 @@ struct BnGradEpilogue {
         }
     }
     __device__ void values(int, float, float) {}
+    // Inner: what the forward's prologue multiplied, relu(fp16 x * scale + shift), for a pair of the
+    // thread's channels (j2 of its 4): the weight gradient's input (kernels/conv1x1_dgrad_wgrad_kernel.cuh).
+    __device__ __half2 input_of(__half2 x, int j2) const { return __hfma2_relu(x, scale[j2], shift[j2]); }
     // A thread's chunks of the tile (kPerThread rows, the same 8 columns) of what it reads beside
     // dx, copied to shared memory (cp.async) and the bits to registers before the tile's mainloop,
     // so that they arrive while it multiplies: loaded after it, a chunk at a time (each a round

@@ -25,7 +25,7 @@ enum class FusedPattern {
   OwnConv3x3,                                        // training, layer1's 3x3 conv + statistics (ours: kernels/conv3x3.h)
   OwnDgrad3x3,                                       // training, layer1's 3x3 dgrad + ReLU + BN backward sums (ours: kernels/conv3x3.h)
   LaneGemmWgrad,                                     // training, one GPU, the lane's 1x1 weight gradients as cuBLASLt GEMMs on half the SMs
-  OwnDgradWgrad,                                     // training, layer1's conv3 weight gradient in its dgrad (ours: kernels/conv1x1_dgrad_bn.h)
+  OwnDgradWgrad,                                     // training, layer1's conv3 and shortcut weight gradients in their dgrad (ours: kernels/conv1x1_dgrad_bn.h)
   LaneCudnnSms,                                      // training, one GPU, the lane's cuDNN weight gradients planned for 3/4 of the SMs
   ConvBn, ConvBnRelu, ConvBnAddRelu,                 // inference (cuDNN)
   GemmBn, GemmBnRelu, GemmBnAddRelu                  // inference, 1x1 convs (cuBLASLt)
@@ -108,6 +108,7 @@ struct FusionReport {
   int lane_gemm_wgrads = 0;        // 1x1 convs whose weight gradient runs as a cuBLASLt GEMM (LaneGemmWgrad)
   int lane_gemm_sms = 0;           // the SM count those GEMMs were planned for
   int own_dgrad_wgrad = 0;         // conv3s whose data gradient kernel takes their weight gradient too (OwnDgradWgrad)
+  int own_shortcut_dgrad_wgrad = 0;  // stride-1 projection shortcuts whose data gradient kernel does so (OwnDgradWgrad)
   int lane_cudnn_sms = 0;          // the SM count the lane's cuDNN weight gradients were planned for (LaneCudnnSms); 0: all
   int half_coefficients = 0;  // fused patterns whose engines take the BN scale/bias in fp16
   bool off_for_determinism = false;  // --deterministic: nothing tried (see fusion_report_lines)

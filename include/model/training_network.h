@@ -120,11 +120,13 @@ class TrainingNetwork : public Network {
                       bool own_dgrad, const void* turned = nullptr, float* dw_parts = nullptr);
   // A conv's plain backward: dw (beside, on the lane) and dx = dgrad(dy); with `joined`, the data
   // gradient by our kernel that writes the previous block's dz instead (kernels/conv1x1_dgrad_join.h);
-  // with `dgrad`, that conv's data gradient instead of c's (BlockRun::down_compact).
+  // with `dgrad`, that conv's data gradient instead of c's (BlockRun::down_compact); with `dw_parts`,
+  // both by our kernel from the same loads of dy, dw added up from its parts on the lane
+  // (kernels/conv1x1_dgrad_bn.h, Conv1x1DgradDw: BlockRun::down_dw_parts).
   // lane_joined_later: the caller joins the lane and reports the weight's gradient ready itself.
   void conv_backward(const struct ConvUnit& c, const void* x, const void* dy, void* dx,
                      const struct Conv1x1DgradJoin* joined = nullptr, bool lane_joined_later = false,
-                     const ConvLayer* dgrad = nullptr);
+                     const ConvLayer* dgrad = nullptr, float* dw_parts = nullptr);
   // The join, out = relu(bn3(a3) + shortcut), the shortcut bn_down(ad) or the block's input `in`, as
   // bn_apply's arguments (training: with its ReLU bits): run as a pass of its own, or by the next
   // block's conv1 as it reads a3 and the shortcut (BlockRun::c1_applies_join).

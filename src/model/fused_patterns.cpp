@@ -45,7 +45,7 @@ constexpr PatternNames kPatterns[] = {
      "own-dgrad3x3"},
     {FusedPattern::LaneGemmWgrad, "the weight gradients' stream's 1x1 convs as cuBLASLt GEMMs sized for half the SMs",
      "lane-gemm-wgrad"},
-    {FusedPattern::OwnDgradWgrad, "conv3's weight gradient taken by its data gradient kernel of ours from the same loads",
+    {FusedPattern::OwnDgradWgrad, "a 1x1 conv's weight gradient taken by its data gradient kernel of ours from the same loads (layer1's conv3s and projection shortcut)",
      "own-dgrad-wgrad"},
     {FusedPattern::LaneCudnnSms, "the weight gradients' stream's cuDNN convs planned for three quarters of the SMs",
      "lane-cudnn-sms"},
@@ -219,6 +219,11 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
                     " conv3s the data gradient's kernel takes the weight gradient too from the same loads of dy, with "
                     "relu(bn2(x)) made from the x it reads anyway (kernels/conv1x1_dgrad_bn.h), in place of the weight "
                     "gradient's GEMM and the BN pass that recomputes its input (--no-fuse own-dgrad-wgrad: not)");
+  if (r.own_shortcut_dgrad_wgrad)
+    lines.push_back("  and for " + std::to_string(r.own_shortcut_dgrad_wgrad) +
+                    " projection shortcut the data gradient's kernel takes the weight gradient too from the same loads "
+                    "of dy, with its stored input (kernels/conv1x1_dgrad_bn.h), in place of cuDNN's data gradient and "
+                    "the weight gradient's GEMM (--no-fuse own-dgrad-wgrad: not)");
   if (r.lane_cudnn_sms)
     lines.push_back("  and the weight gradients cuDNN runs beside the chain (3x3 convs, stride-2 shortcuts) are planned "
                     "for " + std::to_string(r.lane_cudnn_sms) + " SMs, in place of plans that hold every SM (one GPU; "

@@ -73,6 +73,11 @@ struct TrainingNetwork::BlockRun {
   // waits for the lane's sum.
   DeviceBuffer dw_parts;
   bool c3_dgrad_dw() const { return dw_parts.get() != nullptr; }
+  // The same for a stride-1 1x1 projection shortcut (layer1.0's, whose input is the stem's output):
+  // its data gradient, written as it is, and its weight gradient from x as stored, by one kernel
+  // (Conv1x1DgradDw), where down_dw_parts is allocated.
+  DeviceBuffer down_dw_parts;
+  bool down_dgrad_dw() const { return down_dw_parts.get() != nullptr; }
   // Layer1's 3x3 conv2 by our kernel (kernels/conv3x3.h): training's forward with its statistics,
   // where conv2 reads y1 stored (Inner::reads_stored: OwnConv3x3), and the data gradient with bn1's
   // ReLU and backward sums (OwnDgrad3x3), by conv2's filter turned into c2_turned in each training
@@ -481,6 +486,16 @@ void TrainingNetwork::plan_own_convs() {
       r.y2 = DeviceBuffer();  // relu(bn2(a2)) is made in the data gradient, stored nowhere
     }
     fusion_report_.own_dgrad_wgrad += r.c3_dgrad_dw();
+    // The shortcut's dy is otherwise read twice, by cuDNN's data gradient and the lane's GEMM (134 MB
+    // at layer1 at batch 256); its input, the stem's output, is always stored. -0.41% a step at batch
+    // 256, -0.17% at 128 (H200, 2026-11-30, bench/results/levers-session35-nvidia-h200-2026-11-30.md).
+    if (b.down && dgrad_dws) {
+      const ConvGeometry& gd = b.down->geometry();
+      const int md = gd.n * gd.h * gd.w;
+      if (gd.r == 1 && gd.stride == 1 && gd.pad == 0 && conv1x1_dgrad_bn_dw_refusal(md, gd.k, gd.c).empty())
+        r.down_dw_parts = DeviceBuffer(conv1x1_dw_partials_bytes(md, gd.k, gd.c), "parts of a shortcut's weight gradient");
+    }
+    fusion_report_.own_shortcut_dgrad_wgrad += r.down_dgrad_dw();
     // Layer1's 3x3 conv2: the forward where it reads y1 stored (our kernel has no BN prologue), the
     // data gradient where bn1 has its fp16 coefficients (allocate: conv2_dgrad_may_be_own).
     if (!conv3x3_takes(b)) continue;
@@ -697,9 +712,11 @@ size_t TrainingNetwork::plan_lane_gemms() {
   if (!lane_shares_sms(cfg_) || (cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::LaneGemmWgrad))) return 0;
   const int sms = lane_gemm_sm_target();
   std::map<std::string, std::shared_ptr<const GemmWgrad>> by_shape;  // refused ones too: planned once
-  std::set<int> in_dgrad;  // weights whose gradient conv3's data gradient takes (BlockRun::c3_dgrad_dw)
-  for (size_t i = 0; i < runs_.size(); ++i)
+  std::set<int> in_dgrad;  // weights whose gradient their data gradient takes (BlockRun::c3_dgrad_dw, down_dgrad_dw)
+  for (size_t i = 0; i < runs_.size(); ++i) {
     if (runs_[i].c3_dgrad_dw()) in_dgrad.insert(layers_->blocks[i].c3.weight);
+    if (runs_[i].down_dgrad_dw()) in_dgrad.insert(layers_->blocks[i].down->weight);
+  }
   size_t ws = 0;
   for (ConvUnit* u : layers_->convs()) {
     const ConvGeometry& g = u->geometry();
@@ -844,7 +861,9 @@ void TrainingNetwork::block_backward(size_t i) {
   // The shortcut's part of the input's gradient: in g[0], or compact in g[2] (down_compact: g[2] is
   // free once join_backward has read it, and this block's conv1 joins, writing g[0]).
   const bool compact = bool(r.down_compact);
-  if (b.down) conv_backward(*b.down, in, grads.shortcut, compact ? g2 : g0, nullptr, false, r.down_compact.get());
+  if (b.down)
+    conv_backward(*b.down, in, grads.shortcut, compact ? g2 : g0, nullptr, false, r.down_compact.get(),
+                  r.down_dw_parts.as<float>());
   inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, r.c3.recomputes_input(), r.a2.get(), b.b2, r.y2.get(), b.mid2, grads.a3,
                  grads.mid2, r.c3_dgrad_own, nullptr, r.dw_parts.as<float>());
   inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, r.c2.recomputes_input(), r.a1.get(), b.b1, r.y1.get(), b.mid1, grads.mid2,
@@ -929,15 +948,28 @@ void TrainingNetwork::join_backward(const Block& b, BlockRun& r, const void* dy2
 }
 
 void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void* dy, void* dx,
-                                    const Conv1x1DgradJoin* joined, bool lane_joined_later, const ConvLayer* dgrad) {
-  wgrad_beside([&](cudaStream_t s, void* ws, size_t wsb) { weight_grad(c, x, dy, s, ws, wsb); });
-  lane_read(dy);
+                                    const Conv1x1DgradJoin* joined, bool lane_joined_later, const ConvLayer* dgrad,
+                                    float* dw_parts) {
+  if (!dw_parts) {
+    wgrad_beside([&](cudaStream_t s, void* ws, size_t wsb) { weight_grad(c, x, dy, s, ws, wsb); });
+    lane_read(dy);
+  }
   const ConvLayer& data_grad = dgrad ? *dgrad : *c.conv;
   before_write(joined ? joined->dz : dx);  // g[0] or g[2] today, which the lane never reads: no wait
-  if (joined)
+  if (joined) {
     conv1x1_dgrad_join(*joined, ctx_.stream);
-  else
+  } else if (dw_parts) {  // dw's parts beside dx; their sum on the lane, which reads nothing else
+    const ConvGeometry& g = c.geometry();
+    const int m = g.n * g.h * g.w;
+    conv1x1_dgrad_dw({.dy = dy, .w = params_.working(c.weight), .dx = dx, .x = x, .dw_partials = dw_parts, .m = m,
+                      .k = g.k, .c = g.c},
+                     ctx_.stream);
+    wgrad_beside([&](cudaStream_t lane, void*, size_t) {
+      conv1x1_dw_from_partials(dw_parts, conv1x1_dgrad_bn_rows(m, g.c), g.k, g.c, params_.weight_grad(c.weight), lane);
+    });
+  } else {
     data_grad.backward_data(ctx_.cudnn, dy, params_.working(c.weight), dx, workspace_.get(), workspace_.bytes());
+  }
   if (!lane_joined_later) conv_done(c.weight);
 }
 

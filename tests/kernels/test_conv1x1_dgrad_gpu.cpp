@@ -265,6 +265,51 @@ TEST(Conv1x1DgradBn, TheWeightGradientBesideMatchesTheReference) {
   check_against_reference({128 * 70, 256, 128, false, Kind::Inner, 0, 0, true});
 }
 
+// The plain variant (Conv1x1DgradDw: layer1.0's projection shortcut, 256 -> 64 backward): dx as the
+// GEMM gives it, no ReLU and no sums, and dw = dy^T x from x as stored. 300 rows of tiles (a CTA walks
+// 2-3), then two columns.
+void check_plain_against_reference(const Case& t) {
+  SKIP_UNLESS_RUNS(conv1x1_dgrad_bn_dw_refusal, t.m, t.k, t.c);
+  auto rng = gpu_test::test_rng();
+  const Inputs in(t, rng);
+  const int rows = conv1x1_dgrad_bn_rows(t.m, t.c);
+  DeviceTensor dx(size_t(t.m) * t.c, DType::F16, "dx"), parts(conv1x1_dw_partials_bytes(t.m, t.k, t.c) / 4, DType::F32, "dw parts"),
+      dw(size_t(t.k) * t.c, DType::F16, "dw");
+  dx.poison();
+  parts.poison();
+  dw.poison();
+  conv1x1_dgrad_dw({.dy = in.dy_d.get(), .w = in.w_d.get(), .dx = dx.get(), .x = in.x_d.get(), .dw_partials = parts.f32(),
+                    .m = t.m, .k = t.k, .c = t.c},
+                   ctx().stream);
+  conv1x1_dw_from_partials(parts.f32(), rows, t.k, t.c, dw.get(), ctx().stream);
+  CUDA_CHECK(cudaStreamSynchronize(ctx().stream));
+  EXPECT_CLOSE(dx.download(), in.dx(t), gpu_test::kTolF16) << "dx";
+  // dw = dy^T x in double, rounded to fp16 as a weight gradient is stored.
+  Vec want(size_t(t.k) * t.c, 0.0);
+  for (int i = 0; i < t.m; ++i)
+    for (int o = 0; o < t.k; ++o) {
+      const double d = in.dy[size_t(i) * t.k + o];
+      for (int j = 0; j < t.c; ++j) want[size_t(o) * t.c + j] += d * in.x[size_t(i) * t.c + j];
+    }
+  EXPECT_CLOSE(dw.download(), quantize(DType::F16, want), gpu_test::kTolF16) << "dw";
+}
+
+TEST(Conv1x1DgradDw, TheDataAndWeightGradientsMatchTheReference) {
+  check_plain_against_reference({128 * 300, 256, 64, false});
+  check_plain_against_reference({128 * 70, 256, 128, false});
+}
+
+TEST(Conv1x1DgradDw, OtherChannelsAndMissingTensorsAreRefused) {
+  SKIP_UNLESS_RUNS(conv1x1_dgrad_bn_refusal, 128, 512, 64);
+  DeviceTensor any(128 * 512, DType::F32);  // stands for every tensor: nothing runs
+  Conv1x1DgradDw a{.dy = any.get(), .w = any.get(), .dx = any.get(), .x = any.get(), .dw_partials = any.f32(),
+                   .m = 128, .k = 512, .c = 64};
+  expect_refused([&] { conv1x1_dgrad_dw(a, ctx().stream); }, "only at 256 output channels");
+  a.k = 256;
+  a.x = nullptr;
+  expect_refused([&] { conv1x1_dgrad_dw(a, ctx().stream); }, "missing");
+}
+
 // The weight gradient is taken only at the k it holds in registers; elsewhere a clear refusal.
 TEST(Conv1x1DgradBn, TheWeightGradientAtOtherChannelsIsRefused) {
   SKIP_UNLESS_RUNS(conv1x1_dgrad_bn_refusal, 128, 512, 64);

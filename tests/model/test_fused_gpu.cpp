@@ -584,7 +584,7 @@ TEST(FusedNetworkGpu, TheLanes1x1WeightGradientsRunAsGemmsOnHalfTheSms) {
   AutotuneCache cache("", "lane GEMM weight gradients test");
   const unsigned defaults = default_unfused_patterns(true);
   const FusionReport on = training_fusion_report(ctx, cache, defaults, true);
-  EXPECT_EQ(on.lane_gemm_wgrads, 33 - on.own_dgrad_wgrad);
+  EXPECT_EQ(on.lane_gemm_wgrads, 33 - on.own_dgrad_wgrad - on.own_shortcut_dgrad_wgrad);
   const unsigned in_dgrad = fused_pattern_bit(FusedPattern::OwnDgradWgrad);
   EXPECT_EQ(training_fusion_report(ctx, cache, defaults | in_dgrad, true).lane_gemm_wgrads, 33);
   EXPECT_EQ(on.lane_gemm_sms, lane_gemm_sm_target());
@@ -825,7 +825,8 @@ TEST(FusionReport, SaysForHowManySmsTheLanesCudnnPlansWereMade) {
 }
 
 // Layer1's conv3s take their weight gradient in their data gradient (kernels/conv1x1_dgrad_bn.h)
-// where bin/train runs them: our kernels, the forward applying bn2 in its prologue; not switched off.
+// where bin/train runs them: our kernels, the forward applying bn2 in its prologue; and layer1.0's
+// stride-1 projection shortcut; not switched off.
 TEST(FusedNetworkGpu, Layer1sConv3sTakeTheirWeightGradientInTheirDataGradient) {
   SKIP_WITHOUT_GPU("the fused training network");
   GpuContext ctx;
@@ -834,8 +835,11 @@ TEST(FusedNetworkGpu, Layer1sConv3sTakeTheirWeightGradientInTheirDataGradient) {
   const FusionReport on = training_fusion_report(ctx, cache, defaults, true);
   if (on.own_dgrad == 0) GTEST_SKIP() << "our data gradient kernel runs no conv3 here";
   EXPECT_EQ(on.own_dgrad_wgrad, 3);
+  EXPECT_EQ(on.own_shortcut_dgrad_wgrad, 1);
   const unsigned off = fused_pattern_bit(FusedPattern::OwnDgradWgrad);
-  EXPECT_EQ(training_fusion_report(ctx, cache, defaults | off, true).own_dgrad_wgrad, 0) << "switched off";
+  const FusionReport without = training_fusion_report(ctx, cache, defaults | off, true);
+  EXPECT_EQ(without.own_dgrad_wgrad, 0) << "switched off";
+  EXPECT_EQ(without.own_shortcut_dgrad_wgrad, 0) << "switched off";
 }
 
 // The line for the conv3s whose data gradient takes their weight gradient, and none without them.
@@ -850,6 +854,11 @@ TEST(FusionReport, SaysWhichDataGradientsTakeTheirWeightGradient) {
   EXPECT_NE(lines[1].find("--no-fuse own-dgrad-wgrad"), std::string::npos) << lines[1];
   r.own_dgrad_wgrad = 0;
   EXPECT_EQ(fusion_report_lines(r).size(), 1u);
+  r.own_shortcut_dgrad_wgrad = 1;
+  lines = fusion_report_lines(r);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find("for 1 projection shortcut the data gradient's kernel takes the weight gradient too"),
+            std::string::npos) << lines[1];
 }
 
 TEST(FusionReport, SaysFusionIsOffUnderDeterministic) {

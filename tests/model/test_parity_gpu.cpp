@@ -275,6 +275,7 @@ class ParityNet {
   bool lagging_wgrad() const { return net_->fusion_report().lagging_wgrad; }
   int lane_gemms() const { return net_->fusion_report().lane_gemm_wgrads; }
   int dgrad_dws() const { return net_->fusion_report().own_dgrad_wgrad; }
+  int shortcut_dgrad_dws() const { return net_->fusion_report().own_shortcut_dgrad_wgrad; }
   int lane_cudnn_sms() const { return net_->fusion_report().lane_cudnn_sms; }
 
  private:
@@ -526,8 +527,9 @@ TEST(FusedParityGpu, TheLanesGemmWeightGradientsAsCudnns) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device: the PyTorch parity test needs a GPU";
   const Fixture f = load_fixture(fixture_path());
   ParityNet gemms(f, kFused);
-  // All 33 1x1 convs' but layer1's three conv3s', taken by their data gradients (own-dgrad-wgrad).
-  ASSERT_EQ(gemms.lane_gemms(), 30) << "bin/train's configuration runs the 1x1 weight gradients as GEMMs";
+  // All 33 1x1 convs' but layer1's three conv3s' and its shortcut's, taken by their data gradients
+  // (own-dgrad-wgrad).
+  ASSERT_EQ(gemms.lane_gemms(), 29) << "bin/train's configuration runs the 1x1 weight gradients as GEMMs";
   Build b = kFused;
   b.also_unfused = fused_pattern_bit(FusedPattern::LaneGemmWgrad);
   ParityNet cudnn(f, b);
@@ -553,16 +555,19 @@ TEST(FusedParityGpu, TheLanesCudnnPlansForFewerSmsAsForEverySm) {
 // Layer1's conv3 weight gradients taken by their data gradient kernel (bin/train's default) against
 // the lane's GEMM on relu(bn2(a2)) recomputed by a BN pass: the same products summed in another
 // order, from y made with fp16 coefficients there and fp32 ones on the lane, so the same gradients
-// to fp16 rounding. Over three steps, so that a gradient written to the wrong filter would show.
+// to fp16 rounding; and layer1.0's shortcut's, against cuDNN's data gradient and the lane's GEMM.
+// Over three steps, so that a gradient written to the wrong filter would show.
 TEST(FusedParityGpu, TheWeightGradientsInConv3sDataGradientAsTheLanes) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device: the PyTorch parity test needs a GPU";
   const Fixture f = load_fixture(fixture_path());
   ParityNet fused(f, kFused);
   ASSERT_EQ(fused.dgrad_dws(), 3) << "bin/train's configuration takes layer1's conv3 weight gradients so";
+  ASSERT_EQ(fused.shortcut_dgrad_dws(), 1) << "and layer1.0's shortcut's";
   Build b = kFused;
   b.also_unfused = fused_pattern_bit(FusedPattern::OwnDgradWgrad);
   ParityNet lane(f, b);
   EXPECT_EQ(lane.dgrad_dws(), 0);
+  EXPECT_EQ(lane.shortcut_dgrad_dws(), 0);
   expect_steps_as_close(fused, lane, "own-dgrad-wgrad", "the lane's");
 }
 
