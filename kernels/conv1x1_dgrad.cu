@@ -7,6 +7,7 @@
 #include "kernels/conv1x1_dgrad_join.h"
 
 #include <cstdint>
+#include <initializer_list>
 
 #include <cuda_fp16.h>
 
@@ -162,6 +163,15 @@ void conv1x1_dgrad_dw(const Conv1x1DgradDw& a, cudaStream_t stream) {
     throw Fatal("conv1x1_dgrad_dw: " + why);
   if (!a.dy || !a.w || !a.dx || !a.x || !a.dw_partials)
     throw Fatal("conv1x1_dgrad_dw: a tensor it reads or writes is missing");
+  for (const void* p : std::initializer_list<const void*>{a.dy, a.w, a.dx, a.x, a.dw_partials})
+    if (!aligned(p, 16)) throw Fatal("conv1x1_dgrad_dw: every tensor must start 16-byte aligned (TMA and 16-byte copies)");
+  const size_t dx_bytes = size_t(a.m) * a.c * 2, dy_bytes = size_t(a.m) * a.k * 2,
+               parts_bytes = conv1x1_dw_partials_bytes(a.m, a.k, a.c);
+  if (overlap(a.dx, dx_bytes, a.x, dx_bytes) || overlap(a.dx, dx_bytes, a.dy, dy_bytes))
+    throw Fatal("conv1x1_dgrad_dw: dx overlaps a tensor the kernel reads");
+  if (overlap(a.dw_partials, parts_bytes, a.x, dx_bytes) || overlap(a.dw_partials, parts_bytes, a.dy, dy_bytes) ||
+      overlap(a.dw_partials, parts_bytes, a.dx, dx_bytes))
+    throw Fatal("conv1x1_dgrad_dw: dw's parts overlap a tensor the kernel reads or writes");
 #if defined(CONV1X1_WITH_CUTLASS)
   using E = trainer_kernels::PlainGradEpilogue;
   const E::Params e{.dx = static_cast<cutlass::half_t*>(a.dx), .x = static_cast<const __half*>(a.x)};

@@ -45,6 +45,7 @@ struct PlainGradEpilogue {
     static constexpr int kChunks = K::kTileN / 8;  // 8 channels, 16 bytes, a chunk
     static constexpr int kPerThread = K::kTileM * kChunks / K::kTileThreads;
     static_assert(K::kTileThreads % kChunks == 0, "a thread's chunks must stay in one column");
+    static_assert(K::kTileM * kChunks % K::kTileThreads == 0, "every thread the same number of chunks");
     using Side = __half (*)[K::kSideRows][K::kTileN];
     const Params& p;
     int col = 0;  // the thread's first column in the tile

@@ -120,13 +120,19 @@ Network::Network(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache, bo
   logits_ = DeviceBuffer(size_t(cfg.batch) * cfg.classes * sizeof(float), "logits");
 
   AlgoChooser chooser(ctx_.cudnn, cfg_.conv, &cache);
+  // ConvPolicy::wgrad_sm_target is for the weight gradients that run beside the data gradients; the
+  // stem's runs after them, alone (TrainingNetwork::backward): planned for every SM.
+  ConvPolicy alone = cfg_.conv;
+  alone.wgrad_sm_target = 0;
+  AlgoChooser stem_chooser(ctx_.cudnn, alone, &cache);
   std::set<std::string> shapes;
   for (ConvUnit* u : layers_->convs()) {
-    chooser.configure(*u->conv);
+    (u == &layers_->stem ? stem_chooser : chooser).configure(*u->conv);
     conv_workspace_ = std::max(conv_workspace_, u->conv->workspace_bytes());
     shapes.insert(u->geometry().key());
   }
-  algo_report_ = {static_cast<int>(shapes.size()), chooser.searched(), chooser.search_seconds(), conv_workspace_, 0};
+  algo_report_ = {static_cast<int>(shapes.size()), chooser.searched() + stem_chooser.searched(),
+                  chooser.search_seconds() + stem_chooser.search_seconds(), conv_workspace_, 0};
   fusion_report_.off_for_determinism = cfg.fused_bn && !cfg.fuses();
 }
 

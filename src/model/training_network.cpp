@@ -950,6 +950,7 @@ void TrainingNetwork::join_backward(const Block& b, BlockRun& r, const void* dy2
 void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void* dy, void* dx,
                                     const Conv1x1DgradJoin* joined, bool lane_joined_later, const ConvLayer* dgrad,
                                     float* dw_parts) {
+  if (dgrad && dw_parts) throw Fatal("conv_backward: a compact data gradient cannot take the weight gradient too");
   if (!dw_parts) {
     wgrad_beside([&](cudaStream_t s, void* ws, size_t wsb) { weight_grad(c, x, dy, s, ws, wsb); });
     lane_read(dy);

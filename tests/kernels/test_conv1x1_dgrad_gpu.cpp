@@ -299,7 +299,7 @@ TEST(Conv1x1DgradDw, TheDataAndWeightGradientsMatchTheReference) {
   check_plain_against_reference({128 * 70, 256, 128, false});
 }
 
-TEST(Conv1x1DgradDw, OtherChannelsAndMissingTensorsAreRefused) {
+TEST(Conv1x1DgradDw, OtherChannelsAndMissingMisalignedOrOverlappingTensorsAreRefused) {
   SKIP_UNLESS_RUNS(conv1x1_dgrad_bn_refusal, 128, 512, 64);
   DeviceTensor any(128 * 512, DType::F32);  // stands for every tensor: nothing runs
   Conv1x1DgradDw a{.dy = any.get(), .w = any.get(), .dx = any.get(), .x = any.get(), .dw_partials = any.f32(),
@@ -308,6 +308,10 @@ TEST(Conv1x1DgradDw, OtherChannelsAndMissingTensorsAreRefused) {
   a.k = 256;
   a.x = nullptr;
   expect_refused([&] { conv1x1_dgrad_dw(a, ctx().stream); }, "missing");
+  a.x = static_cast<const char*>(any.get()) + 8;
+  expect_refused([&] { conv1x1_dgrad_dw(a, ctx().stream); }, "16-byte aligned");
+  a.x = any.get();  // dx over x
+  expect_refused([&] { conv1x1_dgrad_dw(a, ctx().stream); }, "overlaps");
 }
 
 // The weight gradient is taken only at the k it holds in registers; elsewhere a clear refusal.

@@ -599,7 +599,9 @@ TEST(FusedNetworkGpu, TheLanes1x1WeightGradientsRunAsGemmsOnHalfTheSms) {
 }
 
 // The lane's cuDNN weight gradients are planned for three quarters of the SMs where bin/train runs
-// them (as the GEMMs above); not switched off, nor without their stream, nor data-parallel.
+// them (as the GEMMs above), their choices cached under keys of their own, but the stem's, which runs
+// alone; not switched off, nor without their stream, nor data-parallel, deterministic or through
+// cuDNN's legacy calls.
 TEST(FusedNetworkGpu, TheLanesCudnnWeightGradientsArePlannedForFewerSms) {
   SKIP_WITHOUT_GPU("the fused training network");
   GpuContext ctx;
@@ -608,12 +610,30 @@ TEST(FusedNetworkGpu, TheLanesCudnnWeightGradientsArePlannedForFewerSms) {
   int device = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  EXPECT_EQ(TrainingNetwork::lane_cudnn_sm_target(), std::max(1, sms * 3 / 4));
-  EXPECT_EQ(training_fusion_report(ctx, cache, defaults, true).lane_cudnn_sms, TrainingNetwork::lane_cudnn_sm_target());
+  const int target = TrainingNetwork::lane_cudnn_sm_target();
+  EXPECT_EQ(target, std::max(1, sms * 3 / 4));
+  EXPECT_EQ(training_fusion_report(ctx, cache, defaults, true).lane_cudnn_sms, target);
+  const std::string suffix = ConvPolicy{.wgrad_sm_target = target}.cache_suffix();
+  const std::string stem = ConvGeometry{16, 3, 32, 32, 64, 3, 1, 1}.key(), layer2 = ConvGeometry{16, 128, 16, 16, 128, 3, 1, 1}.key();
+  EXPECT_NE(cache.find(stem), nullptr) << "the stem's weight gradient, alone on the stream, planned for every SM";
+  EXPECT_EQ(cache.find(stem + suffix), nullptr);
+  EXPECT_NE(cache.find(layer2 + suffix), nullptr) << "layer2's 3x3 conv2, its weight gradient on the lane";
+  EXPECT_EQ(cache.find(layer2), nullptr);
   EXPECT_EQ(training_fusion_report(ctx, cache, defaults, true, true).lane_cudnn_sms, 0) << "data-parallel";
   const unsigned off = fused_pattern_bit(FusedPattern::LaneCudnnSms);
   EXPECT_EQ(training_fusion_report(ctx, cache, defaults | off, true).lane_cudnn_sms, 0) << "switched off";
   EXPECT_EQ(training_fusion_report(ctx, cache, defaults, false).lane_cudnn_sms, 0) << "no stream of their own";
+  NetConfig cfg;
+  cfg.wgrad_beside = true;
+  cfg.batch = 16;
+  cfg.dtype = DType::F16;
+  cfg.layout = Layout::NHWC;
+  cfg.conv = {AlgoPolicy::Heuristic, true, size_t(256) << 20};
+  cfg.conv_api = ConvApi::Graph;
+  EXPECT_EQ(TrainingNetwork(cfg, ctx, cache).fusion_report().lane_cudnn_sms, 0) << "deterministic";
+  cfg.conv.deterministic = false;
+  cfg.conv_api = ConvApi::Legacy;
+  EXPECT_EQ(TrainingNetwork(cfg, ctx, cache).fusion_report().lane_cudnn_sms, 0) << "cuDNN's legacy calls";
 }
 
 // Switched on (off by default: slower), every conv1 but the first applies the previous block's join
