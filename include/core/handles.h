@@ -123,3 +123,5 @@ struct GpuContext {
 void require_cuda_device();
 // True when a CUDA device can be used (for tests that skip without one).
 bool cuda_device_available();
+// The current device's SMs (what the lane's SM targets are shares of).
+int current_device_sms();

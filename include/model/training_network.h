@@ -168,6 +168,9 @@ class TrainingNetwork : public Network {
   // cuDNN plan.
   void weight_grad(const struct ConvUnit& c, const void* x, const void* dy, cudaStream_t stream, void* ws,
                    size_t ws_bytes) const;
+  // Conv c's weight gradient from the `rows` parts our data gradient kernel left (BlockRun::dw_parts,
+  // down_dw_parts), added up on the lane, beside what the chain does next.
+  void weight_grad_from_parts(const struct ConvUnit& c, const float* parts, int rows);
 
   std::vector<BlockRun> runs_;
   std::map<std::string, std::shared_ptr<FusedConv>> plans_;  // the fused patterns taken

@@ -85,6 +85,13 @@ bool cuda_device_available() {
   return err == cudaSuccess && n > 0;
 }
 
+int current_device_sms() {
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
 void require_cuda_device() {
   int n = 0;
   const cudaError_t err = cudaGetDeviceCount(&n);

@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "core/errors.h"
 #include "core/format.h"
+#include "core/handles.h"
 #include "core/memory.h"
 
 namespace {
@@ -25,12 +26,7 @@ uint32_t config(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttribute
 
 }  // namespace
 
-int lane_gemm_sm_target() {
-  int device = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return std::max(1, sms / kLaneSmShare);
-}
+int lane_gemm_sm_target() { return std::max(1, current_device_sms() / kLaneSmShare); }
 
 GemmWgrad::GemmWgrad(cublasLtHandle_t lt, const ConvGeometry& g, size_t workspace_limit, int sm_target,
                      cudaStream_t stream)

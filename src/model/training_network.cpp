@@ -137,12 +137,7 @@ NetConfig with_lane_targets(NetConfig cfg) {
 }
 }  // namespace
 
-int TrainingNetwork::lane_cudnn_sm_target() {
-  int device = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return std::max(1, sms * 3 / 4);
-}
+int TrainingNetwork::lane_cudnn_sm_target() { return std::max(1, current_device_sms() * 3 / 4); }
 
 // ---- construction -------------------------------------------------------------------------------
 TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache)
@@ -748,6 +743,13 @@ void TrainingNetwork::wgrad_beside(const std::function<void(cudaStream_t, void*,
   lane_->done.record(lane_->stream);
 }
 
+void TrainingNetwork::weight_grad_from_parts(const ConvUnit& c, const float* parts, int rows) {
+  const ConvGeometry& g = c.geometry();
+  wgrad_beside([&](cudaStream_t lane, void*, size_t) {
+    conv1x1_dw_from_partials(parts, rows, g.k, g.c, params_.weight_grad(c.weight), lane);
+  });
+}
+
 void TrainingNetwork::weight_grad(const ConvUnit& c, const void* x, const void* dy, cudaStream_t stream, void* ws,
                                   size_t ws_bytes) const {
   const auto lt = lane_gemms_.find(c.weight);
@@ -965,9 +967,7 @@ void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void
     conv1x1_dgrad_dw({.dy = dy, .w = params_.working(c.weight), .dx = dx, .x = x, .dw_partials = dw_parts, .m = m,
                       .k = g.k, .c = g.c},
                      ctx_.stream);
-    wgrad_beside([&](cudaStream_t lane, void*, size_t) {
-      conv1x1_dw_from_partials(dw_parts, conv1x1_dgrad_bn_rows(m, g.c), g.k, g.c, params_.weight_grad(c.weight), lane);
-    });
+    weight_grad_from_parts(c, dw_parts, conv1x1_dgrad_bn_rows(m, g.c));
   } else {
     data_grad.backward_data(ctx_.cudnn, dy, params_.working(c.weight), dx, workspace_.get(), workspace_.bytes());
   }
@@ -1015,11 +1015,7 @@ void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, 
                         .m = m, .k = g.k, .c = g.c, .finalize = finalize, .dw_partials = dw_parts},
                        stream);
       rows = conv1x1_dgrad_bn_rows(m, g.c);
-      if (dw_parts) {  // dw from the kernel's parts, on the lane, beside the BN backward's apply
-        wgrad_beside([&](cudaStream_t lane, void*, size_t) {
-          conv1x1_dw_from_partials(dw_parts, rows, g.k, g.c, params_.weight_grad(c.weight), lane);
-        });
-      }
+      if (dw_parts) weight_grad_from_parts(c, dw_parts, rows);  // beside the BN backward's apply
     }
     const BnBackwardArgs mid{.dy = dx, .x = x, .bn = &bn.st, .dgamma = params_.vector_grad(bn.gamma),
                              .dbeta = params_.vector_grad(bn.beta), .dx = dx};

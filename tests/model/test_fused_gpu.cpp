@@ -429,9 +429,8 @@ TEST(FusedBnFinalize, PartialRowsShorterThanTheChannelsAreRefused) {
 }
 
 // ---- --no-fuse: patterns switched off run plain ---------------------------------------------------
-// What fusing did for bin/train's network (fp16, NHWC, batch 16) with the patterns `off` run plain.
-FusionReport training_fusion_report(GpuContext& ctx, AutotuneCache& cache, unsigned off, bool wgrad_beside = false,
-                                    bool data_parallel = false) {
+// bin/train's network (fp16, NHWC, batch 16, fused) with the patterns `off` run plain.
+NetConfig training_config(unsigned off, bool wgrad_beside, bool data_parallel) {
   NetConfig cfg;
   cfg.wgrad_beside = wgrad_beside;
   cfg.data_parallel = data_parallel;
@@ -442,7 +441,13 @@ FusionReport training_fusion_report(GpuContext& ctx, AutotuneCache& cache, unsig
   cfg.conv_api = ConvApi::Graph;
   cfg.fused_bn = true;
   cfg.unfused_patterns = off;
-  return TrainingNetwork(cfg, ctx, cache).fusion_report();
+  return cfg;
+}
+
+// What fusing did for that network.
+FusionReport training_fusion_report(GpuContext& ctx, AutotuneCache& cache, unsigned off, bool wgrad_beside = false,
+                                    bool data_parallel = false) {
+  return TrainingNetwork(training_config(off, wgrad_beside, data_parallel), ctx, cache).fusion_report();
 }
 
 // A training network built three times from one configuration: as is, with two kinds of pattern
@@ -623,13 +628,9 @@ TEST(FusedNetworkGpu, TheLanesCudnnWeightGradientsArePlannedForFewerSms) {
   const unsigned off = fused_pattern_bit(FusedPattern::LaneCudnnSms);
   EXPECT_EQ(training_fusion_report(ctx, cache, defaults | off, true).lane_cudnn_sms, 0) << "switched off";
   EXPECT_EQ(training_fusion_report(ctx, cache, defaults, false).lane_cudnn_sms, 0) << "no stream of their own";
-  NetConfig cfg;
-  cfg.wgrad_beside = true;
-  cfg.batch = 16;
-  cfg.dtype = DType::F16;
-  cfg.layout = Layout::NHWC;
-  cfg.conv = {AlgoPolicy::Heuristic, true, size_t(256) << 20};
-  cfg.conv_api = ConvApi::Graph;
+  NetConfig cfg = training_config(0, true, false);
+  cfg.fused_bn = false;  // as the builds without the fusedbn rung
+  cfg.conv.deterministic = true;
   EXPECT_EQ(TrainingNetwork(cfg, ctx, cache).fusion_report().lane_cudnn_sms, 0) << "deterministic";
   cfg.conv.deterministic = false;
   cfg.conv_api = ConvApi::Legacy;
