@@ -25,10 +25,12 @@ constexpr int kDwKTiles = 4;
 
 #if defined(CONV1X1_WITH_CUTLASS)
 // K's parameters for dx = dy w (w[k][c], read N-major) with the epilogue's set by the caller.
+// dy_x: where dy is made from the join as it is read (Operand::JoinGrad), a3 beside the join's dz.
 template <class K>
 typename K::Params dgrad_params(const void* dy, const void* w, int m, int k, int c,
-                                const typename K::Epi::Params& epilogue) {
+                                const typename K::Epi::Params& epilogue, const void* dy_x = nullptr) {
   typename K::Mainloop::Arguments args{};
+  if constexpr (K::kOperand == trainer_kernels::Operand::JoinGrad) args.second = dy_x;
   args.ptr_A = static_cast<const cutlass::half_t*>(dy);
   args.dA = cute::make_stride(int64_t(k), cute::_1{}, int64_t(m) * k);
   args.ptr_B = static_cast<const cutlass::half_t*>(w);  // B(n, k) = w[k][n]: N-major
@@ -48,17 +50,35 @@ void launch_dgrad(const void* dy, const void* w, int m, int k, int c, const type
   launch<K>(dgrad_params<K>(dy, w, m, k, c, epilogue), stream);
 }
 
-// dx = dy w with Epilogue, and dw's parts, by the kernel that takes both from the same stages of dy.
-template <class Epilogue>
+// dx = dy w with Epilogue, and dw's parts, by the kernel that takes both from the same stages of dy;
+// kDyFromJoin: dy made from the join's dz (dy) and a3 (dy_x) by its apply coefficients dy_coef.
+template <class Epilogue, bool kDyFromJoin = false>
 void launch_dgrad_wgrad(const void* dy, const void* w, int m, int k, int c, const typename Epilogue::Params& e,
-                        float* dw_partials, cudaStream_t stream) {
-  using D = trainer_kernels::DgradWgrad<kDwKTiles, Epilogue>;
-  static const bool agree = trainer_kernels::dgrad_wgrad_layouts_agree<kDwKTiles, Epilogue>();
+                        float* dw_partials, cudaStream_t stream, const void* dy_x = nullptr,
+                        const float* dy_coef = nullptr) {
+  using D = trainer_kernels::DgradWgrad<kDwKTiles, Epilogue, kDyFromJoin>;
+  static const bool agree = trainer_kernels::dgrad_wgrad_layouts_agree<kDwKTiles, Epilogue, kDyFromJoin>();
   if (!agree) throw Fatal("conv1x1 dgrad + wgrad: dy's stage read MN-major is not the stage CUTLASS writes");
-  const auto p = dgrad_params<typename D::K>(dy, w, m, k, c, e);
-  launch_with<typename D::K, trainer_kernels::resident_dgrad_wgrad<kDwKTiles, Epilogue>>(p, stream, dw_partials);
+  const auto p = dgrad_params<typename D::K>(dy, w, m, k, c, e, dy_x);
+  launch_with<typename D::K, trainer_kernels::resident_dgrad_wgrad<kDwKTiles, Epilogue, kDyFromJoin>>(
+      p, stream, dw_partials, dy_coef);
 }
 #endif
+
+// "" where dy is stored, or made from the join as it is read with all that needs (Conv1x1DgradBn's
+// and Conv1x1DgradDw's dy_x), else what is wrong; out: the tensor the kernel writes, [m, c].
+template <class Args>
+std::string dy_from_join_refusal(const Args& a, const void* out, const float* dw_partials) {
+  if (!a.dy_x && !a.dy_coef) return "";
+  if (!a.dy_x || !a.dy_coef) return "dy made from the join needs both the BN's input and its coefficients";
+  if (!dw_partials) return "dy is made from the join only by the kernel that takes the weight gradient too";
+  if (!aligned(a.dy, 16) || !aligned(a.dy_x, 16) || !aligned(a.dy_coef, 16))
+    return "the join's dz, the BN's input and coefficients must start 16-byte aligned (TMA, 16-byte loads)";
+  const size_t dy_bytes = size_t(a.m) * a.k * 2, out_bytes = size_t(a.m) * a.c * 2;
+  if (overlap(out, out_bytes, a.dy, dy_bytes) || overlap(out, out_bytes, a.dy_x, dy_bytes))
+    return "the output overlaps the join's dz or the BN's input, which other CTAs still read";
+  return "";
+}
 
 // dw[i] = the sum of the rows' i-th values, in row order: a thread per value.
 __global__ void dw_from_partials_kernel(const float* partials, int rows, int count, __half* dw) {
@@ -98,6 +118,12 @@ void conv1x1_dgrad_join(const Conv1x1DgradJoin& a, cudaStream_t stream) {
   } else if (a.img_h || a.img_w) {
     throw Fatal("conv1x1_dgrad_join: an image size without a compact gradient");
   }
+  if (a.g) {
+    if (a.g_even) throw Fatal("conv1x1_dgrad_join: the shortcut's part both compact and in a buffer of its own");
+    if (!aligned(a.g, 16)) throw Fatal("conv1x1_dgrad_join: the shortcut's part must start 16-byte aligned (16-byte copies)");
+    const size_t bytes = size_t(a.m) * a.c * 2;
+    if (overlap(a.g, bytes, a.dz, bytes)) throw Fatal("conv1x1_dgrad_join: the shortcut's part overlaps dz");
+  }
 #if defined(CONV1X1_WITH_CUTLASS)
   trainer_kernels::JoinGradEpilogue::Params e{};
   e.dz = static_cast<cutlass::half_t*>(a.dz);
@@ -109,6 +135,7 @@ void conv1x1_dgrad_join(const Conv1x1DgradJoin& a, cudaStream_t stream) {
   e.mean2 = a.mean2;
   e.invstd2 = a.invstd2;
   e.g_even = static_cast<const cutlass::half_t*>(a.g_even);
+  e.g = static_cast<const cutlass::half_t*>(a.g);
   if (a.g_even) {
     e.img_hw = cutlass::FastDivmod(a.img_h * a.img_w);
     e.img_w = cutlass::FastDivmod(a.img_w);
@@ -147,9 +174,14 @@ void conv1x1_dgrad_bn(const Conv1x1DgradBn& a, cudaStream_t stream) {
     throw Fatal("conv1x1_dgrad_bn: " + why);
   if (const std::string why = inner_grad_args_refusal(a); !why.empty()) throw Fatal("conv1x1_dgrad_bn: " + why);
   if (!a.w) throw Fatal("conv1x1_dgrad_bn: a tensor it reads or writes is missing");
+  if (const std::string why = dy_from_join_refusal(a, a.dz, a.dw_partials); !why.empty())
+    throw Fatal("conv1x1_dgrad_bn: " + why);
 #if defined(CONV1X1_WITH_CUTLASS)
   using E = trainer_kernels::InnerGradEpilogue;
-  if (a.dw_partials)
+  if (a.dy_x)
+    launch_dgrad_wgrad<E, true>(a.dy, a.w, a.m, a.k, a.c, inner_grad_params<E>(a), a.dw_partials, stream, a.dy_x,
+                                a.dy_coef);
+  else if (a.dw_partials)
     launch_dgrad_wgrad<E>(a.dy, a.w, a.m, a.k, a.c, inner_grad_params<E>(a), a.dw_partials, stream);
   else
     launch_dgrad<E>(a.dy, a.w, a.m, a.k, a.c, inner_grad_params<E>(a), stream);
@@ -172,10 +204,15 @@ void conv1x1_dgrad_dw(const Conv1x1DgradDw& a, cudaStream_t stream) {
   if (overlap(a.dw_partials, parts_bytes, a.x, dx_bytes) || overlap(a.dw_partials, parts_bytes, a.dy, dy_bytes) ||
       overlap(a.dw_partials, parts_bytes, a.dx, dx_bytes))
     throw Fatal("conv1x1_dgrad_dw: dw's parts overlap a tensor the kernel reads or writes");
+  if (const std::string why = dy_from_join_refusal(a, a.dx, a.dw_partials); !why.empty())
+    throw Fatal("conv1x1_dgrad_dw: " + why);
 #if defined(CONV1X1_WITH_CUTLASS)
   using E = trainer_kernels::PlainGradEpilogue;
   const E::Params e{.dx = static_cast<cutlass::half_t*>(a.dx), .x = static_cast<const __half*>(a.x)};
-  launch_dgrad_wgrad<E>(a.dy, a.w, a.m, a.k, a.c, e, a.dw_partials, stream);
+  if (a.dy_x)
+    launch_dgrad_wgrad<E, true>(a.dy, a.w, a.m, a.k, a.c, e, a.dw_partials, stream, a.dy_x, a.dy_coef);
+  else
+    launch_dgrad_wgrad<E>(a.dy, a.w, a.m, a.k, a.c, e, a.dw_partials, stream);
 #else
   (void)stream;
 #endif

@@ -48,6 +48,13 @@ struct Conv1x1DgradBn {
   // of dy (kernels/conv1x1_dgrad_wgrad_kernel.cuh): each CTA writes its part in fp32, a row of k x c
   // for each of conv1x1_dgrad_bn_rows(), which conv1x1_dw_from_partials adds into dw.
   float* dw_partials = nullptr;
+  // Where set (with dw_partials), dy is made as it is read, from the join's BN backward that
+  // conv3's output gradient is (bn3's apply, bn_backward_apply's pass otherwise): dy holds the
+  // join's dz, dy_x bn3's input a3 (fp16 [m, k]), dy_coef bn3's coefficients ([3][k] fp32,
+  // BnChannelState::bwd_coef), and the kernel multiplies dy_coef[j] dz + dy_coef[k + j] a3 +
+  // dy_coef[2k + j] for output channel j, in fp32 rounded once to fp16 (kernels/conv1x1_dgrad_wgrad_kernel.cuh).
+  const void* dy_x = nullptr;
+  const float* dy_coef = nullptr;
 };
 
 // "" where this build and GPU run the shape, else why not.
@@ -75,6 +82,10 @@ struct Conv1x1DgradDw {
   const void* x;       // fp16 [m, c]: the conv's input
   float* dw_partials;  // out: the CTAs' parts of dw
   int m, k, c;
+  // Where set, dy is made as it is read from the join's BN backward, as Conv1x1DgradBn's: dy holds
+  // the join's dz, dy_x the shortcut BN's input (fp16 [m, k]), dy_coef that BN's coefficients.
+  const void* dy_x = nullptr;
+  const float* dy_coef = nullptr;
 };
 // dx and dw's parts on `stream`. A refused shape, a missing tensor or a CUDA error throws (Fatal).
 void conv1x1_dgrad_dw(const Conv1x1DgradDw& a, cudaStream_t stream);

@@ -43,6 +43,10 @@ struct Conv1x1DgradJoin {
   // others; dz is then only written. Null: in dz.
   const void* g_even = nullptr;
   int img_h = 0, img_w = 0;
+  // The shortcut's part of the gradient, fp16 [m, c], where it is in a buffer of its own (a
+  // stride-1 projection shortcut's data gradient that read the join's dz from dz's buffer:
+  // Conv1x1DgradDw::dy_x); dz is then only written. Null: in dz (or g_even).
+  const void* g = nullptr;
   // conv1x1_dgrad_join_rows() rows of c sums each of dz, dz * xhat and, with a second BN, dz * xhat2
   // (else those rows are not written), for bn_backward_from_sums.
   float* partials;

@@ -20,6 +20,12 @@
 // The same kernel with PlainGradEpilogue writes dx as it is and takes y = x as stored: a conv whose
 // input is no BN's to take backward here, layer1.0's projection shortcut, whose input is the stem's
 // output (its BN backward is conv1's join kernel's, kernels/conv1x1_dgrad_join.h).
+//
+// With kDyFromJoin, dy itself is made as it is read: conv3's output gradient is the join's BN
+// backward, dy = coef[k] dz + coef[K + k] a3 + coef[2K + k] (bn3's apply), and each stage holds dz's
+// tile and a3's (PairedA), from which the consumers write dy over dz's before the stage's wgmmas.
+// Why: as a pass of its own the apply reads dz and a3 and writes dy, which this kernel then reads
+// back: at layer1 three passes of 134 MB at batch 256, against one more here.
 #pragma once
 
 #include "kernels/conv1x1_stats_kernel.cuh"
@@ -76,9 +82,9 @@ struct PlainGradEpilogue {
   };
 };
 
-template <int KTiles, class Epilogue = InnerGradEpilogue>
+template <int KTiles, class Epilogue = InnerGradEpilogue, bool kDyFromJoin = false>
 struct DgradWgrad {
-  using K = ResidentConv<128, 64, Operand::Stored, false, Epilogue, kDwExtraBytes>;
+  using K = ResidentConv<128, 64, kDyFromJoin ? Operand::JoinGrad : Operand::Stored, false, Epilogue, kDwExtraBytes>;
   static_assert(KTiles % 2 == 0, "the two warpgroups take dw's k-tiles by turns");
   static constexpr int kSlots = KTiles / 2;  // dw's k-tiles a warpgroup
   using Half = cutlass::half_t;
@@ -97,9 +103,9 @@ struct DgradWgrad {
 
 // Host and device: whether dy's stage read MN-major for dw is the same bytes as the stage CUTLASS's
 // mainloop writes K-major for dx (the launcher checks it once, before the first launch).
-template <int KTiles, class Epilogue>
+template <int KTiles, class Epilogue, bool kDyFromJoin>
 CUTE_HOST_DEVICE bool dgrad_wgrad_layouts_agree() {
-  using D = DgradWgrad<KTiles, Epilogue>;
+  using D = DgradWgrad<KTiles, Epilogue, kDyFromJoin>;
   const auto k_major = typename D::Mainloop::SmemLayoutA{};
   const auto mn_major = typename D::SmemLayoutDyT{};
   for (int s = 0; s < D::kStages; ++s)
@@ -109,11 +115,60 @@ CUTE_HOST_DEVICE bool dgrad_wgrad_layouts_agree() {
   return true;
 }
 
-template <int KTiles, class Epilogue>
+// dy of a stage, written over the join's dz (the stage's A tile) from a3 (its second tile), in fp32
+// and rounded once to fp16 as bn_backward_apply's pass computes it: each consumer thread the same 8
+// channels (16 bytes) of 4 of the 128 rows. Then the writes are made visible to wgmma (the async
+// proxy), and every consumer waits for the whole stage: dw's wgmma reads all its rows.
+template <class D>
+__device__ void dy_from_join(typename D::K::SharedStorage& ss, int stage, int k0, int k, const float* coef, int t) {
+  using K = typename D::K;
+  using Half = cutlass::half_t;
+  constexpr int kChunks = 64 / 8;  // 16-byte chunks a row of the k-tile
+  constexpr int kRowsEach = K::kTileM * kChunks / K::kConsumerThreads;
+  static_assert(K::kConsumerThreads % kChunks == 0, "a thread's chunks must be the same channels");
+  Tensor sA = make_tensor(make_smem_ptr(ss.tensors.smem_A.data()), typename D::Mainloop::SmemLayoutA{});
+  Tensor sR = make_tensor(make_smem_ptr(ss.tensors.smem_R.data()), typename D::Mainloop::SmemLayoutA{});
+  const int chunk = t % kChunks, c = k0 + 8 * chunk;
+  float dz_k[8], x_k[8], one_k[8];
+  CUTLASS_PRAGMA_UNROLL
+  for (int h = 0; h < 2; ++h) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(coef + c) + h);
+    const float4 b = __ldg(reinterpret_cast<const float4*>(coef + k + c) + h);
+    const float4 d = __ldg(reinterpret_cast<const float4*>(coef + 2 * k + c) + h);
+    dz_k[4 * h] = a.x, dz_k[4 * h + 1] = a.y, dz_k[4 * h + 2] = a.z, dz_k[4 * h + 3] = a.w;
+    x_k[4 * h] = b.x, x_k[4 * h + 1] = b.y, x_k[4 * h + 2] = b.z, x_k[4 * h + 3] = b.w;
+    one_k[4 * h] = d.x, one_k[4 * h + 1] = d.y, one_k[4 * h + 2] = d.z, one_k[4 * h + 3] = d.w;
+  }
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < kRowsEach; ++i) {
+    const int row = t / kChunks + i * (K::kConsumerThreads / kChunks);
+    Half* at = &sA(row, 8 * chunk, stage);
+    const uint4 z = *reinterpret_cast<const uint4*>(at);
+    const uint4 x = *reinterpret_cast<const uint4*>(&sR(row, 8 * chunk, stage));
+    const __half2* zh = reinterpret_cast<const __half2*>(&z);
+    const __half2* xh = reinterpret_cast<const __half2*>(&x);
+    uint4 out;
+    __half2* oh = reinterpret_cast<__half2*>(&out);
+    CUTLASS_PRAGMA_UNROLL
+    for (int j2 = 0; j2 < 4; ++j2) {
+      const int j = 2 * j2;
+      const float2 zf = __half22float2(zh[j2]), xf = __half22float2(xh[j2]);
+      oh[j2] = __floats2half2_rn(dz_k[j] * zf.x + x_k[j] * xf.x + one_k[j],
+                                 dz_k[j + 1] * zf.y + x_k[j + 1] * xf.y + one_k[j + 1]);
+    }
+    *reinterpret_cast<uint4*>(at) = out;
+  }
+  cutlass::arch::fence_view_async_shared();
+  cutlass::arch::NamedBarrier::sync(K::kTileThreads, K::kTileBarrier);
+}
+
+// dy_coef: with kDyFromJoin, the join's apply coefficients ([3][k] fp32), else unused.
+template <int KTiles, class Epilogue, bool kDyFromJoin>
 __global__ void __launch_bounds__(384, 1)
-    resident_dgrad_wgrad(const __grid_constant__ typename DgradWgrad<KTiles, Epilogue>::K::Params p, float* dw_partials) {
+    resident_dgrad_wgrad(const __grid_constant__ typename DgradWgrad<KTiles, Epilogue, kDyFromJoin>::K::Params p,
+                         float* dw_partials, const float* dy_coef) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
-  using D = DgradWgrad<KTiles, Epilogue>;
+  using D = DgradWgrad<KTiles, Epilogue, kDyFromJoin>;
   using K = typename D::K;
   extern __shared__ char smem_raw[];
   auto& ss = *reinterpret_cast<typename K::SharedStorage*>(smem_raw);
@@ -197,6 +252,7 @@ __global__ void __launch_bounds__(384, 1)
     for (int step = 0; step < KTiles; ++step) {
       pipeline.consumer_wait(read);
       const int stage = read.index();
+      if constexpr (kDyFromJoin) dy_from_join<D>(ss, stage, step * 64, p.k, dy_coef, t);
       warpgroup_fence_operand(accum);
       CUTLASS_PRAGMA_UNROLL
       for (int s = 0; s < D::kSlots; ++s) warpgroup_fence_operand(dw[s]);

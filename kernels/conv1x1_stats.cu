@@ -28,7 +28,7 @@ void launch_stats(const Conv1x1Stats& a, cudaStream_t stream) {
   }
   if constexpr (A == Operand::Join || A == Operand::JoinBn) {
     const Conv1x1Join& j = a.join;
-    args.res = j.res;
+    args.second = j.res;
     args.scale = j.scale;
     args.shift = j.shift;
     args.res_scale = j.res_scale;

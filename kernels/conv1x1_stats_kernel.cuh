@@ -37,6 +37,7 @@
 #include "kernels/conv1x1_finalize.h"
 #include "kernels/cutlass_halo_mainloop.cuh"
 #include "kernels/cutlass_join_mainloop.cuh"
+#include "kernels/cutlass_paired_mainloop.cuh"
 #include "kernels/cutlass_prologue_mainloop.cuh"
 #include "kernels/cutlass_taps_mainloop.cuh"
 
@@ -182,6 +183,7 @@ struct BnGradEpilogue {
     // [img][half_h][half_w][n], the part at dz's even rows and columns (zero elsewhere); dz's pixels
     // are divided into images (img_hw) and rows (img_w). Null: in dz.
     const cutlass::half_t* g_even;
+    const cutlass::half_t* g;  // Join: the shortcut's part in a buffer of its own, or nullptr (in dz)
     cutlass::FastDivmod img_hw, img_w;
     int half_h, half_w;
     const __half2 *scale, *shift;  // Inner: the BN's fp16 scale and shift, as pairs of channels
@@ -248,7 +250,7 @@ struct BnGradEpilogue {
     // layer2.0's join kernel took 127 µs, against 99 with these and 96 reading all of dz (H200
     // traces, 2026-11-29).
     __device__ void load_shortcut(__half* to, int pixel, int64_t at, int n0, int n) const {
-      if (!p.g_even) return copy_async(to, p.dz + at);
+      if (!p.g_even) return copy_async(to, (p.g ? p.g : p.dz) + at);
       int img, in_img, y, x;
       p.img_hw(img, in_img, pixel);
       p.img_w(y, x, in_img);
@@ -358,7 +360,10 @@ using TurnedInnerGradEpilogue = BnGradEpilogue<GradKind::Inner, cutlass::layout:
 // is read. The joins are two kernels: each a branch less inside its mainloop. Taps: a 3x3 stride-1
 // conv's implicit GEMM, x loaded at each tap (kernels/cutlass_taps_mainloop.cuh; the kernel lab's);
 // Halo: the same conv, x loaded once for 3 taps and the filter once a CTA (kernels/cutlass_halo_mainloop.cuh).
-enum class Operand { Stored, Bn, Join, JoinBn, Taps, Halo };
+// JoinGrad: a data gradient's dy made from the join's dz and a3 as they are read (the join's BN
+// backward apply), each stage holding both tiles (kernels/cutlass_paired_mainloop.cuh); only the
+// consumer of kernels/conv1x1_dgrad_wgrad_kernel.cuh makes it.
+enum class Operand { Stored, Bn, Join, JoinBn, Taps, Halo, JoinGrad };
 
 // Shared memory a kernel variant keeps beside ResidentConv's own (the data gradient that also takes
 // the weight gradient, kernels/conv1x1_dgrad_wgrad_kernel.cuh): none for the others, whose layout it
@@ -406,14 +411,19 @@ struct ResidentConv {
       cutlass::half_t, typename Epilogue::LayoutB, 8, float, Tile, Shape<_1, _1, _1>,
       cutlass::gemm::collective::StageCountAutoCarveout<kCarveout>, Schedule>::CollectiveOp;
   static constexpr Operand kOperand = A;
-  static_assert(A == Operand::Stored || std::is_same_v<typename Epilogue::LayoutB, cutlass::layout::ColumnMajor>,
+  static_assert(A == Operand::Stored || A == Operand::JoinGrad ||
+                    std::is_same_v<typename Epilogue::LayoutB, cutlass::layout::ColumnMajor>,
                 "the prologue mainloops and the taps read a K-major B");
+  using PairedMainloop =
+      PairedA<typename PairedStagesMainloop<Schedule, Tile, kCarveout, typename Epilogue::LayoutB>::Base>;
   using Mainloop = std::conditional_t<
+      A == Operand::JoinGrad, PairedMainloop,
+      std::conditional_t<
       A == Operand::Join || A == Operand::JoinBn, JoinMainloop<Schedule, Tile, kCarveout, A == Operand::JoinBn>,
       std::conditional_t<A == Operand::Bn, PrologueMainloop<Schedule, Tile, kCarveout>,
                          std::conditional_t<A == Operand::Taps, TapsMainloop<OwnMainloop>,
                                             std::conditional_t<A == Operand::Halo, HaloMainloop<OwnMainloop, kCarveout>,
-                                                               OwnMainloop>>>>;
+                                                               OwnMainloop>>>>>;
   // The pipeline's stages a tile: a k-tile each, or with the halo one box of x for 3 taps.
   static constexpr int kTapsPerStage = A == Operand::Halo ? 3 : 1;
   using TiledMma = typename Mainloop::TiledMma;
@@ -577,6 +587,7 @@ __device__ void write_tile(Accum& accum, const Coords& cC, __half (*staged)[K::k
 
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, 1) resident_conv(const __grid_constant__ typename K::Params p) {
+  static_assert(K::kOperand != Operand::JoinGrad, "dy from the join is made by resident_dgrad_wgrad's consumer");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
   extern __shared__ char smem_raw[];
   auto& ss = *reinterpret_cast<typename K::SharedStorage*>(smem_raw);

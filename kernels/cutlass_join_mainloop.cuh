@@ -20,14 +20,15 @@
 //
 // Built as PrologueMainloop (kernels/cutlass_prologue_mainloop.cuh): the register-sourced mainloop's
 // copy of each k-block of A from shared memory to registers is where the join goes. Each stage holds
-// r's tile beside x's and w's, loaded by one more TMA copy and counted in the stage's transaction
-// bytes, so it has fewer stages (4, against the prologue's 7).
+// r's tile beside x's and w's (PairedA, kernels/cutlass_paired_mainloop.cuh), so it has fewer stages
+// (4, against the prologue's 7).
 #pragma once
 
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
+#include "kernels/cutlass_paired_mainloop.cuh"
 #include "kernels/cutlass_prologue_mainloop.cuh"
 
 namespace trainer_kernels {
@@ -36,23 +37,19 @@ using namespace cute;
 
 // kDual: the shortcut through its BN (a projection), else added as it is (identity).
 template <class KernelSchedule, class TileShape, int carveout, bool kDual>
-struct JoinMainloop : RegisterAMainloop<KernelSchedule, TileShape, carveout, 2>::Base {
-  using Base = typename RegisterAMainloop<KernelSchedule, TileShape, carveout, 2>::Base;
+struct JoinMainloop : PairedA<typename RegisterAMainloop<KernelSchedule, TileShape, carveout, 2>::Base> {
+  using Base = PairedA<typename RegisterAMainloop<KernelSchedule, TileShape, carveout, 2>::Base>;
   using typename Base::MainloopPipeline;
   using typename Base::PipelineState;
   using typename Base::SmemLayoutA;
   using typename Base::SmemLayoutB;
+  using typename Base::TensorStorage;
   using typename Base::TiledMma;
   static constexpr int kBlockK = size<2>(TileShape{});
 
-  // x's and w's tiles of every stage (CUTLASS's), then r's.
-  struct TensorStorage : Base::TensorStorage {
-    cute::array_aligned<cutlass::half_t, cute::cosize_v<SmemLayoutA>, Base::SmemAlignmentA> smem_R;
-  };
-
-  // The GEMM's arguments (x as A) and the join's. fp32 [C] coefficients, C a multiple of 64.
+  // The GEMM's arguments (x as A, the shortcut r as PairedA's second tensor) and the join's. fp32
+  // [C] coefficients, C a multiple of 64.
   struct Arguments : Base::Arguments {
-    const void* res = nullptr;  // fp16 [M, C], as x
     const float* scale = nullptr;
     const float* shift = nullptr;
     const float* res_scale = nullptr;  // both, or neither: r added as it is
@@ -67,7 +64,6 @@ struct JoinMainloop : RegisterAMainloop<KernelSchedule, TileShape, carveout, 2>:
       make_tensor(static_cast<cutlass::half_t*>(nullptr), repeat_like(StrideA{}, int32_t(0)), StrideA{}),
       SmemLayoutA{}(_, _, Int<0>{}), TileShape{}, Shape<_1, _1, _1>{}));
   struct Params : Base::Params {
-    typename Base::Params::TMA_A tma_load_r;
     TmaStoreOut tma_store_out;
     const float2 *scale, *shift, *res_scale, *res_shift;  // pairs of channels, as the fragments hold them
     uint8_t* bits;
@@ -76,71 +72,22 @@ struct JoinMainloop : RegisterAMainloop<KernelSchedule, TileShape, carveout, 2>:
 
   template <class ProblemShape>
   static Params to_underlying_arguments(ProblemShape const& shape, Arguments const& args, void* workspace) {
-    typename Base::Arguments r = args;
-    r.ptr_A = static_cast<const cutlass::half_t*>(args.res);
     const int M = get<0>(shape), C = get<2>(shape);
     Tensor out = make_tensor(static_cast<cutlass::half_t*>(args.out), make_layout(make_shape(M, C, 1), args.dA));
-    Params p{Base::to_underlying_arguments(shape, args, workspace),
-             Base::to_underlying_arguments(shape, r, workspace).tma_load_a,
-             make_tma_copy_A_sm90(SM90_TMA_STORE{}, out, SmemLayoutA{}(_, _, Int<0>{}), TileShape{}, Shape<_1, _1, _1>{}),
-             static_cast<const float2*>(static_cast<const void*>(args.scale)),
-             static_cast<const float2*>(static_cast<const void*>(args.shift)),
-             static_cast<const float2*>(static_cast<const void*>(args.res_scale)),
-             static_cast<const float2*>(static_cast<const void*>(args.res_shift)),
-             args.bits,
-             M,
-             C};
-    p.tma_transaction_bytes += Base::TmaTransactionBytesMK;  // r's tile lands on the stage's barrier too
-    return p;
+    return {Base::to_underlying_arguments(shape, args, workspace),
+            make_tma_copy_A_sm90(SM90_TMA_STORE{}, out, SmemLayoutA{}(_, _, Int<0>{}), TileShape{}, Shape<_1, _1, _1>{}),
+            static_cast<const float2*>(static_cast<const void*>(args.scale)),
+            static_cast<const float2*>(static_cast<const void*>(args.shift)),
+            static_cast<const float2*>(static_cast<const void*>(args.res_scale)),
+            static_cast<const float2*>(static_cast<const void*>(args.res_shift)),
+            args.bits,
+            M,
+            C};
   }
 
   CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& p) {
     Base::prefetch_tma_descriptors(p);
-    cute::prefetch_tma_descriptor(p.tma_load_r.get_tma_descriptor());
     cute::prefetch_tma_descriptor(p.tma_store_out.get_tma_descriptor());
-  }
-
-  // x's and w's tiled views (CUTLASS's), then r's: (BLK_M, BLK_K, m, k, l).
-  template <class ProblemShapeMNKL>
-  CUTLASS_DEVICE auto load_init(ProblemShapeMNKL const& shape, Params const& p) const {
-    auto xw = Base::load_init(shape, p);
-    auto [M, N, K, L] = shape;
-    Tensor mR = p.tma_load_r.get_tma_tensor(make_shape(M, K, L));
-    Tensor gR = local_tile(mR, TileShape{}, make_coord(_, _, _), Step<_1, Underscore, _1>{});
-    return cute::make_tuple(get<0>(xw), get<1>(xw), gR);
-  }
-
-  // The producer: x's, r's and w's tiles of each k-tile into the next free stage (no cluster).
-  template <class TensorA, class TensorB, class TensorR, class KTileIterator, class BlockCoord>
-  CUTLASS_DEVICE void load(Params const& p, MainloopPipeline pipeline, PipelineState write,
-                           cute::tuple<TensorA, TensorB, TensorR> const& inputs, BlockCoord const& blk,
-                           KTileIterator k_iter, int k_tile_count, int, uint32_t, TensorStorage& st) {
-    if (!cute::elect_one_sync()) return;
-    Tensor sA = as_position_independent_swizzle_tensor(make_tensor(make_smem_ptr(st.smem_A.data()), SmemLayoutA{}));
-    Tensor sB = as_position_independent_swizzle_tensor(make_tensor(make_smem_ptr(st.smem_B.data()), SmemLayoutB{}));
-    Tensor sR = as_position_independent_swizzle_tensor(make_tensor(make_smem_ptr(st.smem_R.data()), SmemLayoutA{}));
-    auto tma_a = p.tma_load_a.get_slice(0);
-    auto tma_b = p.tma_load_b.get_slice(0);
-    auto tma_r = p.tma_load_r.get_slice(0);
-    auto [m, n, k, l] = blk;
-    Tensor tAgA = tma_a.partition_S(get<0>(inputs)(_, _, m, _, l));  // (TMA, TMA_M, TMA_K, k)
-    Tensor tAsA = tma_a.partition_D(sA);                              // (TMA, TMA_M, TMA_K, PIPE)
-    Tensor tBgB = tma_b.partition_S(get<1>(inputs)(_, _, n, _, l));
-    Tensor tBsB = tma_b.partition_D(sB);
-    Tensor tRgR = tma_r.partition_S(get<2>(inputs)(_, _, m, _, l));
-    Tensor tRsR = tma_r.partition_D(sR);
-    const uint16_t no_multicast = 0;
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (; k_tile_count > 0; --k_tile_count) {
-      pipeline.producer_acquire(write);
-      auto* barrier = pipeline.producer_get_barrier(write);
-      const int stage = write.index();
-      copy(p.tma_load_a.with(*barrier, no_multicast), tAgA(_, _, _, *k_iter), tAsA(_, _, _, stage));
-      copy(p.tma_load_r.with(*barrier, no_multicast), tRgR(_, _, _, *k_iter), tRsR(_, _, _, stage));
-      copy(p.tma_load_b.with(*barrier, no_multicast), tBgB(_, _, _, *k_iter), tBsB(_, _, _, stage));
-      ++k_iter;
-      ++write;
-    }
   }
 
   // A k-tile's coefficients in fp16, for each k-block and pair of the thread's fragment of A:

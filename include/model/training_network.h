@@ -114,19 +114,28 @@ class TrainingNetwork : public Network {
   // for layer1's 3x3 conv2 c2_dgrad_own, with its filter turned in `turned`);
   // recompute_input: the plain weight gradient first writes relu(bn(x)) into `stored` (the forward
   // read it fused and did not store it); dw_parts: our data gradient takes the weight gradient too
-  // (BlockRun::c3_dgrad_dw), its parts there, added up on the lane.
+  // (BlockRun::c3_dgrad_dw), its parts there, added up on the lane; with from_join, that kernel
+  // makes dy as it reads it from the join's dz (in dy) and bn3's input and coefficients
+  // (BlockRun::c3_applies_join).
+  struct DyFromJoin {
+    const void* a3;     // bn3's input
+    const float* coef;  // bn3's backward apply coefficients (BnChannelState::bwd_coef)
+  };
   void inner_backward(const struct ConvUnit& c, const FusedCall& wgrad, const FusedCall& dgrad,
                       bool recompute_input, const void* x, const Bn& bn, void* stored, Shape4 s_in, void* dy, void* dx,
-                      bool own_dgrad, const void* turned = nullptr, float* dw_parts = nullptr);
+                      bool own_dgrad, const void* turned = nullptr, float* dw_parts = nullptr,
+                      const DyFromJoin* from_join = nullptr);
   // A conv's plain backward: dw (beside, on the lane) and dx = dgrad(dy); with `joined`, the data
   // gradient by our kernel that writes the previous block's dz instead (kernels/conv1x1_dgrad_join.h);
   // with `dgrad`, that conv's data gradient instead of c's (BlockRun::down_compact); with `dw_parts`,
   // both by our kernel from the same loads of dy, dw added up from its parts on the lane
-  // (kernels/conv1x1_dgrad_bn.h, Conv1x1DgradDw: BlockRun::down_dw_parts).
+  // (kernels/conv1x1_dgrad_bn.h, Conv1x1DgradDw: BlockRun::down_dw_parts), and with from_join dy
+  // made by that kernel from the join's dz (in dy) and the shortcut BN's input (down_applies_join).
   // lane_joined_later: the caller joins the lane and reports the weight's gradient ready itself.
   void conv_backward(const struct ConvUnit& c, const void* x, const void* dy, void* dx,
                      const struct Conv1x1DgradJoin* joined = nullptr, bool lane_joined_later = false,
-                     const ConvLayer* dgrad = nullptr, float* dw_parts = nullptr);
+                     const ConvLayer* dgrad = nullptr, float* dw_parts = nullptr,
+                     const DyFromJoin* from_join = nullptr);
   // The join, out = relu(bn3(a3) + shortcut), the shortcut bn_down(ad) or the block's input `in`, as
   // bn_apply's arguments (training: with its ReLU bits): run as a pass of its own, or by the next
   // block's conv1 as it reads a3 and the shortcut (BlockRun::c1_applies_join).
@@ -141,7 +150,8 @@ class TrainingNetwork : public Network {
   };
   InnerGrads inner_grads(size_t block) const;
   // dy2: the second part of the output's gradient, or nullptr; joined: the next block's conv1 left
-  // dz and its sums (BlockRun::c1_joins).
+  // dz and its sums (BlockRun::c1_joins). Where conv3's data gradient makes its dy from dz
+  // (BlockRun::c3_applies_join), only the finalize and a projection shortcut's part.
   void join_backward(const Block& b, BlockRun& r, const void* dy2, bool joined, const InnerGrads& g);
   // bn's coefficients for y = bn(x): from x's statistics in training, else the running ones; with
   // their fp16 copies where the next conv's prologue reads them (bn.scale_h).

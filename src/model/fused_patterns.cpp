@@ -49,6 +49,8 @@ constexpr PatternNames kPatterns[] = {
      "own-dgrad-wgrad"},
     {FusedPattern::LaneCudnnSms, "the weight gradients' stream's cuDNN convs planned for three quarters of the SMs",
      "lane-cudnn-sms"},
+    {FusedPattern::OwnJoinApply, "the join's BN backward apply made by a data gradient kernel of ours as it reads the join's dz (layer1's conv3s and projection shortcut)",
+     "own-join-apply"},
     {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
     {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
     {FusedPattern::ConvBnAddRelu, "conv + BN + residual add + ReLU", "conv-bn-add-relu"},
@@ -228,5 +230,14 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
     lines.push_back("  and the weight gradients cuDNN runs beside the chain (3x3 convs, stride-2 shortcuts) are planned "
                     "for " + std::to_string(r.lane_cudnn_sms) + " SMs, in place of plans that hold every SM (one GPU; "
                     "--no-fuse lane-cudnn-sms: not)");
+  if (r.own_join_apply)
+    lines.push_back("  and for " + std::to_string(r.own_join_apply) +
+                    " conv3s the data gradient's kernel makes its output gradient from the join's dz and bn3's input "
+                    "as it reads them (bn3's backward apply, kernels/conv1x1_dgrad_bn.h), in place of the apply's pass "
+                    "(--no-fuse own-join-apply: not)");
+  if (r.own_shortcut_join_apply)
+    lines.push_back("  and for " + std::to_string(r.own_shortcut_join_apply) +
+                    " projection shortcut the data gradient's kernel makes its output gradient from the join's dz and "
+                    "its BN's input as it reads them, in place of the apply's pass (--no-fuse own-join-apply: not)");
   return lines;
 }

@@ -78,6 +78,14 @@ struct TrainingNetwork::BlockRun {
   // (Conv1x1DgradDw), where down_dw_parts is allocated.
   DeviceBuffer down_dw_parts;
   bool down_dgrad_dw() const { return down_dw_parts.get() != nullptr; }
+  // That conv3 kernel also makes dy, the join's gradient of a3, as it reads the join's dz and a3
+  // (Conv1x1DgradBn::dy_x: OwnJoinApply), where the next block's conv1 left dz (its c1_joins): the
+  // join's backward runs its finalize alone, and a projection shortcut's apply; a3's gradient is
+  // stored nowhere. And where the shortcut's data gradient takes its weight gradient too
+  // (down_dgrad_dw), that kernel makes its dy from the join's dz and ad so: the join's backward is
+  // its finalize alone, and the shortcut's data gradient goes to g[2], where this block's conv1
+  // join reads it (Conv1x1DgradJoin::g), as g[0] still holds dz for conv3.
+  bool c3_applies_join = false, down_applies_join = false;
   // Layer1's 3x3 conv2 by our kernel (kernels/conv3x3.h): training's forward with its statistics,
   // where conv2 reads y1 stored (Inner::reads_stored: OwnConv3x3), and the data gradient with bn1's
   // ReLU and backward sums (OwnDgrad3x3), by conv2's filter turned into c2_turned in each training
@@ -508,6 +516,16 @@ void TrainingNetwork::plan_own_convs() {
     if (r.c2_dgrad_own)
       r.c2_turned = DeviceBuffer(size_t(9) * s3.c * s3.k * sizeof(uint16_t), "layer1 conv2's filter turned for its data gradient");
   }
+  // conv3's data gradient makes its dy from the join where it takes its weight gradient (the kernel
+  // that does both) and the next block's conv1 leaves the join's dz.
+  const bool join_applies = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnJoinApply));
+  for (size_t i = 0; i + 1 < runs_.size(); ++i) {
+    BlockRun& r = runs_[i];
+    r.c3_applies_join = join_applies && r.c3_dgrad_dw() && runs_[i + 1].c1_joins;
+    r.down_applies_join = r.c3_applies_join && r.down_dgrad_dw() && r.c1_joins;
+    fusion_report_.own_join_apply += r.c3_applies_join;
+    fusion_report_.own_shortcut_join_apply += r.down_applies_join;
+  }
   // One buffer for all, on one stream: each forward conv's and conv3's finalize reads its partial
   // sums right after it (or in its last CTA); a joining conv1's are read by the previous block's
   // join_backward (the first block's by backward()'s stem finalize), next on the stream, before any
@@ -861,13 +879,24 @@ void TrainingNetwork::block_backward(size_t i) {
   const bool last = i + 1 == runs_.size(), joined = !last && runs_[i + 1].c1_joins;
   join_backward(b, r, last || joined ? nullptr : g2, joined, grads);
   // The shortcut's part of the input's gradient: in g[0], or compact in g[2] (down_compact: g[2] is
-  // free once join_backward has read it, and this block's conv1 joins, writing g[0]).
+  // free once join_backward has read it, and this block's conv1 joins, writing g[0]). After conv3's
+  // where conv3 reads the join's dz from g[0]; in g[2] where the shortcut reads dz there too.
   const bool compact = bool(r.down_compact);
-  if (b.down)
+  auto shortcut = [&] {
+    if (!b.down) return;
+    if (r.down_applies_join) {
+      const DyFromJoin from{.a3 = r.ad.get(), .coef = b.bdown->st.bwd_coef};
+      return conv_backward(*b.down, in, g0, g2, nullptr, false, nullptr, r.down_dw_parts.as<float>(), &from);
+    }
     conv_backward(*b.down, in, grads.shortcut, compact ? g2 : g0, nullptr, false, r.down_compact.get(),
                   r.down_dw_parts.as<float>());
-  inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, r.c3.recomputes_input(), r.a2.get(), b.b2, r.y2.get(), b.mid2, grads.a3,
-                 grads.mid2, r.c3_dgrad_own, nullptr, r.dw_parts.as<float>());
+  };
+  if (!r.c3_applies_join) shortcut();
+  const DyFromJoin from_join{.a3 = r.a3.get(), .coef = b.b3.st.bwd_coef};
+  inner_backward(b.c3, r.c3.wgrad, r.c3.dgrad, r.c3.recomputes_input(), r.a2.get(), b.b2, r.y2.get(), b.mid2,
+                 r.c3_applies_join ? g0 : grads.a3, grads.mid2, r.c3_dgrad_own, nullptr, r.dw_parts.as<float>(),
+                 r.c3_applies_join ? &from_join : nullptr);
+  if (r.c3_applies_join) shortcut();
   inner_backward(b.c2, r.c2.wgrad, r.c2.dgrad, r.c2.recomputes_input(), r.a1.get(), b.b1, r.y1.get(), b.mid1, grads.mid2,
                  grads.mid1, r.c2_dgrad_own, r.c2_turned.get());
   // The first block's conv1: its weight gradient may run on beside the stem's backward, which
@@ -895,6 +924,7 @@ void TrainingNetwork::block_backward(size_t i) {
     joins.img_h = b.in.h;
     joins.img_w = b.in.w;
   }
+  if (r.down_applies_join) joins.g = g2;  // the same, at every pixel
   conv_backward(b.c1, in, grads.mid1, nullptr, &joins, lane_after_stem);
 }
 
@@ -919,8 +949,8 @@ TrainingNetwork::InnerGrads TrainingNetwork::inner_grads(size_t block) const {
 // already in g[0]): g[1] = the gradient of a3, and g[3] = that of the shortcut conv's output, or
 // g[0] = the identity shortcut's.
 void TrainingNetwork::join_backward(const Block& b, BlockRun& r, const void* dy2, bool joined, const InnerGrads& g) {
-  before_write(g.a3);
-  if (b.down) before_write(g.shortcut);
+  if (!r.c3_applies_join) before_write(g.a3);
+  if (b.down && !r.down_applies_join) before_write(g.shortcut);
   // The ReLU came after the residual add: the forward's bits (join_args).
   BnBackwardArgs last{.dy = grad_[0].get(), .dy2 = dy2, .relu = ReluMask::FromBits,
                       .relu_bits = r.relu_bits.as<uint8_t>(), .x = r.a3.get(), .bn = &b.b3.st,
@@ -940,8 +970,17 @@ void TrainingNetwork::join_backward(const Block& b, BlockRun& r, const void* dy2
     last.relu_bits = nullptr;
     last.dres = nullptr;
     const int m = b.out.n * b.out.h * b.out.w;
-    bn_backward_from_sums(last, own_partials_.as<float>(), conv1x1_dgrad_join_rows(m, b.out.c), b.out, cfg_.dtype,
-                          cfg_.layout, ctx_.stream);
+    const int rows = conv1x1_dgrad_join_rows(m, b.out.c);
+    if (r.c3_applies_join) {  // conv3's data gradient applies bn3's part as it reads dz
+      bn_backward_finalize(last, own_partials_.as<float>(), rows, b.out, ctx_.stream);
+      if (b.down && !r.down_applies_join) {  // the shortcut's part alone, by bn_down's coefficients
+        const BnBackwardArgs part{.dy = grad_[0].get(), .x = r.ad.get(), .bn = &b.bdown->st,
+                                  .dgamma = last.dgamma2, .dbeta = last.dbeta2, .dx = g.shortcut};
+        bn_backward_apply(part, b.out, cfg_.dtype, cfg_.layout, ctx_.stream);
+      }
+    } else {
+      bn_backward_from_sums(last, own_partials_.as<float>(), rows, b.out, cfg_.dtype, cfg_.layout, ctx_.stream);
+    }
   } else {
     bn_backward(last, b.out, cfg_.dtype, cfg_.layout, bn_scratch_.as<float>(), ctx_.stream);
   }
@@ -951,8 +990,9 @@ void TrainingNetwork::join_backward(const Block& b, BlockRun& r, const void* dy2
 
 void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void* dy, void* dx,
                                     const Conv1x1DgradJoin* joined, bool lane_joined_later, const ConvLayer* dgrad,
-                                    float* dw_parts) {
+                                    float* dw_parts, const DyFromJoin* from_join) {
   if (dgrad && dw_parts) throw Fatal("conv_backward: a compact data gradient cannot take the weight gradient too");
+  if (from_join && !dw_parts) throw Fatal("conv_backward: dy is made from the join only where dw is taken too");
   if (!dw_parts) {
     wgrad_beside([&](cudaStream_t s, void* ws, size_t wsb) { weight_grad(c, x, dy, s, ws, wsb); });
     lane_read(dy);
@@ -965,7 +1005,8 @@ void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void
     const ConvGeometry& g = c.geometry();
     const int m = g.n * g.h * g.w;
     conv1x1_dgrad_dw({.dy = dy, .w = params_.working(c.weight), .dx = dx, .x = x, .dw_partials = dw_parts, .m = m,
-                      .k = g.k, .c = g.c},
+                      .k = g.k, .c = g.c, .dy_x = from_join ? from_join->a3 : nullptr,
+                      .dy_coef = from_join ? from_join->coef : nullptr},
                      ctx_.stream);
     weight_grad_from_parts(c, dw_parts, conv1x1_dgrad_bn_rows(m, g.c));
   } else {
@@ -976,8 +1017,11 @@ void TrainingNetwork::conv_backward(const ConvUnit& c, const void* x, const void
 
 void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, const FusedCall& dgrad,
                                      bool recompute_input, const void* x, const Bn& bn, void* stored, Shape4 s_in,
-                                     void* dy, void* dx, bool own_dgrad, const void* turned, float* dw_parts) {
+                                     void* dy, void* dx, bool own_dgrad, const void* turned, float* dw_parts,
+                                     const DyFromJoin* from_join) {
   const bool dw_in_dgrad = dw_parts != nullptr;
+  if (from_join && !(own_dgrad && dw_in_dgrad))
+    throw Fatal("inner_backward: dy is made from the join only by our data gradient that takes dw too");
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
   const cudaStream_t stream = ctx_.stream;
@@ -1012,7 +1056,8 @@ void TrainingNetwork::inner_backward(const ConvUnit& c, const FusedCall& wgrad, 
     } else {
       conv1x1_dgrad_bn({.dy = dy, .w = params_.working(c.weight), .dz = dx, .x = x, .mean = bn.st.save_mean,
                         .invstd = bn.st.save_invstd, .scale = bn.scale_h, .shift = bn.shift_h, .partials = partials,
-                        .m = m, .k = g.k, .c = g.c, .finalize = finalize, .dw_partials = dw_parts},
+                        .m = m, .k = g.k, .c = g.c, .finalize = finalize, .dw_partials = dw_parts,
+                        .dy_x = from_join ? from_join->a3 : nullptr, .dy_coef = from_join ? from_join->coef : nullptr},
                        stream);
       rows = conv1x1_dgrad_bn_rows(m, g.c);
       if (dw_parts) weight_grad_from_parts(c, dw_parts, rows);  // beside the BN backward's apply

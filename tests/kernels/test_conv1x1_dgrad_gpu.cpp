@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,36 @@ struct Case {
   // shortcut's), zero at the others; 0: in dz.
   int img_h = 0, img_w = 0;
   bool dw = false;  // Inner: the weight gradient taken too (Conv1x1DgradBn::dw_partials)
+  bool from_join = false;  // Inner with dw: dy made from the join's dz and a3 as it is read (dy_x)
+  bool own_g = false;      // Join: the shortcut's part in a buffer of its own (Conv1x1DgradJoin::g)
+};
+
+// conv3's (or a projection shortcut's) output gradient as the join's BN backward gives it: dy =
+// coef[j] dz + coef[k + j] a3 + coef[2k + j], from the join's dz and the BN's input a3, in fp16 as
+// the apply stores it; and the three on the device, for the kernel that makes dy as it reads them.
+// The coefficients of a3 and of 1 small, as a BN backward's are: dy's channel means add up in dw.
+struct JoinedDy {
+  Vec dz, a3, coef, dy;
+  DeviceTensor dz_d, a3_d, coef_d;
+  static Vec coefficients(int k, std::mt19937_64& rng) {
+    Vec c = gpu_test::random_normal(rng, size_t(k), 0.0, 0.7);
+    for (double sd : {0.05, 0.01})
+      for (double v : gpu_test::random_normal(rng, size_t(k), 0.0, sd)) c.push_back(v);
+    return quantize(DType::F32, c);
+  }
+  JoinedDy(const Case& t, std::mt19937_64& rng)
+      : dz(quantize(DType::F16, gpu_test::random_normal(rng, size_t(t.m) * t.k))),
+        a3(quantize(DType::F16, gpu_test::random_normal(rng, size_t(t.m) * t.k, 0.5, 2.0))),
+        coef(coefficients(t.k, rng)),
+        dy(size_t(t.m) * t.k),
+        dz_d(dz, DType::F16),
+        a3_d(a3, DType::F16),
+        coef_d(coef, DType::F32) {
+    for (size_t e = 0; e < dy.size(); ++e) {
+      const size_t j = e % t.k;
+      dy[e] = quantize(DType::F16, coef[j] * dz[e] + coef[t.k + j] * a3[e] + coef[2 * t.k + j]);
+    }
+  }
 };
 
 // A stride-2 shortcut's part of the gradient: g with its odd rows' and columns' pixels zeroed (what
@@ -154,7 +185,9 @@ void check_against_reference(const Case& t) {
   SKIP_UNLESS_RUNS(join ? conv1x1_dgrad_join_refusal : t.dw ? conv1x1_dgrad_bn_dw_refusal : conv1x1_dgrad_bn_refusal,
                    t.m, t.k, t.c);
   auto rng = gpu_test::test_rng();
-  const Inputs in(t, rng);
+  Inputs in(t, rng);
+  const std::unique_ptr<JoinedDy> joined = t.from_join ? std::make_unique<JoinedDy>(t, rng) : nullptr;
+  if (joined) in.dy = joined->dy;  // what the references multiply; the kernel reads dz and a3
   const Vec dx = in.dx(t);
   const bool compact = t.img_h > 0;
   const EvenPixels even(in.g, compact ? t : Case{0, 0, 0, false});
@@ -168,10 +201,12 @@ void check_against_reference(const Case& t) {
   DeviceTensor dz(in.g, DType::F16), part(3 * size_t(rows) * t.c, DType::F32, "partial sums");
   part.poison();
   DeviceTensor g_even(compact ? even.compact : Vec(8, 0.0), DType::F16);
-  if (compact) dz.poison();  // only written: a read of it would show
+  if (compact || t.own_g) dz.poison();  // only written: a read of it would show
+  DeviceTensor own_g(t.own_g ? g : Vec(8, 0.0), DType::F16);
   if (join) {
     Conv1x1DgradJoin a = in.args(t, dz, part);
     if (compact) a.g_even = g_even.get(), a.img_h = t.img_h, a.img_w = t.img_w;
+    if (t.own_g) a.g = own_g.get();
     conv1x1_dgrad_join(a, ctx().stream);
   }
   DeviceTensor dw_parts(t.dw ? conv1x1_dw_partials_bytes(t.m, t.k, t.c) / 4 : 1, DType::F32, "dw parts"),
@@ -182,6 +217,11 @@ void check_against_reference(const Case& t) {
       dw_parts.poison();
       dw.poison();
       a.dw_partials = dw_parts.f32();
+    }
+    if (joined) {
+      a.dy = joined->dz_d.get();
+      a.dy_x = joined->a3_d.get();
+      a.dy_coef = joined->coef_d.f32();
     }
     conv1x1_dgrad_bn(a, ctx().stream);
     if (t.dw) conv1x1_dw_from_partials(dw_parts.f32(), rows, t.k, t.c, dw.get(), ctx().stream);
@@ -255,6 +295,14 @@ TEST(Conv1x1DgradJoin, AStride2ShortcutsCompactPartMatchesTheReference) {
   check_against_reference({128 * 45, 64, 64, false, Kind::Join, 5, 9});
 }
 
+// The shortcut's part in a buffer of its own (layer1.0's, whose shortcut data gradient read the join's
+// dz from dz's buffer): dz only written. Layer1.0's shapes, scaled down: a projection BN beside.
+TEST(Conv1x1DgradJoin, TheShortcutsPartInABufferOfItsOwnMatchesTheReference) {
+  Case t{128 * 8, 64, 64, true};
+  t.own_g = true;
+  check_against_reference(t);
+}
+
 // conv3's data gradient at layer1's channels (256 -> 64: 4 k-tiles, one column of tiles).
 TEST(Conv1x1DgradBn, OneColumnMatchesTheReference) { check_against_reference({128 * 16, 256, 64, false, Kind::Inner}); }
 
@@ -265,22 +313,65 @@ TEST(Conv1x1DgradBn, TheWeightGradientBesideMatchesTheReference) {
   check_against_reference({128 * 70, 256, 128, false, Kind::Inner, 0, 0, true});
 }
 
+// dy made from the join as the kernel reads it (bn3's apply, Conv1x1DgradBn::dy_x): dz, its sums and
+// dw against the references on the apply's dy; a CTA walking 2-3 tiles, then two columns.
+TEST(Conv1x1DgradBn, DyMadeFromTheJoinMatchesTheReference) {
+  check_against_reference({128 * 300, 256, 64, false, Kind::Inner, 0, 0, true, true});
+  check_against_reference({128 * 70, 256, 128, false, Kind::Inner, 0, 0, true, true});
+}
+
+// Half of what makes dy from the join, without the weight gradient's kernel, misaligned or with dz
+// over a3: refused before anything runs.
+TEST(Conv1x1DgradBn, DyFromTheJoinWithoutAllItNeedsIsRefused) {
+  const Case t{128 * 8, 256, 64, false, Kind::Inner, 0, 0, true, true};
+  SKIP_UNLESS_RUNS(conv1x1_dgrad_bn_dw_refusal, t.m, t.k, t.c);
+  auto rng = gpu_test::test_rng();
+  const Inputs in(t, rng);
+  const JoinedDy joined(t, rng);
+  const int rows = conv1x1_dgrad_bn_rows(t.m, t.c);
+  DeviceTensor dz(size_t(t.m) * t.c, DType::F16, "dz"), part(2 * size_t(rows) * t.c, DType::F32, "partial sums"),
+      parts(conv1x1_dw_partials_bytes(t.m, t.k, t.c) / 4, DType::F32, "dw parts");
+  auto args = [&] {
+    Conv1x1DgradBn a = in.inner_args(t, dz, part);
+    a.dy = joined.dz_d.get();
+    a.dy_x = joined.a3_d.get();
+    a.dy_coef = joined.coef_d.f32();
+    a.dw_partials = parts.f32();
+    return a;
+  };
+  Conv1x1DgradBn a = args();
+  a.dy_coef = nullptr;
+  expect_refused([&] { conv1x1_dgrad_bn(a, ctx().stream); }, "needs both the BN's input and its coefficients");
+  a = args();
+  a.dw_partials = nullptr;
+  expect_refused([&] { conv1x1_dgrad_bn(a, ctx().stream); }, "only by the kernel that takes the weight gradient too");
+  a = args();
+  a.dy_coef = joined.coef_d.f32() + 1;
+  expect_refused([&] { conv1x1_dgrad_bn(a, ctx().stream); }, "must start 16-byte aligned");
+  a = args();
+  a.dz = const_cast<void*>(a.dy_x);
+  expect_refused([&] { conv1x1_dgrad_bn(a, ctx().stream); }, "the output overlaps the join's dz or the BN's input");
+}
+
 // The plain variant (Conv1x1DgradDw: layer1.0's projection shortcut, 256 -> 64 backward): dx as the
 // GEMM gives it, no ReLU and no sums, and dw = dy^T x from x as stored. 300 rows of tiles (a CTA walks
 // 2-3), then two columns.
 void check_plain_against_reference(const Case& t) {
   SKIP_UNLESS_RUNS(conv1x1_dgrad_bn_dw_refusal, t.m, t.k, t.c);
   auto rng = gpu_test::test_rng();
-  const Inputs in(t, rng);
+  Inputs in(t, rng);
+  const std::unique_ptr<JoinedDy> joined = t.from_join ? std::make_unique<JoinedDy>(t, rng) : nullptr;
+  if (joined) in.dy = joined->dy;  // what the references multiply; the kernel reads dz and ad
   const int rows = conv1x1_dgrad_bn_rows(t.m, t.c);
   DeviceTensor dx(size_t(t.m) * t.c, DType::F16, "dx"), parts(conv1x1_dw_partials_bytes(t.m, t.k, t.c) / 4, DType::F32, "dw parts"),
       dw(size_t(t.k) * t.c, DType::F16, "dw");
   dx.poison();
   parts.poison();
   dw.poison();
-  conv1x1_dgrad_dw({.dy = in.dy_d.get(), .w = in.w_d.get(), .dx = dx.get(), .x = in.x_d.get(), .dw_partials = parts.f32(),
-                    .m = t.m, .k = t.k, .c = t.c},
-                   ctx().stream);
+  Conv1x1DgradDw a{.dy = in.dy_d.get(), .w = in.w_d.get(), .dx = dx.get(), .x = in.x_d.get(), .dw_partials = parts.f32(),
+                   .m = t.m, .k = t.k, .c = t.c};
+  if (joined) a.dy = joined->dz_d.get(), a.dy_x = joined->a3_d.get(), a.dy_coef = joined->coef_d.f32();
+  conv1x1_dgrad_dw(a, ctx().stream);
   conv1x1_dw_from_partials(parts.f32(), rows, t.k, t.c, dw.get(), ctx().stream);
   CUDA_CHECK(cudaStreamSynchronize(ctx().stream));
   EXPECT_CLOSE(dx.download(), in.dx(t), gpu_test::kTolF16) << "dx";
@@ -297,6 +388,11 @@ void check_plain_against_reference(const Case& t) {
 TEST(Conv1x1DgradDw, TheDataAndWeightGradientsMatchTheReference) {
   check_plain_against_reference({128 * 300, 256, 64, false});
   check_plain_against_reference({128 * 70, 256, 128, false});
+}
+
+// dy made from the join as it is read (layer1.0's shortcut: its BN's apply, Conv1x1DgradDw::dy_x).
+TEST(Conv1x1DgradDw, DyMadeFromTheJoinMatchesTheReference) {
+  check_plain_against_reference({128 * 300, 256, 64, false, Kind::Inner, 0, 0, true, true});
 }
 
 TEST(Conv1x1DgradDw, OtherChannelsAndMissingMisalignedOrOverlappingTensorsAreRefused) {
@@ -502,6 +598,13 @@ TEST(Conv1x1DgradJoin, ShapesTheTilesDoNotCoverAndPartialArgumentsAreRefused) {
   a.g_even = nullptr;
   expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "an image size without");
   a.img_h = a.img_w = 0;
+  DeviceTensor own_g(128 * 64, DType::F16);
+  a.g = own_g.get(), a.g_even = compact.get(), a.img_h = a.img_w = 8;
+  expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "both compact and in a buffer of its own");
+  a.g_even = nullptr, a.img_h = a.img_w = 0;
+  a.g = static_cast<const char*>(any.get()) + 64;  // inside dz
+  expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "the shortcut's part overlaps dz");
+  a.g = nullptr;
   a.relu_bits = nullptr;
   expect_refused([&] { conv1x1_dgrad_join(a, ctx().stream); }, "missing");
 }

@@ -863,6 +863,43 @@ TEST(FusedNetworkGpu, Layer1sConv3sTakeTheirWeightGradientInTheirDataGradient) {
   EXPECT_EQ(without.own_shortcut_dgrad_wgrad, 0) << "switched off";
 }
 
+// Layer1's conv3s, whose data gradient takes their weight gradient and whose next block's conv1
+// joins, make dy from the join (three), unless switched off or their weight gradient is not taken.
+TEST(FusedNetworkGpu, Layer1sConv3sMakeTheirOutputGradientFromTheJoin) {
+  SKIP_WITHOUT_GPU("the fused training network");
+  GpuContext ctx;
+  AutotuneCache cache("", "the join's apply in conv3's data gradient test");
+  const unsigned defaults = default_unfused_patterns(true);
+  const FusionReport on = training_fusion_report(ctx, cache, defaults, true);
+  if (on.own_dgrad_wgrad == 0) GTEST_SKIP() << "our data gradient kernel takes no conv3's weight gradient here";
+  EXPECT_EQ(on.own_join_apply, 3);
+  EXPECT_EQ(on.own_shortcut_join_apply, 1) << "layer1.0's shortcut";
+  const FusionReport off = training_fusion_report(ctx, cache, defaults | fused_pattern_bit(FusedPattern::OwnJoinApply), true);
+  EXPECT_EQ(off.own_join_apply, 0) << "switched off";
+  EXPECT_EQ(off.own_shortcut_join_apply, 0) << "switched off";
+  const FusionReport no_dw = training_fusion_report(ctx, cache, defaults | fused_pattern_bit(FusedPattern::OwnDgradWgrad), true);
+  EXPECT_EQ(no_dw.own_join_apply, 0) << "only the kernel that takes the weight gradient makes dy";
+}
+
+// The line for the conv3s that make dy from the join, and none without them.
+TEST(FusionReport, SaysWhichDataGradientsMakeTheirOutputGradientFromTheJoin) {
+  FusionReport r;
+  r.tried = r.fused = 80;
+  r.own_join_apply = 3;
+  std::vector<std::string> lines = fusion_report_lines(r);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find("for 3 conv3s the data gradient's kernel makes its output gradient from the join's dz"),
+            std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("--no-fuse own-join-apply"), std::string::npos) << lines[1];
+  r.own_join_apply = 0;
+  EXPECT_EQ(fusion_report_lines(r).size(), 1u);
+  r.own_shortcut_join_apply = 1;
+  lines = fusion_report_lines(r);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find("for 1 projection shortcut the data gradient's kernel makes its output gradient"),
+            std::string::npos) << lines[1];
+}
+
 // The line for the conv3s whose data gradient takes their weight gradient, and none without them.
 TEST(FusionReport, SaysWhichDataGradientsTakeTheirWeightGradient) {
   FusionReport r;

@@ -277,6 +277,8 @@ class ParityNet {
   int dgrad_dws() const { return net_->fusion_report().own_dgrad_wgrad; }
   int shortcut_dgrad_dws() const { return net_->fusion_report().own_shortcut_dgrad_wgrad; }
   int lane_cudnn_sms() const { return net_->fusion_report().lane_cudnn_sms; }
+  int join_applies() const { return net_->fusion_report().own_join_apply; }
+  int shortcut_join_applies() const { return net_->fusion_report().own_shortcut_join_apply; }
 
  private:
   // A parameter's gradient in fp32, unscaled, in storage order.
@@ -569,6 +571,24 @@ TEST(FusedParityGpu, TheWeightGradientsInConv3sDataGradientAsTheLanes) {
   EXPECT_EQ(lane.dgrad_dws(), 0);
   EXPECT_EQ(lane.shortcut_dgrad_dws(), 0);
   expect_steps_as_close(fused, lane, "own-dgrad-wgrad", "the lane's");
+}
+
+// Layer1's conv3s and layer1.0's shortcut making dy from the join's dz and a3 (ad) as they read
+// them (bin/train's default) against the join's apply pass storing dy first: the same fp32
+// arithmetic rounded once to fp16, so the same gradients but for the order of the data gradient's
+// sums, over three steps. The shortcut's data gradient then goes to g[2] for the stem's join.
+TEST(FusedParityGpu, TheJoinsApplyInConv3sDataGradientAsThePass) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device: the PyTorch parity test needs a GPU";
+  const Fixture f = load_fixture(fixture_path());
+  ParityNet fused(f, kFused);
+  ASSERT_EQ(fused.join_applies(), 3) << "bin/train's configuration makes layer1's conv3 output gradients so";
+  ASSERT_EQ(fused.shortcut_join_applies(), 1) << "and layer1.0's shortcut's";
+  Build b = kFused;
+  b.also_unfused = fused_pattern_bit(FusedPattern::OwnJoinApply);
+  ParityNet pass(f, b);
+  EXPECT_EQ(pass.join_applies(), 0);
+  EXPECT_EQ(pass.shortcut_join_applies(), 0);
+  expect_steps_as_close(fused, pass, "own-join-apply", "the apply pass's");
 }
 
 }  // namespace
