@@ -77,6 +77,9 @@ std::string dy_from_join_refusal(const Args& a, const void* out, const float* dw
   const size_t dy_bytes = size_t(a.m) * a.k * 2, out_bytes = size_t(a.m) * a.c * 2;
   if (overlap(out, out_bytes, a.dy, dy_bytes) || overlap(out, out_bytes, a.dy_x, dy_bytes))
     return "the output overlaps the join's dz or the BN's input, which other CTAs still read";
+  const size_t parts_bytes = conv1x1_dw_partials_bytes(a.m, a.k, a.c);
+  if (overlap(dw_partials, parts_bytes, a.dy, dy_bytes) || overlap(dw_partials, parts_bytes, a.dy_x, dy_bytes))
+    return "dw's parts overlap the join's dz or the BN's input";
   return "";
 }
 
@@ -123,6 +126,8 @@ void conv1x1_dgrad_join(const Conv1x1DgradJoin& a, cudaStream_t stream) {
     if (!aligned(a.g, 16)) throw Fatal("conv1x1_dgrad_join: the shortcut's part must start 16-byte aligned (16-byte copies)");
     const size_t bytes = size_t(a.m) * a.c * 2;
     if (overlap(a.g, bytes, a.dz, bytes)) throw Fatal("conv1x1_dgrad_join: the shortcut's part overlaps dz");
+    if (overlap(a.g, bytes, a.partials, conv1x1_dgrad_join_partials_bytes(a.m, a.c)))
+      throw Fatal("conv1x1_dgrad_join: the shortcut's part overlaps the partial sums");
   }
 #if defined(CONV1X1_WITH_CUTLASS)
   trainer_kernels::JoinGradEpilogue::Params e{};

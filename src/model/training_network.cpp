@@ -517,12 +517,15 @@ void TrainingNetwork::plan_own_convs() {
       r.c2_turned = DeviceBuffer(size_t(9) * s3.c * s3.k * sizeof(uint16_t), "layer1 conv2's filter turned for its data gradient");
   }
   // conv3's data gradient makes its dy from the join where it takes its weight gradient (the kernel
-  // that does both) and the next block's conv1 leaves the join's dz.
+  // that does both) and the next block's conv1 leaves the join's dz. In a projection block both
+  // data gradients do, or neither: conv3's runs before the shortcut's there (block_backward), and
+  // without the lane behind conv3 writes g[3], where the apply pass would leave the shortcut's dy.
   const bool join_applies = !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::OwnJoinApply));
   for (size_t i = 0; i + 1 < runs_.size(); ++i) {
     BlockRun& r = runs_[i];
-    r.c3_applies_join = join_applies && r.c3_dgrad_dw() && runs_[i + 1].c1_joins;
-    r.down_applies_join = r.c3_applies_join && r.down_dgrad_dw() && r.c1_joins;
+    const bool shortcut_can = !layers_->blocks[i].down || (r.down_dgrad_dw() && r.c1_joins);
+    r.c3_applies_join = join_applies && r.c3_dgrad_dw() && runs_[i + 1].c1_joins && shortcut_can;
+    r.down_applies_join = r.c3_applies_join && layers_->blocks[i].down;
     fusion_report_.own_join_apply += r.c3_applies_join;
     fusion_report_.own_shortcut_join_apply += r.down_applies_join;
   }
@@ -807,8 +810,9 @@ void TrainingNetwork::bn_grads_ready(const Bn& bn) const {
 // next (the previous block's join, the stem's BN) sums the two as it reads them. (cuDNN's graph API
 // through cudnn-frontend cannot accumulate a data gradient into its output, as the legacy calls
 // could with beta = 1.) Where conv1 joins (BlockRun::c1_joins), our kernel adds its part to g[0]
-// itself and leaves the previous join's dz there; g[2] then holds only a stride-2 shortcut's compact
-// gradient (BlockRun::down_compact), from its data gradient to conv1's join. g[1] and g[3] hold the
+// itself and leaves the previous join's dz there; g[2] then holds only a shortcut's data gradient
+// on its way to conv1's join: a stride-2 one's compact (BlockRun::down_compact), or one that read
+// the join's dz from g[0] (BlockRun::down_applies_join). g[1] and g[3] hold the
 // gradients inside a block, or, where the weight gradients' lane runs behind (lagging_), one of
 // kLaggingSets sets of four by turns from block to block (inner_grads).
 void TrainingNetwork::backward() {
@@ -949,8 +953,10 @@ TrainingNetwork::InnerGrads TrainingNetwork::inner_grads(size_t block) const {
 // already in g[0]): g[1] = the gradient of a3, and g[3] = that of the shortcut conv's output, or
 // g[0] = the identity shortcut's.
 void TrainingNetwork::join_backward(const Block& b, BlockRun& r, const void* dy2, bool joined, const InnerGrads& g) {
-  if (!r.c3_applies_join) before_write(g.a3);
-  if (b.down && !r.down_applies_join) before_write(g.shortcut);
+  if (!r.c3_applies_join) {
+    before_write(g.a3);
+    if (b.down) before_write(g.shortcut);
+  }
   // The ReLU came after the residual add: the forward's bits (join_args).
   BnBackwardArgs last{.dy = grad_[0].get(), .dy2 = dy2, .relu = ReluMask::FromBits,
                       .relu_bits = r.relu_bits.as<uint8_t>(), .x = r.a3.get(), .bn = &b.b3.st,
@@ -971,13 +977,8 @@ void TrainingNetwork::join_backward(const Block& b, BlockRun& r, const void* dy2
     last.dres = nullptr;
     const int m = b.out.n * b.out.h * b.out.w;
     const int rows = conv1x1_dgrad_join_rows(m, b.out.c);
-    if (r.c3_applies_join) {  // conv3's data gradient applies bn3's part as it reads dz
+    if (r.c3_applies_join) {  // the data gradients apply as they read dz (the shortcut's too)
       bn_backward_finalize(last, own_partials_.as<float>(), rows, b.out, ctx_.stream);
-      if (b.down && !r.down_applies_join) {  // the shortcut's part alone, by bn_down's coefficients
-        const BnBackwardArgs part{.dy = grad_[0].get(), .x = r.ad.get(), .bn = &b.bdown->st,
-                                  .dgamma = last.dgamma2, .dbeta = last.dbeta2, .dx = g.shortcut};
-        bn_backward_apply(part, b.out, cfg_.dtype, cfg_.layout, ctx_.stream);
-      }
     } else {
       bn_backward_from_sums(last, own_partials_.as<float>(), rows, b.out, cfg_.dtype, cfg_.layout, ctx_.stream);
     }

@@ -296,11 +296,14 @@ TEST(Conv1x1DgradJoin, AStride2ShortcutsCompactPartMatchesTheReference) {
 }
 
 // The shortcut's part in a buffer of its own (layer1.0's, whose shortcut data gradient read the join's
-// dz from dz's buffer): dz only written. Layer1.0's shapes, scaled down: a projection BN beside.
+// dz from dz's buffer): dz only written. Layer1.0's shapes, scaled down: the stem's join (one BN, as
+// the network runs it), then with a projection BN beside.
 TEST(Conv1x1DgradJoin, TheShortcutsPartInABufferOfItsOwnMatchesTheReference) {
-  Case t{128 * 8, 64, 64, true};
-  t.own_g = true;
-  check_against_reference(t);
+  for (bool dual : {false, true}) {
+    Case t{128 * 8, 64, 64, dual};
+    t.own_g = true;
+    check_against_reference(t);
+  }
 }
 
 // conv3's data gradient at layer1's channels (256 -> 64: 4 k-tiles, one column of tiles).

@@ -879,6 +879,10 @@ TEST(FusedNetworkGpu, Layer1sConv3sMakeTheirOutputGradientFromTheJoin) {
   EXPECT_EQ(off.own_shortcut_join_apply, 0) << "switched off";
   const FusionReport no_dw = training_fusion_report(ctx, cache, defaults | fused_pattern_bit(FusedPattern::OwnDgradWgrad), true);
   EXPECT_EQ(no_dw.own_join_apply, 0) << "only the kernel that takes the weight gradient makes dy";
+  const FusionReport no_stem_join =
+      training_fusion_report(ctx, cache, defaults | fused_pattern_bit(FusedPattern::OwnStemJoin), true);
+  EXPECT_EQ(no_stem_join.own_join_apply, 2) << "layer1.0's shortcut cannot, so neither of its data gradients";
+  EXPECT_EQ(no_stem_join.own_shortcut_join_apply, 0);
 }
 
 // The line for the conv3s that make dy from the join, and none without them.

@@ -591,4 +591,22 @@ TEST(FusedParityGpu, TheJoinsApplyInConv3sDataGradientAsThePass) {
   expect_steps_as_close(fused, pass, "own-join-apply", "the apply pass's");
 }
 
+// Where layer1.0's conv1 does not join the stem, its shortcut cannot take dz from g[0] (conv1 would
+// not read its part from g[2]), so neither data gradient of that block makes dy from the join:
+// without the lane behind, conv3's data gradient writes g[3], where the apply leaves the shortcut's
+// dy. The other two blocks still do; against the apply pass everywhere, over three steps.
+TEST(FusedParityGpu, TheJoinsApplyWithoutTheStemJoinOrTheLaneBehindAsThePass) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device: the PyTorch parity test needs a GPU";
+  const Fixture f = load_fixture(fixture_path());
+  Build b = kFused;
+  b.also_unfused = fused_pattern_bit(FusedPattern::OwnStemJoin) | fused_pattern_bit(FusedPattern::LaggingWgrad);
+  ParityNet fused(f, b);
+  ASSERT_EQ(fused.join_applies(), 2) << "layer1.1's and layer1.2's conv3s, not layer1.0's";
+  ASSERT_EQ(fused.shortcut_join_applies(), 0);
+  b.also_unfused |= fused_pattern_bit(FusedPattern::OwnJoinApply);
+  ParityNet pass(f, b);
+  EXPECT_EQ(pass.join_applies(), 0);
+  expect_steps_as_close(fused, pass, "own-join-apply", "the apply pass's");
+}
+
 }  // namespace
