@@ -151,7 +151,7 @@ class TrainingNetwork : public Network {
   InnerGrads inner_grads(size_t block) const;
   // dy2: the second part of the output's gradient, or nullptr; joined: the next block's conv1 left
   // dz and its sums (BlockRun::c1_joins). Where conv3's data gradient makes its dy from dz
-  // (BlockRun::c3_applies_join), only the finalize and a projection shortcut's part.
+  // (BlockRun::c3_applies_join), only the finalize: the data gradients apply as they read dz.
   void join_backward(const Block& b, BlockRun& r, const void* dy2, bool joined, const InnerGrads& g);
   // bn's coefficients for y = bn(x): from x's statistics in training, else the running ones; with
   // their fp16 copies where the next conv's prologue reads them (bn.scale_h).

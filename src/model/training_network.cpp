@@ -80,11 +80,11 @@ struct TrainingNetwork::BlockRun {
   bool down_dgrad_dw() const { return down_dw_parts.get() != nullptr; }
   // That conv3 kernel also makes dy, the join's gradient of a3, as it reads the join's dz and a3
   // (Conv1x1DgradBn::dy_x: OwnJoinApply), where the next block's conv1 left dz (its c1_joins): the
-  // join's backward runs its finalize alone, and a projection shortcut's apply; a3's gradient is
-  // stored nowhere. And where the shortcut's data gradient takes its weight gradient too
-  // (down_dgrad_dw), that kernel makes its dy from the join's dz and ad so: the join's backward is
-  // its finalize alone, and the shortcut's data gradient goes to g[2], where this block's conv1
-  // join reads it (Conv1x1DgradJoin::g), as g[0] still holds dz for conv3.
+  // join's backward runs its finalize alone, and a3's gradient is stored nowhere. In a projection
+  // block the shortcut's data gradient, which takes its weight gradient too (down_dgrad_dw), makes
+  // its dy from the join's dz and ad so as well (or neither does: plan_own_convs), and writes its
+  // data gradient to g[2], where this block's conv1 join reads it (Conv1x1DgradJoin::g), as g[0]
+  // still holds dz for conv3.
   bool c3_applies_join = false, down_applies_join = false;
   // Layer1's 3x3 conv2 by our kernel (kernels/conv3x3.h): training's forward with its statistics,
   // where conv2 reads y1 stored (Inner::reads_stored: OwnConv3x3), and the data gradient with bn1's
