@@ -52,16 +52,25 @@ void launch_dgrad(const void* dy, const void* w, int m, int k, int c, const type
 
 // dx = dy w with Epilogue, and dw's parts, by the kernel that takes both from the same stages of dy;
 // kDyFromJoin: dy made from the join's dz (dy) and a3 (dy_x) by its apply coefficients dy_coef.
-template <class Epilogue, bool kDyFromJoin = false>
-void launch_dgrad_wgrad(const void* dy, const void* w, int m, int k, int c, const typename Epilogue::Params& e,
-                        float* dw_partials, cudaStream_t stream, const void* dy_x = nullptr,
-                        const float* dy_coef = nullptr) {
+template <class Epilogue, bool kDyFromJoin>
+void launch_dgrad_wgrad_as(const void* dy, const void* w, int m, int k, int c, const typename Epilogue::Params& e,
+                           float* dw_partials, cudaStream_t stream, const void* dy_x, const float* dy_coef) {
   using D = trainer_kernels::DgradWgrad<kDwKTiles, Epilogue, kDyFromJoin>;
   static const bool agree = trainer_kernels::dgrad_wgrad_layouts_agree<kDwKTiles, Epilogue, kDyFromJoin>();
   if (!agree) throw Fatal("conv1x1 dgrad + wgrad: dy's stage read MN-major is not the stage CUTLASS writes");
   const auto p = dgrad_params<typename D::K>(dy, w, m, k, c, e, dy_x);
   launch_with<typename D::K, trainer_kernels::resident_dgrad_wgrad<kDwKTiles, Epilogue, kDyFromJoin>>(
       p, stream, dw_partials, dy_coef);
+}
+
+// The same, dy made from the join where dy_x is given (dy_from_join_refusal has checked the rest).
+template <class Epilogue>
+void launch_dgrad_wgrad(const void* dy, const void* w, int m, int k, int c, const typename Epilogue::Params& e,
+                        float* dw_partials, cudaStream_t stream, const void* dy_x, const float* dy_coef) {
+  if (dy_x)
+    launch_dgrad_wgrad_as<Epilogue, true>(dy, w, m, k, c, e, dw_partials, stream, dy_x, dy_coef);
+  else
+    launch_dgrad_wgrad_as<Epilogue, false>(dy, w, m, k, c, e, dw_partials, stream, nullptr, nullptr);
 }
 #endif
 
@@ -183,11 +192,9 @@ void conv1x1_dgrad_bn(const Conv1x1DgradBn& a, cudaStream_t stream) {
     throw Fatal("conv1x1_dgrad_bn: " + why);
 #if defined(CONV1X1_WITH_CUTLASS)
   using E = trainer_kernels::InnerGradEpilogue;
-  if (a.dy_x)
-    launch_dgrad_wgrad<E, true>(a.dy, a.w, a.m, a.k, a.c, inner_grad_params<E>(a), a.dw_partials, stream, a.dy_x,
-                                a.dy_coef);
-  else if (a.dw_partials)
-    launch_dgrad_wgrad<E>(a.dy, a.w, a.m, a.k, a.c, inner_grad_params<E>(a), a.dw_partials, stream);
+  if (a.dw_partials)
+    launch_dgrad_wgrad<E>(a.dy, a.w, a.m, a.k, a.c, inner_grad_params<E>(a), a.dw_partials, stream, a.dy_x,
+                          a.dy_coef);
   else
     launch_dgrad<E>(a.dy, a.w, a.m, a.k, a.c, inner_grad_params<E>(a), stream);
 #else
@@ -214,10 +221,7 @@ void conv1x1_dgrad_dw(const Conv1x1DgradDw& a, cudaStream_t stream) {
 #if defined(CONV1X1_WITH_CUTLASS)
   using E = trainer_kernels::PlainGradEpilogue;
   const E::Params e{.dx = static_cast<cutlass::half_t*>(a.dx), .x = static_cast<const __half*>(a.x)};
-  if (a.dy_x)
-    launch_dgrad_wgrad<E, true>(a.dy, a.w, a.m, a.k, a.c, e, a.dw_partials, stream, a.dy_x, a.dy_coef);
-  else
-    launch_dgrad_wgrad<E>(a.dy, a.w, a.m, a.k, a.c, e, a.dw_partials, stream);
+  launch_dgrad_wgrad<E>(a.dy, a.w, a.m, a.k, a.c, e, a.dw_partials, stream, a.dy_x, a.dy_coef);
 #else
   (void)stream;
 #endif

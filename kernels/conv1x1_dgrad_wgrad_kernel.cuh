@@ -129,16 +129,15 @@ __device__ void dy_from_join(typename D::K::SharedStorage& ss, int stage, int k0
   Tensor sA = make_tensor(make_smem_ptr(ss.tensors.smem_A.data()), typename D::Mainloop::SmemLayoutA{});
   Tensor sR = make_tensor(make_smem_ptr(ss.tensors.smem_R.data()), typename D::Mainloop::SmemLayoutA{});
   const int chunk = t % kChunks, c = k0 + 8 * chunk;
-  float dz_k[8], x_k[8], one_k[8];
-  CUTLASS_PRAGMA_UNROLL
-  for (int h = 0; h < 2; ++h) {
-    const float4 a = __ldg(reinterpret_cast<const float4*>(coef + c) + h);
-    const float4 b = __ldg(reinterpret_cast<const float4*>(coef + k + c) + h);
-    const float4 d = __ldg(reinterpret_cast<const float4*>(coef + 2 * k + c) + h);
-    dz_k[4 * h] = a.x, dz_k[4 * h + 1] = a.y, dz_k[4 * h + 2] = a.z, dz_k[4 * h + 3] = a.w;
-    x_k[4 * h] = b.x, x_k[4 * h + 1] = b.y, x_k[4 * h + 2] = b.z, x_k[4 * h + 3] = b.w;
-    one_k[4 * h] = d.x, one_k[4 * h + 1] = d.y, one_k[4 * h + 2] = d.z, one_k[4 * h + 3] = d.w;
-  }
+  // The thread's 8 channels of each coefficient row, two 16-byte loads each.
+  auto channels = [&](const float* row, float (&to)[8]) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int h = 0; h < 2; ++h) reinterpret_cast<float4*>(to)[h] = __ldg(reinterpret_cast<const float4*>(row + c) + h);
+  };
+  alignas(16) float dz_k[8], x_k[8], one_k[8];
+  channels(coef, dz_k);
+  channels(coef + k, x_k);
+  channels(coef + 2 * k, one_k);
   CUTLASS_PRAGMA_UNROLL
   for (int i = 0; i < kRowsEach; ++i) {
     const int row = t / kChunks + i * (K::kConsumerThreads / kChunks);

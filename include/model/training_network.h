@@ -130,7 +130,7 @@ class TrainingNetwork : public Network {
   // with `dgrad`, that conv's data gradient instead of c's (BlockRun::down_compact); with `dw_parts`,
   // both by our kernel from the same loads of dy, dw added up from its parts on the lane
   // (kernels/conv1x1_dgrad_bn.h, Conv1x1DgradDw: BlockRun::down_dw_parts), and with from_join dy
-  // made by that kernel from the join's dz (in dy) and the shortcut BN's input (down_applies_join).
+  // made by that kernel from the join's dz (in dy) and the shortcut BN's input (BlockRun::c3_applies_join).
   // lane_joined_later: the caller joins the lane and reports the weight's gradient ready itself.
   void conv_backward(const struct ConvUnit& c, const void* x, const void* dy, void* dx,
                      const struct Conv1x1DgradJoin* joined = nullptr, bool lane_joined_later = false,

@@ -85,7 +85,7 @@ struct TrainingNetwork::BlockRun {
   // its dy from the join's dz and ad so as well (or neither does: plan_own_convs), and writes its
   // data gradient to g[2], where this block's conv1 join reads it (Conv1x1DgradJoin::g), as g[0]
   // still holds dz for conv3.
-  bool c3_applies_join = false, down_applies_join = false;
+  bool c3_applies_join = false;
   // Layer1's 3x3 conv2 by our kernel (kernels/conv3x3.h): training's forward with its statistics,
   // where conv2 reads y1 stored (Inner::reads_stored: OwnConv3x3), and the data gradient with bn1's
   // ReLU and backward sums (OwnDgrad3x3), by conv2's filter turned into c2_turned in each training
@@ -525,9 +525,8 @@ void TrainingNetwork::plan_own_convs() {
     BlockRun& r = runs_[i];
     const bool shortcut_can = !layers_->blocks[i].down || (r.down_dgrad_dw() && r.c1_joins);
     r.c3_applies_join = join_applies && r.c3_dgrad_dw() && runs_[i + 1].c1_joins && shortcut_can;
-    r.down_applies_join = r.c3_applies_join && layers_->blocks[i].down;
     fusion_report_.own_join_apply += r.c3_applies_join;
-    fusion_report_.own_shortcut_join_apply += r.down_applies_join;
+    fusion_report_.own_shortcut_join_apply += r.c3_applies_join && layers_->blocks[i].down;
   }
   // One buffer for all, on one stream: each forward conv's and conv3's finalize reads its partial
   // sums right after it (or in its last CTA); a joining conv1's are read by the previous block's
@@ -812,7 +811,7 @@ void TrainingNetwork::bn_grads_ready(const Bn& bn) const {
 // could with beta = 1.) Where conv1 joins (BlockRun::c1_joins), our kernel adds its part to g[0]
 // itself and leaves the previous join's dz there; g[2] then holds only a shortcut's data gradient
 // on its way to conv1's join: a stride-2 one's compact (BlockRun::down_compact), or one that read
-// the join's dz from g[0] (BlockRun::down_applies_join). g[1] and g[3] hold the
+// the join's dz from g[0] (BlockRun::c3_applies_join). g[1] and g[3] hold the
 // gradients inside a block, or, where the weight gradients' lane runs behind (lagging_), one of
 // kLaggingSets sets of four by turns from block to block (inner_grads).
 void TrainingNetwork::backward() {
@@ -888,7 +887,7 @@ void TrainingNetwork::block_backward(size_t i) {
   const bool compact = bool(r.down_compact);
   auto shortcut = [&] {
     if (!b.down) return;
-    if (r.down_applies_join) {
+    if (r.c3_applies_join) {  // the shortcut's dy made from the join too
       const DyFromJoin from{.a3 = r.ad.get(), .coef = b.bdown->st.bwd_coef};
       return conv_backward(*b.down, in, g0, g2, nullptr, false, nullptr, r.down_dw_parts.as<float>(), &from);
     }
@@ -928,7 +927,7 @@ void TrainingNetwork::block_backward(size_t i) {
     joins.img_h = b.in.h;
     joins.img_w = b.in.w;
   }
-  if (r.down_applies_join) joins.g = g2;  // the same, at every pixel
+  if (b.down && r.c3_applies_join) joins.g = g2;  // the shortcut's data gradient, at every pixel
   conv_backward(b.c1, in, grads.mid1, nullptr, &joins, lane_after_stem);
 }
 
