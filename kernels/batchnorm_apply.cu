@@ -7,6 +7,7 @@ namespace {
 
 template <class T, Layout L, bool kRelu, Residual kRes>
 __global__ void __launch_bounds__(kThreads) apply_forward(ApplyArgs a, Shape4 s, unsigned vecs) {
+  chain_wait();  // launched chained (kernels/chained_launch.h)
   constexpr int V = kVec<T>, U = kApplyUnroll<L>;
   const T* x_in = static_cast<const T*>(a.x);
   const T* res_in = static_cast<const T*>(a.res);
@@ -66,7 +67,7 @@ void bn_apply(const ApplyArgs& a, Shape4 s, DType t, Layout l, cudaStream_t stre
     const unsigned vecs = static_cast<unsigned>(s.count() / kVec<T>);
     const size_t work = (vecs + kApplyUnroll<L> - 1) / kApplyUnroll<L>;
     auto go = [&]<bool kRelu, Residual kRes>() {
-      launch_one_wave<apply_forward<T, L, kRelu, kRes>, kThreads>(work, stream, a, s, vecs);
+      launch_one_wave_chained<apply_forward<T, L, kRelu, kRes>, kThreads>(work, stream, a, s, vecs);
     };
     switch (a.residual) {
       case Residual::None:

@@ -97,6 +97,7 @@ struct BackwardOp {  // sums of dz, dz * xhat, and dz * xhat2 for the second BN
 template <int kSums>
 __global__ void finalize_backward(const float* partials, int chunks, int C, size_t M, BnChannelState bn,
                                   float* dgamma, float* dbeta, BnChannelState bn2, float* dgamma2, float* dbeta2) {
+  chain_wait();  // launched chained (kernels/chained_launch.h)
   double t[kSums];
   if (!sum_rows_of_column<kSums>(partials, size_t(chunks) * C, chunks, C, C, t)) return;
   const int c = blockIdx.x * kColumnsPerFinalize + threadIdx.x;
@@ -116,6 +117,7 @@ struct BackwardApply {
 
 template <class T, Layout L, ReluMask kMask, bool kDual, bool kDres>
 __global__ void __launch_bounds__(kThreads) apply_backward(BackwardApply a, Shape4 s, unsigned vecs) {
+  chain_wait();  // launched chained (kernels/chained_launch.h)
   constexpr int V = kVec<T>, U = kApplyUnroll<L>;
   const int C = s.c;
   const T* dy_in = static_cast<const T*>(a.dy);
@@ -207,7 +209,7 @@ void apply(const BnBackwardArgs& a, Shape4 s, ReluMask applied, cudaStream_t str
   const BackwardApply args{a.dy, a.y, a.x, a.x2, a.relu_bits, a.bn->bwd_coef, dual ? a.bn2->bwd_coef : nullptr,
                            a.bn->scale, a.bn->shift, a.dx, a.dx2, a.dres};
   auto apply = [&]<ReluMask kMask, bool kDual, bool kDres>() {
-    launch_one_wave<apply_backward<T, L, kMask, kDual, kDres>, kThreads>(work, stream, args, s, vecs);
+    launch_one_wave_chained<apply_backward<T, L, kMask, kDual, kDres>, kThreads>(work, stream, args, s, vecs);
   };
   switch (applied) {
     case ReluMask::None:
@@ -235,9 +237,8 @@ void finalize(const BnBackwardArgs& a, Shape4 s, const float* partials, int chun
   const bool dual = a.x2 != nullptr;
   const BnChannelState none{};
   auto kernel = dual ? finalize_backward<3> : finalize_backward<2>;
-  kernel<<<column_finalize_blocks(s.c), dim3(32, 32), 0, stream>>>(partials, chunks, s.c, s.per_channel(), *a.bn,
-                                                                    a.dgamma, a.dbeta, dual ? *a.bn2 : none,
-                                                                    a.dgamma2, a.dbeta2);
+  launch_chained(kernel, column_finalize_blocks(s.c), dim3(32, 32), 0, stream, partials, chunks, s.c, s.per_channel(),
+                 *a.bn, a.dgamma, a.dbeta, dual ? *a.bn2 : none, a.dgamma2, a.dbeta2);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -62,6 +62,7 @@ __global__ void finalize_stats(const float* partials, int chunks, const T* x, Sh
 // zeroed once read, ready for the conv's next accumulation.
 __global__ void finalize_sums(float* sum, float* sqsum, double M, BnChannelState bn, int C, __half* scale_h,
                               __half* shift_h) {
+  chain_wait();  // launched chained (kernels/chained_launch.h)
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const double s1 = sum[c], s2 = sqsum[c];
@@ -75,6 +76,7 @@ __global__ void finalize_sums(float* sum, float* sqsum, double M, BnChannelState
 // pixels: bn_finalize_partials), a block per 32 channels (sum_rows_of_column).
 __global__ void finalize_partials(const float* partials, int rows, int row_len, double M, BnChannelState bn, int C,
                                   __half* scale_h, __half* shift_h) {
+  chain_wait();  // launched chained (kernels/chained_launch.h)
   double t[2];
   if (!sum_rows_of_column<2>(partials, size_t(rows) * row_len, rows, row_len, C, t)) return;
   const int c = blockIdx.x * kColumnsPerFinalize + threadIdx.x;
@@ -106,16 +108,15 @@ void bn_forward_train_stats(const void* x, Shape4 s, DType t, Layout l, const Bn
 
 void bn_finalize_sums(float* sum, float* sqsum, size_t per_channel, const BnChannelState& bn, int channels,
                       void* scale_h, void* shift_h, cudaStream_t stream) {
-  finalize_sums<<<channel_blocks(channels), 128, 0, stream>>>(sum, sqsum, double(per_channel), bn, channels,
-                                                             static_cast<__half*>(scale_h), static_cast<__half*>(shift_h));
+  launch_chained(finalize_sums, channel_blocks(channels), 128, 0, stream, sum, sqsum, double(per_channel), bn, channels,
+                 static_cast<__half*>(scale_h), static_cast<__half*>(shift_h));
   CUDA_CHECK_LAUNCH();
 }
 
 void bn_finalize_partials(const float* partials, int rows, int row_len, size_t per_channel, const BnChannelState& bn,
                           int channels, void* scale_h, void* shift_h, cudaStream_t stream) {
   if (rows < 1 || row_len < channels) throw Fatal("bn_finalize_partials: rows of partials shorter than the channels");
-  finalize_partials<<<column_finalize_blocks(channels), dim3(32, 32), 0, stream>>>(
-      partials, rows, row_len, double(per_channel), bn, channels, static_cast<__half*>(scale_h),
-      static_cast<__half*>(shift_h));
+  launch_chained(finalize_partials, column_finalize_blocks(channels), dim3(32, 32), 0, stream, partials, rows, row_len,
+                 double(per_channel), bn, channels, static_cast<__half*>(scale_h), static_cast<__half*>(shift_h));
   CUDA_CHECK_LAUNCH();
 }

@@ -17,6 +17,7 @@
 
 #include "core/check.h"
 #include "core/types.h"
+#include "kernels/chained_launch.cuh"
 
 template <class T> __device__ __forceinline__ float to_float(T v);
 template <> __device__ __forceinline__ float to_float<float>(float v) { return v; }
@@ -86,6 +87,11 @@ unsigned one_wave_grid(size_t work) {
 template <auto Kernel, int kThreadsPerBlock, class... Args>
 void launch_one_wave(size_t work, cudaStream_t stream, const Args&... args) {
   Kernel<<<one_wave_grid<Kernel, kThreadsPerBlock>(work), kThreadsPerBlock, 0, stream>>>(args...);
+}
+// The same, chained (launch_chained): Kernel calls chain_wait() first.
+template <auto Kernel, int kThreadsPerBlock, class... Args>
+void launch_one_wave_chained(size_t work, cudaStream_t stream, const Args&... args) {
+  launch_chained(Kernel, one_wave_grid<Kernel, kThreadsPerBlock>(work), kThreadsPerBlock, 0, stream, args...);
 }
 
 // Calls f.template operator()<T>() with T = float or __half.

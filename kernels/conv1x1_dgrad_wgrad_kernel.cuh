@@ -176,6 +176,7 @@ __global__ void __launch_bounds__(384, 1)
   if (threadIdx.x == 0) K::Mainloop::prefetch_tma_descriptors(p.mainloop);
   typename K::Pipeline pipeline = make_pipeline<K>(ss, p);
   __syncthreads();  // the barriers initialised before anyone waits on them
+  chain_wait();  // launched chained (kernels/conv1x1_launch.cuh): the kernel before it done
 
   typename K::Mainloop mainloop;
   auto inputs = mainloop.load_init(make_shape(p.m, p.n, p.k, 1), p.mainloop);

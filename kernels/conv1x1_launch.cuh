@@ -147,7 +147,7 @@ void launch_with(typename K::Params p, cudaStream_t stream, Extra... extra) {
     return true;
   }();
   (void)sized;
-  kernel<<<p.n_tiles * p.ctas_per_column, K::kThreads, smem, stream>>>(p, extra...);
+  launch_chained(kernel, p.n_tiles * p.ctas_per_column, K::kThreads, smem, stream, p, extra...);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -34,6 +34,7 @@
 #include "cutlass/fast_math.h"
 #include "cutlass/pipeline/pipeline.hpp"
 #include "kernels/batchnorm_channel.cuh"
+#include "kernels/chained_launch.cuh"
 #include "kernels/conv1x1_finalize.h"
 #include "kernels/cutlass_halo_mainloop.cuh"
 #include "kernels/cutlass_join_mainloop.cuh"
@@ -602,6 +603,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) resident_conv(const __grid_con
   tp.group_size = cutlass::NumThreadsPerWarpGroup;
   typename K::TurnBarrier turns(ss.turns, tp);
   __syncthreads();  // the barriers initialised before anyone waits on them
+  chain_wait();  // launched chained (kernels/conv1x1_launch.cuh): the kernel before it done
 
   typename K::Mainloop mainloop;
   auto inputs = mainloop.load_init(make_shape(p.m, p.n, p.k, 1), p.mainloop);

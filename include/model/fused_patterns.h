@@ -28,6 +28,7 @@ enum class FusedPattern {
   OwnDgradWgrad,                                     // training, layer1's conv3 and shortcut weight gradients in their dgrad (ours: kernels/conv1x1_dgrad_bn.h)
   LaneCudnnSms,                                      // training, one GPU, the lane's cuDNN weight gradients planned for 3/4 of the SMs
   OwnJoinApply,                                      // training, the join's BN backward apply made by layer1's conv3 and shortcut dgrads as they read dz
+  ChainedLaunch,                                     // training, the chain's BN passes, finalizes and our convs launched chained (kernels/chained_launch.h)
   ConvBn, ConvBnRelu, ConvBnAddRelu,                 // inference (cuDNN)
   GemmBn, GemmBnRelu, GemmBnAddRelu                  // inference, 1x1 convs (cuBLASLt)
 };
@@ -50,7 +51,7 @@ constexpr int kY2Columns = 8;
 // --no-fuse's help, the same in both programs.
 constexpr const char* kNoFuseHelp =
     "fused batch-norm patterns to run plain, to measure what each buys (fusedbn builds): a comma list of "
-    "conv-stats, sbr-conv-stats, sbr-wgrad, dgrad-drelu-dbn, own-conv, own-join-dgrad, own-dgrad-dbn, own-finalize, own-prologue, stored-conv-stats, own-stem-conv, own-stem-wgrad, own-stem-join, own-join-prologue, compact-shortcut-dgrad, lagging-wgrad, own-conv3x3, own-dgrad3x3, lane-gemm-wgrad, own-dgrad-wgrad, lane-cudnn-sms, own-join-apply (training), conv-bn, conv-bn-relu, conv-bn-add-relu, "
+    "conv-stats, sbr-conv-stats, sbr-wgrad, dgrad-drelu-dbn, own-conv, own-join-dgrad, own-dgrad-dbn, own-finalize, own-prologue, stored-conv-stats, own-stem-conv, own-stem-wgrad, own-stem-join, own-join-prologue, compact-shortcut-dgrad, lagging-wgrad, own-conv3x3, own-dgrad3x3, lane-gemm-wgrad, own-dgrad-wgrad, lane-cudnn-sms, own-join-apply, chained-launch (training), conv-bn, conv-bn-relu, conv-bn-add-relu, "
     "gemm-bn, gemm-bn-relu, gemm-bn-add-relu (bin/predict), or all; the list replaces the default, so list "
     "the default's patterns too to change one thing";
 // bin/train's patterns that run plain unless --no-fuse says otherwise: with the weight gradients on
@@ -113,6 +114,7 @@ struct FusionReport {
   int lane_cudnn_sms = 0;          // the SM count the lane's cuDNN weight gradients were planned for (LaneCudnnSms); 0: all
   int own_join_apply = 0;          // conv3s whose data gradient kernel makes dy from the join's dz and a3 (OwnJoinApply)
   int own_shortcut_join_apply = 0;  // projection shortcuts whose data gradient kernel does so from dz and ad (OwnJoinApply)
+  bool chained_launch = false;     // the chain's BN passes, finalizes and our convs launch chained (ChainedLaunch)
   int half_coefficients = 0;  // fused patterns whose engines take the BN scale/bias in fp16
   bool off_for_determinism = false;  // --deterministic: nothing tried (see fusion_report_lines)
   double seconds = -1;   // building (and, autotuning, timing) the patterns took; -1: not given

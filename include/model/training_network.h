@@ -207,6 +207,7 @@ class TrainingNetwork : public Network {
   DeviceBuffer stem_partials_;            // our stem kernels' partial sums (empty: cuDNN runs the stem)
   DeviceBuffer stem_relu_bits_;           // the stem's ReLU bits, where the first block's conv1 joins it (else empty)
   bool stem_conv_own_ = false, stem_wgrad_own_ = false;  // the stem's forward, weight gradient: ours (plan_own_convs)
+  bool chained_ = false;  // forward and backward launch the chain's kernels chained (ChainedLaunch)
   std::unique_ptr<Lane> lane_;
   // The lane's 1x1 weight gradients as cuBLASLt GEMMs sized to leave SMs to the chain, by the
   // conv's weight id, one plan per shape (LaneGemmWgrad; empty: cuDNN's plans run them).

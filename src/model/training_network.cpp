@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "core/elapsed.h"
 #include "core/stream_reads.h"
+#include "kernels/chained_launch.h"
 #include "kernels/conv1x1_dgrad_bn.h"
 #include "kernels/conv1x1_dgrad_join.h"
 #include "kernels/conv1x1_stats.h"
@@ -151,6 +152,11 @@ int TrainingNetwork::lane_cudnn_sm_target() { return std::max(1, current_device_
 TrainingNetwork::TrainingNetwork(const NetConfig& cfg, GpuContext& ctx, AutotuneCache& cache)
     : Network(with_lane_targets(cfg), ctx, cache, true), runs_(layers_->blocks.size()) {
   fusion_report_.lane_cudnn_sms = cfg_.conv.wgrad_sm_target;
+  // The chain's kernels chained (kernels/chained_launch.h) in the builds that fuse, on one GPU (not
+  // measured data-parallel), where the GPU can.
+  chained_ = cfg_.fuses() && !cfg_.data_parallel &&
+             !(cfg_.unfused_patterns & fused_pattern_bit(FusedPattern::ChainedLaunch)) && device_chains_launches();
+  fusion_report_.chained_launch = chained_;
   const DType t = cfg.dtype;
   const Shape4 stem = layers_->stem_out;
   // Sizes first, so that a batch too large for the GPU is one clear message, not a failed cudaMalloc.
@@ -375,6 +381,7 @@ void TrainingNetwork::bn_forward(const Bn& bn, const void* x, Shape4 s, bool tra
 }
 
 void TrainingNetwork::forward(const void* images, bool train) {
+  set_chained_launches(chained_);  // this network's, for the thread that runs it
   images_ = images;
   const Shape4 stem = layers_->stem_out;
   const Bn& bn = layers_->stem_bn;
@@ -815,6 +822,7 @@ void TrainingNetwork::bn_grads_ready(const Bn& bn) const {
 // gradients inside a block, or, where the weight gradients' lane runs behind (lagging_), one of
 // kLaggingSets sets of four by turns from block to block (inner_grads).
 void TrainingNetwork::backward() {
+  set_chained_launches(chained_);
   const DType t = cfg_.dtype;
   const Layout l = cfg_.layout;
   // A gradient reported as written must be written: data-parallel training joins the lane after

@@ -12,9 +12,11 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "core/handles.h"
 #include "kernels/batchnorm.h"
+#include "kernels/chained_launch.h"
 #include "model/autotune_cache.h"
 #include "model/fused_conv.h"
 #include "model/gemm_conv.h"
@@ -883,6 +885,45 @@ TEST(FusedNetworkGpu, Layer1sConv3sMakeTheirOutputGradientFromTheJoin) {
       training_fusion_report(ctx, cache, defaults | fused_pattern_bit(FusedPattern::OwnStemJoin), true);
   EXPECT_EQ(no_stem_join.own_join_apply, 2) << "layer1.0's shortcut cannot, so neither of its data gradients";
   EXPECT_EQ(no_stem_join.own_shortcut_join_apply, 0);
+}
+
+// The chain's kernels launch chained (kernels/chained_launch.h) where bin/train runs them on one GPU
+// that can (compute capability 9.0 and up); not switched off, nor data-parallel, nor in the builds
+// that do not fuse. The switch is the thread's, set by the network's forward and backward.
+TEST(FusedNetworkGpu, TheChainsKernelsLaunchChainedOnOneGpuThatCan) {
+  SKIP_WITHOUT_GPU("the fused training network");
+  GpuContext ctx;
+  AutotuneCache cache("", "chained launch test");
+  const unsigned defaults = default_unfused_patterns(true);
+  const bool can = device_chains_launches();
+  EXPECT_EQ(training_fusion_report(ctx, cache, defaults, true).chained_launch, can);
+  const unsigned off = fused_pattern_bit(FusedPattern::ChainedLaunch);
+  EXPECT_FALSE(training_fusion_report(ctx, cache, defaults | off, true).chained_launch) << "switched off";
+  EXPECT_FALSE(training_fusion_report(ctx, cache, defaults, true, true).chained_launch) << "data-parallel";
+  NetConfig cfg = training_config(defaults, true, false);
+  cfg.fused_bn = false;  // as the builds without the fusedbn rung
+  EXPECT_FALSE(TrainingNetwork(cfg, ctx, cache).fusion_report().chained_launch) << "no fused batch norm";
+  // The switch belongs to the thread that sets it: another thread starts with it off.
+  set_chained_launches(true);
+  EXPECT_EQ(chained_launches(), can);
+  bool elsewhere = true;
+  std::thread([&] { elsewhere = chained_launches(); }).join();
+  EXPECT_FALSE(elsewhere);
+  set_chained_launches(false);
+  EXPECT_FALSE(chained_launches());
+}
+
+// The line for the chained launches, and none without them.
+TEST(FusionReport, SaysWhetherTheChainsKernelsLaunchChained) {
+  FusionReport r;
+  r.tried = r.fused = 80;
+  r.chained_launch = true;
+  const std::vector<std::string> lines = fusion_report_lines(r);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find("launched chained"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("--no-fuse chained-launch"), std::string::npos) << lines[1];
+  r.chained_launch = false;
+  EXPECT_EQ(fusion_report_lines(r).size(), 1u);
 }
 
 // The line for the conv3s that make dy from the join, and none without them.

@@ -279,6 +279,7 @@ class ParityNet {
   int lane_cudnn_sms() const { return net_->fusion_report().lane_cudnn_sms; }
   int join_applies() const { return net_->fusion_report().own_join_apply; }
   int shortcut_join_applies() const { return net_->fusion_report().own_shortcut_join_apply; }
+  bool chained_launches() const { return net_->fusion_report().chained_launch; }
 
  private:
   // A parameter's gradient in fp32, unscaled, in storage order.
@@ -607,6 +608,34 @@ TEST(FusedParityGpu, TheJoinsApplyWithoutTheStemJoinOrTheLaneBehindAsThePass) {
   ParityNet pass(f, b);
   EXPECT_EQ(pass.join_applies(), 0);
   expect_steps_as_close(fused, pass, "own-join-apply", "the apply pass's");
+}
+
+// The chain's kernels launched chained (bin/train's default on a GPU that can) against launched as
+// usual: the same kernels in the same order, each waiting on the GPU for the one before it, so the
+// same logits but for the fused statistics' run-to-run noise, and the same steps. A chained kernel
+// that read its input before the kernel writing it had ended would show here.
+TEST(FusedParityGpu, TheChainedLaunchesAsPlainOnes) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device: the PyTorch parity test needs a GPU";
+  const Fixture f = load_fixture(fixture_path());
+  ParityNet chained(f, kFused);
+  if (!chained.chained_launches()) GTEST_SKIP() << "this GPU cannot launch kernels chained (compute capability below 9.0)";
+  Build b = kFused;
+  b.also_unfused = fused_pattern_bit(FusedPattern::ChainedLaunch);
+  ParityNet plain(f, b);
+  EXPECT_FALSE(plain.chained_launches());
+  const float lc = chained.step_gradients(), lp = plain.step_gradients();
+  const std::vector<float> gc = chained.logits(), gp = plain.logits();
+  const double apart = rel_error(std::vector<double>(gc.begin(), gc.end()), std::vector<double>(gp.begin(), gp.end()));
+  std::printf("[ parity   ] chained-launch: loss %.6f, plain launches' %.6f; logits %.2e apart\n", lc, lp, apart);
+  EXPECT_NEAR(lc, lp, 1e-4 * std::fabs(lp)) << "loss";
+  EXPECT_LE(apart, 1e-3) << "logits";
+  expect_gradients_as_close(chained, lc, plain, lp, "chained-launch", "plain launches'");
+  for (int s = 1; s < 3; ++s) {
+    chained.sgd();
+    plain.sgd();
+    const float a = chained.step_gradients(), c = plain.step_gradients();
+    EXPECT_NEAR(a, c, 1e-3 * std::fabs(c)) << "step " << s;
+  }
 }
 
 }  // namespace
