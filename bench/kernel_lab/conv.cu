@@ -16,6 +16,7 @@
 #include "kernel_lab/cutlass_taps_conv.h"
 #include "kernels/conv3x3.h"
 #include "kernel_lab/lab.h"
+#include "kernels/conv1x1_dgrad_bn.h"
 #include "kernels/conv1x1_stats.h"
 
 namespace lab {
@@ -427,6 +428,58 @@ LabVersion halo_dgrad_version(Lab& lab, ConvCase& c, std::function<void()> poiso
           }};
 }
 
+// The trainer's data gradient of a 1x1 conv whose input was relu(bn(x)), with the ReLU and BN backward
+// sums (kernels/conv1x1_dgrad_bn.h), then bn_backward_from_sums: dy as stored; with the weight
+// gradient's parts beside (layer1's conv3, 256 output channels); and with dy made from the join as it
+// is read (own-join-apply), here dz = dy, a3 = 0 and the coefficients (1, 0, 0), so that dy is the
+// same and the reference holds, while the kernel loads both tiles and makes dy in each stage.
+enum class Own1x1 { Stored, WithDw, FromJoin };
+LabVersion own1x1_dgrad_version(Lab& lab, ConvCase& c, Own1x1 mode, std::function<void()> poison,
+                                std::function<std::vector<LabCheck>()> check) {
+  const char* how = mode == Own1x1::Stored ? "dy stored"
+                    : mode == Own1x1::WithDw ? "dy stored, dw's parts beside"
+                                              : "dy made from the join's dz and a3 as read, dw's parts beside";
+  const std::string name = std::string("our 1x1 data gradient + ReLU and BN backward sums (") + how +
+                           "), then bn_backward_from_sums";
+  return {name, [&lab, &c, mode, poison, check] {
+            poison();
+            const ConvGeometry& g = c.G;
+            const int m = g.n * g.h * g.w;
+            if (g.r != 1 || g.stride != 1 || g.pad != 0) return Prepared{.refused = "not a 1x1 stride-1 conv"};
+            const bool dw = mode != Own1x1::Stored;
+            if (const std::string why = dw ? conv1x1_dgrad_bn_dw_refusal(m, g.k, g.c) : conv1x1_dgrad_bn_refusal(m, g.k, g.c);
+                !why.empty())
+              return Prepared{.refused = why};
+            auto parts = std::make_shared<DeviceTensor>(dw ? conv1x1_dw_partials_bytes(m, g.k, g.c) / 4 : 1, DType::F32,
+                                                        "dw parts");
+            auto a3 = std::make_shared<DeviceTensor>(mode == Own1x1::FromJoin ? size_t(m) * g.k : 8, kT, "a3 (zeros)");
+            Vec identity(3 * size_t(g.k), 0.0);  // dy = 1 * dz + 0 * a3 + 0
+            for (int j = 0; j < g.k; ++j) identity[j] = 1.0;
+            auto coef = std::make_shared<DeviceTensor>(identity, DType::F32);
+            CUDA_CHECK(cudaMemset(a3->get(), 0, a3->count() * dtype_size(kT)));
+            lab.reserve_workspace(conv1x1_dgrad_bn_partials_bytes(m, g.c));
+            return Prepared{.run =
+                                [&lab, &c, mode, m, parts, a3, coef] {
+                                  const ConvGeometry& g = c.G;
+                                  float* partials = static_cast<float*>(lab.workspace());
+                                  Conv1x1DgradBn a{.dy = c.DY.get(), .w = c.W.get(), .dz = c.DX.get(), .x = c.X.get(),
+                                                   .mean = c.bnp.save_mean.f32(), .invstd = c.bnp.save_invstd.f32(),
+                                                   .scale = c.s_h.get(), .shift = c.b_h.get(), .partials = partials,
+                                                   .m = m, .k = g.k, .c = g.c};
+                                  if (mode != Own1x1::Stored) a.dw_partials = parts->f32();
+                                  if (mode == Own1x1::FromJoin) a.dy_x = a3->get(), a.dy_coef = coef->f32();
+                                  conv1x1_dgrad_bn(a, lab.stream());
+                                  const BnChannelState st = c.bnp.state();
+                                  bn_backward_from_sums({.dy = c.DX.get(), .x = c.X.get(), .bn = &st,
+                                                         .dgamma = c.dgamma.f32(), .dbeta = c.dbeta.f32(),
+                                                         .dx = c.DX.get()},
+                                                        partials, conv1x1_dgrad_bn_rows(m, g.c), c.sin, kT, kL,
+                                                        lab.stream());
+                                },
+                            .check = check};
+          }};
+}
+
 void conv_dgrad(Lab& lab, ConvCase& c) {
   auto checks = [&](bool through_bn) {
     const ConvRefs& want = c.want();
@@ -497,6 +550,9 @@ void conv_dgrad(Lab& lab, ConvCase& c) {
   // Our kernel as the data gradient of a 3x3 stride-1 conv.
   versions.push_back(taps_dgrad_version(lab, c, poison, [&] { return checks(false); }));
   versions.push_back(halo_dgrad_version(lab, c, poison, [&] { return checks(true); }));
+  // Our 1x1 kernel, with and without the weight gradient and dy from the join.
+  for (Own1x1 mode : {Own1x1::Stored, Own1x1::WithDw, Own1x1::FromJoin})
+    versions.push_back(own1x1_dgrad_version(lab, c, mode, poison, [&] { return checks(true); }));
   lab.measure("conv-dgrad", c.shape(), "fp16 NHWC", 0, versions);
 }
 
