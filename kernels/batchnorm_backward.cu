@@ -98,6 +98,7 @@ template <int kSums>
 __global__ void finalize_backward(const float* partials, int chunks, int C, size_t M, BnChannelState bn,
                                   float* dgamma, float* dbeta, BnChannelState bn2, float* dgamma2, float* dbeta2) {
   chain_wait();  // launched chained (kernels/chained_launch.h)
+  chain_release();  // the next kernel launches as this one's CTAs run
   double t[kSums];
   if (!sum_rows_of_column<kSums>(partials, size_t(chunks) * C, chunks, C, C, t)) return;
   const int c = blockIdx.x * kColumnsPerFinalize + threadIdx.x;

@@ -63,6 +63,7 @@ __global__ void finalize_stats(const float* partials, int chunks, const T* x, Sh
 __global__ void finalize_sums(float* sum, float* sqsum, double M, BnChannelState bn, int C, __half* scale_h,
                               __half* shift_h) {
   chain_wait();  // launched chained (kernels/chained_launch.h)
+  chain_release();  // the next kernel launches as this one's CTAs run
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const double s1 = sum[c], s2 = sqsum[c];
@@ -77,6 +78,7 @@ __global__ void finalize_sums(float* sum, float* sqsum, double M, BnChannelState
 __global__ void finalize_partials(const float* partials, int rows, int row_len, double M, BnChannelState bn, int C,
                                   __half* scale_h, __half* shift_h) {
   chain_wait();  // launched chained (kernels/chained_launch.h)
+  chain_release();  // the next kernel launches as this one's CTAs run
   double t[2];
   if (!sum_rows_of_column<2>(partials, size_t(rows) * row_len, rows, row_len, C, t)) return;
   const int c = blockIdx.x * kColumnsPerFinalize + threadIdx.x;

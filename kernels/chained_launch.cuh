@@ -17,6 +17,16 @@ __device__ __forceinline__ void chain_wait() {
 #endif
 }
 
+// Lets the next chained kernel launch once every CTA of this one has called it, rather than as this
+// one ends; the next still waits in chain_wait() for this one's end and writes. Called by the BN
+// finalizes, whose few CTAs leave the SMs to the next kernel's (kernels/chained_launch.h says what it
+// was measured to buy there and to cost in the other kernels).
+__device__ __forceinline__ void chain_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...), chained where chained_launches() says so. Every
 // kernel launched through it calls chain_wait() first.
 template <class... KernelArgs, class... Args>

@@ -5,13 +5,15 @@
 //
 // Why: a chained kernel is launched while the kernel before it on the stream still runs, and waits
 // on the GPU (griddepcontrol.wait) until that kernel has ended and its writes are visible, so the
-// launch's latency is not paid between them. On an H200 (2026-11-30, bench/ab.py, 3 rounds, against
-// --no-fuse ...,chained-launch): batch 256 8.373 -> 8.347 ms a step (-0.32%), batch 128 4.549 ->
-// 4.510 (-0.86%), faster in every round. Each kernel letting the next launch as it starts
-// (griddepcontrol.launch_dependents), tried first, was faster at batch 128 (4.537 against 4.599
-// unchained) but slower at 256 (8.423 against 8.321: the next kernels' CTAs, waiting, held SMs the
-// weight gradients' lane wanted), and is not done
-// (bench/results/levers-session37-nvidia-h200-2026-11-30.md).
+// launch's latency is not paid between them. The finalizes, a few CTAs each, also let the next kernel
+// launch as they start (chain_release), so that its CTAs take the SMs while the finalize runs.
+// On H200s (2026-11-30, bench/ab.py, 3 rounds, faster in every round;
+// bench/results/levers-session37-nvidia-h200-2026-11-30.md): chained, against --no-fuse
+// ...,chained-launch, batch 256 8.373 -> 8.347 ms a step (-0.32%), batch 128 4.549 -> 4.510
+// (-0.86%); then the finalizes' release, 8.306 -> 8.252 (-0.66%) and 4.503 -> 4.444 (-1.31%). The
+// release in our convs too gave less (-0.45%, 2 of 3 rounds; -0.52%), and in every kernel was
+// slower at batch 256 (8.423 against 8.321 unchained: the next kernels' CTAs, waiting, held SMs the
+// weight gradients' lane wanted).
 #pragma once
 
 // For the calling thread: on where `on` and the current device can (compute capability 9.0 and up:
