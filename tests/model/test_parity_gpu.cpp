@@ -452,17 +452,22 @@ void expect_gradients_as_close(const ParityNet& net, float loss, const ParityNet
   EXPECT_LE(en.worst, 1.5 * er.worst + 1e-2) << wn;
 }
 
+// Two more steps each after the first, with SGD between, the losses within `relative` of each other.
+void expect_later_steps_close(ParityNet& net, ParityNet& reference, double relative) {
+  for (int s = 1; s < 3; ++s) {
+    net.sgd();
+    reference.sgd();
+    const float a = net.step_gradients(), c = reference.step_gradients();
+    EXPECT_NEAR(a, c, relative * std::fabs(c)) << "step " << s;
+  }
+}
+
 // One step each, gradients as close to PyTorch as each other's (expect_gradients_as_close), then
 // two more with SGD between, the losses within 1% of each other.
 void expect_steps_as_close(ParityNet& net, ParityNet& reference, const std::string& what, const char* reference_name) {
   const float l = net.step_gradients(), r = reference.step_gradients();
   expect_gradients_as_close(net, l, reference, r, what, reference_name);
-  for (int s = 1; s < 3; ++s) {
-    net.sgd();
-    reference.sgd();
-    const float a = net.step_gradients(), c = reference.step_gradients();
-    EXPECT_NEAR(a, c, 1e-2 * std::fabs(c)) << "step " << s;
-  }
+  expect_later_steps_close(net, reference, 1e-2);
 }
 
 // The joins applied by the next conv1 as it reads their inputs (off by default: slower) against the
@@ -630,12 +635,7 @@ TEST(FusedParityGpu, TheChainedLaunchesAsPlainOnes) {
   EXPECT_NEAR(lc, lp, 1e-4 * std::fabs(lp)) << "loss";
   EXPECT_LE(apart, 1e-3) << "logits";
   expect_gradients_as_close(chained, lc, plain, lp, "chained-launch", "plain launches'");
-  for (int s = 1; s < 3; ++s) {
-    chained.sgd();
-    plain.sgd();
-    const float a = chained.step_gradients(), c = plain.step_gradients();
-    EXPECT_NEAR(a, c, 1e-3 * std::fabs(c)) << "step " << s;
-  }
+  expect_later_steps_close(chained, plain, 1e-3);
 }
 
 }  // namespace
