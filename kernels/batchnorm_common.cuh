@@ -119,6 +119,7 @@ __device__ __forceinline__ bool relu_passes(float x, float scale, float shift) {
 template <class T, class Op>
 __global__ void __launch_bounds__(kThreads, Op::kMinBlocks)
     reduce_nhwc(Op op, Shape4 s, int rows_per_chunk, float* partials) {
+  chain_wait();  // launched chained (kernels/chained_launch.h)
   constexpr int V = kVec<T>, S = Op::kSums, U = Op::kUnroll;
   __shared__ float red[kWarps][S * V * 32];
   const NhwcTile tile = nhwc_tile<T>(s.c);
@@ -171,6 +172,7 @@ __global__ void __launch_bounds__(kThreads, Op::kMinBlocks)
 
 template <class T, class Op>
 __global__ void __launch_bounds__(kThreads) reduce_nchw(Op op, Shape4 s, int images_per_chunk, float* partials) {
+  chain_wait();  // launched chained (kernels/chained_launch.h)
   constexpr int V = kVec<T>, S = Op::kSums;
   __shared__ float red[S][kWarps];
   const int c = blockIdx.x;
@@ -206,9 +208,9 @@ template <class T, Layout L, class Op>
 void launch_reduce(const Op& op, Shape4 s, ReduceGrid g, float* partials, cudaStream_t stream) {
   const dim3 grid(g.tiles_or_channels, g.chunks);
   if (L == Layout::NHWC)
-    reduce_nhwc<T, Op><<<grid, kThreads, 0, stream>>>(op, s, g.rows_per_chunk, partials);
+    launch_chained(reduce_nhwc<T, Op>, grid, kThreads, 0, stream, op, s, g.rows_per_chunk, partials);
   else
-    reduce_nchw<T, Op><<<grid, kThreads, 0, stream>>>(op, s, g.rows_per_chunk, partials);
+    launch_chained(reduce_nchw<T, Op>, grid, kThreads, 0, stream, op, s, g.rows_per_chunk, partials);
   CUDA_CHECK_LAUNCH();
 }
 

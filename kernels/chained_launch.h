@@ -1,6 +1,7 @@
 // Whether the kernels of a training step's chain are launched chained (programmatic dependent
-// launch, kernels/chained_launch.cuh): the BN passes and their finalizes, our resident convs. The
-// training network switches it for its thread at the start of its forward and backward
+// launch, kernels/chained_launch.cuh): the BN passes and their finalizes, our resident convs, and
+// the chain's other kernels of ours (the stem's, the pooling, the loss, the BN reductions, the finite
+// check and the SGD update). The training network switches it for its thread at the start of its forward and backward
 // (TrainingNetwork; --no-fuse chained-launch); elsewhere kernels launch as usual.
 //
 // Why: a chained kernel is launched while the kernel before it on the stream still runs, and waits
@@ -13,7 +14,10 @@
 // (-0.86%); then the finalizes' release, 8.306 -> 8.252 (-0.66%) and 4.503 -> 4.444 (-1.31%). The
 // release in our convs too gave less (-0.45%, 2 of 3 rounds; -0.52%), and in every kernel was
 // slower at batch 256 (8.423 against 8.321 unchained: the next kernels' CTAs, waiting, held SMs the
-// weight gradients' lane wanted).
+// weight gradients' lane wanted). The chain's other kernels chained too, with the pooling made
+// vector-wide and the loss's sums warp-wide (2026-12-01): 8.171 -> 8.144 ms (-0.33%) at batch 256,
+// 4.458 -> 4.431 (-0.63%) at 128, faster in every round
+// (bench/results/levers-session38-nvidia-h200-2026-12-01.md).
 #pragma once
 
 // For the calling thread: on where `on` and the current device can (compute capability 9.0 and up:

@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 
 #include "core/errors.h"
+#include "kernels/chained_launch.cuh"
 #include "kernels/conv1x1_launch.cuh"
 
 using namespace trainer_kernels::conv1x1;
@@ -34,6 +35,7 @@ std::string refusal(const Conv3x3Shape& s) {
 }
 
 __global__ void turn_filter_kernel(const __half* w, __half* turned, int k, int c) {
+  chain_wait();  // launched chained (kernels/chained_launch.h)
   const int64_t total = int64_t(k) * 9 * c;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     // i indexes turned[ch][r][s][kk]
@@ -103,8 +105,8 @@ void conv3x3_turn_filter(const void* w, void* turned, const Conv3x3Shape& s, cud
   if (!w || !turned) throw Fatal("conv3x3_turn_filter: a filter is missing");
   const int64_t total = int64_t(s.k) * 9 * s.c;
   const int threads = 256, blocks = int(std::min<int64_t>((total + threads - 1) / threads, 1024));
-  turn_filter_kernel<<<blocks, threads, 0, stream>>>(static_cast<const __half*>(w), static_cast<__half*>(turned), s.k,
-                                                     s.c);
+  launch_chained(turn_filter_kernel, blocks, threads, 0, stream, static_cast<const __half*>(w),
+                 static_cast<__half*>(turned), s.k, s.c);
   CUDA_CHECK(cudaGetLastError());
 }
 

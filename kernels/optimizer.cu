@@ -49,6 +49,7 @@ __device__ __forceinline__ void store_f32(float* p, const float (&in)[V]) {
 // buffer is 16-byte aligned: vector_elems) 16 bytes of gradient at a time, the rest one by one.
 template <class T>
 __global__ void check_finite_kernel(SgdArgs a, size_t vec_elems, ScalerState* state) {
+  chain_wait();  // launched chained (kernels/chained_launch.h)
   constexpr int V = kVec<T>;
   const size_t first = blockIdx.x * size_t(blockDim.x) + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
   bool bad = false;
@@ -64,6 +65,7 @@ __global__ void check_finite_kernel(SgdArgs a, size_t vec_elems, ScalerState* st
 
 template <class T>
 __global__ void sgd_kernel(SgdArgs a, size_t vec_elems, const ScalerState* state) {
+  chain_wait();  // launched chained (kernels/chained_launch.h)
   if (state->found_inf) return;  // the whole step is skipped
   constexpr int V = kVec<T>;
   const float inv_scale = 1.f / state->scale;
@@ -117,14 +119,14 @@ using namespace trainer_kernels;
 
 void check_grads_finite(const SgdArgs& a, ScalerState* state, cudaStream_t stream) {
   dispatch_dtype(a.act, [&]<class T>() {
-    launch_one_wave<check_finite_kernel<T>, kThreads>(a.n, stream, a, vector_elems<T>(a), state);
+    launch_one_wave_chained<check_finite_kernel<T>, kThreads>(a.n, stream, a, vector_elems<T>(a), state);
   });
   CUDA_CHECK_LAUNCH();
 }
 
 void sgd_update(const SgdArgs& a, const ScalerState* state, cudaStream_t stream) {
   dispatch_dtype(a.act, [&]<class T>() {
-    launch_one_wave<sgd_kernel<T>, kThreads>(a.n, stream, a, vector_elems<T>(a), state);
+    launch_one_wave_chained<sgd_kernel<T>, kThreads>(a.n, stream, a, vector_elems<T>(a), state);
   });
   CUDA_CHECK_LAUNCH();
 }

@@ -97,6 +97,7 @@ __global__ void __launch_bounds__(kThreads) stem_forward_kernel(const __half* __
   __shared__ int4 tap_table[kTaps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   build_tap_table(g, tap_table);
+  chain_wait();  // launched chained (kernels/chained_launch.h)
   const TapGather gather(lane, tap_table);
   for (int e = threadIdx.x; e < kTaps * kMaxK; e += kThreads) {
     const int tap = e / kMaxK, k = e % kMaxK;
@@ -184,6 +185,7 @@ __global__ void __launch_bounds__(kThreads) stem_wgrad_partials(const __half* __
   __shared__ float coef_s[kApply ? 3 * kMaxK : 1];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   build_tap_table(g, tap_table);
+  chain_wait();  // launched chained (kernels/chained_launch.h)
   if constexpr (kApply)
     for (int i = threadIdx.x; i < 3 * g.k; i += kThreads) coef_s[i / g.k * kMaxK + i % g.k] = coef[i];
   __syncthreads();
@@ -278,6 +280,7 @@ constexpr int kReduceWarps = 8;
 __global__ void __launch_bounds__(32 * kReduceWarps) stem_wgrad_reduce(const float* __restrict__ partials, int ctas,
                                                                       int taps, int k, __half* __restrict__ dw) {
   __shared__ float part[kReduceWarps][32];
+  chain_wait();  // launched chained (kernels/chained_launch.h)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, e = blockIdx.x * 32 + lane, outputs = taps * k;
   float s = 0.f;
   if (e < outputs)
@@ -334,8 +337,8 @@ int stem_conv_forward(const StemForward& a, cudaStream_t stream) {
   if (reinterpret_cast<uintptr_t>(a.y) % 8 != 0) throw Fatal("stem_conv_forward: the output is not 8-byte aligned");
   const int ctas = ctas_for<stem_forward_kernel>(g.pixels);
   const auto* x = static_cast<const __half*>(a.x);
-  stem_forward_kernel<<<ctas, kThreads, 0, stream>>>(x, static_cast<const __half*>(a.w), g, static_cast<__half*>(a.y),
-                                                     a.partials);
+  launch_chained(stem_forward_kernel, ctas, kThreads, 0, stream, x, static_cast<const __half*>(a.w), g,
+                 static_cast<__half*>(a.y), a.partials);
   CUDA_CHECK_LAUNCH();
   return ctas;
 }
@@ -348,15 +351,14 @@ void stem_wgrad(const StemWgrad& a, cudaStream_t stream) {
     throw Fatal("stem_wgrad: the gradient or the BN's input is not 16-byte aligned");
   auto run = [&]<bool kApply>() {
     const int ctas = ctas_for<stem_wgrad_partials<kApply>>(g.pixels);
-    stem_wgrad_partials<kApply><<<ctas, kThreads, 0, stream>>>(
-        static_cast<const __half*>(a.x), static_cast<const __half*>(a.dy), static_cast<const __half*>(a.bn_x), a.coef,
-        g, a.partials);
+    launch_chained(stem_wgrad_partials<kApply>, ctas, kThreads, 0, stream, static_cast<const __half*>(a.x),
+                   static_cast<const __half*>(a.dy), static_cast<const __half*>(a.bn_x), a.coef, g, a.partials);
     return ctas;
   };
   const int ctas = a.coef ? run.template operator()<true>() : run.template operator()<false>();
   CUDA_CHECK_LAUNCH();
   const int outputs = g.taps * g.k;
-  stem_wgrad_reduce<<<(outputs + 31) / 32, 32 * kReduceWarps, 0, stream>>>(a.partials, ctas, g.taps, g.k,
-                                                                            static_cast<__half*>(a.dw));
+  launch_chained(stem_wgrad_reduce, (outputs + 31) / 32, 32 * kReduceWarps, 0, stream, a.partials, ctas, g.taps,
+                 g.k, static_cast<__half*>(a.dw));
   CUDA_CHECK_LAUNCH();
 }
