@@ -28,7 +28,7 @@ enum class FusedPattern {
   OwnDgradWgrad,                                     // training, layer1's conv3 and shortcut weight gradients in their dgrad (ours: kernels/conv1x1_dgrad_bn.h)
   LaneCudnnSms,                                      // training, one GPU, the lane's cuDNN weight gradients planned for 3/4 of the SMs
   OwnJoinApply,                                      // training, the join's BN backward apply made by layer1's conv3 and shortcut dgrads as they read dz
-  ChainedLaunch,                                     // training, the chain's BN passes, finalizes and our convs launched chained (kernels/chained_launch.h)
+  ChainedLaunch,                                     // training, the chain's kernels of ours launched chained (kernels/chained_launch.h)
   ConvBn, ConvBnRelu, ConvBnAddRelu,                 // inference (cuDNN)
   GemmBn, GemmBnRelu, GemmBnAddRelu                  // inference, 1x1 convs (cuBLASLt)
 };
@@ -114,7 +114,7 @@ struct FusionReport {
   int lane_cudnn_sms = 0;          // the SM count the lane's cuDNN weight gradients were planned for (LaneCudnnSms); 0: all
   int own_join_apply = 0;          // conv3s whose data gradient kernel makes dy from the join's dz and a3 (OwnJoinApply)
   int own_shortcut_join_apply = 0;  // projection shortcuts whose data gradient kernel does so from dz and ad (OwnJoinApply)
-  bool chained_launch = false;     // the chain's BN passes, finalizes and our convs launch chained (ChainedLaunch)
+  bool chained_launch = false;     // the chain's kernels of ours launch chained (ChainedLaunch)
   int half_coefficients = 0;  // fused patterns whose engines take the BN scale/bias in fp16
   bool off_for_determinism = false;  // --deterministic: nothing tried (see fusion_report_lines)
   double seconds = -1;   // building (and, autotuning, timing) the patterns took; -1: not given

@@ -51,7 +51,7 @@ constexpr PatternNames kPatterns[] = {
      "lane-cudnn-sms"},
     {FusedPattern::OwnJoinApply, "the join's BN backward apply made by a data gradient kernel of ours as it reads the join's dz (layer1's conv3s and projection shortcut)",
      "own-join-apply"},
-    {FusedPattern::ChainedLaunch, "the BN passes, their finalizes and our convs launched chained, each while the one before it ends (programmatic dependent launch)",
+    {FusedPattern::ChainedLaunch, "the chain's kernels of ours launched chained, each while the one before it ends (programmatic dependent launch)",
      "chained-launch"},
     {FusedPattern::ConvBn, "conv + BN", "conv-bn"},
     {FusedPattern::ConvBnRelu, "conv + BN + ReLU", "conv-bn-relu"},
@@ -242,7 +242,8 @@ std::vector<std::string> fusion_report_lines(const FusionReport& r) {
                     " projection shortcut the data gradient's kernel makes its output gradient from the join's dz and "
                     "its BN's input as it reads them, in place of the apply's pass (--no-fuse own-join-apply: not)");
   if (r.chained_launch)
-    lines.push_back("  and the BN passes, their finalizes and our convs are launched chained, each while the kernel "
+    lines.push_back("  and the chain's kernels of ours (the BN passes, their finalizes, our convs, the stem's, the pooling, "
+                    "the loss, the SGD update) are launched chained, each while the kernel "
                     "before it ends, waiting on the GPU for its writes (programmatic dependent launch, "
                     "kernels/chained_launch.h; --no-fuse chained-launch: not)");
   return lines;
