@@ -1,8 +1,8 @@
 // Whether the kernels of a training step's chain are launched chained (programmatic dependent
 // launch, kernels/chained_launch.cuh): the BN passes and their finalizes, our resident convs, and
 // the chain's other kernels of ours (the stem's, the pooling, the loss, the BN reductions, the finite
-// check and the SGD update). The training network switches it for its thread at the start of its forward and backward
-// (TrainingNetwork; --no-fuse chained-launch); elsewhere kernels launch as usual.
+// check and the SGD update). The training network switches it for its thread at the start of its
+// forward and backward (TrainingNetwork; --no-fuse chained-launch); elsewhere kernels launch as usual.
 //
 // Why: a chained kernel is launched while the kernel before it on the stream still runs, and waits
 // on the GPU (griddepcontrol.wait) until that kernel has ended and its writes are visible, so the

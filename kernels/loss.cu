@@ -30,9 +30,8 @@ softmax_xent_kernel(float* logits, const float* bias, const int32_t* labels, int
   valid = warp_sum(valid);
   if (lane == 0) s_valid[warp] = valid;
   __syncthreads();
-  float n_valid_sum = 0;
-  for (int w = 0; w < kWarps; ++w) n_valid_sum += s_valid[w];
-  const float n_valid = n_valid_sum;
+  float n_valid = 0;
+  for (int w = 0; w < kWarps; ++w) n_valid += s_valid[w];
   const float grad_scale = (loss_scale ? *loss_scale : 1.f) / (n_valid > 0 ? n_valid : 1.f);
   // The target: `on` at the label, `off` at every other class (one-hot without smoothing).
   const float off = smoothing / classes, on = 1.f - smoothing + off;
@@ -85,9 +84,9 @@ softmax_xent_kernel(float* logits, const float* bias, const int32_t* labels, int
     for (int w = 0; w < kWarps; ++w) t += s_dbias[threadIdx.x][w];
     if (dbias) dbias[threadIdx.x] = t;
   }
-  float loss_sum = 0, correct_sum = 0;
-  for (int w = 0; w < kWarps; ++w) loss_sum += s_loss[w], correct_sum += s_correct[w];
   if (threadIdx.x == 0 && n_valid > 0) {
+    float loss_sum = 0, correct_sum = 0;
+    for (int w = 0; w < kWarps; ++w) loss_sum += s_loss[w], correct_sum += s_correct[w];
     const float mean = loss_sum / n_valid;
     totals->loss_sum += loss_sum;
     totals->correct += static_cast<unsigned long long>(correct_sum);
