@@ -21,10 +21,19 @@ using namespace nvcuda;
 
 constexpr int kTaps = 32;       // taps padded to two 16-row tiles
 constexpr int kMaxK = 64;       // four 16-column tiles of output channels
+// The shared tiles' row lengths, padded so that the rows a fragment load or store takes at once fall
+// on different banks. Why: ncu (H200, 2026-12-01) found both kernels bound by the L1 and
+// shared-memory pipe, half the forward's stalls waiting on shared memory
+// (bench/results/levers-session38-nvidia-h200-2026-12-01.md). With them and the forward's filter
+// fragments in registers, at batch 256 under ncu: the forward 47.1 -> 26.7 µs, the weight gradient
+// 46.0 -> 37.4 (H200, 2026-12-01, bench/results/levers-session39-nvidia-h200-2026-12-01.md).
+constexpr int kTapsLd = kTaps + 8;   // taps a pixel: rows 80 bytes apart
+constexpr int kGradLd = kMaxK + 8;   // the weight gradient's dy tile, halves: rows 144 bytes apart
+constexpr int kOutLd = kMaxK + 8;    // the forward's float tile: rows 288 bytes apart
 constexpr int kPixels = 16;     // pixels a warp adds per product
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kMaxCtas = 4 * 132;  // four a SM of an H100/H200 (what the weight gradient's 45 KB fit)
+constexpr int kMaxCtas = 4 * 132;  // four a SM of an H100/H200 (what the weight gradient's 47 KB fit)
 
 struct Geometry {
   int n, h, w, c, k, r, pad, taps;
@@ -64,7 +73,7 @@ struct TapGather {
       const int ih = row + t.x, iw = col + t.y;
       v[j] = inside && t.w && ih >= 0 && ih < g.h && iw >= 0 && iw < g.w ? pixel[t.z] : __float2half(0.f);
     }
-    uint4* dst = reinterpret_cast<uint4*>(tile + q * kTaps + first_tap);
+    uint4* dst = reinterpret_cast<uint4*>(tile + q * kTapsLd + first_tap);
     dst[0] = reinterpret_cast<const uint4*>(v)[0];
     dst[1] = reinterpret_cast<const uint4*>(v)[1];
     __syncwarp();
@@ -83,16 +92,20 @@ struct CtaSlices {
   }
 };
 
-// The forward: each warp's slice is X (16 x 32, gathered) times W^T (32 x k, in shared memory for
-// the CTA), through a float tile in shared memory to fp16 y, half a warp a pixel's row (4 channels,
-// 8 bytes, a lane). With `partials`, each lane also sums its channels' values and squares, as y
-// holds them, over the CTA's pixels; the warps' sums are added in warp order into the CTA's row.
-__global__ void __launch_bounds__(kThreads) stem_forward_kernel(const __half* __restrict__ x,
-                                                                const __half* __restrict__ w, Geometry g,
-                                                                __half* __restrict__ y, float* __restrict__ partials) {
-  __shared__ __align__(32) __half taps_tile[kWarps][kPixels * kTaps];
+// The forward: each warp's slice is X (16 x 32, gathered) times W^T (32 x k, built in shared memory
+// by the CTA, its fragments then held in each warp's registers), through a float tile in shared
+// memory to fp16 y, half a warp a pixel's row (4 channels, 8 bytes, a lane). With `partials`, each
+// lane also sums its channels' values and squares, as y holds them, over the CTA's pixels; the
+// warps' sums are added in warp order into the CTA's row.
+// Four CTAs an SM (kMaxCtas): the 128 registers that leaves hold the filter's fragments without a
+// spill (left to itself ptxas took 80 and spilled 8 bytes).
+__global__ void __launch_bounds__(kThreads, 4) stem_forward_kernel(const __half* __restrict__ x,
+                                                                   const __half* __restrict__ w, Geometry g,
+                                                                   __half* __restrict__ y,
+                                                                   float* __restrict__ partials) {
+  __shared__ __align__(32) __half taps_tile[kWarps][kPixels * kTapsLd];
   __shared__ __align__(32) __half filter[kTaps * kMaxK];  // (tap, k), row-major; zero past the taps
-  __shared__ __align__(32) float out_tile[kWarps][kPixels * kMaxK];
+  __shared__ __align__(32) float out_tile[kWarps][kPixels * kOutLd];
   __shared__ float warp_sums[kWarps][2][kMaxK];
   __shared__ int4 tap_table[kTaps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -104,6 +117,13 @@ __global__ void __launch_bounds__(kThreads) stem_forward_kernel(const __half* __
     filter[e] = tap < g.taps && k < g.k ? w[k * g.taps + tap] : __float2half(0.f);
   }
   __syncthreads();
+  // The filter's fragments, the same for every slice, held in registers (zero past g.k).
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> w_frag[2][kMaxK / 16];
+#pragma unroll
+  for (int j = 0; j < kMaxK / 16; ++j) {
+    wmma::load_matrix_sync(w_frag[0][j], filter + j * 16, kMaxK);
+    wmma::load_matrix_sync(w_frag[1][j], filter + 16 * kMaxK + j * 16, kMaxK);
+  }
   const int k_tiles = g.k / 16, ch = 4 * (lane % 16);  // this lane's channels: ch .. ch + 3
   const bool has_channels = ch < g.k;
   float sum[4] = {0.f, 0.f, 0.f, 0.f}, sq[4] = {0.f, 0.f, 0.f, 0.f};
@@ -114,19 +134,17 @@ __global__ void __launch_bounds__(kThreads) stem_forward_kernel(const __half* __
     const long long p0 = static_cast<long long>(slice) * kPixels;
     gather.taps(x, g, p0, tt);
     wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a[2];
-    wmma::load_matrix_sync(a[0], tt, kTaps);
-    wmma::load_matrix_sync(a[1], tt + 16, kTaps);
-#pragma unroll
+    wmma::load_matrix_sync(a[0], tt, kTapsLd);
+    wmma::load_matrix_sync(a[1], tt + 16, kTapsLd);
+#pragma unroll  // constant fragment indices: the filter's fragments stay in registers
     for (int j = 0; j < kMaxK / 16; ++j) {
-      if (j >= k_tiles) break;
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.f);
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> b;
-      wmma::load_matrix_sync(b, filter + j * 16, kMaxK);
-      wmma::mma_sync(acc, a[0], b, acc);
-      wmma::load_matrix_sync(b, filter + 16 * kMaxK + j * 16, kMaxK);
-      wmma::mma_sync(acc, a[1], b, acc);
-      wmma::store_matrix_sync(out + j * 16, acc, kMaxK, wmma::mem_row_major);
+      if (j < k_tiles) {
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+        wmma::fill_fragment(acc, 0.f);
+        wmma::mma_sync(acc, a[0], w_frag[0][j], acc);
+        wmma::mma_sync(acc, a[1], w_frag[1][j], acc);
+        wmma::store_matrix_sync(out + j * 16, acc, kOutLd, wmma::mem_row_major);
+      }
     }
     __syncwarp();
     // lanes 0-15 take the even pixels, 16-31 the odd ones: 4 channels, 8 bytes, each
@@ -134,7 +152,7 @@ __global__ void __launch_bounds__(kThreads) stem_forward_kernel(const __half* __
 #pragma unroll 2
       for (int q = lane / 16; q < kPixels; q += 2) {
         if (p0 + q >= g.pixels) break;
-        const float4 f = *reinterpret_cast<const float4*>(out + q * kMaxK + ch);
+        const float4 f = *reinterpret_cast<const float4*>(out + q * kOutLd + ch);
         const __half2 lo = __floats2half2_rn(f.x, f.y), hi = __floats2half2_rn(f.z, f.w);
         uint2 packed;
         packed.x = *reinterpret_cast<const unsigned*>(&lo);
@@ -178,8 +196,8 @@ __global__ void __launch_bounds__(kThreads) stem_wgrad_partials(const __half* __
                                                                 const __half* __restrict__ bn_x,
                                                                 const float* __restrict__ coef, Geometry g,
                                                                 float* __restrict__ partials) {
-  __shared__ __align__(32) __half taps_tile[kWarps][kPixels * kTaps];
-  __shared__ __align__(32) __half grad_tile[kWarps][kPixels * kMaxK];
+  __shared__ __align__(32) __half taps_tile[kWarps][kPixels * kTapsLd];
+  __shared__ __align__(32) __half grad_tile[kWarps][kPixels * kGradLd];
   __shared__ __align__(32) float sums[kWarps][kTaps * kMaxK];
   __shared__ int4 tap_table[kTaps];
   __shared__ float coef_s[kApply ? 3 * kMaxK : 1];
@@ -239,19 +257,19 @@ __global__ void __launch_bounds__(kThreads) stem_wgrad_partials(const __half* __
       if (e < kPixels * row_vectors) {
         uint4 v = next[i];
         if constexpr (kApply) v = applied(v, next_x[i], c0, p0 + row < g.pixels);
-        *reinterpret_cast<uint4*>(gt + row * kMaxK + c0) = v;
+        *reinterpret_cast<uint4*>(gt + row * kGradLd + c0) = v;
       }
     }
     if (slice + kWarps < end) load_gradients(static_cast<long long>(slice + kWarps) * kPixels, next, next_x);
     gather.taps(x, g, p0, tt);
     wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::col_major> a[2];
-    wmma::load_matrix_sync(a[0], tt, kTaps);
-    wmma::load_matrix_sync(a[1], tt + 16, kTaps);
+    wmma::load_matrix_sync(a[0], tt, kTapsLd);
+    wmma::load_matrix_sync(a[1], tt + 16, kTapsLd);
 #pragma unroll  // constant fragment indices: the accumulators stay in registers
     for (int j = 0; j < kMaxK / 16; ++j) {
       if (j >= k_tiles) break;
       wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> b;
-      wmma::load_matrix_sync(b, gt + j * 16, kMaxK);
+      wmma::load_matrix_sync(b, gt + j * 16, kGradLd);
       wmma::mma_sync(acc[0][j], a[0], b, acc[0][j]);
       wmma::mma_sync(acc[1][j], a[1], b, acc[1][j]);
     }
