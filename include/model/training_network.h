@@ -98,6 +98,9 @@ class TrainingNetwork : public Network {
   // its inputs, writing `in` (BlockRun::c1_applies_join).
   void block_forward(const Block& b, BlockRun& r, const void* in, bool train, const struct ApplyArgs* join);
   void block_backward(size_t i);
+  // Layer1's conv2 filters turned for this step's data gradients (training's forward): on the lane
+  // where there is one (turns_on_lane_: backward() waits for them there).
+  void turn_filters();
   // y = relu(bn(x)) stored: the stem's output, and a conv's input where it reads it plain or the
   // weight gradient recomputes it; with `bits`, where the ReLU passed too (ApplyArgs::relu_bits).
   void store_relu_bn(const Bn& bn, const void* x, void* y, Shape4 s, cudaStream_t stream,
@@ -208,6 +211,7 @@ class TrainingNetwork : public Network {
   DeviceBuffer stem_relu_bits_;           // the stem's ReLU bits, where the first block's conv1 joins it (else empty)
   bool stem_conv_own_ = false, stem_wgrad_own_ = false;  // the stem's forward, weight gradient: ours (plan_own_convs)
   bool chained_ = false;  // forward and backward launch the chain's kernels chained (ChainedLaunch)
+  bool turns_on_lane_ = false;  // the last training forward turned layer1's conv2 filters on the lane
   std::unique_ptr<Lane> lane_;
   // The lane's 1x1 weight gradients as cuBLASLt GEMMs sized to leave SMs to the chain, by the
   // conv's weight id, one plan per shape (LaneGemmWgrad; empty: cuDNN's plans run them).

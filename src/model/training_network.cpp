@@ -111,6 +111,7 @@ struct TrainingNetwork::BlockRun {
 struct TrainingNetwork::Lane {
   Stream stream{false};
   Event forked{false}, done{false};
+  Event turned{false};  // layer1's conv2 filters turned for this step's data gradients (turn_filters)
   DeviceBuffer workspace;  // the main stream's convs keep workspace_: both run at once
 };
 
@@ -383,6 +384,7 @@ void TrainingNetwork::bn_forward(const Bn& bn, const void* x, Shape4 s, bool tra
 void TrainingNetwork::forward(const void* images, bool train) {
   set_chained_launches(chained_);  // this network's, for the thread that runs it
   images_ = images;
+  if (train) turn_filters();  // beside the stem's forward
   const Shape4 stem = layers_->stem_out;
   const Bn& bn = layers_->stem_bn;
   // Our kernel sums the statistics as it writes (training); evaluation reads the running ones.
@@ -415,6 +417,27 @@ void TrainingNetwork::forward(const void* images, bool train) {
     cur = r.out.get();
   }
   classify(cur);
+}
+
+// Layer1's conv2 filters turned for their data gradients by our kernel (BlockRun::c2_dgrad_own), from
+// this step's weights, as the forward uses them. On the lane, beside the forward, where there is one;
+// backward() waits for them. Why: on the chain, between conv2's finalize and conv3, they took 3.3 µs
+// each of the step (H200, batch 256, 2026-12-01).
+void TrainingNetwork::turn_filters() {
+  cudaStream_t stream = ctx_.stream;
+  turns_on_lane_ = false;
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    if (!runs_[i].c2_dgrad_own) continue;
+    if (lane_ && !turns_on_lane_) {
+      lane_->forked.record(ctx_.stream);
+      CUDA_CHECK(cudaStreamWaitEvent(lane_->stream, lane_->forked, 0));
+      stream = lane_->stream;
+      turns_on_lane_ = true;
+    }
+    const Block& b = layers_->blocks[i];
+    conv3x3_turn_filter(params_.working(b.c2.weight), runs_[i].c2_turned.get(), conv2_shape(b), stream);
+  }
+  if (turns_on_lane_) lane_->turned.record(lane_->stream);
 }
 
 // Where our 1x1 conv with statistics (kernels/conv1x1_stats.h) runs training's forward in place of
@@ -698,8 +721,6 @@ void TrainingNetwork::block_forward(const Block& b, BlockRun& r, const void* in,
   }
   conv_stats(b.c2, r.c2.fwd, r.a1.get(), r.a2.get(), b.b2, b.mid2, train, &b.b1, r.y1.get(), b.mid1, r.c2_own,
              r.c2.reads_stored);
-  if (train && r.c2_dgrad_own)  // the filter of this step's data gradient, as the forward used it
-    conv3x3_turn_filter(params_.working(b.c2.weight), r.c2_turned.get(), conv2_shape(b), ctx_.stream);
   // Our conv3 kernel runs in training only: evaluation runs cuDNN's SbrConvStats, bn2 in its prologue.
   conv_stats(b.c3, r.c3.fwd, r.a2.get(), r.a3.get(), b.b3, b.out, train, &b.b2, r.y2.get(), b.mid2, r.c3_own,
              r.c3.reads_stored && train);
@@ -829,6 +850,8 @@ void TrainingNetwork::backward() {
   // each conv. The lane's reads pending from an earlier backward were joined at its end.
   lagging_ = lane_reads_ && !on_grad_ready;
   if (lane_reads_) lane_reads_->reset();
+  if (turns_on_lane_) CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream, lane_->turned, 0));
+  turns_on_lane_ = false;
   linear_backward(ctx_.cublas, {cfg_.batch, layers_->features, cfg_.classes}, t, cfg_.tf32, feat_.get(),
                   params_.working(layers_->fc_weight), dlogits_.get(), params_.weight_grad(layers_->fc_weight),
                   dfeat_.get());
