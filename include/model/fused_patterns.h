@@ -62,7 +62,9 @@ constexpr const char* kNoFuseHelp =
 // Before the weight gradients had their own stream they paid 0.8% (H100, gpu-run-2026-11-25.md).
 // And our 1x1 kernels' finalize in their last CTA of a column (own-finalize): the finalize kernel
 // after them is faster at the step, 5.150 -> 5.122 ms (-0.55%, in every round; H200, 2026-11-29,
-// bench/ab.py, 3 rounds, bench/results/levers-session20-nvidia-h200-2026-11-29.md).
+// bench/ab.py, 3 rounds, bench/results/levers-session20-nvidia-h200-2026-11-29.md); again with the
+// chain's kernels launched chained, 0.38-1.12% slower with it (H200, 2026-12-01,
+// bench/results/levers-session39-nvidia-h200-2026-12-01.md).
 // And, everywhere, the joins in the next conv1's prologue (own-join-prologue): with the join's output
 // stored from the kernel the step was slower than with the join passes (H200, 2026-11-29, bench/ab.py,
 // bench/results/levers-session23-nvidia-h200-2026-11-29.md).
