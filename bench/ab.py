@@ -20,6 +20,10 @@ faster (or slower) in every round or the rounds disagree.
     python3 bench/ab.py fused=bin/train nofuse="bin/train --no-fuse dgrad-drelu-dbn" --out ab.md
     python3 bench/ab.py off=bin/train on="PROBE_X=1 bin/train" --batch 256 --cache /tmp/ab-cache.txt
 
+With --clocks, nvidia-smi samples the GPU every 100 ms through each counted run, and the report
+adds each variant's SM clock, power and how often the power cap held the clock down, over the
+samples with the GPU busy (lib/gpu_clocks.py; the GPU is CUDA_VISIBLE_DEVICES's first, else 0).
+
 A run that fails stops the tool (one line, exit 1, nothing written).
 """
 
@@ -36,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
-from lib import runner, table
+from lib import gpu_clocks, runner, table
 
 TOOL = "ab"
 LABEL = re.compile(r"[A-Za-z0-9_.+-]+")
@@ -62,6 +66,7 @@ class Variant:
     binary: Path                   # absolute, so that a bare name is not looked up on PATH
     flags: list[str]
     figures: list[float] = field(default_factory=list)  # images/s, one per round
+    clocks: list[gpu_clocks.ClockSummary | None] = field(default_factory=list)  # --clocks: one per round
 
     def command(self, args: argparse.Namespace, cache: Path) -> list[str]:
         return [str(self.binary), *self.flags, "--data", "synthetic", "--batch", str(args.batch),
@@ -123,6 +128,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="seconds before a run counts as failed (300)")
     p.add_argument("--out", type=Path, default=None, metavar="FILE.md",
                    help="also write the report to this file")
+    p.add_argument("--clocks", action="store_true",
+                   help="sample the GPU's SM clock, power and power cap with nvidia-smi through each counted run "
+                        "and report them")
     args = p.parse_intermixed_args(argv)
     runner.check_at_least(p, args, batch=1, warmup_steps=0, timed_steps=1, rounds=2)
     runner.check_timeout(p, args.timeout)
@@ -150,9 +158,17 @@ def order_of(round_number: int, variants: list[Variant]) -> list[Variant]:
 
 
 def measure(guard: runner.GuardedRunner, variant: Variant, args: argparse.Namespace, cache: Path,
-            where: str) -> tuple[float, dict]:
-    """One run's images/s and summary line; a failed run stops the tool (one line, exit 1)."""
-    out = guard.run(variant.command(args, cache), args.timeout, variant.env)
+            where: str, sampler: gpu_clocks.ClockSampler | None = None) -> tuple[float, dict]:
+    """One run's images/s and summary line, and with `sampler` its clocks into variant.clocks; a
+    failed run stops the tool (one line, exit 1)."""
+    if sampler:
+        sampler.start()
+    try:
+        out = guard.run(variant.command(args, cache), args.timeout, variant.env)
+    finally:
+        samples = sampler.stop() if sampler else []
+    if sampler:
+        variant.clocks.append(gpu_clocks.summarize(samples))
     result = table.result_of(out)
     if isinstance(result, str):
         runner.die(TOOL, f"{variant.label} failed in {where}: {result}; nothing written", 1)
@@ -204,6 +220,34 @@ def markdown(variants: list[Variant], orders: list[list[Variant]], batch: int) -
     return "\n".join(lines) + "\n"
 
 
+def clocks_gpu() -> str:
+    """The GPU the runs use, as nvidia-smi -i takes it: CUDA_VISIBLE_DEVICES's first, else 0."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return first or "0"
+
+
+def median_of(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def clocks_markdown(variants: list[Variant]) -> str:
+    """Each variant's SM clock, power-capped share and power: medians of its runs' (lib/gpu_clocks.py)."""
+    def row(name: str, pick, fmt) -> str:
+        cells = []
+        for v in variants:
+            value = median_of([pick(c) for c in v.clocks if c is not None])
+            cells.append("—" if value is None else fmt(value))
+        return f"| {name} | " + " | ".join(cells) + " |"
+    lines = ["| | " + " | ".join(v.label for v in variants) + " |",
+             "| --- | " + " | ".join("---:" for _ in variants) + " |",
+             row("SM clock, MHz", lambda c: c.sm_mhz, lambda x: table.fmt(x, 0, thousands=True)),
+             row("power-capped samples", lambda c: c.capped_share, lambda x: f"{100 * x:.0f}%"),
+             row("power, W", lambda c: c.power_w, lambda x: f"{x:.0f}"),
+             "| runs with busy samples | " + " | ".join(
+                 f"{sum(c is not None for c in v.clocks)} of {len(v.clocks)}" for v in variants) + " |"]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     argv = sys.argv[1:] if argv is None else argv
@@ -211,6 +255,13 @@ def main(argv: list[str] | None = None) -> int:
     if not gpus:
         runner.die(TOOL, runner.NO_GPU_LINE)
     variants: list[Variant] = args.variant_list
+    sampler = None
+    if args.clocks:
+        gpu_index = clocks_gpu()
+        why = gpu_clocks.check_readable(gpu_index)
+        if why:
+            runner.die(TOOL, f"--clocks: {why}")
+        sampler = gpu_clocks.ClockSampler(gpu_index)
     guard = runner.GuardedRunner(TOOL)
     with tempfile.TemporaryDirectory(prefix="ab-cache-") as scratch:
         cache = args.cache or Path(scratch) / "autotune-cache.txt"
@@ -223,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             orders.append(order_of(n, variants))
             for variant in orders[-1]:
                 print(f"{TOOL}: round {n}/{args.rounds}, {variant.label}", file=sys.stderr, flush=True)
-                variant.figures.append(measure(guard, variant, args, cache, f"round {n}")[0])
+                variant.figures.append(measure(guard, variant, args, cache, f"round {n}", sampler)[0])
 
     gpu = str(summary.get("gpu") or gpus[0])
     date = runner.today()
@@ -239,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
               "images/s of each run; ms per step = batch x 1000 / median images/s; `against` compares the medians' "
               "ms per step, and each round's pair of runs\n\n"
               + markdown(variants, orders, args.batch))
+    if sampler:
+        report += (f"\nSM clock, power and the power cap through each variant's runs (nvidia-smi every "
+                   f"{gpu_clocks.PERIOD_MS} ms on GPU {sampler.gpu}; the samples with the GPU at least "
+                   f"{gpu_clocks.BUSY_PERCENT}% busy; medians of its runs'; power-capped: the software power cap's "
+                   "clock-event reason set)\n\n" + clocks_markdown(variants))
     print(report, end="")
     if args.out is not None:
         runner.write_files(TOOL, {args.out: report})

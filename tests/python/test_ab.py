@@ -4,19 +4,23 @@ The fake trainer appends one JSON line per run to calls.log: its path, its FAKE_
 variables and its arguments. Its images/s come from FAKE_IPS, a comma list set in the variant's
 COMMAND: the n-th run of a variant prints the n-th figure (a variant's first run of all is the fill
 run for the first variant). FAKE_FAIL=n makes its n-th run fail, FAKE_SLEEP makes every run sleep,
-FAKE_NO_IPS leaves images_per_s out of its summary line.
+FAKE_NO_IPS leaves images_per_s out of its summary line. FAKE_CLOCK ("MHz, W, reasons") is what the
+fake nvidia-smi of the Clocks tests reports, with the GPU busy, while the run sleeps.
 """
 
 import json
+import os
 import re
 import sys
 import tempfile
 import unittest
+import unittest.mock
 from pathlib import Path
 
 from tests.python.fakes import FakeMachine, _write_executable
 
 import ab  # noqa: E402  (bench/ is on sys.path: tests/python/__init__.py)
+from lib import gpu_clocks  # noqa: E402
 
 FAKE_TRAINER = r'''
 import json, os, sys, time
@@ -32,7 +36,11 @@ n = int(counter.read_text()) + 1 if counter.exists() else 1
 counter.write_text(str(n))
 with open(args[args.index("--autotune-cache") + 1], "a") as cache:
     cache.write("algo\n")
+clock = LOG.with_name("clock.state")
+if os.environ.get("FAKE_CLOCK"):
+    clock.write_text(os.environ["FAKE_CLOCK"])
 time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
+clock.unlink(missing_ok=True)
 print("step 5/7  loss 2.3  1,000 images/s")
 if os.environ.get("FAKE_FAIL") == str(n):
     print("warning: something first", file=sys.stderr)
@@ -245,6 +253,97 @@ class Out(AbTest):
         self.assertEqual(out.read_text(), result.stdout)
         self.assertTrue(result.stdout.startswith("# A-B run, NVIDIA H100 80GB HBM3, "), result.stdout)
         self.assertEqual(result.stderr.splitlines()[-1], f"ab: wrote {out}")
+
+
+FAKE_SMI = r'''
+import sys, time
+from pathlib import Path
+STATE, LOG = Path({state!r}), Path({log!r})
+args = sys.argv[1:]
+if "-L" in args:
+    print("GPU 0: NVIDIA H200 (UUID: GPU-00000000-fake)")
+    sys.exit(0)
+with LOG.open("a") as log:
+    log.write(" ".join(args) + "\n")
+def sample():  # idle unless a fake run holds the clock state
+    return STATE.read_text() + ", 100" if STATE.exists() else "1980, 80.5, 0x0000000000000001, 0"
+if "-lms" not in args:
+    print(sample())
+    sys.exit(0)
+while True:
+    print(sample(), flush=True)
+    time.sleep(int(args[args.index("-lms") + 1]) / 1000)
+'''
+
+
+class Clocks(AbTest):
+    """--clocks against a fake nvidia-smi that reports a run's FAKE_CLOCK while it runs."""
+
+    def setUp(self):
+        super().setUp()
+        self.smi_log = self.tmp / "smi.log"
+        _write_executable(self.machine.tools / "nvidia-smi", f"#!{sys.executable}\n" + FAKE_SMI.format(
+            state=str(self.machine.log.with_name("clock.state")), log=str(self.smi_log)))
+
+    def test_each_variant_has_its_runs_clock_power_and_capped_share(self):
+        result = self.ab("a=FAKE_VARIANT=a FAKE_SLEEP=0.5 'FAKE_CLOCK=1980, 600.0, 0x0000000000000000' "
+                         "FAKE_IPS=1,1,1 base/train",
+                         "b=FAKE_VARIANT=b FAKE_SLEEP=0.5 'FAKE_CLOCK=1890, 710.4, 0x0000000000000004' "
+                         "FAKE_IPS=1,1 new/train", "--rounds", "2", "--clocks")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        out = result.stdout
+        self.assertIn("nvidia-smi every 100 ms on GPU 0; the samples with the GPU at least 90% busy", out)
+        self.assertIn("| | a | b |\n| --- | ---: | ---: |\n| SM clock, MHz |", out)
+        self.assertEqual(self.table_row(out, "SM clock, MHz"), ["SM clock, MHz", "1,980", "1,890"])
+        self.assertEqual(self.table_row(out, "power-capped samples"), ["power-capped samples", "0%", "100%"])
+        self.assertEqual(self.table_row(out, "power, W"), ["power, W", "600", "710"])
+        self.assertEqual(self.table_row(out, "runs with busy samples"), ["runs with busy samples", "2 of 2", "2 of 2"])
+        queries = self.smi_log.read_text().splitlines()
+        self.assertEqual(len(queries), 5, queries)  # the check, then the 4 counted runs (not the fill run)
+        self.assertNotIn("-lms", queries[0])
+        for q in queries:
+            self.assertIn("--query-gpu=clocks.sm,power.draw.instant,clocks_throttle_reasons.active,utilization.gpu", q)
+            self.assertIn("-i 0", q)
+        self.assertTrue(all(q.endswith("-lms 100") for q in queries[1:]), queries)
+
+    def test_a_run_too_short_for_a_busy_sample_shows_a_dash(self):
+        result = self.ab("a=FAKE_VARIANT=a FAKE_IPS=1,1,1 base/train", "b=FAKE_VARIANT=b FAKE_IPS=1,1 new/train",
+                         "--rounds", "2", "--clocks")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(self.table_row(result.stdout, "SM clock, MHz"), ["SM clock, MHz", "—", "—"])
+        self.assertEqual(self.table_row(result.stdout, "runs with busy samples"),
+                         ["runs with busy samples", "0 of 2", "0 of 2"])
+
+    def test_the_gpu_is_cuda_visible_devices_first(self):
+        with unittest.mock.patch.dict(os.environ, {"CUDA_VISIBLE_DEVICES": "GPU-1234,0"}):
+            result = self.ab("a=FAKE_VARIANT=a FAKE_IPS=1,1,1 base/train", "b=FAKE_VARIANT=b FAKE_IPS=1,1 new/train",
+                             "--rounds", "2", "--clocks")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertTrue(all("-i GPU-1234" in q for q in self.smi_log.read_text().splitlines()))
+
+    def test_clocks_nvidia_smi_cannot_report_stop_the_tool_before_any_run(self):
+        _write_executable(self.machine.tools / "nvidia-smi",
+                          "#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n")  # -L only
+        result = self.ab("a=FAKE_VARIANT=a FAKE_IPS=1 base/train", "b=FAKE_VARIANT=b FAKE_IPS=1 new/train", "--clocks")
+        self.assertUsageError(result, "ab: --clocks: nvidia-smi cannot report clocks.sm,power.draw.instant")
+
+
+class ClockSummaries(unittest.TestCase):
+    def test_lines_as_nvidia_smi_printed_them_on_an_h200(self):
+        self.assertEqual(gpu_clocks.parse_sample("1890, 710.39, 0x0000000000000004, 100"),
+                         gpu_clocks.Sample(1890, 710.39, 4, 100))
+        for line in ("[N/A], 710.39, 0x0000000000000004, 100", "No devices were found", "1890, 710.39, 0x4"):
+            self.assertIsNone(gpu_clocks.parse_sample(line), line)
+
+    def test_only_busy_samples_count(self):
+        samples = [gpu_clocks.Sample(1980, 80.0, 1, 0), gpu_clocks.Sample(1890, 710.0, 4, 100),
+                   gpu_clocks.Sample(1740, 700.0, 4 | 1, 95), gpu_clocks.Sample(1980, 650.0, 0, 90)]
+        summary = gpu_clocks.summarize(samples)
+        self.assertEqual(summary.busy_samples, 3)
+        self.assertEqual(summary.sm_mhz, 1890)
+        self.assertAlmostEqual(summary.capped_share, 2 / 3)
+        self.assertEqual(summary.power_w, 700.0)
+        self.assertIsNone(gpu_clocks.summarize(samples[:1]))
 
 
 class Verdict(unittest.TestCase):

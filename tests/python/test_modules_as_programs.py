@@ -13,7 +13,8 @@ from tests.python import REPO
 # The modules issue 38 found silent, and those that needed PyTorch to say anything.
 MODULES = ["bench/lib/chart.py", "bench/lib/table.py", "bench/lib/capture.py", "bench/lib/nsys_summary.py",
            "bench/lib/timeline.py", "bench/lib/trace_summary.py", "bench/lib/runner.py", "bench/lib/pytorch_resnet.py",
-           "bench/lib/pytorch_data.py", "bench/lib/pytorch_rungs.py", "bench/lib/ranks.py", "data/dataset_files.py"]
+           "bench/lib/pytorch_data.py", "bench/lib/pytorch_rungs.py", "bench/lib/ranks.py", "data/dataset_files.py",
+           "bench/lib/gpu_clocks.py"]
 MODULE_LINE = re.compile(r"(\S+) is a module \((.+)\), not a program: run (?:.*?)python3 (\S+\.py)\b.*")
 
 
