@@ -166,9 +166,8 @@ def measure(guard: runner.GuardedRunner, variant: Variant, args: argparse.Namesp
     try:
         out = guard.run(variant.command(args, cache), args.timeout, variant.env)
     finally:
-        samples = sampler.stop() if sampler else []
-    if sampler:
-        variant.clocks.append(gpu_clocks.summarize(samples))
+        if sampler:
+            variant.clocks.append(gpu_clocks.summarize(sampler.stop()))
     result = table.result_of(out)
     if isinstance(result, str):
         runner.die(TOOL, f"{variant.label} failed in {where}: {result}; nothing written", 1)

@@ -171,6 +171,8 @@ class TrainingNetwork : public Network {
   // buffer dy is enqueued, instead of conv_done()'s join, and before_write(g) before the main stream
   // writes a gradient buffer g (core/stream_reads.h).
   void wgrad_beside(const std::function<void(cudaStream_t, void*, size_t)>& work);
+  // The lane waits for everything on the main stream so far (with a lane).
+  void lane_fork();
   void lane_join();
   void lane_read(const void* dy);
   void before_write(const void* g);

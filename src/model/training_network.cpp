@@ -424,16 +424,12 @@ void TrainingNetwork::forward(const void* images, bool train) {
 // backward() waits for them. Why: on the chain, between conv2's finalize and conv3, they took 3.3 µs
 // each of the step (H200, batch 256, 2026-12-01).
 void TrainingNetwork::turn_filters() {
-  cudaStream_t stream = ctx_.stream;
-  turns_on_lane_ = false;
+  const bool any = std::any_of(runs_.begin(), runs_.end(), [](const BlockRun& r) { return r.c2_dgrad_own; });
+  turns_on_lane_ = any && lane_;
+  if (turns_on_lane_) lane_fork();
+  const cudaStream_t stream = turns_on_lane_ ? lane_->stream : ctx_.stream;
   for (size_t i = 0; i < runs_.size(); ++i) {
     if (!runs_[i].c2_dgrad_own) continue;
-    if (lane_ && !turns_on_lane_) {
-      lane_->forked.record(ctx_.stream);
-      CUDA_CHECK(cudaStreamWaitEvent(lane_->stream, lane_->forked, 0));
-      stream = lane_->stream;
-      turns_on_lane_ = true;
-    }
     const Block& b = layers_->blocks[i];
     conv3x3_turn_filter(params_.working(b.c2.weight), runs_[i].c2_turned.get(), conv2_shape(b), stream);
   }
@@ -776,10 +772,14 @@ size_t TrainingNetwork::plan_lane_gemms() {
 }
 
 // ---- the weight gradients' lane ------------------------------------------------------------------
-void TrainingNetwork::wgrad_beside(const std::function<void(cudaStream_t, void*, size_t)>& work) {
-  if (!lane_) return work(ctx_.stream, workspace_.get(), workspace_.bytes());
+void TrainingNetwork::lane_fork() {
   lane_->forked.record(ctx_.stream);
   CUDA_CHECK(cudaStreamWaitEvent(lane_->stream, lane_->forked, 0));
+}
+
+void TrainingNetwork::wgrad_beside(const std::function<void(cudaStream_t, void*, size_t)>& work) {
+  if (!lane_) return work(ctx_.stream, workspace_.get(), workspace_.bytes());
+  lane_fork();
   CUDNN_CHECK(cudnnSetStream(ctx_.cudnn, lane_->stream));
   try {
     work(lane_->stream, lane_->workspace.get(), lane_->workspace.bytes());
