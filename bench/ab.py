@@ -21,8 +21,8 @@ faster (or slower) in every round or the rounds disagree.
     python3 bench/ab.py off=bin/train on="PROBE_X=1 bin/train" --batch 256 --cache /tmp/ab-cache.txt
 
 With --clocks, nvidia-smi samples the GPU every 100 ms through each counted run, and the report
-adds each variant's SM clock, power and how often the power cap held the clock down, over the
-samples with the GPU busy (lib/gpu_clocks.py; the GPU is CUDA_VISIBLE_DEVICES's first, else 0).
+adds each variant's SM clock, power, energy an image and how often the power cap held the clock
+down, over the samples with the GPU busy (lib/gpu_clocks.py; the GPU is CUDA_VISIBLE_DEVICES's first, else 0).
 
 A run that fails stops the tool (one line, exit 1, nothing written).
 """
@@ -229,6 +229,17 @@ def median_of(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def energy_row(variants: list[Variant]) -> str:
+    """Each variant's energy an image: each counted run's power over its images/s (W / (images/s) = J an
+    image), the median of its runs'. Where the power cap holds the clock down, a step's time follows its
+    energy: this row tells a lever that does less work from one that only moves it."""
+    cells = []
+    for v in variants:
+        value = median_of([1000.0 * c.power_w / f for c, f in zip(v.clocks, v.figures) if c is not None and f > 0])
+        cells.append("—" if value is None else table.fmt(value, 1, thousands=True))
+    return "| energy, mJ an image | " + " | ".join(cells) + " |"
+
+
 def clocks_markdown(variants: list[Variant]) -> str:
     """Each variant's SM clock, power-capped share and power: medians of its runs' (lib/gpu_clocks.py)."""
     def row(name: str, pick, fmt) -> str:
@@ -242,6 +253,7 @@ def clocks_markdown(variants: list[Variant]) -> str:
              row("SM clock, MHz", lambda c: c.sm_mhz, lambda x: table.fmt(x, 0, thousands=True)),
              row("power-capped samples", lambda c: c.capped_share, lambda x: f"{100 * x:.0f}%"),
              row("power, W", lambda c: c.power_w, lambda x: f"{x:.0f}"),
+             energy_row(variants),
              "| runs with busy samples | " + " | ".join(
                  f"{sum(c is not None for c in v.clocks)} of {len(v.clocks)}" for v in variants) + " |"]
     return "\n".join(lines) + "\n"

@@ -297,6 +297,8 @@ class Clocks(AbTest):
         self.assertEqual(self.table_row(out, "SM clock, MHz"), ["SM clock, MHz", "1,980", "1,890"])
         self.assertEqual(self.table_row(out, "power-capped samples"), ["power-capped samples", "0%", "100%"])
         self.assertEqual(self.table_row(out, "power, W"), ["power, W", "600", "710"])
+        # 1 image/s a run (FAKE_IPS): the power itself, in mJ an image
+        self.assertEqual(self.table_row(out, "energy, mJ an image"), ["energy, mJ an image", "600,000.0", "710,400.0"])
         self.assertEqual(self.table_row(out, "runs with busy samples"), ["runs with busy samples", "2 of 2", "2 of 2"])
         queries = self.smi_log.read_text().splitlines()
         self.assertEqual(len(queries), 5, queries)  # the check, then the 4 counted runs (not the fill run)
@@ -311,6 +313,7 @@ class Clocks(AbTest):
                          "--rounds", "2", "--clocks")
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(self.table_row(result.stdout, "SM clock, MHz"), ["SM clock, MHz", "—", "—"])
+        self.assertEqual(self.table_row(result.stdout, "energy, mJ an image"), ["energy, mJ an image", "—", "—"])
         self.assertEqual(self.table_row(result.stdout, "runs with busy samples"),
                          ["runs with busy samples", "0 of 2", "0 of 2"])
 
