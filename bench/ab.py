@@ -22,7 +22,8 @@ faster (or slower) in every round or the rounds disagree.
 
 With --clocks, nvidia-smi samples the GPU every 100 ms through each counted run, and the report
 adds each variant's SM clock, power, energy an image and how often the power cap held the clock
-down, over the samples with the GPU busy (lib/gpu_clocks.py; the GPU is CUDA_VISIBLE_DEVICES's first, else 0).
+down, over the samples with the GPU busy inside each run's timed window (lib/gpu_clocks.py; the GPU
+is CUDA_VISIBLE_DEVICES's first, else 0).
 
 A run that fails stops the tool (one line, exit 1, nothing written).
 """
@@ -159,18 +160,21 @@ def order_of(round_number: int, variants: list[Variant]) -> list[Variant]:
 
 def measure(guard: runner.GuardedRunner, variant: Variant, args: argparse.Namespace, cache: Path,
             where: str, sampler: gpu_clocks.ClockSampler | None = None) -> tuple[float, dict]:
-    """One run's images/s and summary line, and with `sampler` its clocks into variant.clocks; a
-    failed run stops the tool (one line, exit 1)."""
+    """One run's images/s and summary line, and with `sampler` its clocks (over its timed window) into
+    variant.clocks; a failed run stops the tool (one line, exit 1)."""
+    samples: list[gpu_clocks.Sample] = []
     if sampler:
         sampler.start()
     try:
         out = guard.run(variant.command(args, cache), args.timeout, variant.env)
     finally:
         if sampler:
-            variant.clocks.append(gpu_clocks.summarize(sampler.stop()))
+            samples = sampler.stop()
     result = table.result_of(out)
     if isinstance(result, str):
         runner.die(TOOL, f"{variant.label} failed in {where}: {result}; nothing written", 1)
+    if sampler:
+        variant.clocks.append(gpu_clocks.summarize(samples, gpu_clocks.window_of(result)))
     figure = table.number(result.get("images_per_s"))
     if figure is None:
         runner.die(TOOL, f"{variant.label} failed in {where}: its summary line has no images_per_s; nothing written", 1)
@@ -219,12 +223,6 @@ def markdown(variants: list[Variant], orders: list[list[Variant]], batch: int) -
     return "\n".join(lines) + "\n"
 
 
-def clocks_gpu() -> str:
-    """The GPU the runs use, as nvidia-smi -i takes it: CUDA_VISIBLE_DEVICES's first, else 0."""
-    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    return first or "0"
-
-
 def median_of(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -266,13 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     if not gpus:
         runner.die(TOOL, runner.NO_GPU_LINE)
     variants: list[Variant] = args.variant_list
-    sampler = None
-    if args.clocks:
-        gpu_index = clocks_gpu()
-        why = gpu_clocks.check_readable(gpu_index)
-        if why:
-            runner.die(TOOL, f"--clocks: {why}")
-        sampler = gpu_clocks.ClockSampler(gpu_index)
+    sampler = gpu_clocks.sampler_for_visible_gpu(TOOL) if args.clocks else None
     guard = runner.GuardedRunner(TOOL)
     with tempfile.TemporaryDirectory(prefix="ab-cache-") as scratch:
         cache = args.cache or Path(scratch) / "autotune-cache.txt"
@@ -304,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     if sampler:
         report += (f"\nSM clock, power and the power cap through each variant's runs (nvidia-smi every "
                    f"{gpu_clocks.PERIOD_MS} ms on GPU {sampler.gpu}; the samples with the GPU at least "
-                   f"{gpu_clocks.BUSY_PERCENT}% busy; medians of its runs'; power-capped: the software power cap's "
+                   f"{gpu_clocks.BUSY_PERCENT}% busy, inside each run's timed window where its summary gives it; "
+                   "medians of its runs'; power-capped: the software power cap's "
                    "clock-event reason set)\n\n" + clocks_markdown(variants))
     print(report, end="")
     if args.out is not None:

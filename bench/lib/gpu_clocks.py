@@ -6,8 +6,10 @@ from 1,980 MHz to 1,733-1,890 on average where PyTorch's rung runs at 1,980 thro
 (bench/results/levers-session39-nvidia-h200-2026-12-01.md). A step made faster by fewer bytes can
 also be one that draws less power; an A-B that reports the clocks tells the two apart.
 
-Only the samples with the GPU at least BUSY_PERCENT busy count: the run's start-up (data, cuDNN's
-plans) is not its steady state.
+Only the samples with the GPU at least BUSY_PERCENT busy count, and, where the run reports its timed
+window's wall-clock bounds (window_start_unix_ms and window_end_unix_ms in its summary line: bin/train
+and bench/pytorch_reference.py do), only those inside it: the run's start-up (data, cuDNN's plans,
+torch.compile's autotuning) is not its steady state.
 """
 
 from __future__ import annotations
@@ -19,11 +21,17 @@ if __name__ == "__main__":  # run as a program by mistake: say which one
           "run python3 bench/ab.py --clocks", file=sys.stderr)
     sys.exit(2)
 
+import os  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
+import tempfile  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
+from datetime import datetime  # noqa: E402
 
-QUERY = "clocks.sm,power.draw.instant,clocks_throttle_reasons.active,utilization.gpu"
+from .runner import die  # noqa: E402
+
+QUERY = "timestamp,clocks.sm,power.draw.instant,clocks_throttle_reasons.active,utilization.gpu"
+TIMESTAMP = "%Y/%m/%d %H:%M:%S.%f"  # nvidia-smi's, in the host's local time
 PERIOD_MS = 100
 SW_POWER_CAP = 0x4  # nvidia-smi's clock-event reason bit for the software power cap
 BUSY_PERCENT = 90
@@ -31,6 +39,7 @@ BUSY_PERCENT = 90
 
 @dataclass
 class Sample:
+    unix: float       # when, in seconds since the Unix epoch
     sm_mhz: int
     power_w: float
     reasons: int      # clock-event reasons, a bit mask
@@ -52,25 +61,41 @@ def query_command(gpu: str, period_ms: int | None = None) -> list[str]:
 
 
 def parse_sample(line: str) -> Sample | None:
-    """One line of query_command's output ("1890, 710.39, 0x0000000000000004, 100"); None for
-    anything else (a field nvidia-smi reports as [N/A], an error line)."""
+    """One line of query_command's output ("2026/12/01 05:25:13.494, 1890, 710.39, 0x0000000000000004,
+    100"); None for anything else (a field nvidia-smi reports as [N/A], an error line)."""
     parts = [p.strip() for p in line.split(",")]
-    if len(parts) != 4:
+    if len(parts) != 5:
         return None
     try:
-        return Sample(int(parts[0]), float(parts[1]), int(parts[2], 16), int(parts[3]))
+        return Sample(datetime.strptime(parts[0], TIMESTAMP).timestamp(), int(parts[1]), float(parts[2]),
+                      int(parts[3], 16), int(parts[4]))
     except ValueError:
         return None
 
 
-def summarize(samples: list[Sample]) -> ClockSummary | None:
-    """The busy samples' clock, power-capped share and power; None where no sample was busy."""
-    busy = [s for s in samples if s.utilization >= BUSY_PERCENT]
+def window_of(summary: dict) -> tuple[float, float] | None:
+    """A run's timed window on the wall clock, in seconds, from its summary line; None where it has none."""
+    start, end = summary.get("window_start_unix_ms"), summary.get("window_end_unix_ms")
+    if not isinstance(start, (int, float)) or not isinstance(end, (int, float)) or not 0 < start <= end:
+        return None
+    return start / 1000.0, end / 1000.0
+
+
+def summarize(samples: list[Sample], window: tuple[float, float] | None = None) -> ClockSummary | None:
+    """The busy samples' clock, power-capped share and power (within `window`, seconds since the epoch,
+    where given); None where no sample was busy."""
+    busy = [s for s in samples if s.utilization >= BUSY_PERCENT and (window is None or window[0] <= s.unix <= window[1])]
     if not busy:
         return None
     return ClockSummary(len(busy), statistics.median(s.sm_mhz for s in busy),
                         sum(1 for s in busy if s.reasons & SW_POWER_CAP) / len(busy),
                         statistics.median(s.power_w for s in busy))
+
+
+def visible_gpu() -> str:
+    """The GPU a run uses, as nvidia-smi -i takes it: CUDA_VISIBLE_DEVICES's first, else 0."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return first or "0"
 
 
 def check_readable(gpu: str) -> str:
@@ -85,25 +110,41 @@ def check_readable(gpu: str) -> str:
     return ""
 
 
+def sampler_for_visible_gpu(tool: str) -> "ClockSampler":
+    """The --clocks sampler of a tool's runs, for the GPU they use; where nvidia-smi cannot report
+    QUERY for it, one line and exit 2, before any run."""
+    gpu = visible_gpu()
+    why = check_readable(gpu)
+    if why:
+        die(tool, f"--clocks: {why}")
+    return ClockSampler(gpu)
+
+
 class ClockSampler:
-    """nvidia-smi sampling `gpu` every PERIOD_MS from start() to stop(), which returns the samples."""
+    """nvidia-smi sampling `gpu` every PERIOD_MS from start() to stop(), which returns the samples. The
+    samples go to a file, not a pipe: a run of minutes (torch.compile's) fills a pipe nobody reads, and
+    nvidia-smi would then block and take no more samples."""
 
     def __init__(self, gpu: str):
         self.gpu = gpu
         self._proc: subprocess.Popen | None = None
+        self._out = None
 
     def start(self) -> None:
-        self._proc = subprocess.Popen(query_command(self.gpu, PERIOD_MS), stdout=subprocess.PIPE,
+        self._out = tempfile.TemporaryFile(mode="w+")
+        self._proc = subprocess.Popen(query_command(self.gpu, PERIOD_MS), stdout=self._out,
                                       stderr=subprocess.DEVNULL, text=True)
 
     def stop(self) -> list[Sample]:
-        proc, self._proc = self._proc, None
+        proc, out, self._proc, self._out = self._proc, self._out, None, None
         if proc is None:
             return []
         proc.terminate()
         try:
-            out, _ = proc.communicate(timeout=5)
+            proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             proc.kill()
-            out, _ = proc.communicate()
-        return [s for s in map(parse_sample, out.splitlines()) if s is not None]
+            proc.wait()
+        with out:
+            out.seek(0)
+            return [s for s in map(parse_sample, out.read().splitlines()) if s is not None]

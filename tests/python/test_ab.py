@@ -5,14 +5,17 @@ variables and its arguments. Its images/s come from FAKE_IPS, a comma list set i
 COMMAND: the n-th run of a variant prints the n-th figure (a variant's first run of all is the fill
 run for the first variant). FAKE_FAIL=n makes its n-th run fail, FAKE_SLEEP makes every run sleep,
 FAKE_NO_IPS leaves images_per_s out of its summary line. FAKE_CLOCK ("MHz, W, reasons") is what the
-fake nvidia-smi of the Clocks tests reports, with the GPU busy, while the run sleeps.
+fake nvidia-smi of the Clocks tests reports, with the GPU busy, while the run sleeps; FAKE_WINDOW=sleep
+reports the sleep as the run's timed window, FAKE_WINDOW=past a window before the run.
 """
 
+import datetime
 import json
 import os
 import re
 import sys
 import tempfile
+import time
 import unittest
 import unittest.mock
 from pathlib import Path
@@ -39,7 +42,9 @@ with open(args[args.index("--autotune-cache") + 1], "a") as cache:
 clock = LOG.with_name("clock.state")
 if os.environ.get("FAKE_CLOCK"):
     clock.write_text(os.environ["FAKE_CLOCK"])
+window = [int(time.time() * 1000)]
 time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
+window.append(int(time.time() * 1000))
 clock.unlink(missing_ok=True)
 print("step 5/7  loss 2.3  1,000 images/s")
 if os.environ.get("FAKE_FAIL") == str(n):
@@ -50,6 +55,10 @@ figures = os.environ["FAKE_IPS"].split(",")
 summary = {{"event": "summary", "images_per_s": float(figures[n - 1]), "ms_per_step": 1.0}}
 if os.environ.get("FAKE_NO_IPS"):
     del summary["images_per_s"]
+if os.environ.get("FAKE_WINDOW") == "sleep":  # the timed window: the sleep
+    summary.update(window_start_unix_ms=window[0], window_end_unix_ms=window[1])
+elif os.environ.get("FAKE_WINDOW") == "past":  # a window long before the run: no sample is inside it
+    summary.update(window_start_unix_ms=1000, window_end_unix_ms=2000)
 print(json.dumps({{"event": "epoch", "images_per_s": 1.0}}))
 print(json.dumps(summary))
 '''
@@ -256,7 +265,7 @@ class Out(AbTest):
 
 
 FAKE_SMI = r'''
-import sys, time
+import datetime, sys, time
 from pathlib import Path
 STATE, LOG = Path({state!r}), Path({log!r})
 args = sys.argv[1:]
@@ -266,7 +275,8 @@ if "-L" in args:
 with LOG.open("a") as log:
     log.write(" ".join(args) + "\n")
 def sample():  # idle unless a fake run holds the clock state
-    return STATE.read_text() + ", 100" if STATE.exists() else "1980, 80.5, 0x0000000000000001, 0"
+    now = datetime.datetime.now().strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+    return now + ", " + (STATE.read_text() + ", 100" if STATE.exists() else "1980, 80.5, 0x0000000000000001, 0")
 if "-lms" not in args:
     print(sample())
     sys.exit(0)
@@ -304,7 +314,8 @@ class Clocks(AbTest):
         self.assertEqual(len(queries), 5, queries)  # the check, then the 4 counted runs (not the fill run)
         self.assertNotIn("-lms", queries[0])
         for q in queries:
-            self.assertIn("--query-gpu=clocks.sm,power.draw.instant,clocks_throttle_reasons.active,utilization.gpu", q)
+            self.assertIn("--query-gpu=timestamp,clocks.sm,power.draw.instant,clocks_throttle_reasons.active,"
+                          "utilization.gpu", q)
             self.assertIn("-i 0", q)
         self.assertTrue(all(q.endswith("-lms 100") for q in queries[1:]), queries)
 
@@ -317,6 +328,16 @@ class Clocks(AbTest):
         self.assertEqual(self.table_row(result.stdout, "runs with busy samples"),
                          ["runs with busy samples", "0 of 2", "0 of 2"])
 
+    def test_only_the_samples_inside_a_reported_window_count(self):
+        result = self.ab("a=FAKE_VARIANT=a FAKE_SLEEP=0.5 FAKE_WINDOW=sleep 'FAKE_CLOCK=1890, 710.4, 0x0000000000000004' "
+                         "FAKE_IPS=1,1,1 base/train",
+                         "b=FAKE_VARIANT=b FAKE_SLEEP=0.5 FAKE_WINDOW=past 'FAKE_CLOCK=1890, 710.4, 0x0000000000000004' "
+                         "FAKE_IPS=1,1 new/train", "--rounds", "2", "--clocks")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(self.table_row(result.stdout, "power, W"), ["power, W", "710", "—"])
+        self.assertEqual(self.table_row(result.stdout, "runs with busy samples"),
+                         ["runs with busy samples", "2 of 2", "0 of 2"])
+
     def test_the_gpu_is_cuda_visible_devices_first(self):
         with unittest.mock.patch.dict(os.environ, {"CUDA_VISIBLE_DEVICES": "GPU-1234,0"}):
             result = self.ab("a=FAKE_VARIANT=a FAKE_IPS=1,1,1 base/train", "b=FAKE_VARIANT=b FAKE_IPS=1,1 new/train",
@@ -328,25 +349,57 @@ class Clocks(AbTest):
         _write_executable(self.machine.tools / "nvidia-smi",
                           "#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n")  # -L only
         result = self.ab("a=FAKE_VARIANT=a FAKE_IPS=1 base/train", "b=FAKE_VARIANT=b FAKE_IPS=1 new/train", "--clocks")
-        self.assertUsageError(result, "ab: --clocks: nvidia-smi cannot report clocks.sm,power.draw.instant")
+        self.assertUsageError(result, "ab: --clocks: nvidia-smi cannot report timestamp,clocks.sm,power.draw.instant")
 
 
 class ClockSummaries(unittest.TestCase):
     def test_lines_as_nvidia_smi_printed_them_on_an_h200(self):
-        self.assertEqual(gpu_clocks.parse_sample("1890, 710.39, 0x0000000000000004, 100"),
-                         gpu_clocks.Sample(1890, 710.39, 4, 100))
-        for line in ("[N/A], 710.39, 0x0000000000000004, 100", "No devices were found", "1890, 710.39, 0x4"):
+        sample = gpu_clocks.parse_sample("2026/12/01 05:25:13.494, 1890, 710.39, 0x0000000000000004, 100")
+        self.assertEqual(sample, gpu_clocks.Sample(datetime.datetime(2026, 12, 1, 5, 25, 13, 494000).timestamp(),
+                                                   1890, 710.39, 4, 100))
+        for line in ("2026/12/01 05:25:13.494, [N/A], 710.39, 0x0000000000000004, 100", "No devices were found",
+                     "2026/12/01 05:25:13.494, 1890, 710.39, 0x4", "1890, 710.39, 0x0000000000000004, 100",
+                     "yesterday, 1890, 710.39, 0x0000000000000004, 100"):
             self.assertIsNone(gpu_clocks.parse_sample(line), line)
 
     def test_only_busy_samples_count(self):
-        samples = [gpu_clocks.Sample(1980, 80.0, 1, 0), gpu_clocks.Sample(1890, 710.0, 4, 100),
-                   gpu_clocks.Sample(1740, 700.0, 4 | 1, 95), gpu_clocks.Sample(1980, 650.0, 0, 90)]
+        samples = [gpu_clocks.Sample(1.0, 1980, 80.0, 1, 0), gpu_clocks.Sample(2.0, 1890, 710.0, 4, 100),
+                   gpu_clocks.Sample(3.0, 1740, 700.0, 4 | 1, 95), gpu_clocks.Sample(4.0, 1980, 650.0, 0, 90)]
         summary = gpu_clocks.summarize(samples)
         self.assertEqual(summary.busy_samples, 3)
         self.assertEqual(summary.sm_mhz, 1890)
         self.assertAlmostEqual(summary.capped_share, 2 / 3)
         self.assertEqual(summary.power_w, 700.0)
         self.assertIsNone(gpu_clocks.summarize(samples[:1]))
+
+    def test_a_window_keeps_the_samples_inside_it(self):
+        samples = [gpu_clocks.Sample(t, 1980 - t, 600.0 + t, 4, 100) for t in (1.0, 2.0, 3.0, 4.0)]
+        summary = gpu_clocks.summarize(samples, (2.0, 3.0))
+        self.assertEqual((summary.busy_samples, summary.power_w), (2, 602.5))
+        self.assertIsNone(gpu_clocks.summarize(samples, (5.0, 6.0)))
+
+    def test_the_sampler_keeps_every_sample_of_a_long_run(self):
+        # 5,000 lines (330 KB) at once, then one more: through a pipe nobody read until stop(), nvidia-smi
+        # would block after about 64 KB and never write the last line (a run of torch.compile's minutes)
+        with tempfile.TemporaryDirectory() as tmp:
+            _write_executable(Path(tmp) / "nvidia-smi", "#!/bin/sh\ni=0\nwhile [ $i -lt 5000 ]; do\n"
+                              "  echo '2026/12/01 05:25:13.494, 1890, 710.39, 0x0000000000000004, 100'; i=$((i+1))\n"
+                              "done\necho '2026/12/01 05:25:14.000, 1234, 500.0, 0x0000000000000000, 100'\n"
+                              "exec /bin/sleep 30\n")
+            with unittest.mock.patch.dict(os.environ, {"PATH": tmp}):
+                sampler = gpu_clocks.ClockSampler("0")
+                sampler.start()
+                time.sleep(1.0)
+                samples = sampler.stop()
+        self.assertEqual(len(samples), 5001)
+        self.assertEqual(samples[-1].sm_mhz, 1234)
+
+    def test_a_summary_lines_window(self):
+        self.assertEqual(gpu_clocks.window_of({"window_start_unix_ms": 1500, "window_end_unix_ms": 2500}), (1.5, 2.5))
+        for bad in ({}, {"window_start_unix_ms": 1500}, {"window_start_unix_ms": 2500, "window_end_unix_ms": 1500},
+                    {"window_start_unix_ms": 0, "window_end_unix_ms": 0},
+                    {"window_start_unix_ms": "1500", "window_end_unix_ms": 2500}):
+            self.assertIsNone(gpu_clocks.window_of(bad), bad)
 
 
 class Verdict(unittest.TestCase):
