@@ -99,12 +99,13 @@ def measure(rung: Rung, args: argparse.Namespace, images, labels) -> dict:
     loss_sum = torch.zeros((), device=device)
     host_loss_sum = 0.0
     steps = args.warmup_steps + args.timed_steps
-    start = 0.0
+    start = start_unix = 0.0
     for step in range(steps):
         if step == args.warmup_steps:
             torch.cuda.synchronize()
             torch.cuda.profiler.start()
             start = time.perf_counter()
+            start_unix = time.time()
             loss_sum.zero_()
             host_loss_sum = 0.0
         if graphs:  # tells the CUDA graph trees that the previous step's outputs may be overwritten
@@ -122,6 +123,7 @@ def measure(rung: Rung, args: argparse.Namespace, images, labels) -> dict:
             host_loss_sum += loss.item()  # waits for the GPU every step: what the baseline measures
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
+    end_unix = time.time()
     torch.cuda.profiler.stop()
 
     mean_loss = (loss_sum.item() if rung.device_loss else host_loss_sum) / args.timed_steps
@@ -152,6 +154,9 @@ def measure(rung: Rung, args: argparse.Namespace, images, labels) -> dict:
         "timed_steps": args.timed_steps,
         "images_per_s": args.timed_steps * args.batch / elapsed,
         "ms_per_step": 1000.0 * elapsed / args.timed_steps,
+        # the timed window on the wall clock, as bin/train reports it: for a power sampler outside
+        "window_start_unix_ms": int(start_unix * 1000),
+        "window_end_unix_ms": int(end_unix * 1000),
         "data_stall_pct": None,
         "gpu_busy_pct": None,
         "peak_gpu_mem_mb": torch.cuda.max_memory_allocated() / 2**20,

@@ -27,6 +27,7 @@ struct RunSummary {
   long steps = 0;                    // run by this process
   long timed_steps = 0;              // in the steady-state window
   double window_ms = 0, window_stall_ms = 0, gpu_busy_pct = 0;
+  long long window_start_unix_ms = 0, window_end_unix_ms = 0;  // its wall-clock bounds (SteadyStateWindow)
   double peak_gpu_mem_mb = 0;
   double final_train_loss = 0, final_train_acc = 0, final_test_loss = 0, final_test_acc = 0;
   unsigned long params = 0;

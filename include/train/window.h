@@ -29,6 +29,11 @@ class SteadyStateWindow {
   double ms() const { return ms_; }
   double stall_ms() const { return stall_ms_; }
   double gpu_busy_pct() const { return busy_pct_; }
+  // The window's bounds on the host's wall clock, in milliseconds since the Unix epoch (0 until it
+  // opens and closes): what lets a sampler of the GPU's power outside the process (bench/ab.py
+  // --clocks) keep the samples of the window alone.
+  long long unix_start_ms() const { return unix_start_ms_; }
+  long long unix_end_ms() const { return unix_end_ms_; }
 
  private:
   cudaStream_t stream_;
@@ -38,4 +43,5 @@ class SteadyStateWindow {
   Event start_, end_;
   bool open_ = false, done_ = false;
   double ms_ = 0, stall_ms_ = 0, busy_pct_;
+  long long unix_start_ms_ = 0, unix_end_ms_ = 0;
 };

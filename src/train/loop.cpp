@@ -296,6 +296,8 @@ RunSummary TrainLoop::summary() const {
   s.steps = step_ - first_step_;
   s.timed_steps = window_->timed_steps();
   s.window_ms = window_->ms();
+  s.window_start_unix_ms = window_->unix_start_ms();
+  s.window_end_unix_ms = window_->unix_end_ms();
   s.window_stall_ms = window_->stall_ms();
   s.gpu_busy_pct = window_->gpu_busy_pct();
   s.peak_gpu_mem_mb = peak_mem_mb_;

@@ -106,6 +106,7 @@ void Reporter::summary(const RunSummary& s) const {
         .add("final_test_loss", s.final_test_loss).add("final_test_acc", s.final_test_acc)
         .add("params", s.params).add("autotune_s", s.autotune_s)
         .add("skipped_steps", s.skipped_steps).add("date", today());
+    if (timed > 0) j.add("window_start_unix_ms", s.window_start_unix_ms).add("window_end_unix_ms", s.window_end_unix_ms);
     if (opt_.accumulate > 1) j.add("accumulate", opt_.accumulate);
     if (ranks_ > 1) {
       j.add("gpus", ranks_).add("global_batch", step_images_)

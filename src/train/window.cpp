@@ -3,10 +3,18 @@
 
 #include <cuda_profiler_api.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
 #include "core/check.h"
+
+namespace {
+long long unix_now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
 
 SteadyStateWindow::SteadyStateWindow(cudaStream_t stream, long first, long steps, const std::string& trace_path)
     : stream_(stream), first_(first), last_(first + steps - 1), trace_path_(trace_path), busy_pct_(NAN) {
@@ -21,6 +29,7 @@ void SteadyStateWindow::open() {
   CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_CHECK(cudaProfilerStart());
   if (trace_) trace_->start();
+  unix_start_ms_ = unix_now_ms();
   start_.record(stream_);
   open_ = true;
 }
@@ -28,6 +37,7 @@ void SteadyStateWindow::open() {
 void SteadyStateWindow::close(long steps_done, StepTiming& timing) {
   end_.record(stream_);
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  unix_end_ms_ = unix_now_ms();
   CUDA_CHECK(cudaProfilerStop());
   open_ = false;
   done_ = true;

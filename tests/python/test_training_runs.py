@@ -118,6 +118,9 @@ class TrainingRuns:
         self.loss_log(log, 0, 10)
         summary = [json.loads(line) for line in p.stdout.splitlines() if line.startswith('{"event":"summary"')][-1]
         self.assertEqual((summary["steps"], summary["accumulate"]), (10, 2))
+        # the timed window on the wall clock (what bench/ab.py --clocks keeps samples by): within this run
+        start, end = summary["window_start_unix_ms"], summary["window_end_unix_ms"]
+        self.assertTrue(time.time() * 1000 - RUN_TIMEOUT_S * 1000 < start <= end <= time.time() * 1000, summary)
 
     # ---- (a) a signal stops the run with a checkpoint ------------------------------------------
 
