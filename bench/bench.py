@@ -7,6 +7,12 @@ installed, bench/pytorch_reference.py adds its own ladder to the same table. Res
 bench/results/<gpu>-<date>.{md,csv,png}.
 
     python3 bench/bench.py --batch 128,256 --runs 3
+    python3 bench/bench.py --batch 256 --timed-steps 600 --variants train --clocks
+
+With --clocks, nvidia-smi samples the GPU every 100 ms through each timed run (bin/train's and each
+PyTorch process's), and a second table gives every row's SM clock, power, how often the power cap
+held the clock down and the energy an image, over the samples inside the runs' timed windows
+(lib/gpu_clocks.py). Where the cap holds the clock down, a step's time follows its energy.
 """
 
 from __future__ import annotations
@@ -14,11 +20,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import shlex
+import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from lib import pytorch_rungs, runner, table
+from lib import gpu_clocks, pytorch_rungs, runner, table
 from lib.chart import write_chart
 
 TOOL = "bench"
@@ -44,6 +51,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--pytorch-rungs", default="all", help="rungs of pytorch_reference.py ('all')")
     p.add_argument("--pytorch-runs", type=int, default=1,
                    help="runs of the PyTorch ladder; each costs minutes of torch.compile (1)")
+    p.add_argument("--clocks", action="store_true",
+                   help="sample the GPU's SM clock and power with nvidia-smi through each timed run and add "
+                        "each row's clock, power, power-capped share and energy an image")
     args = p.parse_args(argv)
     args.batches = runner.parse_list(p, "--batch", args.batch, int)
     if min(args.batches) < 1:
@@ -70,22 +80,37 @@ def trainer_command(binary: Path, args: argparse.Namespace, batch: int) -> list[
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace, binaries: dict[str, Path]):
+    def __init__(self, args: argparse.Namespace, binaries: dict[str, Path],
+                 sampler: gpu_clocks.ClockSampler | None = None):
         self.args = args
         self.binaries = binaries
         self.runner = runner.GuardedRunner(TOOL)
+        self.sampler = sampler
 
     def run(self, cmd: list[str]) -> runner.RunOutput:
         return self.runner.run(cmd, self.args.timeout)
 
+    def sampled(self, cmd: list[str], timeout: float) -> tuple[runner.RunOutput, list[gpu_clocks.Sample]]:
+        """A run, and with --clocks the GPU's samples through it."""
+        if not self.sampler:
+            return self.runner.run(cmd, timeout), []
+        self.sampler.start()
+        try:
+            out = self.runner.run(cmd, timeout)
+        finally:
+            samples = self.sampler.stop()
+        return out, samples
+
     def measure(self, variant: str, batch: int, trace_dir: Path) -> table.Row:
         cmd = trainer_command(self.binaries[variant], self.args, batch)
-        results, start = [], None
+        results, start, clocks = [], None, []
         for i in range(self.args.runs):
-            out = self.run(cmd)
+            out, samples = self.sampled(cmd, self.args.timeout)
             start = start or table.start_event(out.stdout)
             result = table.result_of(out)
             results.append(result)
+            if isinstance(result, dict):
+                clocks.append((gpu_clocks.summarize(samples, gpu_clocks.window_of(result)), result))
             progress(f"{variant}, batch {batch}, run {i + 1}/{self.args.runs}: " + describe(result))
         trace = None
         if not self.args.no_trace:
@@ -93,19 +118,43 @@ class Bench:
             busy = table.number(trace.get("gpu_busy_pct")) if isinstance(trace, dict) else None
             progress(f"{variant}, batch {batch}, trace run: "
                      + (f"GPU busy {busy:.1f}%" if busy is not None else describe(trace)))
-        return table.build_row(variant, batch, results, trace, start)
+        row = table.build_row(variant, batch, results, trace, start)
+        set_clocks(row, clocks)
+        return row
 
     def measure_pytorch(self, batch: int) -> list[table.Row]:
         rungs = self.args.pytorch_rung_list
+        labels = [pytorch_rungs.variant_label(r) for r in rungs]
         cmd = [sys.executable, str(PYTORCH_REFERENCE), "--batch", str(batch),
                "--warmup-steps", str(self.args.warmup_steps), "--timed-steps", str(self.args.timed_steps),
                "--rungs", ",".join(r.name for r in rungs), "--json"]
-        outs = []
+        outs, clocks = [], {label: [] for label in labels}
         for i in range(self.args.pytorch_runs):
             progress(f"PyTorch reference, batch {batch}, run {i + 1}/{self.args.pytorch_runs} "
                      f"({len(rungs)} rungs; torch.compile takes minutes)")
-            outs.append(self.runner.run(cmd, self.args.timeout * len(rungs)))
-        return table.rows_from_multi_variant(outs, [pytorch_rungs.variant_label(r) for r in rungs], batch)
+            out, samples = self.sampled(cmd, self.args.timeout * len(rungs))
+            outs.append(out)
+            for label in labels:  # one process runs every rung: each rung's samples are its own window's
+                result = table.result_of(out, label)
+                if isinstance(result, dict) and gpu_clocks.window_of(result):
+                    clocks[label].append((gpu_clocks.summarize(samples, gpu_clocks.window_of(result)), result))
+        rows = table.rows_from_multi_variant(outs, labels, batch)
+        for row in rows:
+            set_clocks(row, clocks[row.variant])
+        return rows
+
+
+def set_clocks(row: table.Row, runs: list[tuple[gpu_clocks.ClockSummary | None, dict]]) -> None:
+    """The row's clock columns from its runs' clock summaries and summary lines: medians over the runs
+    with busy samples in their window; energy an image = a run's power over its images/s."""
+    got = [(c, table.number(r.get("images_per_s"))) for c, r in runs if c is not None]
+    if not got:
+        return
+    row.sm_mhz = statistics.median(c.sm_mhz for c, _ in got)
+    row.power_w = statistics.median(c.power_w for c, _ in got)
+    row.capped_pct = 100 * statistics.median(c.capped_share for c, _ in got)
+    energies = [1000.0 * c.power_w / ips for c, ips in got if ips]
+    row.mj_per_image = statistics.median(energies) if energies else None
 
 
 def describe(result: dict | str) -> str:
@@ -129,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     with_pytorch = not args.no_pytorch and importlib.util.find_spec("torch") is not None
 
     runner.prepare_out_dir(TOOL, args.out)
-    bench = Bench(args, binaries)
+    sampler = gpu_clocks.sampler_for_visible_gpu(TOOL) if args.clocks else None
+    bench = Bench(args, binaries, sampler)
     rows: list[table.Row] = []
     with tempfile.TemporaryDirectory(prefix="bench-trace-") as trace_dir:
         for batch in args.batches:
@@ -149,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     report = table.report_markdown(rows, command, gpu, date, settings)
 
     print(table.markdown_table(rows))
+    if args.clocks:
+        print(table.power_markdown(rows) or "--clocks: no run had busy samples inside its timed window\n")
     runner.stop_if_all_failed(TOOL, rows)
     stem = args.out / f"{runner.slug(gpu)}-{date}"
     runner.write_files(TOOL, {Path(f"{stem}.md"): report, Path(f"{stem}.csv"): table.csv_text(rows)})

@@ -86,6 +86,11 @@ class Row:
     final_loss: float | None = None
     notes: list[str] = field(default_factory=list)
     meta: dict = field(default_factory=dict)     # gpu, cudnn, date, settings of the first good run
+    # bench.py --clocks: over the runs' timed windows, medians of the runs' (lib/gpu_clocks.py)
+    sm_mhz: float | None = None
+    power_w: float | None = None
+    capped_pct: float | None = None              # of the busy samples, those the power cap held down
+    mj_per_image: float | None = None            # each run's power over its images/s
 
     @property
     def failed(self) -> bool:
@@ -224,6 +229,21 @@ def markdown_table(rows: list[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def power_markdown(rows: list[Row]) -> str:
+    """bench.py --clocks' table: each row's SM clock, power, power-capped share and energy an image;
+    "" where no row has them."""
+    if all(r.power_w is None for r in rows):
+        return ""
+    lines = ["| batch | variant | SM clock, MHz | power, W | power-capped samples | energy, mJ an image |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        capped = MISSING if row.capped_pct is None else f"{row.capped_pct:.0f}%"
+        lines.append(f"| {row.batch if row.batch is not None else MISSING} | {_cell(row.variant)} | "
+                     f"{fmt(row.sm_mhz, 0, thousands=True)} | {fmt(row.power_w, 0)} | {capped} | "
+                     f"{fmt(row.mj_per_image, 1)} |")
+    return "\n".join(lines) + "\n"
+
+
 def _cell(text: str) -> str:
     """Keeps a stderr message from breaking the table: no pipes, no newlines."""
     return text.replace("|", "\\|").replace("\n", " ").strip()
@@ -231,7 +251,8 @@ def _cell(text: str) -> str:
 
 CSV_FIELDS = ["batch", "variant", "optimizations", "status", "runs", "runs_ok", "images_per_s_median",
               "images_per_s_min", "images_per_s_max", "speedup", "ms_per_step", "gpu_busy_pct",
-              "data_stall_pct", "peak_gpu_mem_mb", "final_loss", "error", "notes"]
+              "data_stall_pct", "peak_gpu_mem_mb", "final_loss", "error", "notes", "sm_mhz", "power_w",
+              "power_capped_pct", "mj_per_image"]
 
 
 def csv_text(rows: list[Row]) -> str:
@@ -261,6 +282,10 @@ def csv_text(rows: list[Row]) -> str:
             "final_loss": num(row.final_loss, 4),
             "error": row.failures[-1] if row.failed and row.failures else "",
             "notes": "; ".join(row.notes),
+            "sm_mhz": num(row.sm_mhz, 0),
+            "power_w": num(row.power_w, 1),
+            "power_capped_pct": num(row.capped_pct, 0),
+            "mj_per_image": num(row.mj_per_image, 2),
         })
     return buf.getvalue()
 
@@ -300,4 +325,8 @@ def report_markdown(rows: list[Row], command: str, gpu: str, date: str, settings
         "- GPU busy %: from one extra run with `--trace` (union of kernel, memcpy and memset\n"
         "  intervals over the window); that run is not part of the images/s.\n\n"
         + markdown_table(rows)
+        + ("" if not power_markdown(rows) else
+           "\nPower (`--clocks`: nvidia-smi every 100 ms through each run; the samples with the GPU at least\n"
+           "90% busy inside the run's timed window; medians of the runs'; energy an image: each run's power\n"
+           "over its images/s):\n\n" + power_markdown(rows))
     )
