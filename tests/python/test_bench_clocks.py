@@ -2,15 +2,23 @@
 fixed clock and power: every row of a timed binary gets its clock, power, capped share and energy an
 image, in a second table of the report and in the CSV; a machine whose nvidia-smi cannot report them
 stops the tool before any run. The fake trainer replays tests/fixtures/bench/ (no window bounds in
-its summary lines: every busy sample of the run counts).
+its summary lines: every busy sample of the run counts). PyTorch's process runs every rung in one
+go: each rung's row gets the samples of its own timed window alone.
 """
 
+import contextlib
 import csv
+import io
+import json
 import tempfile
 import unittest
 from pathlib import Path
+from unittest import mock
 
 from tests.python.fakes import FakeMachine, _write_executable
+from tests.python.test_bench_arguments import tool_module
+
+from lib import gpu_clocks, runner  # noqa: E402  (bench/ is on sys.path: tests/python/__init__.py)
 
 GPU_SLUG = "nvidia-h100-80gb-hbm3"
 
@@ -75,6 +83,34 @@ class BenchClocks(unittest.TestCase):
         self.assertEqual(result.stderr.strip().splitlines()[-1][:60],
                          "bench: --clocks: nvidia-smi cannot report timestamp,clocks.sm"[:60])
         self.assertEqual(self.machine.calls(), [], "no binary ran")
+
+
+
+class PyTorchRungsClocks(unittest.TestCase):
+    def test_each_rung_gets_its_own_windows_samples_and_compiling_counts_for_none(self):
+        bench = tool_module("bench")
+        args = bench.parse_args(["--pytorch-rungs", "resident-amp-cl-graphs,resident-amp-cl-max-autotune",
+                                 "--clocks"])
+        labels = ["pytorch: resident-amp-cl-graphs", "pytorch: resident-amp-cl-max-autotune"]
+        windows = {labels[0]: (100_000, 101_000), labels[1]: (200_000, 201_000)}  # ms since the epoch
+        lines = [json.dumps({"event": "summary", "variant": v, "images_per_s": 1000.0,
+                             "window_start_unix_ms": a, "window_end_unix_ms": b}) for v, (a, b) in windows.items()]
+
+        def run(cmd, timeout_s, env=None):
+            return runner.RunOutput(0, "\n".join(lines) + "\n", "", timeout_s)
+
+        class Sampler:  # busy throughout: compiling at 300 W, the first window at 600 W, the second at 700
+            def start(self):
+                pass
+
+            def stop(self):
+                power = lambda t: 600.0 if 100 <= t <= 101 else 700.0 if 200 <= t <= 201 else 300.0  # noqa: E731
+                return [gpu_clocks.Sample(t / 10, 1980, power(t / 10), 0, 100) for t in range(0, 2100, 5)]
+
+        with mock.patch.object(runner, "run", run), contextlib.redirect_stderr(io.StringIO()):
+            rows = bench.Bench(args, {}, Sampler()).measure_pytorch(256)
+        self.assertEqual([(r.variant, r.power_w, r.mj_per_image) for r in rows],
+                         [(labels[0], 600.0, 600.0), (labels[1], 700.0, 700.0)])
 
 
 if __name__ == "__main__":
