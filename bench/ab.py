@@ -162,14 +162,9 @@ def measure(guard: runner.GuardedRunner, variant: Variant, args: argparse.Namesp
             where: str, sampler: gpu_clocks.ClockSampler | None = None) -> tuple[float, dict]:
     """One run's images/s and summary line, and with `sampler` its clocks (over its timed window) into
     variant.clocks; a failed run stops the tool (one line, exit 1)."""
-    samples: list[gpu_clocks.Sample] = []
-    if sampler:
-        sampler.start()
-    try:
-        out = guard.run(variant.command(args, cache), args.timeout, variant.env)
-    finally:
-        if sampler:
-            samples = sampler.stop()
+    def run() -> runner.RunOutput:
+        return guard.run(variant.command(args, cache), args.timeout, variant.env)
+    out, samples = sampler.around(run) if sampler else (run(), [])
     result = table.result_of(out)
     if isinstance(result, str):
         runner.die(TOOL, f"{variant.label} failed in {where}: {result}; nothing written", 1)
@@ -233,7 +228,8 @@ def energy_row(variants: list[Variant]) -> str:
     energy: this row tells a lever that does less work from one that only moves it."""
     cells = []
     for v in variants:
-        value = median_of([1000.0 * c.power_w / f for c, f in zip(v.clocks, v.figures) if c is not None and f > 0])
+        value = median_of([e for c, f in zip(v.clocks, v.figures) if c is not None
+                           and (e := gpu_clocks.mj_per_image(c, f)) is not None])
         cells.append("—" if value is None else table.fmt(value, 1, thousands=True))
     return "| energy, mJ an image | " + " | ".join(cells) + " |"
 

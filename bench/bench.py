@@ -92,14 +92,9 @@ class Bench:
 
     def sampled(self, cmd: list[str], timeout: float) -> tuple[runner.RunOutput, list[gpu_clocks.Sample]]:
         """A run, and with --clocks the GPU's samples through it."""
-        if not self.sampler:
-            return self.runner.run(cmd, timeout), []
-        self.sampler.start()
-        try:
-            out = self.runner.run(cmd, timeout)
-        finally:
-            samples = self.sampler.stop()
-        return out, samples
+        def run() -> runner.RunOutput:
+            return self.runner.run(cmd, timeout)
+        return self.sampler.around(run) if self.sampler else (run(), [])
 
     def measure(self, variant: str, batch: int, trace_dir: Path) -> table.Row:
         cmd = trainer_command(self.binaries[variant], self.args, batch)
@@ -136,8 +131,9 @@ class Bench:
             outs.append(out)
             for label in labels:  # one process runs every rung: each rung's samples are its own window's
                 result = table.result_of(out, label)
-                if isinstance(result, dict) and gpu_clocks.window_of(result):
-                    clocks[label].append((gpu_clocks.summarize(samples, gpu_clocks.window_of(result)), result))
+                window = gpu_clocks.window_of(result) if isinstance(result, dict) else None
+                if window:  # without one, torch.compile's minutes would count
+                    clocks[label].append((gpu_clocks.summarize(samples, window), result))
         rows = table.rows_from_multi_variant(outs, labels, batch)
         for row in rows:
             set_clocks(row, clocks[row.variant])
@@ -153,7 +149,7 @@ def set_clocks(row: table.Row, runs: list[tuple[gpu_clocks.ClockSummary | None, 
     row.sm_mhz = statistics.median(c.sm_mhz for c, _ in got)
     row.power_w = statistics.median(c.power_w for c, _ in got)
     row.capped_pct = 100 * statistics.median(c.capped_share for c, _ in got)
-    energies = [1000.0 * c.power_w / ips for c, ips in got if ips]
+    energies = [e for c, ips in got if (e := gpu_clocks.mj_per_image(c, ips)) is not None]
     row.mj_per_image = statistics.median(energies) if energies else None
 
 

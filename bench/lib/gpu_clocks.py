@@ -17,8 +17,8 @@ from __future__ import annotations
 import sys
 
 if __name__ == "__main__":  # run as a program by mistake: say which one
-    print(f"{sys.argv[0]} is a module (how bench/ab.py --clocks reads the GPU's clocks), not a program: "
-          "run python3 bench/ab.py --clocks", file=sys.stderr)
+    print(f"{sys.argv[0]} is a module (how bench/ab.py and bench/bench.py read the GPU's clocks with --clocks), "
+          "not a program: run python3 bench/ab.py --clocks", file=sys.stderr)
     sys.exit(2)
 
 import os  # noqa: E402
@@ -27,6 +27,7 @@ import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from datetime import datetime  # noqa: E402
+from typing import Callable, TypeVar  # noqa: E402
 
 from .runner import die  # noqa: E402
 
@@ -35,6 +36,7 @@ TIMESTAMP = "%Y/%m/%d %H:%M:%S.%f"  # nvidia-smi's, in the host's local time
 PERIOD_MS = 100
 SW_POWER_CAP = 0x4  # nvidia-smi's clock-event reason bit for the software power cap
 BUSY_PERCENT = 90
+T = TypeVar("T")
 
 
 @dataclass
@@ -92,6 +94,11 @@ def summarize(samples: list[Sample], window: tuple[float, float] | None = None) 
                         statistics.median(s.power_w for s in busy))
 
 
+def mj_per_image(summary: ClockSummary, images_per_s: float | None) -> float | None:
+    """A run's energy an image: its power over its images/s (W / (images/s) = J an image), in mJ."""
+    return 1000.0 * summary.power_w / images_per_s if images_per_s else None
+
+
 def visible_gpu() -> str:
     """The GPU a run uses, as nvidia-smi -i takes it: CUDA_VISIBLE_DEVICES's first, else 0."""
     first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
@@ -129,6 +136,15 @@ class ClockSampler:
         self.gpu = gpu
         self._proc: subprocess.Popen | None = None
         self._out = None
+
+    def around(self, run: Callable[[], T]) -> tuple[T, list[Sample]]:
+        """run()'s result, and the samples taken while it ran (also when it raised: none are kept)."""
+        self.start()
+        try:
+            result = run()
+        finally:
+            samples = self.stop()
+        return result, samples
 
     def start(self) -> None:
         self._out = tempfile.TemporaryFile(mode="w+")

@@ -313,6 +313,7 @@ def run_metadata(rows: list[Row]) -> dict:
 def report_markdown(rows: list[Row], command: str, gpu: str, date: str, settings_line: str) -> str:
     """The results file: how it was measured, then the table."""
     meta = run_metadata(rows)
+    power = power_markdown(rows)
     return (
         f"# Training throughput, ResNet-50 (CIFAR stem), {gpu}, {date}\n\n"
         f"- command: `{command}`\n"
@@ -325,8 +326,8 @@ def report_markdown(rows: list[Row], command: str, gpu: str, date: str, settings
         "- GPU busy %: from one extra run with `--trace` (union of kernel, memcpy and memset\n"
         "  intervals over the window); that run is not part of the images/s.\n\n"
         + markdown_table(rows)
-        + ("" if not power_markdown(rows) else
+        + ("" if not power else
            "\nPower (`--clocks`: nvidia-smi every 100 ms through each run; the samples with the GPU at least\n"
            "90% busy inside the run's timed window; medians of the runs'; energy an image: each run's power\n"
-           "over its images/s):\n\n" + power_markdown(rows))
+           "over its images/s):\n\n" + power)
     )

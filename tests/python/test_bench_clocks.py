@@ -99,7 +99,7 @@ class PyTorchRungsClocks(unittest.TestCase):
         def run(cmd, timeout_s, env=None):
             return runner.RunOutput(0, "\n".join(lines) + "\n", "", timeout_s)
 
-        class Sampler:  # busy throughout: compiling at 300 W, the first window at 600 W, the second at 700
+        class Sampler(gpu_clocks.ClockSampler):  # busy throughout: compiling at 300 W, the windows at 600 and 700
             def start(self):
                 pass
 
@@ -108,7 +108,7 @@ class PyTorchRungsClocks(unittest.TestCase):
                 return [gpu_clocks.Sample(t / 10, 1980, power(t / 10), 0, 100) for t in range(0, 2100, 5)]
 
         with mock.patch.object(runner, "run", run), contextlib.redirect_stderr(io.StringIO()):
-            rows = bench.Bench(args, {}, Sampler()).measure_pytorch(256)
+            rows = bench.Bench(args, {}, Sampler("0")).measure_pytorch(256)
         self.assertEqual([(r.variant, r.power_w, r.mj_per_image) for r in rows],
                          [(labels[0], 600.0, 600.0), (labels[1], 700.0, 700.0)])
 
