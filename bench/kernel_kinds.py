@@ -127,16 +127,26 @@ def largest_lines(label: str, s: dict[str, KindTotal], steps: int, n: int) -> li
     return out
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("profiles", nargs="+", metavar="LABEL=CSV", help="a column's label and its cuda_gpu_kern_sum CSV")
+def add_step_arguments(p: argparse.ArgumentParser, by_kernel: str) -> None:
+    """--steps (the steps profiled, each report's totals divided by them) and --by-kernel N; checked by
+    check_step_arguments. Shared with bench/kernel_bytes.py."""
     p.add_argument("--steps", type=int, required=True, help="steps in each capture range (bin/train's --profile-steps)")
-    p.add_argument("--by-kernel", type=int, default=0, metavar="N", help="also list the N largest kernels of each kind")
-    args = p.parse_args(argv)
+    p.add_argument("--by-kernel", type=int, default=0, metavar="N", help=by_kernel)
+
+
+def check_step_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.steps < 1:
         p.error("--steps must be at least 1")
     if args.by_kernel < 0:
         p.error("--by-kernel must be at least 0")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("profiles", nargs="+", metavar="LABEL=CSV", help="a column's label and its cuda_gpu_kern_sum CSV")
+    add_step_arguments(p, "also list the N largest kernels of each kind")
+    args = p.parse_args(argv)
+    check_step_arguments(p, args)
     for spec in args.profiles:
         if "=" not in spec or not spec.split("=", 1)[0] or not spec.split("=", 1)[1]:
             p.error(f"{spec!r}: expected LABEL=CSV")

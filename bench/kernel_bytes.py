@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""The bytes a training step moves through DRAM and L2, by kernel kind, from Nsight Compute.
+
+Why: at batch 256 an H200 runs bin/train at its 700 W power cap, where a step's time follows its
+energy, and moving bytes costs energy (bench/power_model.py: 117-132 pJ a byte copied through HBM,
+58 through L2 alone, on H200s). The time a kernel takes does not say how many bytes it moved;
+ncu's counters do. One step (the graph's kernels profiled one by one, caches left as the previous
+kernel left them, clocks as they are):
+
+    ncu --profile-from-start off --cache-control none --clock-control none --graph-profiling node \\
+        --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,gpu__time_duration.sum \\
+        --csv --log-file step.csv \\
+        bin/train --data synthetic --batch 256 --steps 32 --warmup-steps 30 --profile-steps 1 --no-eval
+    python3 bench/kernel_bytes.py --steps 1 step.csv --by-kernel 10
+
+prints a Markdown table of DRAM and L2 bytes a step by kind (bench/kernel_kinds.py's kinds), and with
+--by-kernel the kernels that move the most DRAM bytes. Kernels run alone under ncu: a kernel that
+shares the GPU with the weight gradients' stream in training may find less (or more) in L2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernel_kinds import ORDER, add_step_arguments, check_step_arguments, kind_of
+from lib import runner
+
+TOOL = "kernel_bytes"
+DRAM_READ, DRAM_WRITE, L2, TIME = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum",
+                                   "gpu__time_duration.sum")
+METRICS = (DRAM_READ, DRAM_WRITE, L2, TIME)
+UNITS = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12,
+         "ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6, "second": 1e6}
+
+
+@dataclass
+class Kernel:
+    name: str
+    dram: float = 0.0  # bytes read and written
+    l2: float = 0.0    # bytes through L2 (lts__t_bytes)
+    us: float = 0.0    # its time, alone
+
+
+def value(row: dict[str, str]) -> float:
+    """A row's metric in bytes or µs; ValueError naming what is wrong."""
+    unit, text = row.get("Metric Unit") or "", (row.get("Metric Value") or "").replace(",", "")
+    if unit not in UNITS:
+        raise ValueError(f"{row.get('Metric Name')}: unit {unit!r} is not one of {', '.join(UNITS)}")
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{row.get('Metric Name')}: {text!r} is not a number of {unit}s")
+    return number * UNITS[unit]
+
+
+def read_kernels(text: str) -> list[Kernel]:
+    """Each profiled kernel of ncu's --csv output (its ==PROF== and ==WARNING== lines skipped), in
+    launch order; ValueError where the table or one of METRICS is missing."""
+    lines = [line for line in text.splitlines() if not line.startswith("==")]
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    if not rows or not {"ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value"} <= set(rows[0]):
+        raise ValueError("no ncu --csv metrics table in it (columns ID, Kernel Name, Metric Name, Metric Value)")
+    kernels: dict[str, Kernel] = {}
+    seen: dict[str, set[str]] = {}
+    for row in rows:
+        k = kernels.setdefault(row["ID"], Kernel(row["Kernel Name"]))
+        metric = row["Metric Name"]
+        seen.setdefault(row["ID"], set()).add(metric)
+        if metric in (DRAM_READ, DRAM_WRITE):
+            k.dram += value(row)
+        elif metric == L2:
+            k.l2 += value(row)
+        elif metric == TIME:
+            k.us += value(row)
+    missing = sorted(set(METRICS) - set.intersection(*seen.values()))
+    if missing:
+        raise ValueError(f"metric {', '.join(missing)} missing (ncu --metrics {','.join(METRICS)})")
+    return list(kernels.values())
+
+
+def by_kind(kernels: list[Kernel]) -> dict[str, tuple[Kernel, int]]:
+    """Each kind's sums (a Kernel named by the kind) and its number of kernels."""
+    out: dict[str, tuple[Kernel, int]] = {}
+    for k in kernels:
+        kind = kind_of(k.name)
+        total, n = out.get(kind, (Kernel(kind), 0))
+        total.dram, total.l2, total.us = total.dram + k.dram, total.l2 + k.l2, total.us + k.us
+        out[kind] = (total, n + 1)
+    return out
+
+
+def by_name(kernels: list[Kernel]) -> list[tuple[Kernel, int]]:
+    """Each kernel name's sums over its launches and their number, the most DRAM bytes first."""
+    out: dict[str, tuple[Kernel, int]] = {}
+    for k in kernels:
+        total, n = out.get(k.name, (Kernel(k.name), 0))
+        total.dram, total.l2, total.us = total.dram + k.dram, total.l2 + k.l2, total.us + k.us
+        out[k.name] = (total, n + 1)
+    return sorted(out.values(), key=lambda t: -t[0].dram)
+
+
+def row(label: str, k: Kernel, n: int, steps: int) -> str:
+    rate = f"{k.dram / k.us / 1e3:,.0f}" if k.us else "-"
+    return (f"| {label} | {k.dram / steps / 1e6:,.0f} | {k.l2 / steps / 1e6:,.0f} | {n / steps:,.1f} | "
+            f"{k.us / steps:,.0f} | {rate} |")
+
+
+def table(kernels: list[Kernel], steps: int) -> str:
+    kinds = by_kind(kernels)
+    lines = ["| kind | DRAM, MB a step | L2, MB a step | kernels a step | µs a step, each alone | DRAM GB/s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines += [row(kind, *kinds[kind], steps) for kind in ORDER if kind in kinds]
+    everything = Kernel("all", sum(k.dram for k in kernels), sum(k.l2 for k in kernels), sum(k.us for k in kernels))
+    lines.append(row("**all kernels**", everything, len(kernels), steps))
+    return "\n".join(lines)
+
+
+def largest(kernels: list[Kernel], steps: int, n: int) -> str:
+    lines = [f"The {n} kernels that move the most DRAM bytes:", "",
+             "| kernel | DRAM, MB a step | L2, MB a step | launches a step | µs a step, each alone | DRAM GB/s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for k, count in by_name(kernels)[:n]:
+        lines.append(row(f"`{k.name[:120]}`", k, count, steps))
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("csv", type=Path, help="ncu's --csv --log-file output with the four metrics above")
+    add_step_arguments(p, "also list the N kernels that move the most DRAM bytes")
+    args = p.parse_args(argv)
+    check_step_arguments(p, args)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        text = args.csv.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"{TOOL}: {args.csv}: {e.strerror if isinstance(e, OSError) else 'not a text file'}", file=sys.stderr)
+        return 2
+    try:
+        kernels = read_kernels(text)
+    except ValueError as e:
+        print(f"{TOOL}: {args.csv}: {e}", file=sys.stderr)
+        return 1
+    print(table(kernels, args.steps))
+    if args.by_kernel:
+        print("\n" + largest(kernels, args.steps, args.by_kernel))
+    return 0
+
+
+if __name__ == "__main__":
+    runner.main_entry(TOOL, main)

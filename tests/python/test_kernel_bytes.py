@@ -1,0 +1,120 @@
+"""DRAM and L2 bytes a step by kernel kind (bench/kernel_bytes.py), on ncu's --csv output of one
+training step's first kernels at batch 256 on an H200 (tests/fixtures/ncu/train-step-b256-h200.csv:
+kernels 0-15, layer1.0's conv1 data gradient and SGD, as ncu wrote them)."""
+
+import contextlib
+import csv
+import io
+import tempfile
+import unittest
+from pathlib import Path
+
+from tests.python import FIXTURES
+
+import kernel_bytes
+
+STEP = FIXTURES / "ncu" / "train-step-b256-h200.csv"
+
+
+def fixture_rows():
+    with open(STEP) as f:
+        return list(csv.DictReader(line for line in f if not line.startswith("==")))
+
+
+def run(*args):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = kernel_bytes.main([str(a) for a in args])
+    return code, out.getvalue(), err.getvalue()
+
+
+class ReadKernels(unittest.TestCase):
+    def test_each_kernel_once_with_its_bytes_and_time(self):
+        kernels = kernel_bytes.read_kernels(STEP.read_text())
+        rows = fixture_rows()
+        self.assertEqual(len(kernels), len({r["ID"] for r in rows}))
+        self.assertEqual(len(kernels), 18)
+        # The fixture's bytes are in bytes and its times in ns: added up here without the tool's units.
+        dram = sum(float(r["Metric Value"].replace(",", "")) for r in rows if r["Metric Name"].startswith("dram__bytes"))
+        ns = sum(float(r["Metric Value"].replace(",", "")) for r in rows if r["Metric Name"] == "gpu__time_duration.sum")
+        self.assertAlmostEqual(sum(k.dram for k in kernels), dram)
+        self.assertAlmostEqual(sum(k.us for k in kernels), ns / 1000)
+        sgd = [k for k in kernels if "sgd_kernel" in k.name]
+        self.assertEqual(len(sgd), 1)
+        self.assertAlmostEqual(sgd[0].dram / 1e6, 466.6, delta=0.1)  # fp32 weights and momentum, fp16 gradients
+
+    def test_units_are_read_as_ncu_names_them(self):
+        head = '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"'
+        lines = [head, '"0","k","dram__bytes_read.sum","Kbyte","1,500"', '"0","k","dram__bytes_write.sum","Mbyte","2"',
+                 '"0","k","lts__t_bytes.sum","Gbyte","0.5"', '"0","k","gpu__time_duration.sum","usecond","12.5"']
+        (k,) = kernel_bytes.read_kernels("\n".join(lines))
+        self.assertEqual((k.dram, k.l2, k.us), (1.5e6 + 2e6, 0.5e9, 12.5))
+
+    def test_what_is_not_ncus_table_is_refused_with_what_is_wrong(self):
+        without_l2 = "\n".join(line for line in STEP.read_text().splitlines() if "lts__t_bytes.sum" not in line)
+        cases = {"Name,Total Time (ns)\nx,5\n": "no ncu --csv metrics table",
+                 without_l2: "metric lts__t_bytes.sum missing"}
+        for text, want in cases.items():
+            with self.subTest(want=want), self.assertRaisesRegex(ValueError, want):
+                kernel_bytes.read_kernels(text)
+
+
+class Tables(unittest.TestCase):
+    def test_the_kinds_add_up_to_the_total_and_divide_by_the_steps(self):
+        code, out, err = run("--steps", 2, STEP)
+        self.assertEqual((code, err), (0, ""))
+        lines = out.splitlines()
+        body = [line.split(" | ") for line in lines[2:-1]]
+        total = lines[-1].split(" | ")
+        self.assertTrue(total[0].startswith("| **all kernels**"))
+        kernels = kernel_bytes.read_kernels(STEP.read_text())
+        self.assertEqual(float(total[1].replace(",", "")), round(sum(k.dram for k in kernels) / 2 / 1e6))
+        self.assertEqual(float(total[3]), 9.0)  # 18 kernels over 2 steps
+        self.assertAlmostEqual(sum(float(r[1].replace(",", "")) for r in body), float(total[1].replace(",", "")), delta=len(body))
+        kinds = [r[0].lstrip("| ") for r in body]
+        self.assertIn("batch norm, ReLU, residual add", kinds)
+        self.assertIn("optimizer step (SGD, gradient check)", kinds)
+
+    def test_by_kernel_lists_the_most_dram_bytes_first(self):
+        code, out, _ = run("--steps", 1, "--by-kernel", 3, STEP)
+        self.assertEqual(code, 0)
+        listed = [line for line in out.splitlines() if line.startswith("| `")]
+        self.assertEqual(len(listed), 3)
+        mb = [float(line.split(" | ")[1].replace(",", "")) for line in listed]
+        self.assertEqual(mb, sorted(mb, reverse=True))
+        self.assertIn("BnGradEpilogue", listed[0])  # layer1.0's conv1 data gradient: 589 MB
+        # the forward's two StatsEpilogue launches of the fixture counted as one name
+        self.assertTrue(any("StatsEpilogue" in line and "| 2.0 |" in line for line in listed), listed)
+
+
+class BadInput(unittest.TestCase):
+    def test_each_is_one_line_and_a_non_zero_exit(self):
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            binary = d / "binary.csv"
+            binary.write_bytes(b"\xff\xfe\x00garbage")
+            text = STEP.read_text()
+            inf = d / "inf.csv"
+            inf.write_text(text.replace('"byte","796,160"', '"byte","inf"', 1))
+            unit = d / "unit.csv"
+            unit.write_text(text.replace('"byte","796,160"', '"furlong","796,160"', 1))
+            cases = [(d / "none.csv", 2, "No such file"), (binary, 2, "not a text file"),
+                     (inf, 1, "dram__bytes_read.sum: 'inf' is not a number of bytes"),
+                     (unit, 1, "unit 'furlong' is not one of")]
+            for path, want_code, want in cases:
+                with self.subTest(path=path.name):
+                    code, out, err = run("--steps", 1, path)
+                    self.assertEqual((code, out), (want_code, ""))
+                    self.assertEqual(len(err.splitlines()), 1, err)
+                    self.assertTrue(err.startswith(f"kernel_bytes: {path}: "), err)
+                    self.assertIn(want, err)
+
+    def test_steps_and_by_kernel_are_checked(self):
+        for args in (["--steps", "0", str(STEP)], ["--steps", "1", "--by-kernel", "-1", str(STEP)]):
+            with self.subTest(args=args), contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit) as e:
+                kernel_bytes.main(args)
+            self.assertEqual(e.exception.code, 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
