@@ -3,7 +3,7 @@
 
 Why: at batch 256 an H200 runs bin/train at its 700 W power cap, where a step's time follows its
 energy, and moving bytes costs energy (bench/power_model.py: 117-132 pJ a byte copied through HBM,
-58 through L2 alone, on H200s). The time a kernel takes does not say how many bytes it moved;
+at most 58 through L2 alone, on H200s). The time a kernel takes does not say how many bytes it moved;
 ncu's counters do. One step (the graph's kernels profiled one by one, caches left as the previous
 kernel left them, clocks as they are):
 
@@ -61,28 +61,45 @@ def value(row: dict[str, str]) -> float:
     return number * UNITS[unit]
 
 
+COLUMNS = ("ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value")
+
+
 def read_kernels(text: str) -> list[Kernel]:
     """Each profiled kernel of ncu's --csv output (its ==PROF== and ==WARNING== lines skipped), in
-    launch order; ValueError where the table or one of METRICS is missing."""
+    launch order; ValueError saying what is wrong where the table is not ncu's: a column, a cell or
+    one of METRICS missing, a metric given twice for a kernel (two runs' rows in one file), a
+    kernel's ID not a number (other output mixed in)."""
     lines = [line for line in text.splitlines() if not line.startswith("==")]
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
-    if not rows or not {"ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value"} <= set(rows[0]):
-        raise ValueError("no ncu --csv metrics table in it (columns ID, Kernel Name, Metric Name, Metric Value)")
-    kernels: dict[str, Kernel] = {}
-    seen: dict[str, set[str]] = {}
-    for row in rows:
-        k = kernels.setdefault(row["ID"], Kernel(row["Kernel Name"]))
+    try:
+        rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    except csv.Error as e:
+        raise ValueError(f"not ncu's CSV: {e}") from None
+    if not rows or not set(COLUMNS) <= set(rows[0]):
+        raise ValueError(f"no ncu --csv metrics table in it (columns {', '.join(COLUMNS)})")
+    kernels: dict[tuple[str, str], Kernel] = {}  # by (process, ID): IDs count from 0 in each process
+    seen: dict[tuple[str, str], set[str]] = {}
+    for line, row in enumerate(rows, start=2):  # the header is line 1 of the table
+        if not (row["ID"] or "").isdigit():
+            raise ValueError(f"table row {line}: kernel ID {row['ID']!r} is not a number (other output mixed into the CSV?)")
+        if any(row.get(c) is None for c in COLUMNS):
+            raise ValueError(f"table row {line} has too few cells")
+        key = (row.get("Process ID") or "", row["ID"])
+        k = kernels.setdefault(key, Kernel(row["Kernel Name"]))
         metric = row["Metric Name"]
-        seen.setdefault(row["ID"], set()).add(metric)
+        if k.name != row["Kernel Name"] or metric in seen.setdefault(key, set()):
+            raise ValueError(f"table row {line}: kernel {row['ID']} given twice (two runs' rows in one file?)")
+        seen[key].add(metric)
         if metric in (DRAM_READ, DRAM_WRITE):
             k.dram += value(row)
         elif metric == L2:
-            k.l2 += value(row)
+            k.l2 = value(row)
         elif metric == TIME:
-            k.us += value(row)
-    missing = sorted(set(METRICS) - set.intersection(*seen.values()))
-    if missing:
-        raise ValueError(f"metric {', '.join(missing)} missing (ncu --metrics {','.join(METRICS)})")
+            k.us = value(row)
+    for key, metrics in seen.items():
+        missing = sorted(set(METRICS) - metrics)
+        if missing:
+            raise ValueError(f"kernel {key[1]} ({kernels[key].name[:60]}) lacks {', '.join(missing)} "
+                             f"(ncu --metrics {','.join(METRICS)})")
     return list(kernels.values())
 
 
@@ -144,7 +161,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        text = args.csv.read_text()
+        text = args.csv.read_text(encoding="utf-8-sig")  # a BOM, as some editors save CSV, is not a column name's
     except (OSError, UnicodeDecodeError) as e:
         print(f"{TOOL}: {args.csv}: {e.strerror if isinstance(e, OSError) else 'not a text file'}", file=sys.stderr)
         return 2

@@ -51,12 +51,28 @@ class ReadKernels(unittest.TestCase):
         self.assertEqual((k.dram, k.l2, k.us), (1.5e6 + 2e6, 0.5e9, 12.5))
 
     def test_what_is_not_ncus_table_is_refused_with_what_is_wrong(self):
-        without_l2 = "\n".join(line for line in STEP.read_text().splitlines() if "lts__t_bytes.sum" not in line)
-        cases = {"Name,Total Time (ns)\nx,5\n": "no ncu --csv metrics table",
-                 without_l2: "metric lts__t_bytes.sum missing"}
-        for text, want in cases.items():
-            with self.subTest(want=want), self.assertRaisesRegex(ValueError, want):
-                kernel_bytes.read_kernels(text)
+        text = STEP.read_text()
+        lines = text.splitlines()
+        first_l2 = next(i for i, line in enumerate(lines) if "lts__t_bytes.sum" in line)
+        header = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
+        row = lines[header + 1]
+        cases = {
+            "Name,Total Time (ns)\nx,5\n": "no ncu --csv metrics table",
+            # one kernel (the first) without its L2 bytes, the others whole
+            "\n".join(lines[:first_l2] + lines[first_l2 + 1:]): r"kernel 0 \(void trainer_kernels::<unnamed>::normalize_kernel.*\) "
+                                                              r"lacks lts__t_bytes.sum",
+            "\n".join(lines + [row]): "table row 92: kernel 0 given twice",  # two runs' rows in one file
+            "\n".join(lines[:header + 1] + ['"0","1544"'] + lines[header + 1:]): "table row 2 has too few cells",
+            # bin/train's own output in the file (ncu's CSV sent to stdout, not --log-file)
+            "\n".join(lines[:header + 1] + ["data: synthetic from (generated): 50000 train, 10000 test images, 32x32, "
+                                            "3 channels, mean 0.5000 std 0.2898"] + lines[header + 1:]):
+                r"table row 2: kernel ID 'data: synthetic from \(generated\): 50000 train' is not a number",
+            "\n".join(lines[:header + 1] + ['"0","' + "x" * 200_000]): "not ncu's CSV: field larger than field limit",
+            text.replace('"byte","796,160"', '"byte","-796,160"', 1): "'-796160' is not a number of bytes",
+        }
+        for bad, want in cases.items():
+            with self.subTest(want=want[:40]), self.assertRaisesRegex(ValueError, want):
+                kernel_bytes.read_kernels(bad)
 
 
 class Tables(unittest.TestCase):
@@ -74,6 +90,26 @@ class Tables(unittest.TestCase):
         kinds = [r[0].lstrip("| ") for r in body]
         self.assertIn("batch norm, ReLU, residual add", kinds)
         self.assertIn("optimizer step (SGD, gradient check)", kinds)
+
+    def test_each_cell_of_a_kind_from_its_kernels(self):
+        # The fixture's one SGD and one finite check are the optimizer kind: compute its row by hand.
+        kernels = [k for k in kernel_bytes.read_kernels(STEP.read_text()) if "sgd_kernel" in k.name or "check_finite" in k.name]
+        self.assertEqual(len(kernels), 1)  # the fixture holds SGD but not the check
+        sgd = kernels[0]
+        code, out, _ = run("--steps", 2, STEP)
+        (line,) = [line for line in out.splitlines() if line.startswith("| optimizer step")]
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        self.assertEqual(cells[1:], [f"{sgd.dram / 2e6:,.0f}", f"{sgd.l2 / 2e6:,.0f}", "0.5", f"{sgd.us / 2:,.0f}",
+                                     f"{sgd.dram / sgd.us / 1e3:,.0f}"])
+        self.assertEqual(cells[1:], ["233", "447", "0.5", "67", "3,502"])  # ncu's own numbers: 466.6 MB, 894.7 MB, 133.2 µs
+
+    def test_a_bom_is_not_part_of_the_first_column(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "bom.csv"
+            path.write_bytes(b"\xef\xbb\xbf" + STEP.read_bytes().split(b"\n", 3)[3])  # the notices cut: the header first
+            code, out, err = run("--steps", 1, path)
+            self.assertEqual((code, err), (0, ""))
+            self.assertIn("| **all kernels** |", out)
 
     def test_by_kernel_lists_the_most_dram_bytes_first(self):
         code, out, _ = run("--steps", 1, "--by-kernel", 3, STEP)
