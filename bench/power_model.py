@@ -9,11 +9,12 @@ GEMMs of fixed tiles) and reports its rate, the median power and SM clock of the
 and its energy a unit above the idle power (pJ a byte moved, read and written counted, or a FLOP):
 
     python3 bench/power_model.py                      # about 80 s
-    python3 bench/power_model.py --hold 5 --phases idle,hbm-copy,l2-copy --out power.md
+    python3 bench/power_model.py --hold 5 --phases hbm-copy,l2-copy --out power.md
 
-Phases: idle; hbm-copy (2 GiB copied to 2 GiB: DRAM and L2); l2-copy (12 MiB to 12 MiB, held in L2);
-gemm and gemm-zeros (cuBLAS, 8192^3, random operands and zeros: how much of the math's energy is
-the data's toggling); tiles (one Triton GEMM, 8192^3, at tiles of 128x64, 128x128, 128x256 and
+Phases: idle (always: the energies are above it); hbm-copy (2 GiB copied to 2 GiB: DRAM and L2);
+l2-copy (12 MiB to 12 MiB, held in L2, 64 copies replayed as one CUDA graph); gemm and gemm-zeros
+(cuBLAS, 8192^3, random operands and zeros: how much of the math's energy is the data's toggling);
+tiles (one Triton GEMM, 8192^3, at tiles of 128x64, 128x128, 128x256 and
 64x64: each operand tile is read again for every tile of the other, so smaller tiles move more bytes
 a FLOP). Needs PyTorch with CUDA (and Triton for tiles) and nvidia-smi.
 """
@@ -35,6 +36,7 @@ TOOL = "power_model"
 PHASES = ["idle", "hbm-copy", "l2-copy", "gemm", "gemm-zeros", "tiles"]
 GEMM_N = 8192
 TILES = [(128, 64, 4, 4), (128, 128, 8, 4), (128, 256, 8, 3), (64, 64, 4, 4)]  # BM, BN, warps, stages
+L2_COPIES = 64  # copies a replay of the l2-copy phase
 
 
 @dataclass
@@ -55,7 +57,7 @@ class Row:
     unit: str
     power_w: float
     sm_mhz: float
-    capped: float
+    capped_share: float  # of the samples, those with the power cap's clock-event reason set
     samples: int
     pj: float | None  # energy a unit above idle, in pJ
 
@@ -78,28 +80,50 @@ def table(rows: list[Row]) -> str:
     for r in rows:
         rate = f"{r.rate / 1e12:,.1f} T{r.unit}/s" if r.rate else "-"
         pj = f"{r.pj:.3f} pJ a {'byte' if r.unit == 'B' else 'FLOP'}" if r.pj is not None else "-"
-        lines.append(f"| {r.label} | {rate} | {r.power_w:,.0f} | {r.sm_mhz:,.0f} | {r.capped:.0%} | {r.samples} | {pj} |")
+        lines.append(f"| {r.label} | {rate} | {r.power_w:,.0f} | {r.sm_mhz:,.0f} | {r.capped_share:.0%} | {r.samples} | {pj} |")
     return "\n".join(lines)
 
 
+def settle_seconds(seconds: float) -> float:
+    """The first part of a phase, not counted: the clock and power settle (a quarter, at most 1.5 s)."""
+    return min(1.5, seconds / 4)
+
+
 def hold(arm: Arm, call: Callable[[], None], seconds: float, torch) -> None:
-    """call() back to back for `seconds`; the arm's rate timed by CUDA events, its window the time after
-    the first quarter (at most 1.5 s: the clock and power settle)."""
-    call()
-    torch.cuda.synchronize()
+    """call() back to back for `seconds`. After the settling part, the arm's window starts and its
+    rate is timed by CUDA events over the same calls its power samples cover."""
     begin = time.time()
+
+    def repeat(until: float) -> int:
+        calls = 0
+        while time.time() < until:
+            for _ in range(10):
+                call()
+            calls += 10
+            torch.cuda.synchronize()
+        return calls
+
+    repeat(begin + settle_seconds(seconds))
     t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    arm.start = time.time()
     t0.record()
-    calls = 0
-    while time.time() - begin < seconds:
-        for _ in range(10):
-            call()
-        calls += 10
-        torch.cuda.synchronize()
+    calls = repeat(begin + seconds)
     t1.record()
     torch.cuda.synchronize()
-    arm.start, arm.end = begin + min(1.5, seconds / 4), time.time()
+    arm.end = time.time()
     arm.rate = arm.work * calls / (t0.elapsed_time(t1) / 1000.0)
+
+
+def rows_of(idle: Arm, arms: list[Arm], samples: list[Sample]) -> list[Row]:
+    """The idle row, then each arm's with its energy above idle; one line and exit where a phase has
+    no sample inside its window."""
+    rows = []
+    for arm in [idle, *arms]:
+        r = summarize(arm, samples, rows[0].power_w if rows else None)
+        if r is None:
+            runner.die(TOOL, f"no power sample fell inside {arm.label}'s window: hold each phase longer")
+        rows.append(r)
+    return rows
 
 
 def triton_gemm():
@@ -128,25 +152,34 @@ def triton_gemm():
     return triton, gemm
 
 
-def run(phases: list[str], seconds: float) -> list[Row]:
-    try:
-        import torch
-    except ImportError:
-        runner.die(TOOL, "needs PyTorch (python3 -c 'import torch' fails here)")
-    if not torch.cuda.is_available():
-        runner.die(TOOL, "needs a CUDA GPU (torch.cuda.is_available() is False)")
-    sampler = sampler_for_visible_gpu(TOOL)
+def replayed(torch, work: Callable[[], None], times: int) -> Callable[[], None]:
+    """One call that replays `times` of work() captured in a CUDA graph: a copy held in L2 lasts a few
+    µs, and launched one at a time the launches, not L2, would set its pace."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        work()  # warm-up outside the capture, as PyTorch asks
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(times):
+            work()
+    return graph.replay
+
+
+def prepare(torch, phases: list[str]) -> list[tuple[Arm, Callable[[], None]]]:
+    """Each phase's arms and their calls, each call run once (Triton's checked against cuBLAS)."""
     dev = torch.device("cuda")
     arms: list[tuple[Arm, Callable[[], None]]] = []
-    gib = 1 << 30
     if "hbm-copy" in phases:
-        src = torch.randint(0, 255, (2 * gib,), dtype=torch.uint8, device=dev)
+        src = torch.randint(0, 255, (2 << 30,), dtype=torch.uint8, device=dev)
         dst = torch.empty_like(src)
         arms.append((Arm("HBM copy, 2 GiB", 2.0 * src.numel(), "B"), lambda: dst.copy_(src)))
     if "l2-copy" in phases:
         small = torch.randint(0, 255, (12 << 20,), dtype=torch.uint8, device=dev)
         small_dst = torch.empty_like(small)
-        arms.append((Arm("L2 copy, 12 MiB", 2.0 * small.numel(), "B"), lambda: small_dst.copy_(small)))
+        arms.append((Arm("L2 copy, 12 MiB", 2.0 * small.numel() * L2_COPIES, "B"),
+                     replayed(torch, lambda: small_dst.copy_(small), L2_COPIES)))
     n = GEMM_N
     flops = 2.0 * n ** 3
     if {"gemm", "gemm-zeros", "tiles"} & set(phases):
@@ -174,41 +207,56 @@ def run(phases: list[str], seconds: float) -> list[Row]:
             if err > 0.5:  # fp32 accumulation in another order: far below this
                 runner.die(TOOL, f"Triton's GEMM at tile {bm}x{bn} differs from cuBLAS's by {err}")
             arms.append((Arm(f"Triton GEMM {n}^3, tile {bm}x{bn}", flops, "FLOP"), call))
+    for _, call in arms:
+        call()
+    torch.cuda.synchronize()
+    return arms
+
+
+def run(phases: list[str], seconds: float) -> list[Row]:
+    try:
+        import torch
+    except ImportError:
+        runner.die(TOOL, "needs PyTorch (python3 -c 'import torch' fails here)")
+    if not torch.cuda.is_available():
+        runner.die(TOOL, "needs a CUDA GPU (torch.cuda.is_available() is False)")
+    sampler = sampler_for_visible_gpu(TOOL, asked_by="")
+    try:
+        arms = prepare(torch, phases)
+    except Exception as e:  # out of GPU memory, a Triton tile the GPU cannot hold, ...: one line, not a traceback
+        runner.die(TOOL, f"setting up the phases failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", 1)
     idle = Arm("idle", 0.0, "")
     sampler.start()
     try:
-        if "idle" in phases:
-            begin = time.time()
-            time.sleep(seconds)
-            idle.start, idle.end = begin + min(1.5, seconds / 4), time.time()
+        begin = time.time()
+        time.sleep(seconds)
+        idle.start, idle.end = begin + settle_seconds(seconds), time.time()
         for arm, call in arms:
             hold(arm, call, seconds, torch)
     finally:
         samples = sampler.stop()
-    idle_row = summarize(idle, samples, None) if "idle" in phases else None
-    rows = [idle_row] if idle_row else []
-    for arm, _ in arms:
-        r = summarize(arm, samples, idle_row.power_w if idle_row else None)
-        if r is None:
-            runner.die(TOOL, f"no power sample fell inside {arm.label}'s window: hold each phase longer")
-        rows.append(r)
-    return rows
+    return rows_of(idle, [arm for arm, _ in arms], samples)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hold", type=float, default=8.0, metavar="S", help="seconds each phase runs (8; at least 2)")
-    p.add_argument("--phases", default=",".join(PHASES), help=f"comma list of {', '.join(PHASES)} (all)")
+    p.add_argument("--phases", default=",".join(PHASES),
+                   help=f"comma list of {', '.join(PHASES)} (all); idle runs always, the phases in this order")
     p.add_argument("--out", type=Path, default=None, metavar="FILE.md", help="also write the table here")
     args = p.parse_args(argv)
     if not 2 <= args.hold <= 600:
         p.error("--hold must be 2 to 600 seconds: the first part of each phase is not counted")
     if args.out and not args.out.parent.is_dir():
         p.error(f"--out: {args.out.parent} is not a directory")
-    args.phases = [s.strip() for s in args.phases.split(",") if s.strip()]
-    unknown = [s for s in args.phases if s not in PHASES]
-    if unknown or not args.phases:
+    if args.out and args.out.is_dir():
+        p.error(f"--out: {args.out} is a directory, not a file")
+    given = [s.strip() for s in args.phases.split(",") if s.strip()]
+    unknown = [s for s in given if s not in PHASES]
+    if unknown or not given:
         p.error(f"--phases: {', '.join(unknown) or 'none given'}: expected a comma list of {', '.join(PHASES)}")
+    # idle always (the energy above it needs it), the rest in PHASES' order, whatever order was given
+    args.phases = [s for s in PHASES if s == "idle" or s in given]
     return args
 
 

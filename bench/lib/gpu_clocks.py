@@ -117,13 +117,14 @@ def check_readable(gpu: str) -> str:
     return ""
 
 
-def sampler_for_visible_gpu(tool: str) -> "ClockSampler":
-    """The --clocks sampler of a tool's runs, for the GPU they use; where nvidia-smi cannot report
-    QUERY for it, one line and exit 2, before any run."""
+def sampler_for_visible_gpu(tool: str, asked_by: str = "--clocks") -> "ClockSampler":
+    """The sampler of a tool's runs (asked for by its flag `asked_by`, or "" where the tool always
+    samples), for the GPU they use; where nvidia-smi cannot report QUERY for it, one line and exit 2,
+    before any run."""
     gpu = visible_gpu()
     why = check_readable(gpu)
     if why:
-        die(tool, f"--clocks: {why}")
+        die(tool, f"{asked_by}: {why}" if asked_by else why)
     return ClockSampler(gpu)
 
 
