@@ -27,6 +27,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from kernel_kinds import ORDER, add_step_arguments, check_step_arguments, kind_of
 from lib import runner
@@ -103,25 +104,25 @@ def read_kernels(text: str) -> list[Kernel]:
     return list(kernels.values())
 
 
-def by_kind(kernels: list[Kernel]) -> dict[str, tuple[Kernel, int]]:
-    """Each kind's sums (a Kernel named by the kind) and its number of kernels."""
+def totals(kernels: list[Kernel], key: Callable[[Kernel], str]) -> dict[str, tuple[Kernel, int]]:
+    """The kernels added up by key(kernel): each key's sums (a Kernel named by the key) and count."""
     out: dict[str, tuple[Kernel, int]] = {}
     for k in kernels:
-        kind = kind_of(k.name)
-        total, n = out.get(kind, (Kernel(kind), 0))
+        name = key(k)
+        total, n = out.get(name, (Kernel(name), 0))
         total.dram, total.l2, total.us = total.dram + k.dram, total.l2 + k.l2, total.us + k.us
-        out[kind] = (total, n + 1)
+        out[name] = (total, n + 1)
     return out
+
+
+def by_kind(kernels: list[Kernel]) -> dict[str, tuple[Kernel, int]]:
+    """Each kind's sums and its number of kernels."""
+    return totals(kernels, lambda k: kind_of(k.name))
 
 
 def by_name(kernels: list[Kernel]) -> list[tuple[Kernel, int]]:
     """Each kernel name's sums over its launches and their number, the most DRAM bytes first."""
-    out: dict[str, tuple[Kernel, int]] = {}
-    for k in kernels:
-        total, n = out.get(k.name, (Kernel(k.name), 0))
-        total.dram, total.l2, total.us = total.dram + k.dram, total.l2 + k.l2, total.us + k.us
-        out[k.name] = (total, n + 1)
-    return sorted(out.values(), key=lambda t: -t[0].dram)
+    return sorted(totals(kernels, lambda k: k.name).values(), key=lambda t: -t[0].dram)
 
 
 def row(label: str, k: Kernel, n: int, steps: int) -> str:

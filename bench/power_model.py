@@ -22,15 +22,14 @@ a FLOP). Needs PyTorch with CUDA (and Triton for tiles) and nvidia-smi.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from lib import runner
-from lib.gpu_clocks import SW_POWER_CAP, Sample, sampler_for_visible_gpu
+from lib import gpu_clocks, runner
+from lib.gpu_clocks import Sample
 
 TOOL = "power_model"
 PHASES = ["idle", "hbm-copy", "l2-copy", "gemm", "gemm-zeros", "tiles"]
@@ -63,15 +62,13 @@ class Row:
 
 
 def summarize(arm: Arm, samples: list[Sample], idle_w: float | None) -> Row | None:
-    """The samples inside the arm's window: median power and clock, power-capped share, and pJ a unit
-    above idle_w; None where no sample fell inside."""
-    inside = [s for s in samples if arm.start <= s.unix <= arm.end]
-    if not inside:
+    """Every sample inside the arm's window, busy or not (the idle phase is not): median power and
+    clock, power-capped share, and pJ a unit above idle_w; None where no sample fell inside."""
+    c = gpu_clocks.summarize(samples, (arm.start, arm.end), min_busy=0)
+    if c is None:
         return None
-    power = statistics.median(s.power_w for s in inside)
-    pj = (power - idle_w) / arm.rate * 1e12 if arm.rate and idle_w is not None else None
-    return Row(arm.label, arm.rate, arm.unit, power, statistics.median(s.sm_mhz for s in inside),
-               sum(1 for s in inside if s.reasons & SW_POWER_CAP) / len(inside), len(inside), pj)
+    pj = (c.power_w - idle_w) / arm.rate * 1e12 if arm.rate and idle_w is not None else None
+    return Row(arm.label, arm.rate, arm.unit, c.power_w, c.sm_mhz, c.capped_share, c.busy_samples, pj)
 
 
 def table(rows: list[Row]) -> str:
@@ -220,7 +217,7 @@ def run(phases: list[str], seconds: float) -> list[Row]:
         runner.die(TOOL, "needs PyTorch (python3 -c 'import torch' fails here)")
     if not torch.cuda.is_available():
         runner.die(TOOL, "needs a CUDA GPU (torch.cuda.is_available() is False)")
-    sampler = sampler_for_visible_gpu(TOOL, asked_by="")
+    sampler = gpu_clocks.sampler_for_visible_gpu(TOOL, asked_by="")
     try:
         arms = prepare(torch, phases)
     except Exception as e:  # out of GPU memory, a Triton tile the GPU cannot hold, ...: one line, not a traceback

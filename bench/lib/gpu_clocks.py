@@ -50,7 +50,7 @@ class Sample:
 
 @dataclass
 class ClockSummary:
-    busy_samples: int
+    busy_samples: int     # the samples counted: at least summarize()'s min_busy percent busy
     sm_mhz: float         # median over the busy samples
     capped_share: float   # of the busy samples, those with the power cap's bit set
     power_w: float        # median instantaneous power over the busy samples
@@ -83,10 +83,12 @@ def window_of(summary: dict) -> tuple[float, float] | None:
     return start / 1000.0, end / 1000.0
 
 
-def summarize(samples: list[Sample], window: tuple[float, float] | None = None) -> ClockSummary | None:
+def summarize(samples: list[Sample], window: tuple[float, float] | None = None,
+              min_busy: int = BUSY_PERCENT) -> ClockSummary | None:
     """The busy samples' clock, power-capped share and power (within `window`, seconds since the epoch,
-    where given); None where no sample was busy."""
-    busy = [s for s in samples if s.utilization >= BUSY_PERCENT and (window is None or window[0] <= s.unix <= window[1])]
+    where given); None where no sample was busy. min_busy 0 counts every sample (bench/power_model.py:
+    its idle phase is the point)."""
+    busy = [s for s in samples if s.utilization >= min_busy and (window is None or window[0] <= s.unix <= window[1])]
     if not busy:
         return None
     return ClockSummary(len(busy), statistics.median(s.sm_mhz for s in busy),
