@@ -37,17 +37,21 @@ TOOL = "kernel_kinds"
 # statistics), and cuDNN's batch-norm statistics kernel of its fused data-gradient pattern counts
 # with the convs. bin/predict's BN coefficients from the running statistics, and their scale folded
 # into the filters of its cuBLASLt GEMM convs, are batch norm. PyTorch's foreach copies are copies, not its optimizer; its "nocast" elementwise
-# kernels are not casts. Our 1x1 conv kernels (resident_conv: kernels/conv1x1_stats_kernel.cuh) are convs,
-# their BN statistics, prologue and finalize inside.
+# kernels are not casts. Our conv kernels are convs, their BN statistics, prologue and finalize inside:
+# the 1x1 and 3x3 ones (resident_conv), the data gradients that take their weight gradients
+# (resident_dgrad_wgrad) and the sum of those weight gradients' parts (dw_from_partials), the stem's
+# forward and weight gradient (stem_forward, stem_wgrad_*). A conv2 filter turned for its data
+# gradient (turn_filter) is a copy.
 KINDS: list[tuple[str, re.Pattern]] = [
     ("optimizer step (SGD, gradient check)",
      re.compile(r"sgd_kernel|check_finite|multi_tensor_apply(?!.*::Copy<)|_foreach_(?!copy)")),
     ("fills (zeroed buffers, workspace set-up)", re.compile(r"fill_regions|FillFunctor|init_device_workspace")),
-    ("convolutions and GEMMs", re.compile(r"xmma|nvjet|cublas|cutlass|gemm|implicit_|conv2d|cudnn|resident_conv")),
+    ("convolutions and GEMMs", re.compile(r"xmma|nvjet|cublas|cutlass|gemm|implicit_|conv2d|cudnn|resident_conv|resident_dgrad_wgrad|"
+                r"dw_from_partials|stem_forward|stem_wgrad_")),
     ("batch norm, ReLU, residual add",
      re.compile(r"batch_norm|\bbn_|apply_forward|apply_backward|reduce_nhwc|reduce_nchw|finalize_|relu|threshold|"
                 r"eval_coefs|fold_filters")),
-    ("casts and copies", re.compile(r"to_copy|_to_f16|_to_f32|(?<!no)cast|copy_|::Copy<", re.I)),
+    ("casts and copies", re.compile(r"to_copy|_to_f16|_to_f32|(?<!no)cast|copy_|::Copy<|turn_filter", re.I)),
 ]
 OTHER = "other (loss, pooling, input, loss scale)"
 ORDER = [k for k, _ in KINDS] + [OTHER]

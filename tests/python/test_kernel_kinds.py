@@ -35,6 +35,14 @@ class KindOf(unittest.TestCase):
             "void trainer_kernels::resident_conv<trainer_kernels::ResidentConv<(int)128, (int)64, (bool)1, (bool)1, "
             "trainer_kernels::StatsEpilogue>>(T1::Params)": kind("conv"),
             "void cublasLt::splitKreduce_kernel<(int)32, ...>": kind("conv"),
+            # our other convs: the data gradients with their weight gradients, their parts' sum, the stem's
+            "void trainer_kernels::resident_dgrad_wgrad<(int)4, trainer_kernels::BnGradEpilogue<(int)1, "
+            "layout::RowMajor>, (int)1>(T2)": kind("conv"),
+            "trainer_kernels::<unnamed>::dw_from_partials_kernel(const float *, float *, int, int)": kind("conv"),
+            "void trainer_kernels::<unnamed>::stem_forward_kernel<(int)64>(StemParams)": kind("conv"),
+            "trainer_kernels::<unnamed>::stem_wgrad_partials(StemParams)": kind("conv"),
+            "trainer_kernels::<unnamed>::stem_wgrad_reduce(const float *, float *, int, int)": kind("conv"),
+            "trainer_kernels::<unnamed>::turn_filter_kernel(const __half *, __half *, int, int)": kind("casts"),
             "void trainer_kernels::<unnamed>::apply_backward<__half, (Layout)1, (ReluMask)3, (bool)0, (bool)1>(...)":
                 kind("batch norm"),
             "trainer_kernels::<unnamed>::finalize_sums(float *, float *, double, BnChannelState, int, __half *, __half *)":
