@@ -120,9 +120,14 @@ def by_kind(kernels: list[Kernel]) -> dict[str, tuple[Kernel, int]]:
     return totals(kernels, lambda k: kind_of(k.name))
 
 
-def by_name(kernels: list[Kernel]) -> list[tuple[Kernel, int]]:
-    """Each kernel name's sums over its launches and their number, the most DRAM bytes first."""
-    return sorted(totals(kernels, lambda k: k.name).values(), key=lambda t: -t[0].dram)
+SORT_KEYS = {"dram": ("DRAM", lambda k: k.dram), "l2": ("L2", lambda k: k.l2)}
+
+
+def by_name(kernels: list[Kernel], sort: str = "dram") -> list[tuple[Kernel, int]]:
+    """Each kernel name's sums over its launches and their number, the most bytes (of DRAM or L2,
+    by sort) first."""
+    key = SORT_KEYS[sort][1]
+    return sorted(totals(kernels, lambda k: k.name).values(), key=lambda t: -key(t[0]))
 
 
 def row(label: str, k: Kernel, n: int, steps: int) -> str:
@@ -141,11 +146,11 @@ def table(kernels: list[Kernel], steps: int) -> str:
     return "\n".join(lines)
 
 
-def largest(kernels: list[Kernel], steps: int, n: int) -> str:
-    lines = [f"The {n} kernels that move the most DRAM bytes:", "",
+def largest(kernels: list[Kernel], steps: int, n: int, sort: str = "dram") -> str:
+    lines = [f"The {n} kernels that move the most {SORT_KEYS[sort][0]} bytes:", "",
              "| kernel | DRAM, MB a step | L2, MB a step | launches a step | µs a step, each alone | DRAM GB/s |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    for k, count in by_name(kernels)[:n]:
+    for k, count in by_name(kernels, sort)[:n]:
         lines.append(row(f"`{k.name[:120]}`", k, count, steps))
     return "\n".join(lines)
 
@@ -153,7 +158,10 @@ def largest(kernels: list[Kernel], steps: int, n: int) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("csv", type=Path, help="ncu's --csv --log-file output with the four metrics above")
-    add_step_arguments(p, "also list the N kernels that move the most DRAM bytes")
+    add_step_arguments(p, "also list the N kernels that move the most bytes (--sort)")
+    p.add_argument("--sort", choices=sorted(SORT_KEYS), default="dram",
+                   help="--by-kernel's order: the most DRAM bytes first (default), or the most L2 bytes (the "
+                        "operands' tiles read again by a GEMM's other tiles show there, not in DRAM)")
     args = p.parse_args(argv)
     check_step_arguments(p, args)
     return args
@@ -173,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(table(kernels, args.steps))
     if args.by_kernel:
-        print("\n" + largest(kernels, args.steps, args.by_kernel))
+        print("\n" + largest(kernels, args.steps, args.by_kernel, args.sort))
     return 0
 
 

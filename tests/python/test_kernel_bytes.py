@@ -122,6 +122,26 @@ class Tables(unittest.TestCase):
         # the forward's two StatsEpilogue launches of the fixture counted as one name
         self.assertTrue(any("StatsEpilogue" in line and "| 2.0 |" in line for line in listed), listed)
 
+    def test_sort_l2_lists_the_most_l2_bytes_first(self):
+        # two kernels whose orders differ: "dram-heavy" moves more DRAM bytes, "l2-heavy" more L2 bytes
+        header = ('"ID","Process ID","Kernel Name","Metric Name","Metric Unit","Metric Value"')
+        lines = [header]
+        for kid, name, dram, l2 in (("0", "dram-heavy", "9,000,000", "10,000,000"),
+                                    ("1", "l2-heavy", "1,000,000", "50,000,000")):
+            for metric, unit, number in (("dram__bytes_read.sum", "byte", dram), ("dram__bytes_write.sum", "byte", "0"),
+                                         ("lts__t_bytes.sum", "byte", l2), ("gpu__time_duration.sum", "ns", "1,000")):
+                lines.append(f'"{kid}","1","{name}","{metric}","{unit}","{number}"')
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "two.csv"
+            path.write_text("\n".join(lines) + "\n")
+            for sort, first, title in (("dram", "dram-heavy", "DRAM"), ("l2", "l2-heavy", "L2")):
+                with self.subTest(sort=sort):
+                    code, out, _ = run("--steps", 1, "--by-kernel", 2, "--sort", sort, path)
+                    self.assertEqual(code, 0)
+                    self.assertIn(f"The 2 kernels that move the most {title} bytes:", out)
+                    listed = [line for line in out.splitlines() if line.startswith("| `")]
+                    self.assertTrue(listed[0].startswith(f"| `{first}`"), listed)
+
 
 class BadInput(unittest.TestCase):
     def test_each_is_one_line_and_a_non_zero_exit(self):
@@ -146,7 +166,8 @@ class BadInput(unittest.TestCase):
                     self.assertIn(want, err)
 
     def test_steps_and_by_kernel_are_checked(self):
-        for args in (["--steps", "0", str(STEP)], ["--steps", "1", "--by-kernel", "-1", str(STEP)]):
+        for args in (["--steps", "0", str(STEP)], ["--steps", "1", "--by-kernel", "-1", str(STEP)],
+                     ["--steps", "1", "--by-kernel", "3", "--sort", "time", str(STEP)]):
             with self.subTest(args=args), contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit) as e:
                 kernel_bytes.main(args)
             self.assertEqual(e.exception.code, 2)
