@@ -386,7 +386,7 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/%.cpp,build/fuzz/%,$(wildcard tests/fuzz/f
 FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_BASE  := -std=c++20 -g -O1 -Iinclude -isystem $(STB_INCLUDE)
 FUZZ_OBJ   := $(FUZZ_SRC:src/%.cpp=build/fuzz/obj/%.o)
-build/fuzz/obj/%.o: src/%.cpp
+build/fuzz/obj/%.o: src/%.cpp | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(FUZZ_BASE) -fsanitize=fuzzer-no-link $(FUZZ_SAN) -MMD -MP -c $< -o $@
 $(FUZZ_TARGETS): $(FUZZ_OBJ)  # named here, not only in the pattern, so that make keeps them
