@@ -46,8 +46,9 @@ KINDS: list[tuple[str, re.Pattern]] = [
     ("optimizer step (SGD, gradient check)",
      re.compile(r"sgd_kernel|check_finite|multi_tensor_apply(?!.*::Copy<)|_foreach_(?!copy)")),
     ("fills (zeroed buffers, workspace set-up)", re.compile(r"fill_regions|FillFunctor|init_device_workspace")),
-    ("convolutions and GEMMs", re.compile(r"xmma|nvjet|cublas|cutlass|gemm|implicit_|conv2d|cudnn|resident_conv|resident_dgrad_wgrad|"
-                r"dw_from_partials|stem_forward|stem_wgrad_")),
+    ("convolutions and GEMMs",
+     re.compile(r"xmma|nvjet|cublas|cutlass|gemm|implicit_|conv2d|cudnn|resident_(conv|dgrad_wgrad)|"
+                r"dw_from_partials|stem_(forward|wgrad_)")),
     ("batch norm, ReLU, residual add",
      re.compile(r"batch_norm|\bbn_|apply_forward|apply_backward|reduce_nhwc|reduce_nchw|finalize_|relu|threshold|"
                 r"eval_coefs|fold_filters")),
