@@ -1,6 +1,7 @@
 // The convolutions with the batch norms around them, fp16 NHWC (the format of the fused patterns),
 // at every distinct conv of the network's blocks: the plain graph-API conv with our BN kernels
-// against cuDNN's fused patterns (model/fused_conv.h), as src/model/training_network.cpp runs them.
+// against cuDNN's fused patterns (model/fused_conv.h), as the training network runs them
+// (src/model/training_forward.cpp, training_backward.cpp).
 //   conv-forward  the conv and the statistics of its output's BN; where the next conv reads that BN's
 //                 output (conv1, conv2), unfused versions also apply it, fused ones leave it to the
 //                 next conv, which applies it as it reads (so the rows of a block add up)

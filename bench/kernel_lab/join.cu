@@ -86,7 +86,7 @@ void add_second_bn(BnBackwardArgs& a, BnCase& c, const BnChannelState* st2) {
   a.dx2 = c.DX2.get();
 }
 
-// The join's backward as the network runs it (model/training_network.cpp): the ReLU mask from the
+// The join's backward as the network runs it (model/training_backward.cpp): the ReLU mask from the
 // bits the forward kernel wrote, and dy in two parts, summed as they are read, dz left in dy's
 // buffer (the identity shortcut's gradient). Here the second part is zero and dy's buffer is DRES,
 // a copy of dy: a run leaves dz there, and the next run, masking dz again, computes the same.

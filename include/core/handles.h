@@ -105,7 +105,7 @@ class CublasLtHandle {
 // The GPU context a network runs in: one compute stream, with the library handles bound to it
 // (cuBLASLt takes the stream with each call). The stream goes first: in training it carries the
 // chain of data gradients, whose persistent conv kernels need whole SMs, and the weight gradients'
-// stream beside it (model/training_network.cpp, Lane) has slack. Where blocks of both wait for SMs,
+// stream beside it (model/training_network_state.h, Lane) has slack. Where blocks of both wait for SMs,
 // the chain's start first: batch 128 -0.41% and -0.43% a step in two calls, faster in every round;
 // batch 256 -0.53% and +0.11% (H200, 2026-11-30, bench/results/levers-session30-nvidia-h200-2026-11-30.md).
 struct GpuContext {

@@ -144,7 +144,7 @@ class TrainingNetwork : public Network {
   // block's conv1 as it reads a3 and the shortcut (BlockRun::c1_applies_join).
   struct ApplyArgs join_args(const Block& b, BlockRun& r, const void* in, bool train) const;
   // The gradients inside a block: g[1] and g[3] by turns, or, with the lane behind (lagging_), one
-  // of kLaggingSets sets of four by turns from block to block (training_network.cpp says why).
+  // of kLaggingSets sets of four by turns from block to block (training_backward.cpp says why).
   struct InnerGrads {
     void* a3;        // the join's gradient of a3, conv3's output gradient
     void* shortcut;  // of the shortcut conv's output

@@ -1,6 +1,7 @@
 // ResNet-50's layers as both networks hold them: conv units, BN layers and bottleneck blocks, built
 // from the shared description (model/resnet50_spec.h) and registered in its order. Private to the
-// model: how each network runs them is in training_network.cpp and inference_network.cpp.
+// model: how each network runs them is in training_network.cpp (with training_forward.cpp and
+// training_backward.cpp) and inference_network.cpp.
 #pragma once
 
 #include <memory>

@@ -18,7 +18,7 @@ namespace {
 struct Net {
   std::vector<ParamTensor> tensors;
   size_t n_weights = 0;
-  // The order backward reports gradients in (training_network.cpp): fc, then per block from the last:
+  // The order backward reports gradients in (training_backward.cpp): fc, then per block from the last:
   // bn3 (+ downsample BN), conv3, downsample conv, bn2, conv2, bn1, conv1; then the stem.
   std::vector<int> backward_order;
 };

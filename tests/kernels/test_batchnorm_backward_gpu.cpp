@@ -22,7 +22,7 @@ using ref::Vec;
 
 // The backward configurations: no ReLU; ReLU with its mask from the stored output y, with dx apart
 // from or in place of dy; ReLU with its mask recomputed from x, dx in place of dy (the inner BNs of
-// the network, training_network.cpp); ReLU with the identity shortcut's dz written to dres in place of dy
+// the network, training_backward.cpp); ReLU with the identity shortcut's dz written to dres in place of dy
 // (the last BN of an identity block); ReLU with the projection shortcut's BN fed the same dz (dual).
 enum class BwdMode { Plain, Relu, ReluInPlace, ReluFromInput, Identity, IdentityInPlace, Projection };
 const char* bwd_mode_name(BwdMode m) {
