@@ -9,7 +9,10 @@ Every run is `COMMAND --data synthetic --batch B --steps W+T --warmup-steps W --
 --no-eval --json --autotune-cache CACHE`; its figure is the images/s of its summary line.
 
 One fill run of the first variant comes first (it fills the cache, so that every variant runs the
-same cuDNN algorithms; not counted), then --rounds rounds, each running every variant once: round 1
+same cuDNN algorithms; not counted). A variant whose command gives `--autotune-cache FILE` runs
+with that file, which must exist, instead of the shared cache: two caches of one autotune pass that
+differ in chosen engines, say, run by the same binary. The fill run is then the first variant's that
+shares the cache; where none does, there is none. Then --rounds rounds, each running every variant once: round 1
 in the order given, round 2 in the reverse order, round 3 in the order given, and so on, so that no
 variant always runs first (A B, B A, A B, B A). The report gives each round's images/s, the medians,
 ms per step, and for each variant against the first the change in ms per step, and whether it was
@@ -19,6 +22,7 @@ faster (or slower) in every round or the rounds disagree.
     python3 bench/ab.py main=/tmp/base/bin/train new=bin/train --rounds 4
     python3 bench/ab.py fused=bin/train nofuse="bin/train --no-fuse dgrad-drelu-dbn" --out ab.md
     python3 bench/ab.py off=bin/train on="PROBE_X=1 bin/train" --batch 256 --cache /tmp/ab-cache.txt
+    python3 bench/ab.py fastest="bin/train --autotune-cache T.txt" energy="bin/train --autotune-cache E.txt"
 
 With --clocks, nvidia-smi samples the GPU every 100 ms through each counted run, and the report
 adds each variant's SM clock, power, energy an image and how often the power cap held the clock
@@ -46,10 +50,10 @@ from lib import gpu_clocks, runner, table
 TOOL = "ab"
 LABEL = re.compile(r"[A-Za-z0-9_.+-]+")
 ENV_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-# The flags every run gets from this tool: a variant that set them too would not measure the same work,
-# or (--autotune-cache) not with the same algorithms.
-TOOL_FLAGS = ["--data", "--batch", "--steps", "--warmup-steps", "--profile-steps", "--no-eval", "--json",
-              "--autotune-cache"]
+# The flags every run gets from this tool: a variant that set them too would not measure the same work.
+# --autotune-cache is the one a variant may give: its own cache in place of the shared one.
+TOOL_FLAGS = ["--data", "--batch", "--steps", "--warmup-steps", "--profile-steps", "--no-eval", "--json"]
+OWN_CACHE = "--autotune-cache"
 
 
 class Parser(argparse.ArgumentParser):
@@ -66,13 +70,15 @@ class Variant:
     env: dict[str, str]
     binary: Path                   # absolute, so that a bare name is not looked up on PATH
     flags: list[str]
+    own_cache: Path | None = None  # its --autotune-cache, in place of the shared one
     figures: list[float] = field(default_factory=list)  # images/s, one per round
     clocks: list[gpu_clocks.ClockSummary | None] = field(default_factory=list)  # --clocks: one per round
 
     def command(self, args: argparse.Namespace, cache: Path) -> list[str]:
         return [str(self.binary), *self.flags, "--data", "synthetic", "--batch", str(args.batch),
                 "--steps", str(args.warmup_steps + args.timed_steps), "--warmup-steps", str(args.warmup_steps),
-                "--profile-steps", str(args.timed_steps), "--no-eval", "--json", "--autotune-cache", str(cache)]
+                "--profile-steps", str(args.timed_steps), "--no-eval", "--json",
+                "--autotune-cache", str(self.own_cache or cache)]
 
 
 def parse_variant(spec: str) -> Variant:
@@ -96,12 +102,39 @@ def parse_variant(spec: str) -> Variant:
         runner.die(TOOL, f"{label}: {words[0]}: no such binary" + (" (not a file)" if binary.exists() else ""))
     if not os.access(binary, os.X_OK):
         runner.die(TOOL, f"{label}: {words[0]}: not executable")
-    for flag in words[1:]:
+    flags, own_cache = take_own_cache(label, words[1:])
+    for flag in flags:
         name = flag.split("=", 1)[0]
         if name in TOOL_FLAGS:
             runner.die(TOOL, f"{label}: {name} is set by ab.py for every run"
                              + (f" (use ab.py's {name})" if name in ("--batch", "--warmup-steps") else ""))
-    return Variant(label, command, env, binary, words[1:])
+    return Variant(label, command, env, binary, flags, own_cache)
+
+
+def take_own_cache(label: str, flags: list[str]) -> tuple[list[str], Path | None]:
+    """A variant's flags without its --autotune-cache FILE (or =FILE), and that file: absolute, an
+    existing file (a cache filled before, not one this tool would fill)."""
+    rest, found = [], []
+    it = iter(flags)
+    for flag in it:
+        name, eq, value = flag.partition("=")
+        if name != OWN_CACHE:
+            rest.append(flag)
+            continue
+        if not eq:
+            value = next(it, "")
+        if not value:
+            runner.die(TOOL, f"{label}: {OWN_CACHE} needs a file")
+        found.append(value)
+    if not found:
+        return rest, None
+    if len(found) > 1:
+        runner.die(TOOL, f"{label}: {OWN_CACHE} given {len(found)} times")
+    path = Path(found[0]).expanduser().absolute()
+    if not path.is_file():
+        runner.die(TOOL, f"{label}: {OWN_CACHE} {found[0]}: no such file (a variant's own cache must exist; "
+                         "the shared one is ab.py's --cache)")
+    return rest, path
 
 
 def check_out_file(out: Path) -> None:
@@ -264,29 +297,40 @@ def main(argv: list[str] | None = None) -> int:
     guard = runner.GuardedRunner(TOOL)
     with tempfile.TemporaryDirectory(prefix="ab-cache-") as scratch:
         cache = args.cache or Path(scratch) / "autotune-cache.txt"
-        first = variants[0]
-        print(f"{TOOL}: fill run, {first.label} (fills the autotune cache {cache}; not counted)",
-              file=sys.stderr, flush=True)
-        fill, summary = measure(guard, first, args, cache, "the fill run")
+        sharing = [v for v in variants if v.own_cache is None]
+        first = sharing[0] if sharing else None
+        fill, summary = None, {}
+        if first:
+            print(f"{TOOL}: fill run, {first.label} (fills the autotune cache {cache}; not counted)",
+                  file=sys.stderr, flush=True)
+            fill, summary = measure(guard, first, args, cache, "the fill run")
         orders = []
         for n in range(1, args.rounds + 1):
             orders.append(order_of(n, variants))
             for variant in orders[-1]:
                 print(f"{TOOL}: round {n}/{args.rounds}, {variant.label}", file=sys.stderr, flush=True)
-                variant.figures.append(measure(guard, variant, args, cache, f"round {n}", sampler)[0])
+                figure, result = measure(guard, variant, args, cache, f"round {n}", sampler)
+                variant.figures.append(figure)
+                summary = summary or result
 
     gpu = str(summary.get("gpu") or gpus[0])
     date = runner.today()
     cache_line = (f"`{cache}`" if args.cache else "a new file in a temporary directory, removed at the end")
+    own = [v for v in variants if v.own_cache]
+    if own:  # the shared cache only where a variant ran with it
+        cache_line = ("; ".join(f"{v.label}'s own `{v.own_cache}`" for v in own)
+                      + (f"; the others' shared: {cache_line}" if first else ""))
+    fill_line = (f"- fill run of {first.label} (fills the cache; not counted): {images(fill)} images/s\n\n" if first
+                 else "- no fill run: every variant brought its own cache\n\n")
     report = (f"# A-B run, {gpu}, {date}\n\n"
               f"- command: `python3 bench/ab.py {shlex.join(argv)}`\n"
               f"- GPU: {gpu}\n- date: {date}\n"
               f"- synthetic data, batch {args.batch}, {args.warmup_steps} warm-up + {args.timed_steps} timed "
               f"steps a run; {args.rounds} rounds, in the order given and reversed by turns\n"
-              f"- autotune cache, shared by every run: {cache_line}\n"
+              f"- autotune cache{'s' if own else ''}{'' if own else ', shared by every run'}: {cache_line}\n"
               + "".join(f"- {v.label}: `{v.spec}`\n" for v in variants)
-              + f"- fill run of {first.label} (fills the cache; not counted): {images(fill)} images/s\n\n"
-              "images/s of each run; ms per step = batch x 1000 / median images/s; `against` compares the medians' "
+              + fill_line
+              + "images/s of each run; ms per step = batch x 1000 / median images/s; `against` compares the medians' "
               "ms per step, and each round's pair of runs\n\n"
               + markdown(variants, orders, args.batch))
     if sampler:

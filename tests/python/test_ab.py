@@ -87,6 +87,12 @@ class AbTest(unittest.TestCase):
     def calls(self):
         return [json.loads(line) for line in self.machine.calls()]
 
+    def runs_of(self, result):
+        """The calls of a run that succeeded, and the variant of each in the order they ran."""
+        self.assertEqual(result.returncode, 0, result.stderr)
+        calls = self.calls()
+        return calls, [c["variant"] for c in calls]
+
     def assertUsageError(self, result, fragment):
         self.assertEqual(result.returncode, 2, result.stderr)
         self.assertEqual(result.stdout, "")
@@ -119,9 +125,8 @@ class TwoVariants(AbTest):
         result = self.ab("a=FAKE_VARIANT=a FAKE_IPS=900,1000,1010,990,1000 base/train",
                          f"b=FAKE_VARIANT=b PROBE_X=1 FAKE_IPS=1100,1020,1000,1050 {self.tmp}/new/train",
                          "--rounds", "4", "--cache", str(cache))
-        self.assertEqual(result.returncode, 0, result.stderr)
-        calls = self.calls()
-        self.assertEqual([c["variant"] for c in calls], ["a", "a", "b", "b", "a", "a", "b", "b", "a"])
+        calls, order = self.runs_of(result)
+        self.assertEqual(order, ["a", "a", "b", "b", "a", "a", "b", "b", "a"])
         self.assertEqual([Path(c["binary"]).parent.name for c in calls],
                          ["base", "base", "new", "new", "base", "base", "new", "new", "base"])
         expected = ["--data", "synthetic", "--batch", "64", "--steps", "7", "--warmup-steps", "2",
@@ -175,6 +180,39 @@ class TwoVariants(AbTest):
         for call in self.calls():
             self.assertEqual(call["args"][:2] == ["--no-fuse", "dgrad-drelu-dbn"], call["variant"] == "n", call)
             self.assertEqual(call["args"].count("--batch"), 1)
+
+
+class OwnCaches(AbTest):
+    """A variant that gives --autotune-cache FILE runs with it; the others share ab.py's cache."""
+
+    def test_a_variant_with_its_own_cache_and_one_sharing(self):
+        own = self.tmp / "T.txt"
+        own.write_text("filled\n")
+        shared = self.tmp / "shared.txt"
+        result = self.ab("a=FAKE_VARIANT=a FAKE_IPS=1,2,2 base/train",
+                         f"b=FAKE_VARIANT=b FAKE_IPS=3,3 new/train --autotune-cache {own} --no-fuse x",
+                         "--rounds", "2", "--cache", str(shared))
+        calls, order = self.runs_of(result)
+        self.assertEqual(order, ["a", "a", "b", "b", "a"])  # the fill run is a's
+        for call in calls:
+            args = call["args"]
+            self.assertEqual(args.count("--autotune-cache"), 1, args)
+            self.assertEqual(args[args.index("--autotune-cache") + 1], str(own if call["variant"] == "b" else shared))
+            self.assertEqual("--no-fuse" in args, call["variant"] == "b")
+        self.assertEqual(own.read_text(), "filled\n" + "algo\n" * 2)
+        self.assertIn(f"- autotune caches: b's own `{own}`; the others' shared: `{shared}`", result.stdout)
+        self.assertIn("- fill run of a (fills the cache; not counted): 1 images/s", result.stdout)
+
+    def test_every_variant_with_its_own_cache_runs_no_fill_run(self):
+        for name in ("T.txt", "E.txt"):
+            (self.tmp / name).write_text("filled\n")
+        result = self.ab(f"T=FAKE_VARIANT=T FAKE_IPS=10,10 base/train --autotune-cache={self.tmp}/T.txt",
+                         "E=FAKE_VARIANT=E FAKE_IPS=11,9 base/train --autotune-cache E.txt", "--rounds", "2")
+        self.assertEqual(self.runs_of(result)[1], ["T", "E", "E", "T"])
+        self.assertNotIn("fill run,", result.stderr)
+        self.assertIn(f"- autotune caches: T's own `{self.tmp}/T.txt`; E's own `{self.tmp}/E.txt`\n", result.stdout)
+        self.assertIn("- no fill run: every variant brought its own cache", result.stdout)
+        self.assertIn("rounds disagree (1 of 2 faster)", result.stdout)
 
 
 class ThreeVariants(AbTest):
@@ -235,7 +273,10 @@ class UsageErrors(AbTest):
                  ((a, "b=FAKE_IPS=1"), "b: 'FAKE_IPS=1' names no binary"),
                  ((a, "b=new/train 'unclosed"), "b: \"new/train 'unclosed\": No closing quotation"),
                  ((a, "b=new/train --batch 256"), "b: --batch is set by ab.py for every run (use ab.py's --batch)"),
-                 ((a, "b=new/train --autotune-cache=x"), "b: --autotune-cache is set by ab.py for every run"),
+                 ((a, "b=new/train --autotune-cache=x"), "b: --autotune-cache x: no such file"),
+                 ((a, "b=new/train --autotune-cache"), "b: --autotune-cache needs a file"),
+                 ((a, "b=new/train --autotune-cache a-file --autotune-cache=a-file"),
+                  "b: --autotune-cache given 2 times"),
                  ((a, b, "--rounds", "1"), "--rounds must be at least 2, not 1"),
                  ((a, b, "--timeout", "0"), "--timeout must be a positive number of seconds, not 0"),
                  ((a, b, "--out", str(self.tmp)), "is a directory"),
@@ -405,8 +446,8 @@ class ClockSummaries(unittest.TestCase):
 class Verdict(unittest.TestCase):
     def test_ties_count_neither_way(self):
         def pair(base, other):
-            return ab.verdict(ab.Variant("a", "", {}, Path("x"), [], base),
-                              ab.Variant("b", "", {}, Path("x"), [], other))
+            return ab.verdict(ab.Variant("a", "", {}, Path("x"), [], figures=base),
+                              ab.Variant("b", "", {}, Path("x"), [], figures=other))
 
         self.assertEqual(pair([1, 1], [2, 3]), "faster in every round")
         self.assertEqual(pair([2, 3], [1, 1]), "slower in every round")
