@@ -12,11 +12,11 @@ One fill run of the first variant comes first (it fills the cache, so that every
 same cuDNN algorithms; not counted). A variant whose command gives `--autotune-cache FILE` runs
 with that file, which must exist, instead of the shared cache: two caches of one autotune pass that
 differ in chosen engines, say, run by the same binary. The fill run is then the first variant's that
-shares the cache; where none does, there is none. Then --rounds rounds, each running every variant once: round 1
-in the order given, round 2 in the reverse order, round 3 in the order given, and so on, so that no
-variant always runs first (A B, B A, A B, B A). The report gives each round's images/s, the medians,
-ms per step, and for each variant against the first the change in ms per step, and whether it was
-faster (or slower) in every round or the rounds disagree.
+shares the cache; where none does, there is none. Then --rounds rounds, each running every variant
+once: round 1 in the order given, round 2 in the reverse order, round 3 in the order given, and so
+on, so that no variant always runs first (A B, B A, A B, B A). The report gives each round's
+images/s, the medians, ms per step, and for each variant against the first the change in ms per
+step, and whether it was faster (or slower) in every round or the rounds disagree.
 
     mkdir -p /tmp/base && git archive main | tar -x -C /tmp/base && make -C /tmp/base
     python3 bench/ab.py main=/tmp/base/bin/train new=bin/train --rounds 4

@@ -25,8 +25,8 @@
 #include "model/gemm_wgrad.h"
 #include "model/training_network_state.h"
 
-// Whether block b's conv2 is a 3x3 stride-1 conv with a pad of 1 that kernels/conv3x3.h takes.
 namespace {
+// Whether block b's conv2 is a 3x3 stride-1 conv with a pad of 1 that kernels/conv3x3.h takes.
 bool conv3x3_takes(const Block& b) {
   const ConvGeometry& g = b.c2.geometry();
   return g.r == 3 && g.stride == 1 && g.pad == 1 && conv3x3_refusal(conv2_shape(b)).empty();
