@@ -1,7 +1,8 @@
 // The 1x1 conv's data gradients with a BN backward's sums (kernels/conv1x1_dgrad_join.h,
 // kernels/conv1x1_dgrad_bn.h): kernels/conv1x1_stats_kernel.cuh with BnGradEpilogue, B (the filter)
-// read N-major, 128x64 tiles, the joins' on the ping-pong schedule and conv3's cooperative (see
-// launch_dgrad); with the weight gradient too, kernels/conv1x1_dgrad_wgrad_kernel.cuh (cooperative). Compiled only where CONV1X1_WITH_CUTLASS is
+// read N-major, 128x64 tiles, on the schedule the caller asks (by default the joins' ping-pong and
+// conv3's cooperative); with the weight gradient too, kernels/conv1x1_dgrad_wgrad_kernel.cuh
+// (cooperative). Compiled only where CONV1X1_WITH_CUTLASS is
 // set (sm_90a); elsewhere every shape is refused.
 #include "kernels/conv1x1_dgrad_bn.h"
 #include "kernels/conv1x1_dgrad_join.h"
@@ -42,18 +43,17 @@ typename K::Params dgrad_params(const void* dy, const void* w, int m, int k, int
   return p;
 }
 
-// The resident kernel with Epilogue for dx = dy w: ping-pong (each warpgroup its own tiles, one's
-// epilogue beside the other's mainloop) or cooperative (both on each tile, one staging and side
-// buffer, so more stages: 7 against 6 for conv3's, 6 against 3 for the joins'). Measured both
-// ways (H200, 2026-12-02, bench/ab.py, 600 timed steps;
-// bench/results/levers-session44-nvidia-h200-2026-12-02.md): conv3's (Inner: one tile read beside
-// dx, k up to 2048, a long mainloop) cooperative made the step 0.41% and 0.19% faster at batch 256
-// (7 of 8 rounds) and 0.08% at 128 (3 of 3); the joins' (three tiles beside dx, k up to 512: the
-// epilogue as long as the mainloop, the overlap worth more than the stages) 1.50% slower.
-template <class Epilogue, bool kPingPong>
+// The resident kernel with Epilogue for dx = dy w on either schedule (kernels/conv1x1_schedule.h;
+// each kernel's default and why: Conv1x1DgradJoin::schedule, Conv1x1DgradBn::schedule).
+template <class Epilogue>
 void launch_dgrad(const void* dy, const void* w, int m, int k, int c, const typename Epilogue::Params& epilogue,
-                  cudaStream_t stream) {
-  using K = trainer_kernels::ResidentConv<kTileM, kTileN, trainer_kernels::Operand::Stored, kPingPong, Epilogue>;
+                  Conv1x1Schedule schedule, cudaStream_t stream) {
+  using trainer_kernels::Operand;
+  if (schedule == Conv1x1Schedule::PingPong) {
+    using K = trainer_kernels::ResidentConv<kTileM, kTileN, Operand::Stored, true, Epilogue>;
+    return launch<K>(dgrad_params<K>(dy, w, m, k, c, epilogue), stream);
+  }
+  using K = trainer_kernels::ResidentConv<kTileM, kTileN, Operand::Stored, false, Epilogue>;
   launch<K>(dgrad_params<K>(dy, w, m, k, c, epilogue), stream);
 }
 
@@ -164,7 +164,7 @@ void conv1x1_dgrad_join(const Conv1x1DgradJoin& a, cudaStream_t stream) {
     e.half_w = evens(a.img_w);
   }
   e.partials = a.partials;
-  launch_dgrad<trainer_kernels::JoinGradEpilogue, true>(a.dy, a.w, a.m, a.k, a.c, e, stream);
+  launch_dgrad<trainer_kernels::JoinGradEpilogue>(a.dy, a.w, a.m, a.k, a.c, e, a.schedule, stream);
 #else
   (void)stream;
 #endif
@@ -194,6 +194,8 @@ void conv1x1_dgrad_bn(const Conv1x1DgradBn& a, cudaStream_t stream) {
       !why.empty())
     throw Fatal("conv1x1_dgrad_bn: " + why);
   if (const std::string why = inner_grad_args_refusal(a); !why.empty()) throw Fatal("conv1x1_dgrad_bn: " + why);
+  if (a.dw_partials && a.schedule != Conv1x1Schedule::Cooperative)
+    throw Fatal("conv1x1_dgrad_bn: the weight gradient is taken beside with the cooperative schedule only");
   if (!a.w) throw Fatal("conv1x1_dgrad_bn: a tensor it reads or writes is missing");
   if (const std::string why = dy_from_join_refusal(a, a.dz, a.dw_partials); !why.empty())
     throw Fatal("conv1x1_dgrad_bn: " + why);
@@ -203,7 +205,7 @@ void conv1x1_dgrad_bn(const Conv1x1DgradBn& a, cudaStream_t stream) {
     launch_dgrad_wgrad<E>(a.dy, a.w, a.m, a.k, a.c, inner_grad_params<E>(a), a.dw_partials, stream, a.dy_x,
                           a.dy_coef);
   else
-    launch_dgrad<E, false>(a.dy, a.w, a.m, a.k, a.c, inner_grad_params<E>(a), stream);
+    launch_dgrad<E>(a.dy, a.w, a.m, a.k, a.c, inner_grad_params<E>(a), a.schedule, stream);
 #else
   (void)stream;
 #endif

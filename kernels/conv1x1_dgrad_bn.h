@@ -26,6 +26,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/conv1x1_finalize.h"
+#include "kernels/conv1x1_schedule.h"
 
 struct Conv1x1DgradBn {
   const void* dy;      // fp16 [m, k]: the conv's output gradient
@@ -55,6 +56,12 @@ struct Conv1x1DgradBn {
   // dy_coef[2k + j] for output channel j, in fp32 rounded once to fp16 (kernels/conv1x1_dgrad_wgrad_kernel.cuh).
   const void* dy_x = nullptr;
   const float* dy_coef = nullptr;
+  // Cooperative by default: with k up to 2048 its mainloop is long and its epilogue reads one tile
+  // beside dx, so both warpgroups on each stage (7 stages against 6) win over ping-pong's overlap:
+  // -0.41% and -0.19% a step at batch 256, -0.08% at 128 (H200, 2026-12-02,
+  // bench/results/levers-session44-nvidia-h200-2026-12-02.md). The kernel that takes dw too is
+  // cooperative only.
+  Conv1x1Schedule schedule = Conv1x1Schedule::Cooperative;
 };
 
 // "" where this build and GPU run the shape, else why not.

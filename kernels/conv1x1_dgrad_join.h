@@ -23,6 +23,8 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/conv1x1_schedule.h"
+
 struct Conv1x1DgradJoin {
   const void* dy;  // fp16 [m, k]: the conv's output gradient
   const void* w;   // fp16 [k, c]: its KRSC filter
@@ -51,6 +53,11 @@ struct Conv1x1DgradJoin {
   // (else those rows are not written), for bn_backward_from_sums.
   float* partials;
   int m, k, c;
+  // Ping-pong by default: its epilogue reads three tiles beside dx and is as long as the mainloop
+  // (k up to 512), and the overlap is worth more than cooperative's stages (6 against 3): all the
+  // joins cooperative made the step 1.50% slower at batch 256 (H200, 2026-12-02,
+  // bench/results/levers-session44-nvidia-h200-2026-12-02.md).
+  Conv1x1Schedule schedule = Conv1x1Schedule::PingPong;
 };
 
 // "" where this build and GPU run the shape, else why not.

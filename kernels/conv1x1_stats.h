@@ -21,10 +21,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/conv1x1_finalize.h"
-
-// Its two schedules: each consumer warpgroup on every other tile, their mainloops by turns, so that
-// one stores while the other multiplies (PingPong; bin/train's), or both on each tile (Cooperative).
-enum class Conv1x1Schedule { PingPong, Cooperative };
+#include "kernels/conv1x1_schedule.h"
 
 // The previous block's join as the GEMM reads x: out = relu(x * scale + shift + shortcut), the
 // shortcut res as it is (identity) or res * res_scale + res_shift (a projection's BN), from fp32

@@ -430,15 +430,17 @@ LabVersion halo_dgrad_version(Lab& lab, ConvCase& c, std::function<void()> poiso
 }
 
 // The trainer's data gradient of a 1x1 conv whose input was relu(bn(x)), with the ReLU and BN backward
-// sums (kernels/conv1x1_dgrad_bn.h), then bn_backward_from_sums: dy as stored; with the weight
-// gradient's parts beside (layer1's conv3, 256 output channels); and with dy made from the join as it
-// is read (own-join-apply), here dz = dy, a3 = 0 and the coefficients (1, 0, 0), so that dy is the
-// same and the reference holds, while the kernel loads both tiles and makes dy in each stage.
-enum class Own1x1 { Stored, WithDw, FromJoin };
+// sums (kernels/conv1x1_dgrad_bn.h), then bn_backward_from_sums: dy as stored, on the trainer's
+// cooperative schedule and on ping-pong (Conv1x1DgradBn::schedule); with the weight gradient's parts
+// beside (layer1's conv3, 256 output channels); and with dy made from the join as it is read
+// (own-join-apply), here dz = dy, a3 = 0 and the coefficients (1, 0, 0), so that dy is the same and
+// the reference holds, while the kernel loads both tiles and makes dy in each stage.
+enum class Own1x1 { Stored, StoredPingPong, WithDw, FromJoin };
 LabVersion own1x1_dgrad_version(Lab& lab, ConvCase& c, Own1x1 mode, std::function<void()> poison,
                                 std::function<std::vector<LabCheck>()> check) {
-  const char* how = mode == Own1x1::Stored ? "dy stored"
-                    : mode == Own1x1::WithDw ? "dy stored, dw's parts beside"
+  const char* how = mode == Own1x1::Stored           ? "dy stored"
+                    : mode == Own1x1::StoredPingPong ? "dy stored, the ping-pong schedule"
+                    : mode == Own1x1::WithDw         ? "dy stored, dw's parts beside"
                                               : "dy made from the join's dz and a3 as read, dw's parts beside";
   const std::string name = std::string("our 1x1 data gradient + ReLU and BN backward sums (") + how +
                            "), then bn_backward_from_sums";
@@ -447,7 +449,7 @@ LabVersion own1x1_dgrad_version(Lab& lab, ConvCase& c, Own1x1 mode, std::functio
             const ConvGeometry& g = c.G;
             const int m = g.n * g.h * g.w;
             if (g.r != 1 || g.stride != 1 || g.pad != 0) return Prepared{.refused = "not a 1x1 stride-1 conv"};
-            const bool dw = mode != Own1x1::Stored;
+            const bool dw = mode == Own1x1::WithDw || mode == Own1x1::FromJoin;
             if (const std::string why = dw ? conv1x1_dgrad_bn_dw_refusal(m, g.k, g.c) : conv1x1_dgrad_bn_refusal(m, g.k, g.c);
                 !why.empty())
               return Prepared{.refused = why};
@@ -467,7 +469,8 @@ LabVersion own1x1_dgrad_version(Lab& lab, ConvCase& c, Own1x1 mode, std::functio
                                                    .mean = c.bnp.save_mean.f32(), .invstd = c.bnp.save_invstd.f32(),
                                                    .scale = c.s_h.get(), .shift = c.b_h.get(), .partials = partials,
                                                    .m = m, .k = g.k, .c = g.c};
-                                  if (mode != Own1x1::Stored) a.dw_partials = parts->f32();
+                                  if (mode == Own1x1::WithDw || mode == Own1x1::FromJoin) a.dw_partials = parts->f32();
+                                  if (mode == Own1x1::StoredPingPong) a.schedule = Conv1x1Schedule::PingPong;
                                   if (mode == Own1x1::FromJoin) a.dy_x = a3->get(), a.dy_coef = coef->f32();
                                   conv1x1_dgrad_bn(a, lab.stream());
                                   const BnChannelState st = c.bnp.state();
@@ -552,7 +555,7 @@ void conv_dgrad(Lab& lab, ConvCase& c) {
   versions.push_back(taps_dgrad_version(lab, c, poison, [&] { return checks(false); }));
   versions.push_back(halo_dgrad_version(lab, c, poison, [&] { return checks(true); }));
   // Our 1x1 kernel, with and without the weight gradient and dy from the join.
-  for (Own1x1 mode : {Own1x1::Stored, Own1x1::WithDw, Own1x1::FromJoin})
+  for (Own1x1 mode : {Own1x1::Stored, Own1x1::StoredPingPong, Own1x1::WithDw, Own1x1::FromJoin})
     versions.push_back(own1x1_dgrad_version(lab, c, mode, poison, [&] { return checks(true); }));
   lab.measure("conv-dgrad", c.shape(), "fp16 NHWC", 0, versions);
 }

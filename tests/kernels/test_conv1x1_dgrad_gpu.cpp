@@ -50,6 +50,7 @@ struct Case {
   bool dw = false;  // Inner: the weight gradient taken too (Conv1x1DgradBn::dw_partials)
   bool from_join = false;  // Inner with dw: dy made from the join's dz and a3 as it is read (dy_x)
   bool own_g = false;      // Join: the shortcut's part in a buffer of its own (Conv1x1DgradJoin::g)
+  bool other_schedule = false;  // the schedule that is not the kernel's default (Join: cooperative; Inner: ping-pong)
 };
 
 // conv3's (or a projection shortcut's) output gradient as the join's BN backward gives it: dy =
@@ -207,12 +208,14 @@ void check_against_reference(const Case& t) {
     Conv1x1DgradJoin a = in.args(t, dz, part);
     if (compact) a.g_even = g_even.get(), a.img_h = t.img_h, a.img_w = t.img_w;
     if (t.own_g) a.g = own_g.get();
+    if (t.other_schedule) a.schedule = Conv1x1Schedule::Cooperative;
     conv1x1_dgrad_join(a, ctx().stream);
   }
   DeviceTensor dw_parts(t.dw ? conv1x1_dw_partials_bytes(t.m, t.k, t.c) / 4 : 1, DType::F32, "dw parts"),
       dw(size_t(t.k) * t.c, DType::F16, "dw");
   if (!join) {
     Conv1x1DgradBn a = in.inner_args(t, dz, part);
+    if (t.other_schedule) a.schedule = Conv1x1Schedule::PingPong;
     if (t.dw) {
       dw_parts.poison();
       dw.poison();
@@ -302,6 +305,17 @@ TEST(Conv1x1DgradJoin, TheShortcutsPartInABufferOfItsOwnMatchesTheReference) {
   for (bool dual : {false, true}) {
     Case t{128 * 8, 64, 64, dual};
     t.own_g = true;
+    check_against_reference(t);
+  }
+}
+
+// On the cooperative schedule (Conv1x1DgradJoin::schedule), both warpgroups on each tile: one tile
+// a CTA; a projection with 16 columns, each CTA walking several tiles; more k-tiles than stages; a
+// stride-2 shortcut's part compact.
+TEST(Conv1x1DgradJoin, TheCooperativeScheduleMatchesTheReference) {
+  for (Case t : {Case{128 * 8, 64, 256, false}, Case{128 * 24, 128, 1024, true}, Case{128 * 8, 512, 256, true},
+                 Case{128 * 15, 128, 128, true, Kind::Join, 6, 10}}) {
+    t.other_schedule = true;
     check_against_reference(t);
   }
 }
@@ -428,6 +442,26 @@ TEST(Conv1x1DgradBn, TheWeightGradientAtOtherChannelsIsRefused) {
 // 16 k-tiles (layer3's 1024 -> 256) and two tiles a CTA (64 rows of tiles over 4 columns).
 TEST(Conv1x1DgradBn, SeveralTilesACtaAndMoreKTilesThanStagesMatchTheReference) {
   check_against_reference({128 * 64, 1024, 256, false, Kind::Inner});
+}
+
+// On the ping-pong schedule (Conv1x1DgradBn::schedule), each warpgroup its own tiles: one column,
+// then several tiles a CTA and more k-tiles than stages.
+TEST(Conv1x1DgradBn, ThePingPongScheduleMatchesTheReference) {
+  for (Case t : {Case{128 * 16, 256, 64, false, Kind::Inner}, Case{128 * 64, 1024, 256, false, Kind::Inner}}) {
+    t.other_schedule = true;
+    check_against_reference(t);
+  }
+}
+
+// The kernel that takes dw too runs cooperative only: ping-pong with dw is refused.
+TEST(Conv1x1DgradBn, ThePingPongScheduleWithTheWeightGradientIsRefused) {
+  SKIP_UNLESS_RUNS(conv1x1_dgrad_bn_dw_refusal, 128, 256, 64);
+  DeviceTensor any(128 * 256, DType::F32);  // stands for every tensor: nothing runs
+  Conv1x1DgradBn a{.dy = any.get(), .w = any.get(), .dz = any.get(), .x = any.get(), .mean = any.f32(),
+                   .invstd = any.f32(), .scale = any.get(), .shift = any.get(), .partials = any.f32(), .m = 128,
+                   .k = 256, .c = 64, .dw_partials = any.f32()};
+  a.schedule = Conv1x1Schedule::PingPong;
+  expect_refused([&] { conv1x1_dgrad_bn(a, ctx().stream); }, "cooperative schedule only");
 }
 
 TEST(Conv1x1DgradBn, ShapesTheTilesDoNotCoverAndMissingArgumentsAreRefused) {
