@@ -2,8 +2,8 @@
 // kernels/conv1x1_dgrad_bn.h): kernels/conv1x1_stats_kernel.cuh with BnGradEpilogue, B (the filter)
 // read N-major, 128x64 tiles, on the schedule the caller asks (by default the joins' ping-pong and
 // conv3's cooperative); with the weight gradient too, kernels/conv1x1_dgrad_wgrad_kernel.cuh
-// (cooperative). Compiled only where CONV1X1_WITH_CUTLASS is
-// set (sm_90a); elsewhere every shape is refused.
+// (cooperative). Compiled only where CONV1X1_WITH_CUTLASS is set (sm_90a); elsewhere every shape
+// is refused.
 #include "kernels/conv1x1_dgrad_bn.h"
 #include "kernels/conv1x1_dgrad_join.h"
 

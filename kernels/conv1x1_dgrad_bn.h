@@ -57,10 +57,10 @@ struct Conv1x1DgradBn {
   const void* dy_x = nullptr;
   const float* dy_coef = nullptr;
   // Cooperative by default: with k up to 2048 its mainloop is long and its epilogue reads one tile
-  // beside dx, so both warpgroups on each stage (7 stages against 6) win over ping-pong's overlap:
-  // -0.41% and -0.19% a step at batch 256, -0.08% at 128 (H200, 2026-12-02,
-  // bench/results/levers-session44-nvidia-h200-2026-12-02.md). The kernel that takes dw too is
-  // cooperative only.
+  // beside dx, so both warpgroups on each stage (7 stages against ping-pong's 6, by CUTLASS's count
+  // for the shared memory left) win over ping-pong's overlap: -0.41% and -0.19% a step at batch
+  // 256, -0.08% at 128 (H200, 2026-12-02, bench/results/levers-session44-nvidia-h200-2026-12-02.md).
+  // The kernel that takes dw too is cooperative only.
   Conv1x1Schedule schedule = Conv1x1Schedule::Cooperative;
 };
 

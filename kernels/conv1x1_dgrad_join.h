@@ -54,9 +54,9 @@ struct Conv1x1DgradJoin {
   float* partials;
   int m, k, c;
   // Ping-pong by default: its epilogue reads three tiles beside dx and is as long as the mainloop
-  // (k up to 512), and the overlap is worth more than cooperative's stages (6 against 3): all the
-  // joins cooperative made the step 1.50% slower at batch 256 (H200, 2026-12-02,
-  // bench/results/levers-session44-nvidia-h200-2026-12-02.md).
+  // (k up to 512), and the overlap is worth more than cooperative's stages (6 against ping-pong's
+  // 3, whose side tiles take 96 KB of shared memory): all the joins cooperative made the step
+  // 1.50% slower at batch 256 (H200, 2026-12-02, bench/results/levers-session44-nvidia-h200-2026-12-02.md).
   Conv1x1Schedule schedule = Conv1x1Schedule::PingPong;
 };
 

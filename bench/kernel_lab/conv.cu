@@ -462,14 +462,14 @@ LabVersion own1x1_dgrad_version(Lab& lab, ConvCase& c, Own1x1 mode, std::functio
             CUDA_CHECK(cudaMemset(a3->get(), 0, a3->count() * dtype_size(kT)));
             lab.reserve_workspace(conv1x1_dgrad_bn_partials_bytes(m, g.c));
             return Prepared{.run =
-                                [&lab, &c, mode, m, parts, a3, coef] {
+                                [&lab, &c, mode, dw, m, parts, a3, coef] {
                                   const ConvGeometry& g = c.G;
                                   float* partials = static_cast<float*>(lab.workspace());
                                   Conv1x1DgradBn a{.dy = c.DY.get(), .w = c.W.get(), .dz = c.DX.get(), .x = c.X.get(),
                                                    .mean = c.bnp.save_mean.f32(), .invstd = c.bnp.save_invstd.f32(),
                                                    .scale = c.s_h.get(), .shift = c.b_h.get(), .partials = partials,
                                                    .m = m, .k = g.k, .c = g.c};
-                                  if (mode == Own1x1::WithDw || mode == Own1x1::FromJoin) a.dw_partials = parts->f32();
+                                  if (dw) a.dw_partials = parts->f32();
                                   if (mode == Own1x1::StoredPingPong) a.schedule = Conv1x1Schedule::PingPong;
                                   if (mode == Own1x1::FromJoin) a.dy_x = a3->get(), a.dy_coef = coef->f32();
                                   conv1x1_dgrad_bn(a, lab.stream());
