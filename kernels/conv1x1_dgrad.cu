@@ -1,7 +1,8 @@
 // The 1x1 conv's data gradients with a BN backward's sums (kernels/conv1x1_dgrad_join.h,
 // kernels/conv1x1_dgrad_bn.h): kernels/conv1x1_stats_kernel.cuh with BnGradEpilogue, B (the filter)
 // read N-major, 128x64 tiles, on the schedule the caller asks (by default the joins' ping-pong and
-// conv3's cooperative); with the weight gradient too, kernels/conv1x1_dgrad_wgrad_kernel.cuh
+// conv3's cooperative), a join without a shortcut BN with one side tile fewer (IdentityJoinGradEpilogue:
+// more stages); with the weight gradient too, kernels/conv1x1_dgrad_wgrad_kernel.cuh
 // (cooperative). Compiled only where CONV1X1_WITH_CUTLASS is set (sm_90a); elsewhere every shape
 // is refused.
 #include "kernels/conv1x1_dgrad_bn.h"
@@ -79,6 +80,31 @@ void launch_dgrad_wgrad(const void* dy, const void* w, int m, int k, int c, cons
   else
     launch_dgrad_wgrad_as<Epilogue, false>(dy, w, m, k, c, e, dw_partials, stream, nullptr, nullptr);
 }
+
+// The join epilogue's parameters from a's (checked by conv1x1_dgrad_join).
+template <class E>
+typename E::Params join_params(const Conv1x1DgradJoin& a) {
+  auto evens = [](int side) { return (side + 1) / 2; };
+  typename E::Params e{};
+  e.dz = static_cast<cutlass::half_t*>(a.dz);
+  e.bits = a.relu_bits;
+  e.x = static_cast<const __half*>(a.x);
+  e.mean = a.mean;
+  e.invstd = a.invstd;
+  e.x2 = static_cast<const __half*>(a.x2);
+  e.mean2 = a.mean2;
+  e.invstd2 = a.invstd2;
+  e.g_even = static_cast<const cutlass::half_t*>(a.g_even);
+  e.g = static_cast<const cutlass::half_t*>(a.g);
+  if (a.g_even) {
+    e.img_hw = cutlass::FastDivmod(a.img_h * a.img_w);
+    e.img_w = cutlass::FastDivmod(a.img_w);
+    e.half_h = evens(a.img_h);
+    e.half_w = evens(a.img_w);
+  }
+  e.partials = a.partials;
+  return e;
+}
 #endif
 
 // "" where dy is stored, or made from the join as it is read with all that needs (Conv1x1DgradBn's
@@ -146,25 +172,11 @@ void conv1x1_dgrad_join(const Conv1x1DgradJoin& a, cudaStream_t stream) {
       throw Fatal("conv1x1_dgrad_join: the shortcut's part overlaps the partial sums");
   }
 #if defined(CONV1X1_WITH_CUTLASS)
-  trainer_kernels::JoinGradEpilogue::Params e{};
-  e.dz = static_cast<cutlass::half_t*>(a.dz);
-  e.bits = a.relu_bits;
-  e.x = static_cast<const __half*>(a.x);
-  e.mean = a.mean;
-  e.invstd = a.invstd;
-  e.x2 = static_cast<const __half*>(a.x2);
-  e.mean2 = a.mean2;
-  e.invstd2 = a.invstd2;
-  e.g_even = static_cast<const cutlass::half_t*>(a.g_even);
-  e.g = static_cast<const cutlass::half_t*>(a.g);
-  if (a.g_even) {
-    e.img_hw = cutlass::FastDivmod(a.img_h * a.img_w);
-    e.img_w = cutlass::FastDivmod(a.img_w);
-    e.half_h = evens(a.img_h);
-    e.half_w = evens(a.img_w);
-  }
-  e.partials = a.partials;
-  launch_dgrad<trainer_kernels::JoinGradEpilogue>(a.dy, a.w, a.m, a.k, a.c, e, a.schedule, stream);
+  using trainer_kernels::IdentityJoinGradEpilogue, trainer_kernels::JoinGradEpilogue;
+  if (!a.x2)  // no shortcut BN: two side tiles, and their third's shared memory to the stages
+    return launch_dgrad<IdentityJoinGradEpilogue>(a.dy, a.w, a.m, a.k, a.c, join_params<IdentityJoinGradEpilogue>(a),
+                                                  a.schedule, stream);
+  launch_dgrad<JoinGradEpilogue>(a.dy, a.w, a.m, a.k, a.c, join_params<JoinGradEpilogue>(a), a.schedule, stream);
 #else
   (void)stream;
 #endif

@@ -53,10 +53,12 @@ struct Conv1x1DgradJoin {
   // (else those rows are not written), for bn_backward_from_sums.
   float* partials;
   int m, k, c;
-  // Ping-pong by default: its epilogue reads three tiles beside dx and is as long as the mainloop
-  // (k up to 512), and the overlap is worth more than cooperative's stages (6 against ping-pong's
-  // 3, whose side tiles take 96 KB of shared memory): all the joins cooperative made the step
-  // 1.50% slower at batch 256 (H200, 2026-12-02, bench/results/levers-session44-nvidia-h200-2026-12-02.md).
+  // Ping-pong by default: its epilogue reads two or three tiles beside dx and is as long as the
+  // mainloop (k up to 512), and the overlap is worth more than cooperative's stages (6 against
+  // ping-pong's 3 with a shortcut BN, whose three side tiles take 96 KB of shared memory; 7 against
+  // 5 without): all the joins cooperative made the step 1.50% slower at batch 256 (H200,
+  // 2026-12-02, bench/results/levers-session44-nvidia-h200-2026-12-02.md), and those where dy has
+  // 256 channels or more (4-8 k-tiles a tile) 0.15% slower (session 45's levers file).
   Conv1x1Schedule schedule = Conv1x1Schedule::PingPong;
 };
 

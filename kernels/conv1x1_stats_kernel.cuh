@@ -162,16 +162,21 @@ struct StatsEpilogue {
 // 3x3's filter turned for its data gradient, w'[n][r][s][k], read K-major (ColumnMajor).
 enum class GradKind { Join, Inner };
 
-template <GradKind kKind, class B = cutlass::layout::RowMajor>
+template <GradKind kKind, class B = cutlass::layout::RowMajor, bool kShortcutBn = true>
 struct BnGradEpilogue {
   static constexpr bool kJoin = kKind == GradKind::Join;
+  // A join whose shortcut has a BN (x2) reads a third side tile. The others (12 of the network's 16
+  // joins) keep two, and the 32 KB a slot that frees go to the stages: ping-pong 5 against 3 (their
+  // warps had waited on the stages' TMA loads), the step 1.00% faster at batch 256 and 1.17% at
+  // 128 (H200, 2026-12-02, bench/results/levers-session45-nvidia-h200-2026-12-02.md).
+  static constexpr bool kDual = kJoin && kShortcutBn;
   static constexpr int kSums = kJoin ? 3 : 2;
   // Inner can finalize the BN itself (finalize_column). At the joins it measured slower: each join
   // kernel took about 7 µs longer, with 4 rows of sums a column or 132, and the step 0.9% (H200,
   // 2026-11-29, bench/results/levers-session18-nvidia-h200-2026-11-29.md); they keep the finalize
   // kernel after them.
   static constexpr bool kFinalizes = !kJoin;
-  static constexpr int kSideTensors = kJoin ? 3 : 1;  // tiles read beside its own: g, x and x2, or x
+  static constexpr int kSideTensors = kDual ? 3 : kJoin ? 2 : 1;  // tiles read beside its own: g, x and x2, or x
   using LayoutB = B;
   struct Params {
     cutlass::half_t* dz;   // [m, n]: out, dz (Join: in, the shortcut's part of the gradient, unless g_even)
@@ -270,7 +275,8 @@ struct BnGradEpilogue {
         copy_async(&side[0][row][col], p.x + at);
         if constexpr (kJoin) {
           load_shortcut(&side[1][row][col], int(row0 + row), at, n0, n);
-          if (p.x2) copy_async(&side[2][row][col], p.x2 + at);
+          if constexpr (kDual)
+            if (p.x2) copy_async(&side[2][row][col], p.x2 + at);
           bits[i] = __ldg(p.bits + at / 8);
         }
       }
@@ -278,7 +284,7 @@ struct BnGradEpilogue {
     }
     // dz and the sums from the staged dx and what load() brought; dz stored (Join: over g).
     __device__ void rows(const __half (*staged)[K::kRowPitch], Side side, int64_t row0, int n0, int n, int tt) {
-      const bool dual = kJoin && p.x2 != nullptr;
+      const bool dual = kDual && p.x2 != nullptr;
       asm volatile("cp.async.wait_all;\n" ::: "memory");
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kPerThread; ++i) {
@@ -286,7 +292,9 @@ struct BnGradEpilogue {
         const uint4 dx = *reinterpret_cast<const uint4*>(&staged[row][col]);
         const uint4 xv = *reinterpret_cast<const uint4*>(&side[0][row][col]);
         const uint4 gv = kJoin ? *reinterpret_cast<const uint4*>(&side[1][row][col]) : uint4{};
-        const uint4 x2v = dual ? *reinterpret_cast<const uint4*>(&side[2][row][col]) : uint4{};
+        uint4 x2v{};
+        if constexpr (kDual)
+          if (dual) x2v = *reinterpret_cast<const uint4*>(&side[2][row][col]);
         const __half2* dxh = reinterpret_cast<const __half2*>(&dx);
         const __half2* xh = reinterpret_cast<const __half2*>(&xv);
         const __half2* gh = reinterpret_cast<const __half2*>(&gv);
@@ -352,6 +360,7 @@ struct BnGradEpilogue {
   };
 };
 using JoinGradEpilogue = BnGradEpilogue<GradKind::Join>;
+using IdentityJoinGradEpilogue = BnGradEpilogue<GradKind::Join, cutlass::layout::RowMajor, false>;
 using InnerGradEpilogue = BnGradEpilogue<GradKind::Inner>;
 using TurnedInnerGradEpilogue = BnGradEpilogue<GradKind::Inner, cutlass::layout::ColumnMajor>;
 

@@ -284,8 +284,13 @@ TEST(Conv1x1DgradJoin, ProjectionShortcutSeveralTilesACtaMatchTheReference) {
   check_against_reference({128 * 24, 128, 1024, true});
 }
 
-// 8 k-tiles a tile, more than the pipeline's stages (layer4's conv1: 512 channels in dy).
-TEST(Conv1x1DgradJoin, MoreKTilesThanStagesMatchTheReference) { check_against_reference({128 * 8, 512, 256, true}); }
+// More k-tiles a tile than the pipeline's stages: 8 (layer4's conv1: 512 channels in dy) with a
+// projection BN; 16 with an identity shortcut, whose kernel keeps one side tile fewer and so more
+// stages.
+TEST(Conv1x1DgradJoin, MoreKTilesThanStagesMatchTheReference) {
+  check_against_reference({128 * 8, 512, 256, true});
+  check_against_reference({128 * 8, 1024, 256, false});
+}
 
 // A stride-2 shortcut's part compact at the even pixels: 8x8 images (layer4.0's conv1 input), with
 // the identity shortcut before it as in the network; 6x10 ones, whose rows of tiles start mid-image
@@ -310,11 +315,11 @@ TEST(Conv1x1DgradJoin, TheShortcutsPartInABufferOfItsOwnMatchesTheReference) {
 }
 
 // On the cooperative schedule (Conv1x1DgradJoin::schedule), both warpgroups on each tile: one tile
-// a CTA; a projection with 16 columns, each CTA walking several tiles; more k-tiles than stages; a
-// stride-2 shortcut's part compact.
+// a CTA; a projection with 16 columns, each CTA walking several tiles; more k-tiles than stages,
+// with and without the projection's BN; a stride-2 shortcut's part compact.
 TEST(Conv1x1DgradJoin, TheCooperativeScheduleMatchesTheReference) {
   for (Case t : {Case{128 * 8, 64, 256, false}, Case{128 * 24, 128, 1024, true}, Case{128 * 8, 512, 256, true},
-                 Case{128 * 15, 128, 128, true, Kind::Join, 6, 10}}) {
+                 Case{128 * 8, 1024, 256, false}, Case{128 * 15, 128, 128, true, Kind::Join, 6, 10}}) {
     t.other_schedule = true;
     check_against_reference(t);
   }
