@@ -22,6 +22,9 @@
 using namespace trainer_kernels::conv1x1;
 
 namespace {
+// A side's even rows (columns): the side of a stride-2 shortcut's compact gradient.
+int evens(int side) { return (side + 1) / 2; }
+
 // The data gradient that takes dw too: its k-tiles fixed (dw's accumulators stay in registers).
 constexpr int kDwKTiles = 4;
 
@@ -84,7 +87,6 @@ void launch_dgrad_wgrad(const void* dy, const void* w, int m, int k, int c, cons
 // The join epilogue's parameters from a's (checked by conv1x1_dgrad_join).
 template <class E>
 typename E::Params join_params(const Conv1x1DgradJoin& a) {
-  auto evens = [](int side) { return (side + 1) / 2; };
   typename E::Params e{};
   e.dz = static_cast<cutlass::half_t*>(a.dz);
   e.bits = a.relu_bits;
@@ -148,7 +150,6 @@ void conv1x1_dgrad_join(const Conv1x1DgradJoin& a, cudaStream_t stream) {
     throw Fatal("conv1x1_dgrad_join: a tensor it reads or writes is missing");
   if (!a.x2 != !a.mean2 || !a.x2 != !a.invstd2)
     throw Fatal("conv1x1_dgrad_join: the shortcut's BN needs its input, mean and 1/std together");
-  auto evens = [](int side) { return (side + 1) / 2; };  // a side's even rows (columns), the compact side
   if (a.g_even) {
     if (a.img_h <= 0 || a.img_w <= 0)
       throw Fatal("conv1x1_dgrad_join: the compact shortcut gradient needs dz's image height and width");

@@ -58,7 +58,8 @@ struct Conv1x1DgradJoin {
   // ping-pong's 3 with a shortcut BN, whose three side tiles take 96 KB of shared memory; 7 against
   // 5 without): all the joins cooperative made the step 1.50% slower at batch 256 (H200,
   // 2026-12-02, bench/results/levers-session44-nvidia-h200-2026-12-02.md), and those where dy has
-  // 256 channels or more (4-8 k-tiles a tile) 0.15% slower (session 45's levers file).
+  // 256 channels or more (4-8 k-tiles a tile) 0.15% slower
+  // (bench/results/levers-session45-nvidia-h200-2026-12-02.md).
   Conv1x1Schedule schedule = Conv1x1Schedule::PingPong;
 };
 

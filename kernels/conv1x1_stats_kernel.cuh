@@ -166,9 +166,10 @@ template <GradKind kKind, class B = cutlass::layout::RowMajor, bool kShortcutBn 
 struct BnGradEpilogue {
   static constexpr bool kJoin = kKind == GradKind::Join;
   // A join whose shortcut has a BN (x2) reads a third side tile. The others (12 of the network's 16
-  // joins) keep two, and the 32 KB a slot that frees go to the stages: ping-pong 5 against 3 (their
-  // warps had waited on the stages' TMA loads), the step 1.00% faster at batch 256 and 1.17% at
-  // 128 (H200, 2026-12-02, bench/results/levers-session45-nvidia-h200-2026-12-02.md).
+  // joins) keep two, and the shared memory that frees (32 KB on ping-pong, two staging slots; 16 on
+  // cooperative) goes to the stages: ping-pong 5 against 3 (their warps had waited on the stages'
+  // TMA loads), the step 1.00% faster at batch 256 and 1.17% at 128 (H200, 2026-12-02,
+  // bench/results/levers-session45-nvidia-h200-2026-12-02.md).
   static constexpr bool kDual = kJoin && kShortcutBn;
   static constexpr int kSums = kJoin ? 3 : 2;
   // Inner can finalize the BN itself (finalize_column). At the joins it measured slower: each join
