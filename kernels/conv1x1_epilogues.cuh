@@ -9,7 +9,8 @@
 //   - LayoutB: the filter's layout as the GEMM reads it;
 //   - Params, and Run<K>, one per consumer thread: begin() before the CTA's first tile, values()
 //     with each pair of fp32 accumulators, load() of the side tiles before a tile's mainloop,
-//     rows() of the staged fp16 tile, finish() with the CTA's sums at its end.
+//     rows() of the staged fp16 tile, finish() with the CTA's sums at its end; and for
+//     finalize_column, partials(), arrivals(), channel_inputs() and finalize_channel().
 // StatsEpilogue is the forward's (kernels/conv1x1_stats.h), BnGradEpilogue the data gradients'
 // (kernels/conv1x1_dgrad_join.h, conv1x1_dgrad_bn.h, conv3x3.h).
 #pragma once
