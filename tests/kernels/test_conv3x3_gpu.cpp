@@ -174,6 +174,8 @@ TEST(Conv3x3Halo, ShapesItDoesNotTakeAndMissingArgumentsAreRefused) {
   EXPECT_NE(conv3x3_refusal({2, 28, 28, 64, 64}), "");   // rows not a multiple of 8
   EXPECT_NE(conv3x3_refusal({2, 8, 8, 64, 64}), "");     // an image under a tile
   EXPECT_NE(conv3x3_refusal({2, 64, 64, 64, 64}), "");   // rows over 32 pixels
+  EXPECT_NE(conv3x3_refusal({2, 24, 24, 64, 64}), "");   // rows of 24 (--image-size 24): a tile would start mid-row
+  EXPECT_NE(conv3x3_refusal({2, 12, 16, 64, 64}), "");   // an image of 192 pixels: not whole tiles
   DeviceTensor any(2 * 32 * 32 * 64, DType::F32);  // stands for every tensor: nothing runs
   const Conv3x3Shape s{2, 32, 32, 64, 64};
   try {
