@@ -154,9 +154,8 @@ FRONTEND_FLAGS := -isystem $(CUDNN_FRONTEND_INC) -DCUDNN_FRONTEND_SKIP_JSON_LIB
 build/obj/model/cudnn/%.o build/sanitize/obj/model/cudnn/%.o: CXXFLAGS += $(FRONTEND_FLAGS)
 FRONTEND_OBJ := $(patsubst src/%.cpp,build/obj/%.o,$(wildcard src/model/cudnn/*.cpp))
 $(FRONTEND_OBJ) $(FRONTEND_OBJ:build/%=build/sanitize/%): | $(CUDNN_FRONTEND_STAMP)
-# CUTLASS (PyPI nvidia-cutlass, pinned; its C++ headers only), for our conv kernels on sm_90
-# (kernels/conv1x1_*, conv3x3) and the kernel lab's (bench/kernel_lab/cutlass_*.cu), fetched as
-# cudnn-frontend is. CUTLASS_INC=<dir> uses
+# CUTLASS (PyPI nvidia-cutlass, pinned; its C++ headers only), for our sm_90 convs (kernels/conv1x1_*,
+# conv3x3) and the kernel lab's (bench/kernel_lab/cutlass_*.cu), fetched as cudnn-frontend is. CUTLASS_INC=<dir> uses
 # headers found elsewhere (the GPU machine: carry build/deps/ or a copy of them).
 CUTLASS_VERSION := 4.2.0.0
 CUTLASS_INC ?= build/deps/cutlass-$(CUTLASS_VERSION)/include
