@@ -3,8 +3,11 @@
 
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <regex>
 #include <sstream>
 
@@ -227,4 +230,27 @@ std::string AutotuneCache::still_measuring_line() const {
                                                : "shapes or patterns new to " + path_ + ": another batch or image size";
   return "convs: measuring cuDNN's conv algorithms and fused plans (" + what +
          "); this can take a minute, and they are saved so that later starts skip it";
+}
+
+std::string injected_tool_in(const char* injection_path, std::istream& maps) {
+  if (injection_path && *injection_path) return injection_path;
+  for (std::string line; std::getline(maps, line);) {
+    const size_t path = line.find('/');
+    if (path == std::string::npos) continue;
+    std::string name = line.substr(line.rfind('/') + 1);
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (name.find("injection") != std::string::npos || name.find("sanitizer") != std::string::npos)
+      return line.substr(path);
+  }
+  return "";
+}
+
+std::string injected_cuda_tool() {
+  std::ifstream maps("/proc/self/maps");
+  return injected_tool_in(std::getenv("CUDA_INJECTION64_PATH"), maps);
+}
+
+std::string measured_under_tool(const std::string& tool) {
+  return "measured under a CUDA tool (" + tool + "), whose overhead skews the timings; run once without it to "
+         "fill the cache, then profile";
 }

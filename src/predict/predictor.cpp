@@ -228,7 +228,11 @@ void Predictor::build_network() {
   if (measure) cache.arm_late_notice(kLateNoticeDelay);
   net_ = std::make_unique<InferenceNetwork>(cfg, *ctx_, cache);
   cache.end_late_notice();
-  if (measure && cache.changed()) cache.save();  // new conv choices or fused plans
+  const std::string tool = injected_cuda_tool();
+  if (measure && cache.changed() && tool.empty()) cache.save();  // new conv choices or fused plans
+  else if (measure && cache.changed())
+    std::fprintf(stderr, "warning: the conv choices are not saved to %s: %s\n", cache.path().c_str(),
+                 measured_under_tool(tool).c_str());
   if (cfg.fused_bn)
     for (const std::string& line : fusion_report_lines(net_->fusion_report())) std::printf("%s\n", line.c_str());
   else if (cfg.unfused_patterns)

@@ -91,7 +91,7 @@ class SetUp {
   std::unique_ptr<Checkpoint> resume_;  // --resume, checked; its state goes into the network at the start
   ZeroedRange kept_zero_{};             // the network's statistics_kept_zero(), for the step graph
   std::vector<ZeroedRange> zeroed_at_start_;  // its zeroed_at_step_start(), for the step graph
-  bool cache_saved_ = true;             // the autotune cache's file can be written
+  bool cache_saved_ = true;             // the autotune cache's file can be written, and no CUDA tool skews it
   std::unique_ptr<DecodeProgress> decoding_;  // while images are decoded at start
   PhaseClock phases_;                         // what each part of the start took, for its last line
   GpuWarmUp gpu_warm_up_;                     // the CUDA context, made while the data is read
@@ -312,6 +312,8 @@ void SetUp::build_network() {
   s_.cache = std::make_unique<AutotuneCache>(measure ? opt_.autotune_cache : "", context);
   for (const std::string& w : s_.cache->load()) ranks_.warn_once_per_machine(w);
 
+  const std::string tool = injected_cuda_tool();
+  if (!tool.empty()) cache_saved_ = false;
   const auto start = std::chrono::steady_clock::now();
   if (measure) s_.cache->arm_late_notice(kLateNoticeDelay);
   s_.net = std::make_unique<TrainingNetwork>(cfg, *s_.ctx, *s_.cache);
@@ -322,6 +324,9 @@ void SetUp::build_network() {
   else if (opt_.no_fuse_given && opt_.no_fuse_patterns)
     ranks_.warn_once(kNoFuseWithoutFusion);
   if (measure && cache_saved_ && ranks_.writes() && s_.cache->changed()) s_.cache->save();  // new choices or plans
+  else if (measure && s_.cache->changed() && !tool.empty())
+    ranks_.warn_once_per_machine("the conv choices are not saved to " + opt_.autotune_cache + ": " +
+                                 measured_under_tool(tool));
   s_.params = static_cast<unsigned long>(s_.net->params().total());
   s_.autotune_s = s_.net->algo_report().search_s;
   kept_zero_ = s_.net->statistics_kept_zero();

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -396,6 +397,29 @@ TEST(AutotuneCache, ComposesItsContextLineFromWhatAChoiceDependsOn) {
   EXPECT_EQ(c.key(), "gpu=NVIDIA H100 80GB HBM3;cudnn=91400;precision=fp16;layout=NHWC;tf32=1;api=graph;workspace_mb=1024");
   AutotuneCache cache("", c);
   EXPECT_EQ(cache.context(), c.key());
+}
+
+// A profiler's library, named where one is injected and only there: under one the programs measure
+// without saving. nsys sets the variable; ncu and compute-sanitizer only map their libraries.
+TEST(InjectedCudaTool, NamesTheVariablesLibraryOrAMappedToolLibrary) {
+  const std::string plain =
+      "7f00-7f10 r-xp 00000000 08:01 12 /usr/lib/x86_64-linux-gnu/libcudnn_graph.so.9.14.0\n"
+      "7f10-7f20 r-xp 00000000 08:01 13 /usr/local/cuda/lib64/libcudart.so.13\n"
+      "7ffd-7ffe rw-p 00000000 00:00 0 [stack]\n";
+  std::istringstream none(plain);
+  EXPECT_EQ(injected_tool_in(nullptr, none), "");
+  std::istringstream empty_variable(plain);
+  EXPECT_EQ(injected_tool_in("", empty_variable), "") << "an empty variable injects nothing";
+  std::istringstream with_nsys(plain);
+  EXPECT_EQ(injected_tool_in("/opt/nsys/libToolsInjection64.so", with_nsys), "/opt/nsys/libToolsInjection64.so");
+  std::istringstream with_ncu(plain + "7f30-7f40 r-xp 00000000 08:01 14 /opt/ncu/target/libInterceptorInjectionTarget.so\n");
+  EXPECT_EQ(injected_tool_in(nullptr, with_ncu), "/opt/ncu/target/libInterceptorInjectionTarget.so");
+  std::istringstream with_sanitizer(plain + "7f30-7f40 r-xp 00000000 08:01 15 /usr/local/cuda/compute-sanitizer/libsanitizer-collection.so\n");
+  EXPECT_EQ(injected_tool_in(nullptr, with_sanitizer), "/usr/local/cuda/compute-sanitizer/libsanitizer-collection.so");
+  std::istringstream folder_only("7f30-7f40 r-xp 00000000 08:01 16 /opt/injection/libcudart.so.13\n");
+  EXPECT_EQ(injected_tool_in(nullptr, folder_only), "") << "a folder's name is not a library's";
+  EXPECT_NE(measured_under_tool("/opt/x/libToolsInjection64.so").find("(/opt/x/libToolsInjection64.so)"),
+            std::string::npos);
 }
 
 }  // namespace
