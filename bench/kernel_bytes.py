@@ -5,8 +5,10 @@ Why: at batch 256 an H200 runs bin/train at its 700 W power cap, where a step's 
 energy, and moving bytes costs energy (bench/power_model.py: 117-132 pJ a byte copied through HBM,
 at most 58 through L2 alone, on H200s). The time a kernel takes does not say how many bytes it moved;
 ncu's counters do. One step (the graph's kernels profiled one by one, caches left as the previous
-kernel left them, clocks as they are):
+kernel left them, clocks as they are), after a run without ncu that fills the autotune cache (the
+choices measured under ncu are skewed, and not saved):
 
+    bin/train --data synthetic --batch 256 --steps 1 --no-eval
     ncu --profile-from-start off --cache-control none --clock-control none --graph-profiling node \\
         --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,gpu__time_duration.sum \\
         --csv --log-file step.csv \\
