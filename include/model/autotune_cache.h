@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/late_notice.h"
@@ -109,8 +110,10 @@ class AutotuneCache {
   const std::string& path() const { return path_; }
   const std::string& context() const { return context_; }
   // What the programs print when measuring runs long: shapes and fused patterns missing here are
-  // being measured.
+  // being measured, and saved unless the program said why not (left_unsaved).
   std::string still_measuring_line() const;
+  // The program will not save what it measures, for this reason (measured_under_tool's).
+  void left_unsaved(std::string why) { unsaved_ = std::move(why); }
   // A first start measures every conv and fused pattern, a minute or more with nothing printed. Armed,
   // the first lookup that misses (a search follows it) starts a LateNotice (core/late_notice.h) that
   // prints still_measuring_line() to `out` if it is still going `delay` later; a network found whole
@@ -123,6 +126,7 @@ class AutotuneCache {
   void missed() const;  // a lookup found nothing: starts the armed notice
 
   std::string path_, context_;
+  std::string unsaved_;  // why the program will not save, or ""
   AutotuneEntries all_;
   bool changed_ = false;
   std::optional<std::chrono::milliseconds> notice_delay_;  // armed

@@ -228,8 +228,8 @@ size_t AutotuneCache::entries_here() const {
 std::string AutotuneCache::still_measuring_line() const {
   const std::string what = entries_here() == 0 ? path_ + " has none for this GPU and build yet"
                                                : "shapes or patterns new to " + path_ + ": another batch or image size";
-  return "convs: measuring cuDNN's conv algorithms and fused plans (" + what +
-         "); this can take a minute, and they are saved so that later starts skip it";
+  return "convs: measuring cuDNN's conv algorithms and fused plans (" + what + "); this can take a minute, and " +
+         (unsaved_.empty() ? "they are saved so that later starts skip it" : "they are not saved: " + unsaved_);
 }
 
 std::string injected_tool_in(const char* injection_path, std::istream& maps) {

@@ -225,10 +225,11 @@ void Predictor::build_network() {
                       AutotuneContext{prop_.name, cudnnGetVersion(), cfg.dtype, cfg.layout, cfg.tf32, cfg.conv_api,
                                       trainer_defaults.workspace_mb});
   for (const std::string& w : cache.load()) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  const std::string tool = injected_cuda_tool();
+  if (!tool.empty()) cache.left_unsaved(measured_under_tool(tool));
   if (measure) cache.arm_late_notice(kLateNoticeDelay);
   net_ = std::make_unique<InferenceNetwork>(cfg, *ctx_, cache);
   cache.end_late_notice();
-  const std::string tool = injected_cuda_tool();
   if (measure && cache.changed() && tool.empty()) cache.save();  // new conv choices or fused plans
   else if (measure && cache.changed())
     std::fprintf(stderr, "warning: the conv choices are not saved to %s: %s\n", cache.path().c_str(),

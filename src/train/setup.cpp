@@ -313,7 +313,10 @@ void SetUp::build_network() {
   for (const std::string& w : s_.cache->load()) ranks_.warn_once_per_machine(w);
 
   const std::string tool = injected_cuda_tool();
-  if (!tool.empty()) cache_saved_ = false;
+  if (!tool.empty()) {
+    cache_saved_ = false;
+    s_.cache->left_unsaved(measured_under_tool(tool));
+  }
   const auto start = std::chrono::steady_clock::now();
   if (measure) s_.cache->arm_late_notice(kLateNoticeDelay);
   s_.net = std::make_unique<TrainingNetwork>(cfg, *s_.ctx, *s_.cache);
