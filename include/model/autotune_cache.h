@@ -114,6 +114,11 @@ class AutotuneCache {
   std::string still_measuring_line() const;
   // The program will not save what it measures, for this reason (measured_under_tool's).
   void left_unsaved(std::string why) { unsaved_ = std::move(why); }
+  // Where a CUDA tool is injected (injected_cuda_tool), leaves the cache unsaved for that reason;
+  // whether one is. The programs call it once CUDA is initialised, before measuring.
+  bool leave_unsaved_under_tool();
+  // The programs' warning where they measured and did not save: the file and why.
+  std::string unsaved_line() const { return "the conv choices are not saved to " + path_ + ": " + unsaved_; }
   // A first start measures every conv and fused pattern, a minute or more with nothing printed. Armed,
   // the first lookup that misses (a search follows it) starts a LateNotice (core/late_notice.h) that
   // prints still_measuring_line() to `out` if it is still going `delay` later; a network found whole

@@ -250,6 +250,12 @@ std::string injected_cuda_tool() {
   return injected_tool_in(std::getenv("CUDA_INJECTION64_PATH"), maps);
 }
 
+bool AutotuneCache::leave_unsaved_under_tool() {
+  const std::string tool = injected_cuda_tool();
+  if (!tool.empty()) left_unsaved(measured_under_tool(tool));
+  return !tool.empty();
+}
+
 std::string measured_under_tool(const std::string& tool) {
   return "measured under a CUDA tool (" + tool + "), whose overhead skews the timings; run once without it to "
          "fill the cache, then profile";

@@ -225,15 +225,13 @@ void Predictor::build_network() {
                       AutotuneContext{prop_.name, cudnnGetVersion(), cfg.dtype, cfg.layout, cfg.tf32, cfg.conv_api,
                                       trainer_defaults.workspace_mb});
   for (const std::string& w : cache.load()) std::fprintf(stderr, "warning: %s\n", w.c_str());
-  const std::string tool = injected_cuda_tool();
-  if (!tool.empty()) cache.left_unsaved(measured_under_tool(tool));
+  const bool under_tool = cache.leave_unsaved_under_tool();
   if (measure) cache.arm_late_notice(kLateNoticeDelay);
   net_ = std::make_unique<InferenceNetwork>(cfg, *ctx_, cache);
   cache.end_late_notice();
-  if (measure && cache.changed() && tool.empty()) cache.save();  // new conv choices or fused plans
+  if (measure && cache.changed() && !under_tool) cache.save();  // new conv choices or fused plans
   else if (measure && cache.changed())
-    std::fprintf(stderr, "warning: the conv choices are not saved to %s: %s\n", cache.path().c_str(),
-                 measured_under_tool(tool).c_str());
+    std::fprintf(stderr, "warning: %s\n", cache.unsaved_line().c_str());
   if (cfg.fused_bn)
     for (const std::string& line : fusion_report_lines(net_->fusion_report())) std::printf("%s\n", line.c_str());
   else if (cfg.unfused_patterns)

@@ -312,11 +312,8 @@ void SetUp::build_network() {
   s_.cache = std::make_unique<AutotuneCache>(measure ? opt_.autotune_cache : "", context);
   for (const std::string& w : s_.cache->load()) ranks_.warn_once_per_machine(w);
 
-  const std::string tool = injected_cuda_tool();
-  if (!tool.empty()) {
-    cache_saved_ = false;
-    s_.cache->left_unsaved(measured_under_tool(tool));
-  }
+  const bool under_tool = s_.cache->leave_unsaved_under_tool();
+  if (under_tool) cache_saved_ = false;
   const auto start = std::chrono::steady_clock::now();
   if (measure) s_.cache->arm_late_notice(kLateNoticeDelay);
   s_.net = std::make_unique<TrainingNetwork>(cfg, *s_.ctx, *s_.cache);
@@ -327,9 +324,8 @@ void SetUp::build_network() {
   else if (opt_.no_fuse_given && opt_.no_fuse_patterns)
     ranks_.warn_once(kNoFuseWithoutFusion);
   if (measure && cache_saved_ && ranks_.writes() && s_.cache->changed()) s_.cache->save();  // new choices or plans
-  else if (measure && s_.cache->changed() && !tool.empty())
-    ranks_.warn_once_per_machine("the conv choices are not saved to " + opt_.autotune_cache + ": " +
-                                 measured_under_tool(tool));
+  else if (measure && s_.cache->changed() && under_tool)
+    ranks_.warn_once_per_machine(s_.cache->unsaved_line());
   s_.params = static_cast<unsigned long>(s_.net->params().total());
   s_.autotune_s = s_.net->algo_report().search_s;
   kept_zero_ = s_.net->statistics_kept_zero();

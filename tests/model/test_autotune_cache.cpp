@@ -320,6 +320,7 @@ TEST(AutotuneCache, StillMeasuringLineSaysWhyTheSearchRuns) {
   EXPECT_EQ(c.still_measuring_line(),
             "convs: measuring cuDNN's conv algorithms and fused plans (shapes or patterns new to cache.txt: another "
             "batch or image size); this can take a minute, and they are not saved: measured under a CUDA tool (libX.so)");
+  EXPECT_EQ(c.unsaved_line(), "the conv choices are not saved to cache.txt: measured under a CUDA tool (libX.so)");
 }
 
 // The armed notice (what bin/train and bin/predict print when a first start measures for long):
