@@ -74,17 +74,10 @@ section_bench() {
   grep -E "^\|" "$LOGS/bench.log" | tail -24
 }
 
-section_accuracy() {
-  local d=$LOGS/accuracy
-  local rungs=(train-baseline train-fusedbn train-cudagraph train-wgradstream)
-  mkdir -p "$d"
-  for v in "${rungs[@]}"; do
-    ./bin/$v --data fashion-mnist --batch 128 --epochs 15 --json >"$d/$v.jsonl" 2>"$d/$v.err" &
-  done
-  wait
-  for v in "${rungs[@]}"; do
-    echo "$v: $(grep '"summary"' "$d/$v.jsonl" | python3 -c 'import json,sys; s=json.load(sys.stdin); print("test acc %.2f%%" % (100*s["final_test_acc"]))' 2>/dev/null || tail -1 "$d/$v.err")"
-  done
+section_accuracy() {  # each run with an autotune cache of its rung's, not one file for all
+  run accuracy python3 bench/rung_accuracy.py --variants baseline,fusedbn,cudagraph,wgradstream --seeds 1 --jobs 4 \
+    --out "bench/results/fmnist-accuracy-$GPU-$DAY.md"
+  grep -E "^\| \`|ended at" "$LOGS/accuracy.log" | head -5
 }
 
 section_folder() {  # training from an image folder: the PNG export of Fashion-MNIST against the idx reader

@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""Does every rung still train a good model? Each rung's final test accuracy on Fashion-MNIST over
+several seeds, against a floor.
+
+A faster rung that trains a worse model is a bug, so the ladder's target is every rung at 93.8% or
+more after 15 epochs, with three seeds where a result is within half a point of that. This tool runs
+every (rung, seed) pair to its end:
+
+    bin/<rung> --data fashion-mnist --epochs E --batch B [flags after --] --seed S --json
+        --autotune-cache <that rung's cache>
+
+--jobs runs at a time. Each run has its own scratch working directory. Each rung keeps one autotune
+cache for all its seeds, in a temporary directory removed at the end, so that runs side by side do
+not write one file. Runs side by side share the GPU, so their epoch times are not throughput
+figures. With several GPUs visible (`nvidia-smi -L`, or the list in CUDA_VISIBLE_DEVICES), the k-th
+job slot runs on the k-th GPU, round robin.
+
+    python3 bench/rung_accuracy.py                                   # the ladder, seeds 1,2,3, 2 at a time
+    python3 bench/rung_accuracy.py --variants graph,fusedbn --seeds 2,3 --out acc.md
+    python3 bench/rung_accuracy.py --variants train --seeds 1 --floor 94 -- --lr 0.03
+
+The report: a row per binary with each seed's final test accuracy, the mean and the lowest; a line
+saying which runs ended below --floor or failed; then every run's test accuracy per epoch. It goes to
+stdout, and to --out FILE.md where given. Exit status 0 when every run ended at the floor or above, 1
+when any ended below it or failed (the report is still written, unless every run failed), 2 for a
+usage error, no GPU or a binary not built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+from lib import runner, table
+
+TOOL = "rung-accuracy"
+# Set by the tool for every run: not to be given after --.
+TOOL_FLAGS = ["--data", "--epochs", "--batch", "--seed", "--json", "--autotune-cache"]
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, except that a usage error is one line (`rung-accuracy: ...`, exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        runner.die(TOOL, f"{message} (see --help)")
+
+
+@dataclass
+class Run:
+    """One (binary, seed) run, and what it left."""
+    binary: str
+    seed: int
+    gpu: str | None = None          # CUDA_VISIBLE_DEVICES given to it (None: left as it was)
+    seconds: float | None = None
+    final: float | None = None      # final test accuracy, 0..1
+    curve: list[float] = field(default_factory=list)  # test accuracy at each epoch, 0..1
+    failure: str | None = None
+    summary: dict = field(default_factory=dict)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    argv = sys.argv[1:] if argv is None else argv
+    extra: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, extra = argv[:at], argv[at + 1:]
+    p = Parser(prog="bench/rung_accuracy.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--variants", default="all", metavar="LIST",
+                   help="rungs to run: ladder names, 'all' (the ladder, the default) or 'train' for bin/train")
+    p.add_argument("--seeds", default="1,2,3", metavar="LIST", help="seeds, a comma list (1,2,3)")
+    p.add_argument("--jobs", type=int, default=2, metavar="N", help="runs at a time (2)")
+    p.add_argument("--floor", type=float, default=93.8, metavar="PCT",
+                   help="the final test accuracy, in percent, that every run must reach (93.8)")
+    p.add_argument("--epochs", type=int, default=15, metavar="E", help="epochs a run (15)")
+    p.add_argument("--batch", type=int, default=128, metavar="B", help="images a step (128)")
+    p.add_argument("--timeout", type=float, default=3600, metavar="S", help="seconds before a run is stopped (3600)")
+    p.add_argument("--bin-dir", type=Path, default=runner.BIN_DIR, metavar="DIR", help="where the binaries are (bin/)")
+    p.add_argument("--out", type=Path, default=None, metavar="FILE.md", help="also write the report here")
+    args = p.parse_args(argv)
+    args.extra = extra
+    args.binaries = runner.parse_variants(p, args.variants)
+    args.seed_list = runner.parse_list(p, "--seeds", args.seeds, int, distinct=True)
+    runner.check_at_least(p, args, jobs=1, epochs=1, batch=1)
+    runner.check_timeout(p, args.timeout)
+    if not 0 < args.floor <= 100:
+        p.error(f"--floor is a percentage above 0 and at most 100, not {args.floor:g}")
+    for flag in extra:
+        if flag.split("=", 1)[0] in TOOL_FLAGS:
+            p.error(f"{flag.split('=', 1)[0]} after -- is set by the tool for every run")
+    runner.check_known(p, "--variants", args.binaries, args.bin_dir)
+    if args.out is not None:
+        if args.out.is_dir():
+            p.error(f"--out {args.out}: is a directory (--out takes a file name, e.g. accuracy.md)")
+        runner.prepare_out_dir(TOOL, args.out.parent)
+    return args
+
+
+def visible_gpus(count: int) -> list[str | None]:
+    """What each job slot's CUDA_VISIBLE_DEVICES is set to: one GPU each, round robin, where several
+    are visible; [None] (left as it is) where one is."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    ids = [g.strip() for g in listed.split(",") if g.strip()] if listed else [str(i) for i in range(count)]
+    return ids if len(ids) > 1 else [None]
+
+
+def result_of(run: Run, out: runner.RunOutput) -> Run:
+    """A finished run's final accuracy and curve from its --json lines, or why it does not count."""
+    run.failure = table.failure_reason(out)
+    objects = table.parse_json_lines(out.stdout)
+    run.curve = [a for o in objects if o.get("event") == "epoch" and (a := table.number(o.get("test_acc"))) is not None]
+    summary = next((o for o in objects if o.get("event") == "summary"), {})
+    run.summary = summary
+    run.final = table.number(summary.get("final_test_acc"))
+    if run.failure is None and run.final is None:
+        run.failure = "its summary has no final test accuracy (was it run with --no-eval?)"
+    return run
+
+
+class Pool:
+    """--jobs worker threads taking runs off a queue; every child is killed if the tool is stopped."""
+
+    def __init__(self, args: argparse.Namespace, binaries: dict[str, Path], scratch: Path):
+        self.args, self.binaries, self.scratch = args, binaries, scratch
+        self.children: set[subprocess.Popen] = set()
+        self.lock = threading.Lock()
+        self.stopping = False
+
+    def command(self, run: Run) -> list[str]:
+        a = self.args
+        return [str(self.binaries[run.binary]), "--data", "fashion-mnist", "--epochs", str(a.epochs), "--batch",
+                str(a.batch), *a.extra, "--seed", str(run.seed), "--json",
+                "--autotune-cache", str(self.scratch / f"{run.binary}.autotune-cache.txt")]
+
+    def execute(self, run: Run) -> runner.RunOutput:
+        cwd = self.scratch / f"{run.binary}-seed{run.seed}"
+        cwd.mkdir()
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": run.gpu} if run.gpu is not None else None
+        try:
+            child = subprocess.Popen(self.command(run), cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, errors="replace")
+        except OSError as e:
+            return runner.RunOutput(127, "", f"error: cannot run {self.binaries[run.binary]}: {e.strerror}")
+        with self.lock:
+            if self.stopping:
+                child.kill()
+            self.children.add(child)
+        try:
+            stdout, stderr = child.communicate(timeout=self.args.timeout)
+            return runner.RunOutput(child.returncode, stdout, stderr, self.args.timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            stdout, stderr = child.communicate()
+            return runner.RunOutput(None, stdout, stderr, self.args.timeout)
+        finally:
+            with self.lock:
+                self.children.discard(child)
+
+    def worker(self, todo: queue.Queue, gpu: str | None, done: list[Run]) -> None:
+        while not self.stopping:
+            try:
+                run = todo.get_nowait()
+            except queue.Empty:
+                return
+            run.gpu = gpu
+            where = f" on GPU {gpu}" if gpu is not None else ""
+            print(f"{TOOL}: {run.binary} seed {run.seed}{where}: started", file=sys.stderr, flush=True)
+            t0 = time.monotonic()
+            out = self.execute(run)
+            run.seconds = time.monotonic() - t0
+            result_of(run, out)
+            how = run.failure or f"{100 * run.final:.2f}%"
+            print(f"{TOOL}: {run.binary} seed {run.seed}: {how} ({run.seconds:.0f} s)", file=sys.stderr, flush=True)
+            with self.lock:
+                done.append(run)
+
+    def run_all(self, runs: list[Run], gpus: list[str | None]) -> list[Run]:
+        todo: queue.Queue = queue.Queue()
+        for r in runs:
+            todo.put(r)
+        done: list[Run] = []
+        threads = [threading.Thread(target=self.worker, args=(todo, gpus[k % len(gpus)], done), daemon=True)
+                   for k in range(min(self.args.jobs, len(runs)))]
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)  # (a bare join would hold off Ctrl-C until the run ends)
+        finally:
+            with self.lock:
+                self.stopping = True
+                for child in self.children:
+                    child.kill()
+        order = {(r.binary, r.seed): k for k, r in enumerate(runs)}
+        return sorted(done, key=lambda r: order[(r.binary, r.seed)])
+
+
+def pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.2f}%"
+
+
+def results_table(runs: list[Run], binaries: list[str], seeds: list[int]) -> str:
+    by = {(r.binary, r.seed): r for r in runs}
+    lines = ["| binary | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | lowest |",
+             "| --- | " + " | ".join("---:" for _ in seeds) + " | ---: | ---: |"]
+    for b in binaries:
+        finals = [by[(b, s)].final for s in seeds if by[(b, s)].failure is None]
+        cells = [pct(by[(b, s)].final) if by[(b, s)].failure is None else "failed" for s in seeds]
+        of = f" ({len(finals)} of {len(seeds)})" if finals and len(finals) < len(seeds) else ""  # failed seeds left out
+        mean, lowest = (statistics.fmean(finals), min(finals)) if finals else (None, None)
+        lines.append(f"| `{b}` | " + " | ".join(cells) + f" | {pct(mean)}{of} | {pct(lowest)}{of} |")
+    return "\n".join(lines) + "\n"
+
+
+def verdict(runs: list[Run], floor: float) -> str:
+    finished = [r for r in runs if r.failure is None]
+    below = [r for r in finished if 100 * r.final < floor - 1e-9]
+    failed = [r for r in runs if r.failure is not None]
+    parts = []
+    if not below and not failed:
+        parts.append(f"Every run ended at {floor:.2f}% or more ({len(runs)} runs).")
+    else:
+        parts.append(f"{len(finished) - len(below)} of {len(runs)} runs ended at {floor:.2f}% or more.")
+    if below:
+        parts.append("Below it: " + ", ".join(f"`{r.binary}` seed {r.seed} ({pct(r.final)})" for r in below) + ".")
+    if failed:
+        parts.append("Failed: " + "; ".join(f"`{r.binary}` seed {r.seed}: {r.failure}" for r in failed) + ".")
+    return " ".join(parts) + "\n"
+
+
+def runs_table(runs: list[Run], several_gpus: bool) -> str:
+    """Each run; with several GPUs, which one it ran on."""
+    gpu_head, gpu_rule = ("GPU | ", "--- | ") if several_gpus else ("", "")
+    lines = [f"| binary | seed | {gpu_head}final | best epoch | seconds | test accuracy per epoch (%) |",
+             f"| --- | ---: | {gpu_rule}---: | --- | ---: | --- |"]
+    for r in runs:
+        best = max(range(len(r.curve)), key=lambda k: r.curve[k]) if r.curve else None
+        best_cell = f"{best + 1} ({pct(r.curve[best])})" if best is not None else "—"
+        curve = " ".join(f"{100 * a:.1f}" for a in r.curve) or "—"
+        final = pct(r.final) if r.failure is None else "failed"
+        gpu = f"{r.gpu} | " if several_gpus else ""
+        lines.append(f"| `{r.binary}` | {r.seed} | {gpu}{final} | {best_cell} | {r.seconds:.0f} | {curve} |")
+    return "\n".join(lines) + "\n"
+
+
+def report(args: argparse.Namespace, argv: list[str], runs: list[Run], gpus: list[str | None], gpu_name: str) -> str:
+    meta = next((r.summary for r in runs if r.summary), {})
+    gpu = str(meta.get("gpu") or gpu_name)
+    date = runner.today()
+    extra = f" {shlex.join(args.extra)}" if args.extra else ""
+    where = (f"on GPUs {', '.join(g for g in gpus if g is not None)}, round robin by job slot" if gpus != [None]
+             else "on one GPU")
+    return (f"# Fashion-MNIST test accuracy of each rung, {gpu}, {date}\n\n"
+            f"- command: `python3 bench/rung_accuracy.py {shlex.join(argv)}`\n"
+            f"- GPU: {gpu}; cuDNN {table.cudnn_version(meta.get('cudnn'))}; date: {date}\n"
+            f"- each run: `bin/<binary> --data fashion-mnist --epochs {args.epochs} --batch {args.batch}{extra} "
+            f"--seed S --json --autotune-cache <its binary's cache>`, in a working directory of its own; "
+            f"{args.jobs} at a time {where}, so the seconds are not throughput figures\n"
+            f"- floor: {args.floor:.2f}% final test accuracy\n\n"
+            + results_table(runs, args.binaries, args.seed_list) + "\n" + verdict(runs, args.floor)
+            + "\n## Each run\n\n" + runs_table(runs, gpus != [None]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    names, binaries = runner.require_gpu_and_binaries(TOOL, args.binaries, args.bin_dir)
+    gpus = visible_gpus(len(names))
+    runs = [Run(b, s) for b in args.binaries for s in args.seed_list]
+    with tempfile.TemporaryDirectory(prefix="rung-accuracy-") as scratch:
+        runs = Pool(args, binaries, Path(scratch)).run_all(runs, gpus)
+    if all(r.failure is not None for r in runs):
+        runner.die(TOOL, f"every run failed (the last: {runs[-1].failure}); nothing written", 1)
+    text = report(args, argv, runs, gpus, names[0])
+    print(text, end="")
+    if args.out is not None:
+        runner.write_files(TOOL, {args.out: text})
+        print(f"{TOOL}: wrote {args.out}", file=sys.stderr)
+    ok = all(r.failure is None and 100 * r.final >= args.floor - 1e-9 for r in runs)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    runner.main_entry(TOOL, main)

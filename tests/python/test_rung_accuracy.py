@@ -1,0 +1,206 @@
+"""bench/rung_accuracy.py against a fake nvidia-smi (fakes.FakeMachine) and fake rung binaries.
+
+A fake rung appends one JSON line per run to calls.log: its name, arguments, working directory,
+CUDA_VISIBLE_DEVICES and start and end times. It prints an epoch line per epoch and a summary whose
+final test accuracy is 0.9375 + 0.001 * seed, less FAKE_DROP where FAKE_DROP_FOR names it. FAKE_FAIL
+("train-graph:2") makes that binary's run of that seed fail; FAKE_SLEEP makes every run sleep."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+import rung_accuracy  # noqa: E402  (bench/ is on sys.path: tests/python/__init__.py)
+
+from tests.python import BENCH
+from tests.python.fakes import FakeMachine, _write_executable
+
+FAKE_RUNG = r'''
+import json, os, sys, time
+from pathlib import Path
+name, args = Path(sys.argv[0]).name, sys.argv[1:]
+seed, epochs = int(args[args.index("--seed") + 1]), int(args[args.index("--epochs") + 1])
+start = time.time()
+time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
+cache = Path(args[args.index("--autotune-cache") + 1])
+with open({log!r}, "a") as log:
+    log.write(json.dumps({{"name": name, "args": args, "cwd": os.getcwd(), "cache_existed": cache.exists(),
+                          "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": start, "end": time.time()}}) + "\n")
+cache.write_text("fake cache")
+if os.environ.get("FAKE_FAIL") == f"{{name}}:{{seed}}":
+    print("error: the fake run failed", file=sys.stderr)
+    sys.exit(1)
+final = 0.9375 + 0.001 * seed - (float(os.environ.get("FAKE_DROP", "0")) if os.environ.get("FAKE_DROP_FOR") == name else 0)
+print("train-x: optimizations [...]")
+for e in range(1, epochs + 1):
+    print(json.dumps({{"event": "epoch", "epoch": e, "test_acc": final - 0.01 * (epochs - e)}}))
+print(json.dumps({{"event": "summary", "gpu": "NVIDIA H100 80GB HBM3", "cudnn": 91400, "final_test_acc": final}}))
+'''
+
+
+class RungAccuracyTest(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.tmp = Path(self._tmp.name)
+        self.machine = FakeMachine(self.tmp)
+        for rung in ("train-fp16", "train-graph", "train"):
+            _write_executable(self.machine.bin_dir / rung,
+                              f"#!{sys.executable} -S\n" + FAKE_RUNG.format(log=str(self.machine.log)))
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def tool(self, *args, **env):
+        """bench/rung_accuracy.py with the fake machine's tools alone on PATH, 2 epochs a run."""
+        environ = {k: v for k, v in os.environ.items() if k not in ("PATH", "PYTHONPATH", "CUDA_VISIBLE_DEVICES")}
+        environ.update(PATH=str(self.machine.tools), **env)
+        quick = [] if "--epochs" in args else ["--epochs", "2"]
+        return subprocess.run([sys.executable, str(BENCH / "rung_accuracy.py"), "--bin-dir", str(self.machine.bin_dir),
+                               *quick, *args], capture_output=True, text=True, env=environ, timeout=60, cwd=self.tmp)
+
+    def calls(self):
+        return [json.loads(line) for line in self.machine.calls()]
+
+    def row(self, stdout, binary):
+        rows = [line for line in stdout.splitlines() if line.startswith(f"| `{binary}` |")]
+        self.assertGreaterEqual(len(rows), 1, stdout)
+        return [cell.strip() for cell in rows[0].strip("|").split("|")]
+
+    def assertUsageError(self, result, fragment):
+        self.assertEqual(result.returncode, 2, result.stderr)
+        lines = result.stderr.splitlines()
+        self.assertEqual(len(lines), 1, result.stderr)
+        self.assertTrue(lines[0].startswith("rung-accuracy: "), lines[0])
+        self.assertIn(fragment, lines[0])
+        self.assertEqual((result.stdout, self.calls()), ("", []), "nothing may run")
+
+
+class EveryRunAtTheFloor(RungAccuracyTest):
+    def test_each_binary_and_seed_its_flags_directory_and_cache(self):
+        out = self.tmp / "results" / "acc.md"
+        result = self.tool("--variants", "fp16,graph", "--seeds", "1,2", "--out", str(out), "--", "--lr", "0.03")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        calls = self.calls()
+        self.assertEqual(sorted((c["name"], c["args"][c["args"].index("--seed") + 1]) for c in calls),
+                         [("train-fp16", "1"), ("train-fp16", "2"), ("train-graph", "1"), ("train-graph", "2")])
+        for c in calls:
+            args = c["args"]
+            self.assertEqual(args[:8], ["--data", "fashion-mnist", "--epochs", "2", "--batch", "128", "--lr", "0.03"])
+            self.assertIn("--json", args)
+            self.assertIsNone(c["gpu"], "one GPU: CUDA_VISIBLE_DEVICES left as it was")
+        self.assertEqual(len({c["cwd"] for c in calls}), 4, "a working directory for each run")
+        caches = {c["name"]: {c2["args"][c2["args"].index("--autotune-cache") + 1] for c2 in calls if c2["name"] == c["name"]}
+                  for c in calls}
+        self.assertEqual([len(v) for v in caches.values()], [1, 1], "one cache a binary, for all its seeds")
+        self.assertNotEqual(caches["train-fp16"], caches["train-graph"])
+        for path in caches["train-fp16"] | caches["train-graph"]:
+            self.assertFalse(Path(path).exists(), "the caches are removed at the end")
+        self.assertEqual(self.row(result.stdout, "train-fp16"), ["`train-fp16`", "93.85%", "93.95%", "93.90%", "93.85%"])
+        self.assertIn("Every run ended at 93.80% or more (4 runs).", result.stdout)
+        self.assertIn("- command: `python3 bench/rung_accuracy.py --bin-dir", result.stdout)
+        self.assertIn("--epochs 2 --batch 128 --lr 0.03 --seed S --json", result.stdout)
+        self.assertIn("GPU: NVIDIA H100 80GB HBM3; cuDNN 9.14.0", result.stdout)
+        each = [line for line in result.stdout.splitlines() if line.startswith("| `train-graph` | 2 |")]
+        self.assertEqual(len(each), 1, result.stdout)
+        self.assertIn("| 93.95% | 2 (93.95%) |", each[0])
+        self.assertTrue(each[0].endswith("| 93.0 94.0 |"), each[0])
+        self.assertEqual(out.read_text(), result.stdout)
+        self.assertIn("rung-accuracy: train-graph seed 2: 93.95%", result.stderr)
+
+    def test_the_default_is_the_ladder_and_three_seeds(self):
+        args = rung_accuracy.parse_args(["--bin-dir", str(self.machine.bin_dir)])
+        self.assertEqual(args.binaries[0], "train-baseline")
+        self.assertEqual(len(args.binaries), 10)
+        self.assertEqual((args.seed_list, args.jobs, args.floor, args.epochs, args.batch), ([1, 2, 3], 2, 93.8, 15, 128))
+
+    def test_jobs_run_side_by_side_and_each_slot_on_its_gpu(self):
+        result = self.tool("--variants", "fp16,graph", "--seeds", "1,2", "--jobs", "2", FAKE_SLEEP="0.5",
+                           CUDA_VISIBLE_DEVICES="3,5")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        calls = sorted(self.calls(), key=lambda c: c["start"])
+        self.assertLess(calls[1]["start"], calls[0]["end"], "the first two runs overlap")
+        self.assertEqual(sorted(c["gpu"] for c in calls), ["3", "3", "5", "5"])
+        self.assertIn("2 at a time on GPUs 3, 5, round robin by job slot", result.stdout)
+        each = [line for line in result.stdout.splitlines() if line.startswith("| `train-fp16` | 1 |")]
+        self.assertRegex(each[0], r"^\| `train-fp16` \| 1 \| [35] \| 93.85% \|", "the run's GPU")
+
+
+class BelowOrFailed(RungAccuracyTest):
+    def test_a_run_below_the_floor_is_named_and_the_exit_status_is_1(self):
+        out = self.tmp / "acc.md"
+        result = self.tool("--variants", "fp16,graph", "--seeds", "1,2", "--out", str(out),
+                           FAKE_DROP="0.001", FAKE_DROP_FOR="train-graph")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("3 of 4 runs ended at 93.80% or more. Below it: `train-graph` seed 1 (93.75%).", result.stdout)
+        self.assertEqual(self.row(result.stdout, "train-graph")[-1], "93.75%", "the lowest")
+        self.assertTrue(out.is_file(), "the report is written all the same")
+
+    def test_a_failed_run_is_a_cell_and_a_reason(self):
+        result = self.tool("--variants", "graph", "--seeds", "1,2", FAKE_FAIL="train-graph:2")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertEqual(self.row(result.stdout, "train-graph"), ["`train-graph`", "93.85%", "failed", "93.85% (1 of 2)", "93.85% (1 of 2)"])
+        self.assertIn("Failed: `train-graph` seed 2: error: the fake run failed.", result.stdout)
+
+    def test_every_run_failed_writes_nothing(self):
+        out = self.tmp / "acc.md"
+        result = self.tool("--variants", "graph", "--seeds", "2", "--out", str(out), FAKE_FAIL="train-graph:2")
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.stdout, "")
+        self.assertTrue(result.stderr.splitlines()[-1].startswith("rung-accuracy: every run failed (the last: "),
+                        result.stderr)
+        self.assertFalse(out.exists())
+
+    def test_a_run_past_its_timeout_is_stopped_and_reported(self):
+        result = self.tool("--variants", "graph", "--seeds", "1", "--timeout", "0.5", FAKE_SLEEP="30")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("every run failed (the last: timed out after 0.5 s)", result.stderr)
+
+
+class Usage(RungAccuracyTest):
+    def test_usage_errors_run_nothing(self):
+        for args, fragment in [
+            (["--", "--seed", "4"], "--seed after -- is set by the tool"),
+            (["--", "--autotune-cache=x.txt"], "--autotune-cache after -- is set by the tool"),
+            (["--seeds", "1,,2"], "--seeds"),
+            (["--seeds", "1,1"], "--seeds"),
+            (["--jobs", "0"], "--jobs must be at least 1"),
+            (["--variants", "fastest"], "no binary 'train-fastest'"),
+            (["--floor", "0"], "--floor is a percentage"),
+            (["--timeout", "nan"], "--timeout must be a positive number"),
+            (["--out", "."], "is a directory"),
+        ]:
+            with self.subTest(args=args):
+                self.assertUsageError(self.tool(*args), fragment)
+
+    def test_no_gpu_and_a_binary_not_built(self):
+        (self.machine.tools / "nvidia-smi").unlink()
+        result = self.tool("--variants", "graph")
+        self.assertEqual((result.returncode, result.stderr.strip()),
+                         (2, "rung-accuracy: no CUDA GPU on this machine; run it on the GPU machine"))
+        _write_executable(self.machine.tools / "nvidia-smi", "#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-1)'\n")
+        result = self.tool("--variants", "nhwc")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("train-nhwc not built: run `make variants`", result.stderr)
+
+
+class VisibleGpus(unittest.TestCase):
+    def test_one_gpu_each_slot_where_several_are_visible(self):
+        saved = os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        try:
+            self.assertEqual(rung_accuracy.visible_gpus(1), [None])
+            self.assertEqual(rung_accuracy.visible_gpus(4), ["0", "1", "2", "3"])
+            os.environ["CUDA_VISIBLE_DEVICES"] = "2, 7"
+            self.assertEqual(rung_accuracy.visible_gpus(8), ["2", "7"])
+            os.environ["CUDA_VISIBLE_DEVICES"] = "6"
+            self.assertEqual(rung_accuracy.visible_gpus(8), [None])
+        finally:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            if saved is not None:
+                os.environ["CUDA_VISIBLE_DEVICES"] = saved
+
+
+if __name__ == "__main__":
+    unittest.main()
