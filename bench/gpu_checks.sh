@@ -75,7 +75,7 @@ section_bench() {
 }
 
 section_accuracy() {  # each run with an autotune cache of its rung's, not one file for all
-  run accuracy python3 bench/rung_accuracy.py --variants baseline,fusedbn,cudagraph,wgradstream --seeds 1 --jobs 4 \
+  run accuracy python3 bench/rung_accuracy.py --variants baseline,fusedbn,cudagraph,wgradstream --seeds 1 --jobs 2 \
     --out "bench/results/fmnist-accuracy-$GPU-$DAY.md"
   grep -E "^\| \`|ended at" "$LOGS/accuracy.log" | head -5
 }

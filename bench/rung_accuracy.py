@@ -9,21 +9,25 @@ every (rung, seed) pair to its end:
     bin/<rung> --data fashion-mnist --epochs E --batch B [flags after --] --seed S --json
         --autotune-cache <that rung's cache>
 
---jobs runs at a time. Each run has its own scratch working directory. Each rung keeps one autotune
-cache for all its seeds, in a temporary directory removed at the end, so that runs side by side do
-not write one file. Runs side by side share the GPU, so their epoch times are not throughput
-figures. With several GPUs visible (`nvidia-smi -L`, or the list in CUDA_VISIBLE_DEVICES), the k-th
-job slot runs on the k-th GPU, round robin.
+First, one rung after another and alone on the GPU, a fill run of each rung (one step, no
+evaluation, not counted) measures its cuDNN engines into an autotune cache of its own, in a temporary
+directory removed at the end. Its training runs then read that cache: none of them autotunes beside
+another run or writes a file another writes. A rung whose fill run fails is not run further (its
+runs are reported failed, with the fill run's reason). Then the training runs, --jobs at a time, in
+the current directory (bin/train writes nothing there unless asked). Runs side by side share the
+GPU, so their seconds are not throughput figures. With several GPUs visible (`nvidia-smi -L`, or the
+list in CUDA_VISIBLE_DEVICES), the k-th job slot runs on the k-th GPU.
 
     python3 bench/rung_accuracy.py                                   # the ladder, seeds 1,2,3, 2 at a time
     python3 bench/rung_accuracy.py --variants graph,fusedbn --seeds 2,3 --out acc.md
     python3 bench/rung_accuracy.py --variants train --seeds 1 --floor 94 -- --lr 0.03
 
 The report: a row per binary with each seed's final test accuracy, the mean and the lowest; a line
-saying which runs ended below --floor or failed; then every run's test accuracy per epoch. It goes to
-stdout, and to --out FILE.md where given. Exit status 0 when every run ended at the floor or above, 1
-when any ended below it or failed (the report is still written, unless every run failed), 2 for a
-usage error, no GPU or a binary not built.
+saying which runs ended below --floor or failed; then every run's test accuracy per epoch, and the
+last lines a failed run printed. It goes to stdout, and to --out FILE.md where given. Exit status 0
+when every run ended at the floor or above, 1 when any ended below it or failed (the report is still
+written, unless every run failed), 2 for a usage error, no GPU (nvidia-smi lists none, or the first
+fill run finds no CUDA device) or a binary not built.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ from lib import runner, table
 
 TOOL = "rung-accuracy"
 # Set by the tool for every run: not to be given after --.
-TOOL_FLAGS = ["--data", "--epochs", "--batch", "--seed", "--json", "--autotune-cache"]
+TOOL_FLAGS = ["--data", "--epochs", "--batch", "--seed", "--json", "--autotune-cache", "--steps", "--no-eval"]
+FAILED_LINES = 10  # of a failed run's stderr, kept in the report
 
 
 class Parser(argparse.ArgumentParser):
@@ -66,6 +71,7 @@ class Run:
     final: float | None = None      # final test accuracy, 0..1
     curve: list[float] = field(default_factory=list)  # test accuracy at each epoch, 0..1
     failure: str | None = None
+    stderr_tail: list[str] = field(default_factory=list)  # a failed run's last lines
     summary: dict = field(default_factory=dict)
 
 
@@ -91,6 +97,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.extra = extra
     args.binaries = runner.parse_variants(p, args.variants)
     args.seed_list = runner.parse_list(p, "--seeds", args.seeds, int, distinct=True)
+    if any(s < 0 for s in args.seed_list):
+        p.error(f"--seeds {args.seeds!r}: each seed must be at least 0")
     runner.check_at_least(p, args, jobs=1, epochs=1, batch=1)
     runner.check_timeout(p, args.timeout)
     if not 0 < args.floor <= 100:
@@ -99,6 +107,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if flag.split("=", 1)[0] in TOOL_FLAGS:
             p.error(f"{flag.split('=', 1)[0]} after -- is set by the tool for every run")
     runner.check_known(p, "--variants", args.binaries, args.bin_dir)
+    args.bin_dir = args.bin_dir.resolve()
     if args.out is not None:
         if args.out.is_dir():
             p.error(f"--out {args.out}: is a directory (--out takes a file name, e.g. accuracy.md)")
@@ -108,15 +117,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def visible_gpus(count: int) -> list[str | None]:
     """What each job slot's CUDA_VISIBLE_DEVICES is set to: one GPU each, round robin, where several
-    are visible; [None] (left as it is) where one is."""
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
-    ids = [g.strip() for g in listed.split(",") if g.strip()] if listed else [str(i) for i in range(count)]
+    are visible; [None] (left as it is) where one is, or none (CUDA_VISIBLE_DEVICES set empty)."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [str(i) for i in range(count)] if listed is None else [g.strip() for g in listed.split(",") if g.strip()]
     return ids if len(ids) > 1 else [None]
 
 
 def result_of(run: Run, out: runner.RunOutput) -> Run:
     """A finished run's final accuracy and curve from its --json lines, or why it does not count."""
     run.failure = table.failure_reason(out)
+    if run.failure is not None:
+        run.stderr_tail = [line for line in out.stderr.splitlines() if line.strip()][-FAILED_LINES:]
     objects = table.parse_json_lines(out.stdout)
     run.curve = [a for o in objects if o.get("event") == "epoch" and (a := table.number(o.get("test_acc"))) is not None]
     summary = next((o for o in objects if o.get("event") == "summary"), {})
@@ -136,18 +147,28 @@ class Pool:
         self.lock = threading.Lock()
         self.stopping = False
 
+    def cache(self, binary: str) -> Path:
+        return self.scratch / f"{binary}.autotune-cache.txt"
+
     def command(self, run: Run) -> list[str]:
         a = self.args
         return [str(self.binaries[run.binary]), "--data", "fashion-mnist", "--epochs", str(a.epochs), "--batch",
-                str(a.batch), *a.extra, "--seed", str(run.seed), "--json",
-                "--autotune-cache", str(self.scratch / f"{run.binary}.autotune-cache.txt")]
+                str(a.batch), *a.extra, "--seed", str(run.seed), "--json", "--autotune-cache", str(self.cache(run.binary))]
+
+    def fill(self, binary: str, seed: int, guard: runner.GuardedRunner) -> str | None:
+        """The rung's fill run, alone: one step, no evaluation, its engines measured into its cache. Why
+        it failed, or None."""
+        print(f"{TOOL}: {binary}: fill run (measures its engines alone into its autotune cache; not counted)",
+              file=sys.stderr, flush=True)
+        cmd = [str(self.binaries[binary]), "--data", "fashion-mnist", "--batch", str(self.args.batch), *self.args.extra,
+               "--steps", "1", "--no-eval", "--seed", str(seed), "--json", "--autotune-cache", str(self.cache(binary))]
+        out = guard.run(cmd, self.args.timeout)
+        return table.failure_reason(out)
 
     def execute(self, run: Run) -> runner.RunOutput:
-        cwd = self.scratch / f"{run.binary}-seed{run.seed}"
-        cwd.mkdir()
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": run.gpu} if run.gpu is not None else None
         try:
-            child = subprocess.Popen(self.command(run), cwd=cwd, env=env, stdout=subprocess.PIPE,
+            child = subprocess.Popen(self.command(run), env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, errors="replace")
         except OSError as e:
             return runner.RunOutput(127, "", f"error: cannot run {self.binaries[run.binary]}: {e.strerror}")
@@ -167,30 +188,41 @@ class Pool:
                 self.children.discard(child)
 
     def worker(self, todo: queue.Queue, gpu: str | None, done: list[Run]) -> None:
-        while not self.stopping:
-            try:
+        while True:
+            with self.lock:
+                if self.stopping or todo.empty():
+                    return
                 run = todo.get_nowait()
-            except queue.Empty:
-                return
-            run.gpu = gpu
-            where = f" on GPU {gpu}" if gpu is not None else ""
-            print(f"{TOOL}: {run.binary} seed {run.seed}{where}: started", file=sys.stderr, flush=True)
+                run.gpu = gpu
+                where = f" on GPU {gpu}" if gpu is not None else ""
+                print(f"{TOOL}: {run.binary} seed {run.seed}{where}: started", file=sys.stderr, flush=True)
             t0 = time.monotonic()
             out = self.execute(run)
             run.seconds = time.monotonic() - t0
             result_of(run, out)
             how = run.failure or f"{100 * run.final:.2f}%"
-            print(f"{TOOL}: {run.binary} seed {run.seed}: {how} ({run.seconds:.0f} s)", file=sys.stderr, flush=True)
-            with self.lock:
+            with self.lock:  # (stopped: a run killed by the tool says nothing after the tool's last line)
+                if self.stopping:
+                    return
+                print(f"{TOOL}: {run.binary} seed {run.seed}: {how} ({run.seconds:.0f} s)", file=sys.stderr, flush=True)
                 done.append(run)
 
     def run_all(self, runs: list[Run], gpus: list[str | None]) -> list[Run]:
-        todo: queue.Queue = queue.Queue()
-        for r in runs:
-            todo.put(r)
+        """The fill runs, then the training runs of every rung whose fill run did not fail."""
+        guard = runner.GuardedRunner(TOOL)
         done: list[Run] = []
+        todo: queue.Queue = queue.Queue()
+        for binary in dict.fromkeys(r.binary for r in runs):
+            why = self.fill(binary, self.args.seed_list[0], guard)
+            for r in (r for r in runs if r.binary == binary):
+                if why is None:
+                    todo.put(r)
+                else:
+                    r.failure, r.seconds = f"its fill run failed: {why}", 0.0
+                    done.append(r)
+        queued = todo.qsize()
         threads = [threading.Thread(target=self.worker, args=(todo, gpus[k % len(gpus)], done), daemon=True)
-                   for k in range(min(self.args.jobs, len(runs)))]
+                   for k in range(min(self.args.jobs, queued))]
         for t in threads:
             t.start()
         try:
@@ -229,7 +261,7 @@ def verdict(runs: list[Run], floor: float) -> str:
     failed = [r for r in runs if r.failure is not None]
     parts = []
     if not below and not failed:
-        parts.append(f"Every run ended at {floor:.2f}% or more ({len(runs)} runs).")
+        parts.append(f"Every run ended at {floor:.2f}% or more ({len(runs)} run{'s' if len(runs) > 1 else ''}).")
     else:
         parts.append(f"{len(finished) - len(below)} of {len(runs)} runs ended at {floor:.2f}% or more.")
     if below:
@@ -249,8 +281,9 @@ def runs_table(runs: list[Run], several_gpus: bool) -> str:
         best_cell = f"{best + 1} ({pct(r.curve[best])})" if best is not None else "—"
         curve = " ".join(f"{100 * a:.1f}" for a in r.curve) or "—"
         final = pct(r.final) if r.failure is None else "failed"
-        gpu = f"{r.gpu} | " if several_gpus else ""
-        lines.append(f"| `{r.binary}` | {r.seed} | {gpu}{final} | {best_cell} | {r.seconds:.0f} | {curve} |")
+        gpu = f"{r.gpu or '—'} | " if several_gpus else ""
+        seconds = f"{r.seconds:.0f}" if r.seconds else "—"
+        lines.append(f"| `{r.binary}` | {r.seed} | {gpu}{final} | {best_cell} | {seconds} | {curve} |")
     return "\n".join(lines) + "\n"
 
 
@@ -259,17 +292,28 @@ def report(args: argparse.Namespace, argv: list[str], runs: list[Run], gpus: lis
     gpu = str(meta.get("gpu") or gpu_name)
     date = runner.today()
     extra = f" {shlex.join(args.extra)}" if args.extra else ""
-    where = (f"on GPUs {', '.join(g for g in gpus if g is not None)}, round robin by job slot" if gpus != [None]
-             else "on one GPU")
+    slots = max(1, min(args.jobs, len(runs)))
+    used = list(dict.fromkeys(gpus[k % len(gpus)] for k in range(slots)))
+    where = f"on GPUs {', '.join(used)}, one a job slot" if None not in used and len(used) > 1 else "on one GPU"
     return (f"# Fashion-MNIST test accuracy of each rung, {gpu}, {date}\n\n"
             f"- command: `python3 bench/rung_accuracy.py {shlex.join(argv)}`\n"
             f"- GPU: {gpu}; cuDNN {table.cudnn_version(meta.get('cudnn'))}; date: {date}\n"
             f"- each run: `bin/<binary> --data fashion-mnist --epochs {args.epochs} --batch {args.batch}{extra} "
-            f"--seed S --json --autotune-cache <its binary's cache>`, in a working directory of its own; "
-            f"{args.jobs} at a time {where}, so the seconds are not throughput figures\n"
+            f"--seed S --json --autotune-cache <its binary's cache>`, the cache filled first by a run of the binary "
+            f"alone (`--steps 1 --no-eval`); {slots} at a time {where}, so the seconds are not throughput figures\n"
             f"- floor: {args.floor:.2f}% final test accuracy\n\n"
             + results_table(runs, args.binaries, args.seed_list) + "\n" + verdict(runs, args.floor)
-            + "\n## Each run\n\n" + runs_table(runs, gpus != [None]))
+            + "\n## Each run\n\n" + runs_table(runs, gpus != [None]) + failed_lines(runs))
+
+
+def failed_lines(runs: list[Run]) -> str:
+    """The last lines each failed run printed on stderr, to tell why without running it again."""
+    text = ""
+    for r in runs:
+        if r.failure is not None and r.stderr_tail:
+            text += (f"\n`{r.binary}` seed {r.seed}, the last {len(r.stderr_tail)} lines it printed on stderr:\n\n"
+                     "```\n" + "\n".join(r.stderr_tail) + "\n```\n")
+    return ("\n## Failed runs\n" + text) if text else ""
 
 
 def main(argv: list[str] | None = None) -> int:
