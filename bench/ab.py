@@ -43,7 +43,6 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
 
 from lib import gpu_clocks, runner, table
 
@@ -54,13 +53,6 @@ ENV_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 # --autotune-cache is the one a variant may give: its own cache in place of the shared one.
 TOOL_FLAGS = ["--data", "--batch", "--steps", "--warmup-steps", "--profile-steps", "--no-eval", "--json"]
 OWN_CACHE = "--autotune-cache"
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, except that a usage error is one line (`ab: ...`, exit 2) like the tool's own checks."""
-
-    def error(self, message: str) -> NoReturn:
-        runner.die(TOOL, f"{message} (see --help)")
 
 
 @dataclass
@@ -147,7 +139,7 @@ def check_out_file(out: Path) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = runner.OneLineParser(TOOL, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("variants", nargs="+", metavar="LABEL=COMMAND",
                    help="a variant: label, '=', then [VAR=VALUE ...] BINARY [FLAGS ...] (at least two)")
     p.add_argument("--batch", type=int, default=128, metavar="B", help="images per step (128)")

@@ -44,7 +44,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
 
 from lib import runner, table
 
@@ -52,13 +51,6 @@ TOOL = "rung-accuracy"
 # Set by the tool for every run: not to be given after --.
 TOOL_FLAGS = ["--data", "--epochs", "--batch", "--seed", "--json", "--autotune-cache", "--steps", "--no-eval"]
 FAILED_LINES = 10  # of a failed run's stderr, kept in the report
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, except that a usage error is one line (`rung-accuracy: ...`, exit 2)."""
-
-    def error(self, message: str) -> NoReturn:
-        runner.die(TOOL, f"{message} (see --help)")
 
 
 @dataclass
@@ -81,7 +73,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if "--" in argv:
         at = argv.index("--")
         argv, extra = argv[:at], argv[at + 1:]
-    p = Parser(prog="bench/rung_accuracy.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = runner.OneLineParser(TOOL, prog="bench/rung_accuracy.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--variants", default="all", metavar="LIST",
                    help="rungs to run: ladder names, 'all' (the ladder, the default) or 'train' for bin/train")
     p.add_argument("--seeds", default="1,2,3", metavar="LIST", help="seeds, a comma list (1,2,3)")

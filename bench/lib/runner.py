@@ -62,6 +62,18 @@ def die(tool: str, message: str, code: int = 2) -> NoReturn:
     sys.exit(code)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, except that a usage error is one line (`<tool>: ...`, exit 2), like a tool's own checks
+    (die), not argparse's usage block."""
+
+    def __init__(self, tool: str, **kwargs):
+        super().__init__(**kwargs)
+        self.tool = tool
+
+    def error(self, message: str) -> NoReturn:
+        die(self.tool, f"{message} (see --help)")
+
+
 def check_timeout(p: argparse.ArgumentParser, timeout: float) -> None:
     """--timeout as a usage error unless it is a finite, positive number of seconds: float() takes
     "nan" and "inf", and subprocess cannot wait inf seconds (OverflowError) nor -1 (every run "times out")."""
