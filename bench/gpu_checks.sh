@@ -10,7 +10,7 @@
 # lab (bin/kernel_lab default run, its table and JSON into bench/results), predict (make
 # bench-predict, and a trained model's export evaluated in PyTorch against bin/predict), bench
 # (make bench at batch 128 and 256 with PyTorch's baseline and best rungs), accuracy (the new rungs
-# and the baseline on Fashion-MNIST, 15 epochs, side by side), profile (nsys of the fused and graph
+# and the baseline on Fashion-MNIST, 15 epochs, a run a GPU), profile (nsys of the fused and graph
 # rungs), folder (make data-folder, make bench-folder, and 15 epochs on the Fashion-MNIST PNG folder
 # beside the idx reader).
 set -uo pipefail
@@ -75,7 +75,7 @@ section_bench() {
 }
 
 section_accuracy() {  # each run with an autotune cache of its rung's, not one file for all
-  run accuracy python3 bench/rung_accuracy.py --variants baseline,fusedbn,cudagraph,wgradstream --seeds 1 --jobs 2 \
+  run accuracy python3 bench/rung_accuracy.py --variants baseline,fusedbn,cudagraph,wgradstream --seeds 1 \
     --out "bench/results/fmnist-accuracy-$GPU-$DAY.md"
   grep -E "^\| \`|ended at" "$LOGS/accuracy.log" | head -5
 }

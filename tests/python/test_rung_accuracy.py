@@ -7,7 +7,8 @@ accuracy; FAKE_FILL_FAIL names a binary whose fill run fails, FAKE_NO_DEVICE mak
 no CUDA device. A training run prints an epoch line per epoch and a summary whose final test
 accuracy is 0.9375 + 0.001 * seed, less FAKE_DROP where FAKE_DROP_FOR names the binary (and
 FAKE_DROP_SEED, where given, the seed). FAKE_FAIL ("train-graph:2") makes that binary's run of that
-seed fail; FAKE_SLEEP makes every training run sleep."""
+seed fail; FAKE_SLEEP makes every training run sleep; FAKE_STALL_AFTER=k makes it print its first k
+epochs and then hang."""
 
 import signal
 
@@ -57,6 +58,9 @@ dropped = os.environ.get("FAKE_DROP_FOR") == name and os.environ.get("FAKE_DROP_
 final = 0.9375 + 0.001 * seed - (float(os.environ.get("FAKE_DROP", "0")) if dropped else 0)
 print("train-x: optimizations [...]")
 for e in range(1, epochs + 1):
+    if str(e - 1) == os.environ.get("FAKE_STALL_AFTER"):
+        sys.stdout.flush()
+        time.sleep(60)
     print(json.dumps({{"event": "epoch", "epoch": e, "test_acc": final - 0.01 * (epochs - e)}}))
 print(json.dumps({{"event": "summary", "gpu": "NVIDIA H100 80GB HBM3", "cudnn": 91400, "final_test_acc": final}}))
 '''
@@ -135,7 +139,7 @@ class EveryRunAtTheFloor(RungAccuracyTest):
         self.assertIn("Every run ended at 93.80% or more (4 runs).", result.stdout)
         self.assertIn("- command: `python3 bench/rung_accuracy.py --epochs 2 --bin-dir", result.stdout)
         self.assertIn("--epochs 2 --batch 128 --lr 0.03 --seed S --json", result.stdout)
-        self.assertIn("2 at a time on one GPU", result.stdout)
+        self.assertIn("1 at a time on one GPU, no two sharing a GPU", result.stdout)
         self.assertIn("GPU: NVIDIA H100 80GB HBM3; cuDNN 9.14.0", result.stdout)
         each = [line for line in result.stdout.splitlines() if line.startswith("| `train-graph` | 2 |")]
         self.assertEqual(len(each), 1, result.stdout)
@@ -148,7 +152,22 @@ class EveryRunAtTheFloor(RungAccuracyTest):
         args = rung_accuracy.parse_args(["--bin-dir", str(self.machine.bin_dir)])
         self.assertEqual(args.binaries[0], "train-baseline")
         self.assertEqual(len(args.binaries), 10)
-        self.assertEqual((args.seed_list, args.jobs, args.floor, args.epochs, args.batch), ([1, 2, 3], 2, 93.8, 15, 128))
+        self.assertEqual((args.seed_list, args.jobs, args.floor, args.epochs, args.batch), ([1, 2, 3], None, 93.8, 15, 128))
+
+    def test_by_default_a_run_a_gpu(self):
+        result = self.tool("--variants", "graph", "--seeds", "1,2,3", FAKE_SLEEP="0.5", CUDA_VISIBLE_DEVICES="3,5")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        calls = sorted(self.calls(), key=lambda c: c["start"])
+        self.assertLess(calls[1]["start"], calls[0]["end"], "two GPUs: the first two runs overlap")
+        self.assertGreaterEqual(calls[2]["start"], min(calls[0]["end"], calls[1]["end"]), "never three at once")
+        self.assertIn("2 at a time on GPUs 3, 5, one a job slot, no two sharing a GPU", result.stdout)
+
+    def test_more_jobs_than_gpus_say_their_seconds_are_shared(self):
+        result = self.tool("--variants", "graph", "--seeds", "1,2", "--jobs", "2", FAKE_SLEEP="0.5")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        calls = sorted(self.calls(), key=lambda c: c["start"])
+        self.assertLess(calls[1]["start"], calls[0]["end"], "--jobs 2 on one GPU: side by side")
+        self.assertIn("2 at a time on one GPU, so the seconds are not throughput figures", result.stdout)
 
     def test_jobs_run_side_by_side_and_each_slot_on_its_gpu(self):
         result = self.tool("--variants", "fp16,graph", "--seeds", "1,2", "--jobs", "2", FAKE_SLEEP="0.5",
@@ -206,7 +225,7 @@ class BelowOrFailed(RungAccuracyTest):
         self.assertEqual(len(self.machine.calls()), 1, "nothing runs after it")
 
     def test_ctrl_c_stops_every_run_and_exits_130(self):
-        cmd, environ = self.command("--variants", "fp16,graph", "--seeds", "1", FAKE_SLEEP="60")
+        cmd, environ = self.command("--variants", "fp16,graph", "--seeds", "1", "--jobs", "2", FAKE_SLEEP="60")
         tool = subprocess.Popen(cmd, env=environ, cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             for _ in range(200):  # both training runs started
@@ -225,19 +244,30 @@ class BelowOrFailed(RungAccuracyTest):
         for pid in pids:
             self.assertFalse(alive(pid), f"run {pid} still going")
 
-    def test_every_run_failed_writes_nothing(self):
+    def test_every_run_failed_is_still_reported(self):
         out = self.tmp / "acc.md"
         result = self.tool("--variants", "graph", "--seeds", "2", "--out", str(out), FAKE_FAIL="train-graph:2")
         self.assertEqual(result.returncode, 1)
-        self.assertEqual(result.stdout, "")
-        self.assertTrue(result.stderr.splitlines()[-1].startswith("rung-accuracy: every run failed (the last: "),
-                        result.stderr)
-        self.assertFalse(out.exists())
+        self.assertEqual(self.row(result.stdout, "train-graph"), ["`train-graph`", "failed", "—", "—"])
+        self.assertIn("0 of 1 runs ended at 93.80% or more. Failed: `train-graph` seed 2: error: the fake run failed.",
+                      result.stdout)
+        self.assertEqual(out.read_text(), result.stdout)
 
     def test_a_run_past_its_timeout_is_stopped_and_reported(self):
         result = self.tool("--variants", "graph", "--seeds", "1", "--timeout", "0.5", FAKE_SLEEP="30")
         self.assertEqual(result.returncode, 1)
-        self.assertIn("every run failed (the last: timed out after 0.5 s)", result.stderr)
+        self.assertIn("Failed: `train-graph` seed 1: timed out after 0.5 s.", result.stdout)
+
+    def test_a_run_stopped_partway_says_how_far_it_got(self):
+        result = self.tool("--variants", "graph", "--seeds", "1", "--timeout", "1.5", FAKE_STALL_AFTER="1")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("Failed: `train-graph` seed 1: timed out after 1.5 s, after epoch 1 of 2 (test 92.85%).",
+                      result.stdout)
+        self.assertIn("rung-accuracy: train-graph seed 1: timed out after 1.5 s, after epoch 1 of 2 (test 92.85%)",
+                      result.stderr)
+        each = [line for line in result.stdout.splitlines() if line.startswith("| `train-graph` | 1 |")]
+        self.assertTrue(each[0].startswith("| `train-graph` | 1 | failed | 1 (92.85%) |"), each[0])
+        self.assertTrue(each[0].endswith("| 92.8 |"), each[0])
 
 
 class Usage(RungAccuracyTest):
