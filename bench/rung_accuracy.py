@@ -15,9 +15,10 @@ directory removed at the end. Its training runs then read that cache: none of th
 another run or writes a file another writes. A rung whose fill run fails is not run further (its
 runs are reported failed, with the fill run's reason). Then the training runs, --jobs at a time, in
 the current directory (bin/train writes nothing there unless asked). By default one run a visible
-GPU (`nvidia-smi -L`, or the list in CUDA_VISIBLE_DEVICES), the k-th job slot on the k-th GPU: on
-one H200 two runs side by side took 179 s together where one alone takes 36-42 s. Runs sharing a
-GPU (--jobs above the GPUs) run slower, so their seconds are not throughput figures.
+GPU (`nvidia-smi -L`, or the list in CUDA_VISIBLE_DEVICES), the k-th job slot on the k-th GPU. On
+one H200, two train-graph runs side by side took 179 s together, where a run of train-fusedbn,
+-cudagraph or -wgradstream alone takes 36-42 s. Runs sharing a GPU (--jobs above the GPUs, slots
+round robin) each run slower, so their seconds are not throughput figures.
 
     python3 bench/rung_accuracy.py                                   # the ladder, seeds 1,2,3, a run a GPU
     python3 bench/rung_accuracy.py --variants graph,fusedbn --seeds 2,3 --out acc.md
@@ -62,7 +63,8 @@ class Run:
     gpu: str | None = None          # CUDA_VISIBLE_DEVICES given to it (None: left as it was)
     seconds: float | None = None
     final: float | None = None      # final test accuracy, 0..1
-    curve: list[float] = field(default_factory=list)  # test accuracy at each epoch, 0..1
+    curve: list[float] = field(default_factory=list)  # test accuracy at each epoch it ran, 0..1
+    epochs: list[int] = field(default_factory=list)   # those epochs' numbers (a resumed run starts late)
     failure: str | None = None
     stderr_tail: list[str] = field(default_factory=list)  # a failed run's last lines
     summary: dict = field(default_factory=dict)
@@ -124,11 +126,15 @@ def result_of(run: Run, out: runner.RunOutput, epochs: int) -> Run:
     how far a run that stopped early got: its curve is kept and reported)."""
     run.failure = table.failure_reason(out)
     objects = table.parse_json_lines(out.stdout)
-    run.curve = [a for o in objects if o.get("event") == "epoch" and (a := table.number(o.get("test_acc"))) is not None]
+    for o in (o for o in objects if o.get("event") == "epoch"):
+        accuracy, number = table.number(o.get("test_acc")), table.number(o.get("epoch"))
+        if accuracy is not None:
+            run.curve.append(accuracy)
+            run.epochs.append(int(number) if number is not None else len(run.epochs) + 1)
     if run.failure is not None:
         run.stderr_tail = [line for line in out.stderr.splitlines() if line.strip()][-FAILED_LINES:]
         if run.curve:
-            run.failure += f", after epoch {len(run.curve)} of {epochs} (test {pct(run.curve[-1])})"
+            run.failure += f", after epoch {run.epochs[-1]} of {epochs} (test {pct(run.curve[-1])})"
     summary = next((o for o in objects if o.get("event") == "summary"), {})
     run.summary = summary
     run.final = table.number(summary.get("final_test_acc"))
@@ -145,6 +151,7 @@ class Pool:
         self.children: set[subprocess.Popen] = set()
         self.lock = threading.Lock()
         self.stopping = False
+        self.slots = 0  # training runs at a time, once started: none where every fill run failed
 
     def cache(self, binary: str) -> Path:
         return self.scratch / f"{binary}.autotune-cache.txt"
@@ -222,6 +229,7 @@ class Pool:
         queued = todo.qsize()
         threads = [threading.Thread(target=self.worker, args=(todo, gpus[k % len(gpus)], done), daemon=True)
                    for k in range(min(self.args.jobs, queued))]
+        self.slots = len(threads)
         for t in threads:
             t.start()
         try:
@@ -277,7 +285,7 @@ def runs_table(runs: list[Run], several_gpus: bool) -> str:
              f"| --- | ---: | {gpu_rule}---: | --- | ---: | --- |"]
     for r in runs:
         best = max(range(len(r.curve)), key=lambda k: r.curve[k]) if r.curve else None
-        best_cell = f"{best + 1} ({pct(r.curve[best])})" if best is not None else "—"
+        best_cell = f"{r.epochs[best]} ({pct(r.curve[best])})" if best is not None else "—"
         curve = " ".join(f"{100 * a:.1f}" for a in r.curve) or "—"
         final = pct(r.final) if r.failure is None else "failed"
         gpu = f"{r.gpu or '—'} | " if several_gpus else ""
@@ -286,22 +294,32 @@ def runs_table(runs: list[Run], several_gpus: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report(args: argparse.Namespace, argv: list[str], runs: list[Run], gpus: list[str | None], gpu_name: str) -> str:
+def how_run(slots: int, gpus: list[str | None]) -> str:
+    """How the training runs shared the GPUs: slot k ran on gpus[k % len(gpus)]."""
+    if slots == 0:
+        return "no training run started (every fill run failed)"
+    used = list(dict.fromkeys(gpus[k % len(gpus)] for k in range(slots)))
+    if None in used or len(used) == 1:
+        where = "on one GPU"
+    else:
+        where = f"on GPUs {', '.join(used)}, " + ("one a job slot" if slots == len(used) else "round robin")
+    if slots > len(used):  # more runs at a time than GPUs: they share one, and slow each other
+        return f"{slots} at a time {where}, so the seconds are not throughput figures"
+    return f"{slots} at a time {where}, no two sharing a GPU"
+
+
+def report(args: argparse.Namespace, argv: list[str], runs: list[Run], gpus: list[str | None], slots: int,
+           gpu_name: str) -> str:
     meta = next((r.summary for r in runs if r.summary), {})
     gpu = str(meta.get("gpu") or gpu_name)
     date = runner.today()
     extra = f" {shlex.join(args.extra)}" if args.extra else ""
-    slots = max(1, min(args.jobs, len(runs)))
-    used = list(dict.fromkeys(gpus[k % len(gpus)] for k in range(slots)))
-    where = f"on GPUs {', '.join(used)}, one a job slot" if None not in used and len(used) > 1 else "on one GPU"
-    shared = slots > len(used)  # more runs at a time than GPUs: they share one, and slow each other
-    seconds = "so the seconds are not throughput figures" if shared else "no two sharing a GPU"
     return (f"# Fashion-MNIST test accuracy of each rung, {gpu}, {date}\n\n"
             f"- command: `python3 bench/rung_accuracy.py {shlex.join(argv)}`\n"
             f"- GPU: {gpu}; cuDNN {table.cudnn_version(meta.get('cudnn'))}; date: {date}\n"
             f"- each run: `bin/<binary> --data fashion-mnist --epochs {args.epochs} --batch {args.batch}{extra} "
             f"--seed S --json --autotune-cache <its binary's cache>`, the cache filled first by a run of the binary "
-            f"alone (`--steps 1 --no-eval`); {slots} at a time {where}, {seconds}\n"
+            f"alone (`--steps 1 --no-eval`); {how_run(slots, gpus)}\n"
             f"- floor: {args.floor:.2f}% final test accuracy\n\n"
             + results_table(runs, args.binaries, args.seed_list) + "\n" + verdict(runs, args.floor)
             + "\n## Each run\n\n" + runs_table(runs, gpus != [None]) + failed_lines(runs))
@@ -326,8 +344,9 @@ def main(argv: list[str] | None = None) -> int:
         args.jobs = len(gpus)  # a run a GPU ([None]: one)
     runs = [Run(b, s) for b in args.binaries for s in args.seed_list]
     with tempfile.TemporaryDirectory(prefix="rung-accuracy-") as scratch:
-        runs = Pool(args, binaries, Path(scratch)).run_all(runs, gpus)
-    text = report(args, argv, runs, gpus, names[0])
+        pool = Pool(args, binaries, Path(scratch))
+        runs = pool.run_all(runs, gpus)
+    text = report(args, argv, runs, gpus, pool.slots, names[0])
     print(text, end="")
     if args.out is not None:
         runner.write_files(TOOL, {args.out: text})

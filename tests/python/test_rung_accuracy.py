@@ -8,7 +8,7 @@ no CUDA device. A training run prints an epoch line per epoch and a summary whos
 accuracy is 0.9375 + 0.001 * seed, less FAKE_DROP where FAKE_DROP_FOR names the binary (and
 FAKE_DROP_SEED, where given, the seed). FAKE_FAIL ("train-graph:2") makes that binary's run of that
 seed fail; FAKE_SLEEP makes every training run sleep; FAKE_STALL_AFTER=k makes it print its first k
-epochs and then hang."""
+epochs and then hang; FAKE_FIRST_EPOCH=k makes it start at epoch k, as a resumed run does."""
 
 import signal
 
@@ -57,7 +57,7 @@ epochs = int(args[args.index("--epochs") + 1])
 dropped = os.environ.get("FAKE_DROP_FOR") == name and os.environ.get("FAKE_DROP_SEED", str(seed)) == str(seed)
 final = 0.9375 + 0.001 * seed - (float(os.environ.get("FAKE_DROP", "0")) if dropped else 0)
 print("train-x: optimizations [...]")
-for e in range(1, epochs + 1):
+for e in range(int(os.environ.get("FAKE_FIRST_EPOCH", "1")), epochs + 1):
     if str(e - 1) == os.environ.get("FAKE_STALL_AFTER"):
         sys.stdout.flush()
         time.sleep(60)
@@ -155,12 +155,24 @@ class EveryRunAtTheFloor(RungAccuracyTest):
         self.assertEqual((args.seed_list, args.jobs, args.floor, args.epochs, args.batch), ([1, 2, 3], None, 93.8, 15, 128))
 
     def test_by_default_a_run_a_gpu(self):
-        result = self.tool("--variants", "graph", "--seeds", "1,2,3", FAKE_SLEEP="0.5", CUDA_VISIBLE_DEVICES="3,5")
+        result = self.tool("--variants", "graph", "--seeds", "1,2,3,4", FAKE_SLEEP="0.5", CUDA_VISIBLE_DEVICES="3,5,6")
         self.assertEqual(result.returncode, 0, result.stderr)
         calls = sorted(self.calls(), key=lambda c: c["start"])
-        self.assertLess(calls[1]["start"], calls[0]["end"], "two GPUs: the first two runs overlap")
-        self.assertGreaterEqual(calls[2]["start"], min(calls[0]["end"], calls[1]["end"]), "never three at once")
-        self.assertIn("2 at a time on GPUs 3, 5, one a job slot, no two sharing a GPU", result.stdout)
+        self.assertLess(calls[2]["start"], min(c["end"] for c in calls[:2]), "three GPUs: the first three runs overlap")
+        self.assertGreaterEqual(calls[3]["start"], min(c["end"] for c in calls[:3]), "never four at once")
+        self.assertEqual(sorted(c["gpu"] for c in calls[:3]), ["3", "5", "6"])
+        self.assertIn("3 at a time on GPUs 3, 5, 6, one a job slot, no two sharing a GPU", result.stdout)
+
+    def test_more_jobs_than_gpus_go_round_robin(self):
+        result = self.tool("--variants", "graph", "--seeds", "1,2,3", "--jobs", "3", CUDA_VISIBLE_DEVICES="0,1")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("3 at a time on GPUs 0, 1, round robin, so the seconds are not throughput figures", result.stdout)
+
+    def test_a_resumed_run_names_its_epochs(self):
+        result = self.tool("--variants", "graph", "--seeds", "1", FAKE_FIRST_EPOCH="2")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        each = [line for line in result.stdout.splitlines() if line.startswith("| `train-graph` | 1 |")]
+        self.assertTrue(each[0].startswith("| `train-graph` | 1 | 93.85% | 2 (93.85%) |"), each[0])
 
     def test_more_jobs_than_gpus_say_their_seconds_are_shared(self):
         result = self.tool("--variants", "graph", "--seeds", "1,2", "--jobs", "2", FAKE_SLEEP="0.5")
@@ -252,6 +264,13 @@ class BelowOrFailed(RungAccuracyTest):
         self.assertIn("0 of 1 runs ended at 93.80% or more. Failed: `train-graph` seed 2: error: the fake run failed.",
                       result.stdout)
         self.assertEqual(out.read_text(), result.stdout)
+
+    def test_every_fill_run_failed_is_reported_with_no_training_run(self):
+        result = self.tool("--variants", "graph", "--seeds", "1,2", FAKE_FILL_FAIL="train-graph")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("no training run started (every fill run failed)", result.stdout)
+        self.assertNotIn("at a time", result.stdout)
+        self.assertEqual(self.calls(), [], "nothing trained")
 
     def test_a_run_past_its_timeout_is_stopped_and_reported(self):
         result = self.tool("--variants", "graph", "--seeds", "1", "--timeout", "0.5", FAKE_SLEEP="30")
