@@ -7,6 +7,7 @@ would write them. Every command line is appended to calls.log, so tests can chec
 """
 
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -68,6 +69,13 @@ if args[0] == "stats":
     sys.exit(0)
 sys.exit("fake nsys: unknown command")
 '''
+
+
+def popen_interruptible(cmd: list[str], **kwargs) -> subprocess.Popen:
+    """subprocess.Popen with SIGINT as a terminal leaves it, for the tests that Ctrl-C a tool. A test
+    run from a background job (CI's, `make test &`) inherits SIGINT ignored, and Python then never
+    raises KeyboardInterrupt: the tool would run on as if it had not been sent."""
+    return subprocess.Popen(cmd, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kwargs)
 
 
 def _write_executable(path: Path, text: str) -> None:

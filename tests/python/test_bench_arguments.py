@@ -18,7 +18,7 @@ from pathlib import Path
 from unittest import mock
 
 from tests.python import BENCH, FIXTURES
-from tests.python.fakes import FakeMachine, _write_executable
+from tests.python.fakes import FakeMachine, _write_executable, popen_interruptible
 from tests.python.test_bench_predict import add_predict_machine
 
 import kernel_kinds  # noqa: E402  (bench/ is on sys.path: tests/python/__init__.py)
@@ -354,11 +354,8 @@ class CtrlC(BenchTest):
         pid_file = self.tmp / "child.pid"
         env = {k: v for k, v in os.environ.items() if k not in ("PATH", "PYTHONPATH")}
         env["PATH"] = str(self.machine.tools)
-        # SIGINT as a terminal leaves it: a test run from a background job (CI's, `make test &`)
-        # inherits it ignored, and Python then never raises KeyboardInterrupt.
-        tool = subprocess.Popen([sys.executable, str(BENCH / script), *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env, cwd=self.tmp,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        tool = popen_interruptible([sys.executable, str(BENCH / script), *args], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, env=env, cwd=self.tmp)
         try:
             deadline = time.monotonic() + 30
             while not (pid_file.is_file() and pid_file.read_text()) and time.monotonic() < deadline:

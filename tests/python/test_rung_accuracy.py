@@ -24,7 +24,7 @@ from pathlib import Path
 import rung_accuracy  # noqa: E402  (bench/ is on sys.path: tests/python/__init__.py)
 
 from tests.python import BENCH
-from tests.python.fakes import FakeMachine, _write_executable
+from tests.python.fakes import FakeMachine, _write_executable, popen_interruptible
 
 FAKE_RUNG = r'''
 import json, os, sys, time
@@ -238,7 +238,7 @@ class BelowOrFailed(RungAccuracyTest):
 
     def test_ctrl_c_stops_every_run_and_exits_130(self):
         cmd, environ = self.command("--variants", "fp16,graph", "--seeds", "1", "--jobs", "2", FAKE_SLEEP="60")
-        tool = subprocess.Popen(cmd, env=environ, cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        tool = popen_interruptible(cmd, env=environ, cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             for _ in range(200):  # both training runs started
                 started = [json.loads(line) for line in self.machine.calls()]
