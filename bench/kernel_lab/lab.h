@@ -98,8 +98,6 @@ class Lab {
 // times along the batch: both layouts keep an image's values together, so repeating the images is
 // repeating the buffer.
 DeviceTensor repeated(const Vec& small, const ref::Dims& d, int repeats, DType t, Layout l);
-// Per-channel fp32 values on the device.
-inline DeviceTensor channel_vector(const Vec& v) { return DeviceTensor(v, DType::F32, "per-channel vector"); }
 
 // The arguments of one bn_backward; those of a second BN and of the shortcut's gradient left unset.
 BnBackwardArgs backward_args(const void* dy, ReluMask mask, const void* y, const void* x, const BnChannelState* bn,

@@ -41,8 +41,6 @@ class CudaEgressEngine : public EgressEngine {
   const void* host(int slot) const override;
   void release(int slot) override;
 
-  size_t slot_bytes() const { return bytes_; }
-
  private:
   void* host_buffer(int slot);
   void copy_on_egress_stream(int slot, void* dst);
