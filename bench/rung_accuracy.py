@@ -121,7 +121,7 @@ def visible_gpus(count: int) -> list[str | None]:
     return ids if len(ids) > 1 else [None]
 
 
-def result_of(run: Run, out: runner.RunOutput, epochs: int) -> Run:
+def result_of(run: Run, out: runner.RunOutput, total_epochs: int) -> Run:
     """A finished run's final accuracy and curve from its --json lines, or why it does not count (with
     how far a run that stopped early got: its curve is kept and reported)."""
     run.failure = table.failure_reason(out)
@@ -134,7 +134,7 @@ def result_of(run: Run, out: runner.RunOutput, epochs: int) -> Run:
     if run.failure is not None:
         run.stderr_tail = [line for line in out.stderr.splitlines() if line.strip()][-FAILED_LINES:]
         if run.curve:
-            run.failure += f", after epoch {run.epochs[-1]} of {epochs} (test {pct(run.curve[-1])})"
+            run.failure += f", after epoch {run.epochs[-1]} of {total_epochs} (test {pct(run.curve[-1])})"
     summary = next((o for o in objects if o.get("event") == "summary"), {})
     run.summary = summary
     run.final = table.number(summary.get("final_test_acc"))
@@ -156,26 +156,26 @@ class Pool:
     def cache(self, binary: str) -> Path:
         return self.scratch / f"{binary}.autotune-cache.txt"
 
-    def command(self, run: Run) -> list[str]:
-        a = self.args
-        return [str(self.binaries[run.binary]), "--data", "fashion-mnist", "--epochs", str(a.epochs), "--batch",
-                str(a.batch), *a.extra, "--seed", str(run.seed), "--json", "--autotune-cache", str(self.cache(run.binary))]
+    def command(self, binary: str, seed: int, before: list[str], after: list[str]) -> list[str]:
+        """A run of the rung on Fashion-MNIST with the flags after -- and its own cache: `before` goes
+        ahead of --batch, `after` behind the flags after --."""
+        return [str(self.binaries[binary]), "--data", "fashion-mnist", *before, "--batch", str(self.args.batch),
+                *self.args.extra, *after, "--seed", str(seed), "--json", "--autotune-cache", str(self.cache(binary))]
 
     def fill(self, binary: str, seed: int, guard: runner.GuardedRunner) -> str | None:
         """The rung's fill run, alone: one step, no evaluation, its engines measured into its cache. Why
         it failed, or None."""
         print(f"{TOOL}: {binary}: fill run (measures its engines alone into its autotune cache; not counted)",
               file=sys.stderr, flush=True)
-        cmd = [str(self.binaries[binary]), "--data", "fashion-mnist", "--batch", str(self.args.batch), *self.args.extra,
-               "--steps", "1", "--no-eval", "--seed", str(seed), "--json", "--autotune-cache", str(self.cache(binary))]
-        out = guard.run(cmd, self.args.timeout)
+        out = guard.run(self.command(binary, seed, [], ["--steps", "1", "--no-eval"]), self.args.timeout)
         return table.failure_reason(out)
 
     def execute(self, run: Run) -> runner.RunOutput:
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": run.gpu} if run.gpu is not None else None
         try:
-            child = subprocess.Popen(self.command(run), env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, errors="replace")
+            cmd = self.command(run.binary, run.seed, ["--epochs", str(self.args.epochs)], [])
+            child = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     errors="replace")
         except OSError as e:
             return runner.RunOutput(127, "", f"error: cannot run {self.binaries[run.binary]}: {e.strerror}")
         with self.lock:
