@@ -284,6 +284,16 @@ TEST(Conv1x1DgradJoin, ProjectionShortcutSeveralTilesACtaMatchTheReference) {
   check_against_reference({128 * 24, 128, 1024, true});
 }
 
+// Every CTA two tiles, one for each ping-pong warpgroup, on any GPU: identity and projection
+// shortcuts, 16 columns of tiles. The shapes make sanitize-gpu racechecks: where a CTA's two
+// warpgroups take unequal numbers of tiles, racecheck can report hazards that a barrier of both
+// orders (its false positives: docs/testing.md).
+TEST(Conv1x1DgradJoin, TwoTilesEveryCtaMatchTheReference) {
+  SKIP_UNLESS_RUNS(conv1x1_dgrad_join_refusal, 128, 128, 1024);  // before the count below asks the GPU its SMs
+  const int ctas = conv1x1_dgrad_join_rows(1 << 20, 1024);       // a column's CTAs where rows outnumber the SMs
+  for (bool dual : {false, true}) check_against_reference({128 * 2 * ctas, 128, 1024, dual});
+}
+
 // More k-tiles a tile than the pipeline's stages: 8 (layer4's conv1: 512 channels in dy) with a
 // projection BN; 16 with an identity shortcut, whose kernel keeps one side tile fewer and so more
 // stages.
