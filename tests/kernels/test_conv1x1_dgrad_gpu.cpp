@@ -284,14 +284,24 @@ TEST(Conv1x1DgradJoin, ProjectionShortcutSeveralTilesACtaMatchTheReference) {
   check_against_reference({128 * 24, 128, 1024, true});
 }
 
-// Every CTA two tiles, one for each ping-pong warpgroup, on any GPU: identity and projection
-// shortcuts, 16 columns of tiles. The shapes make sanitize-gpu racechecks: where a CTA's two
-// warpgroups take unequal numbers of tiles, racecheck can report hazards that a barrier of both
-// orders (its false positives: docs/testing.md).
+// Every CTA two tiles, one for each ping-pong warpgroup, on any GPU, in each form the tests above
+// take: identity and projection shortcuts at 16 columns of tiles; more k-tiles than stages, with
+// and without the projection's BN; a stride-2 shortcut's part compact; the shortcut's part in a
+// buffer of its own. The shapes make sanitize-gpu racechecks: where a CTA's two warpgroups take
+// unequal numbers of tiles, racecheck can report hazards that a barrier of both orders (its false
+// positives: docs/testing.md).
 TEST(Conv1x1DgradJoin, TwoTilesEveryCtaMatchTheReference) {
-  SKIP_UNLESS_RUNS(conv1x1_dgrad_join_refusal, 128, 128, 1024);  // before the count below asks the GPU its SMs
-  const int ctas = conv1x1_dgrad_join_rows(1 << 20, 1024);       // a column's CTAs where rows outnumber the SMs
-  for (bool dual : {false, true}) check_against_reference({128 * 2 * ctas, 128, 1024, dual});
+  SKIP_UNLESS_RUNS(conv1x1_dgrad_join_refusal, 128, 128, 1024);  // before the counts below ask the GPU its SMs
+  // the pixels for two rows of tiles a CTA: a column's CTAs where rows outnumber the SMs, twice
+  auto two_tiles = [](int c) { return 128 * 2 * conv1x1_dgrad_join_rows(1 << 20, c); };
+  Case own{two_tiles(64), 64, 64, true};
+  own.own_g = true;
+  for (const Case& t : {Case{two_tiles(1024), 128, 1024, false}, Case{two_tiles(1024), 128, 1024, true},
+                        Case{two_tiles(256), 512, 256, true}, Case{two_tiles(256), 1024, 256, false},
+                        Case{two_tiles(256), 512, 256, false, Kind::Join, 8, 8}, own}) {
+    SCOPED_TRACE(::testing::Message() << "m " << t.m << ", k " << t.k << ", c " << t.c);
+    check_against_reference(t);
+  }
 }
 
 // More k-tiles a tile than the pipeline's stages: 8 (layer4's conv1: 512 channels in dy) with a
