@@ -50,8 +50,6 @@ class BatchRing {
   int acquire(int k);
   // Starts the copy of batch k (acquired before); its slot may be refilled once the copy has ended.
   void release(int k);
-  // Seconds the consumer spent waiting in acquire() since the last call.
-  double take_wait_seconds();
 
  private:
   struct Slot {
@@ -75,7 +73,6 @@ class BatchRing {
   bool stop_ = false;
   int failed_batch_ = -1;            // the earliest batch of this pass whose fill threw; -1: none
   std::exception_ptr failure_;       // what it threw
-  double wait_s_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::thread> workers_;

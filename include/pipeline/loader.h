@@ -35,8 +35,6 @@ class BatchLoader {
   // The returned buffers hold batch k for all work enqueued on the compute stream from now until the
   // next copy() call.
   virtual DeviceBatch copy(int k) = 0;
-  // Seconds the calling thread waited for workers since the last call (0 for the synchronous one).
-  virtual double take_wait_seconds() { return 0; }
 };
 
 struct LoaderConfig {

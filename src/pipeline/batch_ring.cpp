@@ -1,10 +1,8 @@
 // The pinned loader's ring of three batch slots and its worker threads (no CUDA here).
 #include "pipeline/batch_ring.h"
 
-#include <chrono>
 #include <string>
 
-#include "core/elapsed.h"
 #include "core/errors.h"
 #include "measure/profiling.h"
 
@@ -116,9 +114,7 @@ int BatchRing::acquire(int k) {
   std::unique_lock<std::mutex> lock(mu_);
   if (k < first_ || k >= batches_) throw Fatal("BatchRing: batch " + std::to_string(k) + " is not in the pass");
   Slot& s = slot_[k % slots_];
-  const auto t0 = std::chrono::steady_clock::now();
   cv_.wait(lock, [&] { return failed_before(k) || (s.owner == k && s.parts_done == parts_); });
-  wait_s_ += seconds_since(t0);
   if (failed_before(k)) std::rethrow_exception(failure_);
   return k % slots_;
 }
@@ -132,11 +128,4 @@ void BatchRing::release(int k) {
     slot_[si].copy_pending = true;
   }
   cv_.notify_all();
-}
-
-double BatchRing::take_wait_seconds() {
-  std::lock_guard<std::mutex> lock(mu_);
-  const double w = wait_s_;
-  wait_s_ = 0;
-  return w;
 }

@@ -142,8 +142,6 @@ class PinnedRingLoader : public BatchLoader {
     return engine_->consume(slot_, images_.get(), labels_.as<int32_t>());
   }
 
-  double take_wait_seconds() override { return ring_->take_wait_seconds(); }
-
  private:
   // Worker threads: decode (image folders), crop and flip samples [first, end) of batch k into the slot.
   void fill(int slot, int k, int first, int end) {
