@@ -36,7 +36,7 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxCtas = 4 * 132;  // four a SM of an H100/H200 (what the weight gradient's 47 KB fit)
 
 struct Geometry {
-  int n, h, w, c, k, r, pad, taps;
+  int h, w, c, k, r, pad, taps;
   long long pixels;
 };
 
@@ -329,7 +329,7 @@ Geometry geometry_of(const StemShape& s, const char* who) {
   if (s.n < 1 || s.h < 1 || s.w < 1) throw Fatal(std::string(who) + ": an empty batch");
   if (static_cast<long long>(s.n) * s.h * s.w > (1LL << 31) - kPixels)
     throw Fatal(std::string(who) + ": over 2^31 pixels in the batch");
-  return {s.n, s.h, s.w, s.c, s.k, s.r, (s.r - 1) / 2, s.c * s.r * s.r, static_cast<long long>(s.n) * s.h * s.w};
+  return {s.h, s.w, s.c, s.k, s.r, (s.r - 1) / 2, s.c * s.r * s.r, static_cast<long long>(s.n) * s.h * s.w};
 }
 
 }  // namespace

@@ -74,7 +74,6 @@ class DataParallel {
 
   int rank() const { return launch_.rank; }
   int world() const { return launch_.world; }
-  bool is_root() const { return launch_.rank == 0; }
 
   // Waits for NCCL's set-up (InputError when a rank never joins within the timeout), then takes
   // the parameters whose gradients it averages, the stream backward runs on, and with --accumulate

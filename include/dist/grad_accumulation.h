@@ -44,7 +44,6 @@ class GradAccumulation {
  public:
   GradAccumulation(const ParamStore& params, int micro_batches);
   int micro_batches() const { return count_; }
-  float scale() const { return scale_; }  // 1 / micro_batches, the weight of each micro-batch
   // After a micro-batch's backward, but for the last: its gradients added to the sums (the first
   // replaces them), on `stream`.
   void add(const MicroBatch& m, cudaStream_t stream);

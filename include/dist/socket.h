@@ -54,5 +54,3 @@ bool send_frame(const Socket& s, uint32_t type, const std::string& payload, Dead
 // One whole frame; Closed when the peer closed or reset the connection, Garbage when what came is
 // not a frame of ours.
 RecvStatus recv_frame(const Socket& s, Deadline deadline, Frame* out);
-// Whether `s` has something to read (or was closed) within `ms` milliseconds.
-bool readable_within(const Socket& s, int ms);

@@ -107,7 +107,6 @@ class AutotuneCache {
   // Writes the file atomically, keeping other contexts' entries. No-op with an empty path.
   void save() const;
   size_t entries_here() const;
-  const std::string& path() const { return path_; }
   const std::string& context() const { return context_; }
   // What the programs print when measuring runs long: shapes and fused patterns missing here are
   // being measured, and saved unless the program said why not (left_unsaved).

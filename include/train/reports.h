@@ -40,7 +40,6 @@ class Reporter {
  public:
   // `ranks`: processes training together (images/s count all of them; --batch is per rank).
   Reporter(const BuildSettings& build, const Options& o, int workers, bool tty, int ranks = 1);
-  bool tty() const { return tty_; }
   void start() const;
   // The live progress line (a terminal only): restarts its rate measurement at `step`.
   void begin_progress(long step);

@@ -130,7 +130,6 @@ class StepGraph {
   void hoist_memsets_from(std::vector<ZeroedRange> r) { graph_.hoist_memsets_from(std::move(r)); }
   size_t memsets_dropped() const { return graph_.memsets_dropped(); }
   size_t memsets_hoisted() const { return graph_.memsets_hoisted(); }
-  MemsetRewrite memsets_as_kernels() const { return graph_.memsets_as_kernels(); }
   const StepGraphPlan& plan() const { return plan_; }
   // For the start-up line: how this run's steps are run.
   std::string describe() const;

@@ -19,7 +19,6 @@ class WeightAverage {
   WeightAverage(const ParamStore& params, double decay);
   double decay() const { return decay_; }
   float* device() const { return average_.as<float>(); }
-  size_t count() const { return count_; }
   // It starts from the network's weights as they are now (a fresh run, or a resume without one) ...
   void start_from(const ParamStore& params, cudaStream_t stream);
   // ... or from a checkpoint's average.

@@ -205,9 +205,3 @@ RecvStatus recv_frame(const Socket& s, Deadline deadline, Frame* out) {
   st = recv_all(s.fd(), out->payload.data(), length, deadline);
   return st == RecvStatus::Timeout ? RecvStatus::Garbage : st;  // half a frame is not one of ours
 }
-
-bool readable_within(const Socket& s, int ms) {
-  pollfd p{s.fd(), POLLIN, 0};
-  const int n = ::poll(&p, 1, ms);
-  return n > 0;
-}
