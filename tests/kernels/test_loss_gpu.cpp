@@ -49,14 +49,13 @@ struct DeviceTotals {
 };
 
 struct XentInputs {
-  int n, classes;
   Vec logits, bias;
   std::vector<int32_t> labels;
 };
 
 // Random logits and labels, every `pad_every`-th label -1 (padding).
 XentInputs random_xent(std::mt19937_64& rng, int n, int classes, int pad_every) {
-  XentInputs in{n, classes, quantize(DType::F32, random_normal(rng, size_t(n) * classes, 0.0, 2.0)),
+  XentInputs in{quantize(DType::F32, random_normal(rng, size_t(n) * classes, 0.0, 2.0)),
                 quantize(DType::F32, random_normal(rng, classes, 0.0, 0.5)), std::vector<int32_t>(n)};
   std::uniform_int_distribution<int> label(0, classes - 1);
   for (int i = 0; i < n; ++i) in.labels[i] = pad_every > 0 && i % pad_every == pad_every - 1 ? -1 : label(rng);

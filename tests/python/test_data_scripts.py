@@ -21,7 +21,6 @@ from pathlib import Path
 
 from tests.python import REPO
 
-IDX_FILES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
 CIFAR_RECORD = 3073  # a label byte, then 32x32 pixels of each of R, G, B
 
 
