@@ -79,7 +79,8 @@ ODD_TILES+=':Conv1x1DgradJoin.JoinedBackwardGivesThePlainPathsGradients'
 GPU_TESTS="$OUR_KERNEL_TESTS:$OUR_CONV_TESTS-$ODD_TILES"
 # Our 1x1 and 3x3 convs with BN sums (Conv1x1Stats, Conv1x1Dgrad*, Conv3x3*: sm_90 only, skipped
 # elsewhere) are fused patterns of ours: memchecked with them, every one of their tests.
-FUSED_TESTS='Shapes/FusedGpu*:Shapes/GemmGpu*:Shapes/GemmWgradGpu*:FusedBnFinalize*:FusedParityGpu*:Conv1x1Stats*:Conv1x1Dgrad*:Conv3x3*:PredictGpu.BatchNormInTheConvEpiloguesGivesTheUnfusedLogits:PredictGpu.GemmConvsWithTheBnFoldedInGiveTheUnfusedLogits'
+FUSED_TESTS="Shapes/FusedGpu*:Shapes/GemmGpu*:Shapes/GemmWgradGpu*:FusedBnFinalize*:FusedParityGpu*:$OUR_CONV_TESTS"
+FUSED_TESTS+=':PredictGpu.BatchNormInTheConvEpiloguesGivesTheUnfusedLogits:PredictGpu.GemmConvsWithTheBnFoldedInGiveTheUnfusedLogits'
 # The fused memcheck as gtest shards run side by side: as one process it took more than 300 s. H200,
 # every check at once on a one-GPU machine: on 2026-11-30 the shards took 51, 290, 21 and 57 s, the
 # other checks 7-59 s, the whole script 292 s; on 2026-12-02 the shards took 46, 51, 63 and 338 s

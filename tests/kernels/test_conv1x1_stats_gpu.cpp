@@ -174,8 +174,8 @@ TEST(Conv1x1Stats, FinalizedInTheKernelAsTheFinalizeKernelDoes) { check_finalize
 
 // Every CTA two tiles, one for each ping-pong warpgroup, on any GPU: the shape make sanitize-gpu
 // racechecks. Where a CTA has an odd number of tiles its two warpgroups pass their own named
-// barriers unequally often, and racecheck then reports hazards that a barrier of both orders (its
-// false positives: docs/testing.md).
+// barriers unequally often, and racecheck can then report hazards that a barrier of both orders
+// (its false positives: docs/testing.md).
 TEST(Conv1x1Stats, FinalizedInTheKernelWithTwoTilesEveryCta) {
   SKIP_UNLESS_RUNS(128, 256, 128);  // before the count below asks the GPU its SMs
   const int ctas = conv1x1_partial_rows(1 << 20, 256);  // a column's CTAs where rows outnumber the SMs
