@@ -21,6 +21,9 @@ LAB = REPO / "bin" / "kernel_lab"
 FLAGS = ["--batch", "--check-batch", "--runs", "--shapes", "--only", "--formats", "--autotune", "--no-check",
          "--flush-mb", "--as-graph", "--workspace-mb", "--json", "--help"]
 PATTERNS = ("ConvStats", "SbrConvStats", "SbrWgrad", "DgradDreluDbn")
+# Versions that may be refused, with a reason: cuDNN's fused patterns, and our kernels at shapes
+# they do not take (the CUTLASS GEMMs at strided convs, the 3x3 kernels at 1x1 convs).
+MAY_REFUSE = PATTERNS + ("CUTLASS ", "our ")
 OPERATIONS = ["bn-stats", "bn-apply", "bn-backward", "join-projection-forward", "join-identity-forward",
               "join-projection-backward", "join-identity-backward", "conv-forward", "conv-dgrad", "conv-wgrad"]
 
@@ -83,6 +86,7 @@ class KernelLabOnGpu(unittest.TestCase):
             self.assertIn(p.returncode, (0, 1), p.stderr)
             lines = [json.loads(line) for line in out.read_text().splitlines()]
         self.assertEqual(lines[0]["event"], "start")
+        self.sm90 = lines[0]["sm"] == 90
         self.assertEqual(lines[-1]["event"], "end")
         rows = lines[1:-1]
         self.assertEqual(lines[-1]["rows"], len(rows))
@@ -112,10 +116,12 @@ class KernelLabOnGpu(unittest.TestCase):
 
     def test_batch_norm_and_join_versions_pass_their_checks(self):
         rows = self.run_rows("--only", "bn,join", "--shapes", "512x4x4,2048x4x4")
-        # 2 shapes x 3 formats: 1 + 1 + 2 versions of the BN operations; joins only at 2048x4x4.
-        self.assertEqual(Counter(r["op"] for r in rows), {
+        # 2 shapes x 3 formats: 1 + 1 + 2 versions of the BN operations. Joins only at 2048x4x4, 3
+        # formats: forward 2 versions (projection) and 1 (identity); backward 3 and 2, the network's
+        # form (bn_backward from the ReLU bits, dy in two parts) among them.
+        self.assertEqual(dict(Counter(r["op"] for r in rows)), {
             "bn-stats": 6, "bn-apply": 6, "bn-backward": 12, "join-projection-forward": 6,
-            "join-identity-forward": 3, "join-projection-backward": 6, "join-identity-backward": 3})
+            "join-identity-forward": 3, "join-projection-backward": 9, "join-identity-backward": 6})
         for r in rows:
             self.assertEqual(r["status"], "ok", r)
             self.assertGreater(r["ms_median"], 0, r)
@@ -123,16 +129,25 @@ class KernelLabOnGpu(unittest.TestCase):
 
     def test_conv_versions_pass_their_checks_or_are_refused(self):
         rows = self.run_rows("--only", "conv", "--shapes", "2048x4x4")
-        # The three convs that read or write 2048x4x4, three versions each; dgrad and wgrad of conv3.
-        self.assertEqual(Counter(r["op"] for r in rows), {"conv-forward": 9, "conv-dgrad": 3, "conv-wgrad": 3})
+        # The three convs that read or write 2048x4x4 (layer4's conv3, shortcut and conv1): cuDNN's 3
+        # versions each, our CUTLASS builds of the conv's kind (6 with the previous BN's prologue, at
+        # conv3; 10 without) and our 3x3 conv's 2; conv3's data gradient in 9 versions (cuDNN's 3, our
+        # 3x3 kernels' 2, our 1x1 kernel's 4), its weight gradient in cuDNN's 3.
+        self.assertEqual(dict(Counter(r["op"] for r in rows)), {"conv-forward": 41, "conv-dgrad": 9, "conv-wgrad": 3})
         for r in rows:
             self.assertIn(r["status"], ("ok", "refused"), r)
             if r["status"] == "refused":
                 self.assertTrue(r["why"], r)
-                self.assertTrue(r["version"].startswith(PATTERNS), "only cuDNN's fused patterns may be refused: " + r["version"])
+                self.assertTrue(r["version"].startswith(MAY_REFUSE),
+                                "only cuDNN's fused patterns and our kernels may be refused: " + r["version"])
             else:
                 self.assertGreater(r["ms_median"], 0, r)
                 self.assertNotIn("gb_per_s", r, "convs are compute-bound: no GB/s")
+        # Our 1x1 kernels take the 1x1 stride-1 convs on sm_90 (the GPUs they are built for).
+        if self.sm90:
+            ours = [r for r in rows if r["op"] == "conv-forward" and r["shape"].startswith("1x1/1 ")
+                    and r["version"].startswith("CUTLASS ")]
+            self.assertTrue(ours and all(r["status"] == "ok" for r in ours), ours)
 
 
 if __name__ == "__main__":

@@ -114,10 +114,11 @@ class TrainingRuns:
     def test_accumulate_trains_micro_batches_a_step(self):
         # 320 images, 2 micro-batches of 32 a step: 5 steps an epoch, the loss log one line a step.
         log = self.dir / "acc.log"
-        p = self.run_train("--epochs", "2", "--accumulate", "2", "--loss-log", log, "--json")
+        # 4 warm-up steps (30 by default), so that the run has a timed window of 6 steps.
+        p = self.run_train("--epochs", "2", "--accumulate", "2", "--warmup-steps", "4", "--loss-log", log, "--json")
         self.loss_log(log, 0, 10)
         summary = [json.loads(line) for line in p.stdout.splitlines() if line.startswith('{"event":"summary"')][-1]
-        self.assertEqual((summary["steps"], summary["accumulate"]), (10, 2))
+        self.assertEqual((summary["steps"], summary["accumulate"], summary["timed_steps"]), (10, 2, 6))
         # the timed window on the wall clock (what bench/ab.py --clocks keeps samples by): within this run
         start, end = summary["window_start_unix_ms"], summary["window_end_unix_ms"]
         self.assertTrue(time.time() * 1000 - RUN_TIMEOUT_S * 1000 < start <= end <= time.time() * 1000, summary)
