@@ -66,8 +66,9 @@ RACECHECK_CLEAN="RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
 # docs/testing.md). They stay memchecked, and each form they take is racechecked on shapes of two
 # tiles every CTA (*TwoTilesEveryCta*). Measured on a 132-SM GPU (H200, 2026-12-03): each conv test
 # alone took 2-10 s under racecheck, the six reported 363-13,315 errors, the rest none; this check
-# then took 67-72 s alone (bench/results/racecheck-named-barriers-nvidia-h200-2026-12-03.md). On
-# another SM count the tiles split otherwise, and the list may need to change.
+# then took 67-72 s alone (bench/results/racecheck-named-barriers-nvidia-h200-2026-12-03.md), 91 s
+# beside the other checks. On another SM count the tiles split otherwise, and the list may need to
+# change.
 OUR_KERNEL_TESTS='*GpuBatchNorm*:*GpuPool*:*GpuSoftmaxXent*:GpuSgd*:GpuLossScale*:GpuNormalize*:GpuCast*'
 OUR_CONV_TESTS='Conv1x1Stats*:Conv1x1Dgrad*:Conv3x3*'
 ODD_TILES='Conv1x1Stats.FinalizedInTheKernelAsTheFinalizeKernelDoes'
@@ -84,7 +85,8 @@ FUSED_TESTS+=':PredictGpu.BatchNormInTheConvEpiloguesGivesTheUnfusedLogits:Predi
 # The fused memcheck as gtest shards run side by side: as one process it took more than 300 s. H200,
 # every check at once on a one-GPU machine: on 2026-11-30 the shards took 51, 290, 21 and 57 s, the
 # other checks 7-59 s, the whole script 292 s; on 2026-12-02 the shards took 46, 51, 63 and 338 s
-# (the slow shard holds different tests as tests are added), the script about 340 s.
+# (the slow shard holds different tests as tests are added), the script about 340 s; on 2026-12-03
+# 57, 319, 50 and 44 s, the script 321 s.
 FUSED_SHARDS=4
 failed=0
 
