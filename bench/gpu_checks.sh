@@ -6,7 +6,8 @@
 #
 #   bash bench/gpu_checks.sh build test lab predict     # any sections, in the order given
 #
-# Sections: build (every binary, -j all cores), test (make test), sanitize (make sanitize-gpu),
+# Sections: build (every binary, -j all cores), test (make test), gtest and pytest (make test's suites
+# apart: GoogleTest; the Python tests and fuzz smoke runs), sanitize (make sanitize-gpu),
 # lab (bin/kernel_lab default run, its table and JSON into bench/results), predict (make
 # bench-predict, and a trained model's export evaluated in PyTorch against bin/predict), bench
 # (make bench at batch 128 and 256 with PyTorch's baseline and best rungs), accuracy (the new rungs
@@ -42,6 +43,21 @@ section_test() {
   run test make -j"$JOBS" test
   grep -E "passed, .* failed, .* skipped" "$LOGS/test.log"
   grep -E "^  \[|FAILED" "$LOGS/test.log" | head -30
+}
+
+# make test by halves, for calls shorter than the whole (docs/testing.md): run after `build`.
+section_gtest() {
+  suites gtest gtest
+}
+
+section_pytest() {
+  suites pytest python,fuzz
+}
+
+suites() {  # suites NAME LIST: tests/run_tests.py --suites LIST, its tally and failures
+  run "$1" python3 tests/run_tests.py --suites "$2"
+  grep -E "passed, .* failed, .* skipped" "$LOGS/$1.log"
+  sed -n '/^FAILED:/,$p' "$LOGS/$1.log" | head -30
 }
 
 section_sanitize() {

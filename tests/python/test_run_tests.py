@@ -1,4 +1,5 @@
-"""tests/run_tests.py's Python tally: every failure counts, a subTest's included."""
+"""tests/run_tests.py: its Python tally (every failure counts, a subTest's included) and --suites."""
+import contextlib
 import importlib.util
 import io
 import unittest
@@ -52,6 +53,23 @@ class PythonTally(unittest.TestCase):
     def test_a_plain_failure_still_counts(self):
         t = tally_of("test_fails_plainly")
         self.assertEqual((t.passed, t.failed), (0, 1))
+
+
+class Suites(unittest.TestCase):
+    def test_all_by_default_in_their_order(self):
+        self.assertEqual(run_tests.parse_suites([]), ["gtest", "python", "fuzz"])
+
+    def test_a_subset_runs_in_the_fixed_order(self):
+        self.assertEqual(run_tests.parse_suites(["--suites", "fuzz,gtest"]), ["gtest", "fuzz"])
+        self.assertEqual(run_tests.parse_suites(["--suites", "python"]), ["python"])
+
+    def test_an_unknown_or_empty_list_is_a_usage_error(self):
+        for argv in (["--suites", "gtest,pytest"], ["--suites", ","]):
+            with self.subTest(argv=argv), self.assertRaises(SystemExit) as e, \
+                    contextlib.redirect_stderr(io.StringIO()) as err:
+                run_tests.parse_suites(argv)
+            self.assertEqual(e.exception.code, 2)
+            self.assertIn("--suites", err.getvalue())
 
 
 if __name__ == "__main__":
