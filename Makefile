@@ -93,7 +93,7 @@ opt_defines = $(shell set -- $(1); echo -DOPT_DEVICE_LOSS=$$1 -DOPT_PINNED=$$2 -
                 -DOPT_WGRAD_STREAM=$${9:-1} -DOPT_DDP_OVERLAP=$${10:-1})
 variant_name = $(if $(filter train,$(1)),train,train-$(1))
 
-.PHONY: FORCE all variants predict-variants bench-predict custom run test unit-tests kernel-lab bench bench-scaling \
+.PHONY: FORCE all variants predict-variants bench-predict custom run test test-build unit-tests kernel-lab bench bench-scaling \
         bench-folder bench-tta profile fuzz fuzz-build sanitize sanitize-gpu data data-folder deps clean
 all: bin/train
 
@@ -287,7 +287,10 @@ bin/unit_tests: $(TEST_OBJ) $(COMMON_OBJ) build/gtest/libgtest.a
 
 unit-tests: bin/unit_tests
 
-test: bin/unit_tests bin/train bin/predict bin/kernel_lab bin/decode_rate fuzz-build
+# What make test runs, built; bench/gpu_checks.sh builds it before running the suites apart.
+test-build: bin/unit_tests bin/train bin/predict bin/kernel_lab bin/decode_rate fuzz-build
+
+test: test-build
 	@python3 tests/run_tests.py
 
 # ---- the kernel lab (docs/kernel-lab.md): its main in src/programs/, its versions in

@@ -45,7 +45,8 @@ section_test() {
   grep -E "^  \[|FAILED" "$LOGS/test.log" | head -30
 }
 
-# make test by halves, for calls shorter than the whole (docs/testing.md): run after `build`.
+# make test by halves, for calls shorter than the whole (docs/testing.md), each building what make
+# test builds first (make test-build; nothing when it is built).
 section_gtest() {
   suites gtest gtest
 }
@@ -55,6 +56,7 @@ section_pytest() {
 }
 
 suites() {  # suites NAME LIST: tests/run_tests.py --suites LIST, its tally and failures
+  run "$1-build" make -j"$JOBS" test-build || { tail -20 "$LOGS/$1-build.log"; return; }
   run "$1" python3 tests/run_tests.py --suites "$2"
   grep -E "passed, .* failed, .* skipped" "$LOGS/$1.log"
   sed -n '/^FAILED:/,$p' "$LOGS/$1.log" | head -30

@@ -173,8 +173,8 @@ def parse_suites(argv):
     return [n for n in SUITES if n in names]
 
 
-def main(argv=None):
-    suites = parse_suites(sys.argv[1:] if argv is None else argv)
+def main():
+    suites = parse_suites(sys.argv[1:])
     tally = Tally()
     for name in suites:
         SUITES[name](tally)

@@ -86,13 +86,12 @@ class KernelLabOnGpu(unittest.TestCase):
             self.assertIn(p.returncode, (0, 1), p.stderr)
             lines = [json.loads(line) for line in out.read_text().splitlines()]
         self.assertEqual(lines[0]["event"], "start")
-        self.sm90 = lines[0]["sm"] == 90
         self.assertEqual(lines[-1]["event"], "end")
         rows = lines[1:-1]
         self.assertEqual(lines[-1]["rows"], len(rows))
         self.assertIn("kernel lab: %d versions measured" % len(rows), p.stdout)
         self.assertEqual(p.returncode, 0, "a version failed:\n" + p.stdout[-4000:])
-        return rows
+        return lines[0], rows
 
     def test_an_existing_json_file_is_kept_while_the_lab_runs(self):
         # Rows reach the file only when the run ends: a run stopped midway leaves the last one's.
@@ -115,7 +114,7 @@ class KernelLabOnGpu(unittest.TestCase):
             self.assertEqual(kept, "an earlier run\n")
 
     def test_batch_norm_and_join_versions_pass_their_checks(self):
-        rows = self.run_rows("--only", "bn,join", "--shapes", "512x4x4,2048x4x4")
+        _, rows = self.run_rows("--only", "bn,join", "--shapes", "512x4x4,2048x4x4")
         # 2 shapes x 3 formats: 1 + 1 + 2 versions of the BN operations. Joins only at 2048x4x4, 3
         # formats: forward 2 versions (projection) and 1 (identity); backward 3 and 2, the network's
         # form (bn_backward from the ReLU bits, dy in two parts) among them.
@@ -128,7 +127,7 @@ class KernelLabOnGpu(unittest.TestCase):
             self.assertGreater(r["gb_per_s"], 0, r)
 
     def test_conv_versions_pass_their_checks_or_are_refused(self):
-        rows = self.run_rows("--only", "conv", "--shapes", "2048x4x4")
+        start, rows = self.run_rows("--only", "conv", "--shapes", "2048x4x4")
         # The three convs that read or write 2048x4x4 (layer4's conv3, shortcut and conv1): cuDNN's 3
         # versions each, our CUTLASS builds of the conv's kind (6 with the previous BN's prologue, at
         # conv3; 10 without) and our 3x3 conv's 2; conv3's data gradient in 9 versions (cuDNN's 3, our
@@ -144,7 +143,7 @@ class KernelLabOnGpu(unittest.TestCase):
                 self.assertGreater(r["ms_median"], 0, r)
                 self.assertNotIn("gb_per_s", r, "convs are compute-bound: no GB/s")
         # Our 1x1 kernels take the 1x1 stride-1 convs on sm_90 (the GPUs they are built for).
-        if self.sm90:
+        if start["sm"] == 90:
             ours = [r for r in rows if r["op"] == "conv-forward" and r["shape"].startswith("1x1/1 ")
                     and r["version"].startswith("CUTLASS ")]
             self.assertTrue(ours and all(r["status"] == "ok" for r in ours), ours)
