@@ -10,6 +10,7 @@
 
 #include "core/errors.h"
 #include "kernels/chained_launch.cuh"
+#include "kernels/conv3x3_filter.cuh"
 #include "kernels/conv1x1_launch.cuh"
 
 using namespace trainer_kernels::conv1x1;
@@ -32,16 +33,6 @@ std::string refusal(const Conv3x3Shape& s) {
   if (s.w % 8 || s.w > 32 || 128 % s.w || (s.h * s.w) % 128)
     return "not rows of 8 to 32 pixels (a multiple of 8) whole in tiles of 128 pixels";
   return "";
-}
-
-__global__ void turn_filter_kernel(const __half* w, __half* turned, int k, int c) {
-  chain_wait();  // launched chained (kernels/chained_launch.h)
-  const int64_t total = int64_t(k) * 9 * c;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    // i indexes turned[ch][r][s][kk]
-    const int kk = int(i % k), tap = int(i / k % 9), ch = int(i / (int64_t(k) * 9));
-    turned[i] = w[(int64_t(kk) * 9 + (8 - tap)) * c + ch];  // tap (r, s) -> (2 - r, 2 - s): 8 - tap
-  }
 }
 
 #if defined(CONV1X1_WITH_CUTLASS)
@@ -103,11 +94,9 @@ void conv3x3_stats(const Conv3x3Stats& a, cudaStream_t stream) {
 
 void conv3x3_turn_filter(const void* w, void* turned, const Conv3x3Shape& s, cudaStream_t stream) {
   if (!w || !turned) throw Fatal("conv3x3_turn_filter: a filter is missing");
-  const int64_t total = int64_t(s.k) * 9 * s.c;
-  const int threads = 256, blocks = int(std::min<int64_t>((total + threads - 1) / threads, 1024));
-  launch_chained(turn_filter_kernel, blocks, threads, 0, stream, static_cast<const __half*>(w),
-                 static_cast<__half*>(turned), s.k, s.c);
-  CUDA_CHECK(cudaGetLastError());
+  if (s.c % 32 || s.k % 32) throw Fatal("conv3x3_turn_filter: channels not multiples of 32");
+  static const trainer_kernels::FilterTaps turned_taps{{8, 7, 6, 5, 4, 3, 2, 1, 0}};  // (r, s) -> (2 - r, 2 - s)
+  trainer_kernels::rearrange_filter(w, turned, s.k, s.c, turned_taps, stream);
 }
 
 void conv3x3_dgrad_bn(const Conv3x3DgradBn& a, cudaStream_t stream) {
