@@ -186,13 +186,14 @@ build/obj/kernels/%.o: kernels/%.cu build/cuda-arch | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
 
-# Our 1x1 and 3x3 convs with BN sums (kernels/conv1x1_stats.h, conv1x1_dgrad*.h, conv3x3.h) use
+# Our 1x1 and 3x3 convs with BN sums (kernels/conv1x1_stats.h, conv1x1_dgrad*.h, conv3x3*.h) use
 # CUTLASS's TMA, wgmma: compiled for the architecture-specific sm_90a alone where the build covers
 # sm_90, else without the kernel (every shape refused: the network runs cuDNN's patterns). The kernel
 # lab's CUTLASS builds are compiled the same way (SM90A_NVFLAGS).
 SM90A_NVFLAGS = -std=c++20 -O3 -lineinfo -DNDEBUG --expt-relaxed-constexpr -gencode arch=compute_90a,code=sm_90a \
                 $(INCLUDES) -isystem $(CUTLASS_INC)
-RESIDENT_CONV_OBJ := build/obj/kernels/conv1x1_stats.o build/obj/kernels/conv1x1_dgrad.o build/obj/kernels/conv3x3.o
+RESIDENT_CONV_OBJ := build/obj/kernels/conv1x1_stats.o build/obj/kernels/conv1x1_dgrad.o build/obj/kernels/conv3x3.o \
+                     build/obj/kernels/conv3x3_stride2.o
 ifneq ($(filter 90,$(SASS_ARCHS)),)
 $(RESIDENT_CONV_OBJ): NVFLAGS = $(SM90A_NVFLAGS) -DCONV1X1_WITH_CUTLASS
 $(RESIDENT_CONV_OBJ): $(CUTLASS_STAMP)

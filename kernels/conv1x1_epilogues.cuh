@@ -12,7 +12,7 @@
 //     rows() of the staged fp16 tile, finish() with the CTA's sums at its end; and for
 //     finalize_column, partials(), arrivals(), channel_inputs() and finalize_channel().
 // StatsEpilogue is the forward's (kernels/conv1x1_stats.h), BnGradEpilogue the data gradients'
-// (kernels/conv1x1_dgrad_join.h, conv1x1_dgrad_bn.h, conv3x3.h).
+// (kernels/conv1x1_dgrad_join.h, conv1x1_dgrad_bn.h, conv3x3.h, conv3x3_stride2.h).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -145,9 +145,12 @@ struct StatsEpilogue {
 // 3x3's filter turned for its data gradient, w'[n][r][s][k], read K-major (ColumnMajor).
 enum class GradKind { Join, Inner };
 
-template <GradKind kKind, class B = cutlass::layout::RowMajor, bool kShortcutBn = true>
+// kPhases (Inner): the GEMM's rows are a stride-2 3x3 data gradient's four phases, each of dy's
+// pixels (kernels/cutlass_phases_mainloop.cuh); row -> dz's (and x's) pixel by pixel_of().
+template <GradKind kKind, class B = cutlass::layout::RowMajor, bool kShortcutBn = true, bool kPhases = false>
 struct BnGradEpilogue {
   static constexpr bool kJoin = kKind == GradKind::Join;
+  static_assert(!kPhases || !kJoin, "the phases are an inner BN's data gradient");
   // A join whose shortcut has a BN (x2) reads a third side tile. The others (12 of the network's 16
   // joins) keep two, and the shared memory that frees (32 KB on ping-pong, two staging slots; 16 on
   // cooperative) goes to the stages: ping-pong 5 against 3 (their warps had waited on the stages'
@@ -176,6 +179,9 @@ struct BnGradEpilogue {
     const cutlass::half_t* g;  // Join: the shortcut's part in a buffer of its own, or nullptr (in dz)
     cutlass::FastDivmod img_hw, img_w;
     int half_h, half_w;
+    // kPhases: a phase's rows (phase_rows: dy's pixels, divided into images by img_hw and rows by
+    // img_w, dy being half_h x half_w), the phases one after another.
+    cutlass::FastDivmod phase_rows;
     const __half2 *scale, *shift;  // Inner: the BN's fp16 scale and shift, as pairs of channels
     float* partials;       // [kSums][ctas_per_column][n]: dz, dz * xhat (, dz * xhat2)
     Conv1x1Finalize finalize;  // Inner, with finalize.arrivals: the BN backward's finalize in the kernel
@@ -217,6 +223,19 @@ struct BnGradEpilogue {
         }
     }
     __device__ void values(int, float, float) {}
+    // The pixel of dz (and x) that GEMM row `row` makes: the row itself, or with the phases dx's
+    // [img][2 i + a][2 j + b] for phase a * 2 + b's dy pixel [img][i][j].
+    __device__ int64_t pixel_of(int64_t row) const {
+      if constexpr (!kPhases) {
+        return row;
+      } else {
+        int phase, m, img, in_img, i, j;
+        p.phase_rows(phase, m, int(row));
+        p.img_hw(img, in_img, m);
+        p.img_w(i, j, in_img);
+        return (int64_t(img) * 2 * p.half_h + 2 * i + (phase >> 1)) * (2 * p.half_w) + 2 * j + (phase & 1);
+      }
+    }
     // Inner: what the forward's prologue multiplied, relu(fp16 x * scale + shift), for a pair of the
     // thread's channels (j2 of its 4): the weight gradient's input (kernels/conv1x1_dgrad_wgrad_kernel.cuh).
     __device__ __half2 input_of(__half2 x, int j2) const { return __hfma2_relu(x, scale[j2], shift[j2]); }
@@ -255,7 +274,7 @@ struct BnGradEpilogue {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kPerThread; ++i) {
         const int row = (tt + i * K::kTileThreads) / kChunks;
-        const int64_t at = (row0 + row) * n + n0 + col;
+        const int64_t at = pixel_of(row0 + row) * n + n0 + col;
         copy_async(&side[0][row][col], p.x + at);
         if constexpr (kJoin) {
           load_shortcut(&side[1][row][col], int(row0 + row), at, n0, n);
@@ -310,7 +329,7 @@ struct BnGradEpilogue {
             s2[j + 1] += z.y * (x2f.y - mean2[j + 1]);
           }
         }
-        *reinterpret_cast<uint4*>(p.dz + (row0 + row) * n + n0 + col) = out;
+        *reinterpret_cast<uint4*>(p.dz + pixel_of(row0 + row) * n + n0 + col) = out;
       }
     }
     // Across the lanes of the same columns (lane % kChunks), then the warps through `stats`; the
@@ -347,5 +366,6 @@ using JoinGradEpilogue = BnGradEpilogue<GradKind::Join>;
 using IdentityJoinGradEpilogue = BnGradEpilogue<GradKind::Join, cutlass::layout::RowMajor, false>;
 using InnerGradEpilogue = BnGradEpilogue<GradKind::Inner>;
 using TurnedInnerGradEpilogue = BnGradEpilogue<GradKind::Inner, cutlass::layout::ColumnMajor>;
+using PhasesInnerGradEpilogue = BnGradEpilogue<GradKind::Inner, cutlass::layout::ColumnMajor, true, true>;
 
 }  // namespace trainer_kernels

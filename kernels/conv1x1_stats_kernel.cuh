@@ -37,6 +37,7 @@
 #include "kernels/cutlass_halo_mainloop.cuh"
 #include "kernels/cutlass_join_mainloop.cuh"
 #include "kernels/cutlass_paired_mainloop.cuh"
+#include "kernels/cutlass_phases_mainloop.cuh"
 #include "kernels/cutlass_prologue_mainloop.cuh"
 #include "kernels/cutlass_taps_mainloop.cuh"
 
@@ -48,10 +49,12 @@ namespace trainer_kernels {
 // is read. The joins are two kernels: each a branch less inside its mainloop. Taps: a 3x3 stride-1
 // conv's implicit GEMM, x loaded at each tap (kernels/cutlass_taps_mainloop.cuh; the kernel lab's);
 // Halo: the same conv, x loaded once for 3 taps and the filter once a CTA (kernels/cutlass_halo_mainloop.cuh).
+// Phases: a 3x3 stride-2 conv's data gradient by the parity of dx's pixels, its tiles of 1, 2 or 4
+// taps (kernels/cutlass_phases_mainloop.cuh; cooperative only).
 // JoinGrad: a data gradient's dy made from the join's dz and a3 as they are read (the join's BN
 // backward apply), each stage holding both tiles (kernels/cutlass_paired_mainloop.cuh); only the
 // consumer of kernels/conv1x1_dgrad_wgrad_kernel.cuh makes it.
-enum class Operand { Stored, Bn, Join, JoinBn, Taps, Halo, JoinGrad };
+enum class Operand { Stored, Bn, Join, JoinBn, Taps, Halo, Phases, JoinGrad };
 
 // Shared memory a kernel variant keeps beside ResidentConv's own (the data gradient that also takes
 // the weight gradient, kernels/conv1x1_dgrad_wgrad_kernel.cuh): none for the others, whose layout it
@@ -111,7 +114,11 @@ struct ResidentConv {
       std::conditional_t<A == Operand::Bn, PrologueMainloop<Schedule, Tile, kCarveout>,
                          std::conditional_t<A == Operand::Taps, TapsMainloop<OwnMainloop>,
                                             std::conditional_t<A == Operand::Halo, HaloMainloop<OwnMainloop, kCarveout>,
-                                                               OwnMainloop>>>>>;
+                                                               std::conditional_t<A == Operand::Phases,
+                                                                                  PhasesMainloop<OwnMainloop>,
+                                                                                  OwnMainloop>>>>>>;
+  // The phases' tiles differ in k-tiles: each warpgroup's stage count would differ from the other's.
+  static_assert(A != Operand::Phases || !PingPong, "the phases run on the cooperative schedule");
   // The pipeline's stages a tile: a k-tile each, or with the halo one box of x for 3 taps.
   static constexpr int kTapsPerStage = A == Operand::Halo ? 3 : 1;
   using TiledMma = typename Mainloop::TiledMma;
@@ -232,6 +239,15 @@ __device__ typename K::Pipeline make_pipeline(typename K::SharedStorage& ss, con
   return typename K::Pipeline(ss.pipeline, pp, Shape<_1, _1, _1>{});
 }
 
+// The k-tiles of row of tiles mt: `k_tiles` (every tile's), or by its phase's taps.
+template <class K>
+__device__ int tile_k_tiles(const typename K::Params& p, int mt, int k_tiles) {
+  if constexpr (K::kOperand == Operand::Phases)
+    return K::Mainloop::k_tiles_of(p.mainloop, mt);
+  else
+    return k_tiles;
+}
+
 // The producer warp: the CTA's tiles of its column (every ctas_per_column-th row from `first`),
 // each tile's k_tiles stages loaded in turn.
 template <class K, class Inputs>
@@ -241,9 +257,10 @@ __device__ void produce_tiles(typename K::Mainloop& mainloop, typename K::Pipeli
   typename K::PipeState write = cutlass::make_producer_start_state<typename K::Pipeline>();
   for (int mt = first; mt < p.m_tiles; mt += p.ctas_per_column) {
     auto k_iter = make_coord_iterator(shape<3>(get<0>(inputs)));
-    mainloop.load(p.mainloop, pipeline, write, inputs, make_coord(mt, column, _, 0), k_iter, k_tiles,
+    const int kt = tile_k_tiles<K>(p, mt, k_tiles);
+    mainloop.load(p.mainloop, pipeline, write, inputs, make_coord(mt, column, _, 0), k_iter, kt,
                   threadIdx.x % 32, 0, ss.tensors);
-    write.advance(k_tiles);
+    write.advance(kt);
   }
   mainloop.load_tail(pipeline, write);
 }
@@ -324,14 +341,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) resident_conv(const __grid_con
   read.advance(group * k_tiles);  // ping-pong: the second warpgroup starts at the CTA's second tile
   for (int mt = first + group * p.ctas_per_column; mt < p.m_tiles; mt += p.ctas_per_column * (2 / K::kGroupsPerTile)) {
     epilogue.load(side, int64_t(mt) * TileM, n0, p.n, tt);  // what the epilogue reads beside the tile, in flight meanwhile
+    const int kt = tile_k_tiles<K>(p, mt, k_tiles);
     if constexpr (K::kGroupsPerTile == 1) turns.wait();
     if constexpr (K::kOperand == Operand::Join || K::kOperand == Operand::JoinBn)  // the first column's CTAs store it
-      mainloop.mma(pipeline, read, accum, k_tiles, tt, ss.tensors, p.mainloop, mt, column == 0);
+      mainloop.mma(pipeline, read, accum, kt, tt, ss.tensors, p.mainloop, mt, column == 0);
     else
-      mainloop.mma(pipeline, read, accum, k_tiles, tt, ss.tensors, p.mainloop);
+      mainloop.mma(pipeline, read, accum, kt, tt, ss.tensors, p.mainloop);
     if constexpr (K::kGroupsPerTile == 1) turns.arrive();
-    mainloop.mma_tail(pipeline, read, k_tiles);  // the wgmmas done, the last stages given back
-    read.advance(k_tiles * (2 / K::kGroupsPerTile));  // its own tile, and ping-pong: the other's
+    mainloop.mma_tail(pipeline, read, kt);  // the wgmmas done, the last stages given back
+    read.advance(kt * (2 / K::kGroupsPerTile));  // its own tile, and ping-pong: the other's
     write_tile<K>(accum, cC, staged, side, epilogue, int64_t(mt) * TileM, n0, p.n, tt, group);
   }
   epilogue.finish(t, ss.stats, slot_column, first, p.ctas_per_column, n0, p.n);

@@ -4,6 +4,8 @@
 //   - the turned filter, turned[c][r][s][k] = w[k][2-r][2-s][c];
 //   - the data gradient with the previous BN + ReLU's backward: dz = conv's dx where fp16(x * scale +
 //     shift) > 0, and its sums of dz and dz * xhat, against the sums of the dz it wrote.
+//   - the data gradient of the stride-2 3x3 convs (layers 2-4's first conv2) by parity, the same
+//     way (kernels/conv3x3_stride2.h), its filter the phases' taps in order.
 // Shapes: layer1's 32x32 images (4 rows a tile, the padding rows at the tile's first and last image
 // rows), 16x16 (8 rows a tile) and 16x8 (16 rows of 8 pixels), and enough 32x32 images that each CTA
 // walks several tiles. The kernels run on sm_90 only: elsewhere these tests skip.
@@ -17,6 +19,8 @@
 #include "core/errors.h"
 #include "kernels/batchnorm.h"
 #include "kernels/conv3x3.h"
+#include "kernels/conv3x3_parity.h"
+#include "kernels/conv3x3_stride2.h"
 #include "support/bn_data.h"
 #include "support/gpu_test_util.h"
 
@@ -81,19 +85,39 @@ void check_forward(const Conv3x3Shape& s) {
   EXPECT_CLOSE(got_sq, sq, gpu_test::kTolF32) << "the sums of squares";
 }
 
-void check_dgrad(const Conv3x3Shape& s) {
-  SKIP_UNLESS_RUNS(s);
+// The filter the data gradient reads, exactly (a permutation): stride 1 turned[c][r][s][k] =
+// w[k][2-r][2-s][c]; stride 2 the phases' taps in order, phases[c][t][k] = w[k][r_t][s_t][c].
+void check_filter(const Vec& got, const Vec& w, const Conv3x3Shape& s, int stride) {
+  size_t misplaced = 0;
+  for (int c = 0; c < s.c; ++c)
+    for (int t = 0; t < 9; ++t) {
+      int from = 8 - t;  // stride 1: tap (r, s) -> (2 - r, 2 - s)
+      if (stride == 2) {
+        const int phase = t < 1 ? 0 : t < 3 ? 1 : t < 5 ? 2 : 3;
+        const ParityTap tap = parity_tap(phase, t - parity_first_tap(phase));
+        from = tap.r * 3 + tap.s;
+      }
+      for (int k = 0; k < s.k; ++k) misplaced += got[(size_t(c) * 9 + t) * s.k + k] != w[(size_t(k) * 9 + from) * s.c + c];
+    }
+  EXPECT_EQ(misplaced, 0u) << "the data gradient's filter, stride " << stride;
+}
+
+// s: x's shape (dy's is s.h / stride by s.w / stride).
+void check_dgrad(const Conv3x3Shape& s, int stride = 1) {
+  SKIP_WITHOUT_GPU("layer1's 3x3 convs of ours");
+  if (const std::string why = stride == 1 ? conv3x3_refusal(s) : conv3x3_stride2_dgrad_refusal(s); !why.empty())
+    GTEST_SKIP() << why;
   auto rng = gpu_test::test_rng();
-  const ref::ConvDims g = dims(s);
-  const size_t pixels = size_t(s.n) * s.h * s.w;
-  const Vec dy = quantize(DType::F16, gpu_test::random_normal(rng, pixels * s.k));
+  const ref::ConvDims g{s.n, s.c, s.h, s.w, s.k, 3, 3, stride, 1};
+  const size_t pixels = size_t(s.n) * s.h * s.w, dy_pixels = pixels / (stride * stride);
+  const Vec dy = quantize(DType::F16, gpu_test::random_normal(rng, dy_pixels * s.k));
   const Vec w = quantize(DType::F16, gpu_test::random_normal(rng, size_t(s.k) * 9 * s.c, 0.0, 1.0 / std::sqrt(9.0 * s.k)));
   const Vec x = quantize(DType::F16, gpu_test::random_normal(rng, pixels * s.c, 0.5, 2.0));
   const Vec scale = quantize(DType::F16, gpu_test::random_uniform(rng, s.c, 0.5, 1.5));
   const Vec shift = quantize(DType::F16, gpu_test::random_normal(rng, s.c, -0.5, 1.0));
   const gpu_test::HostBn h = gpu_test::random_bn(rng, s.c);
   DeviceTensor dyd(dy, DType::F16), wd(w, DType::F16), xd(x, DType::F16), scale_d(scale, DType::F16),
-      shift_d(shift, DType::F16), turned(w.size(), DType::F16, "turned filter");
+      shift_d(shift, DType::F16), turned(w.size(), DType::F16, "the data gradient's filter");
   gpu_test::DeviceBn bn(h);
   {  // x's batch statistics, as the forward saves them
     const Shape4 s4{int(pixels), s.c, 1, 1};
@@ -101,27 +125,26 @@ void check_dgrad(const Conv3x3Shape& s) {
     bn_forward_train_stats(xd.get(), s4, DType::F16, Layout::NHWC, bn.state(), scratch.f32(), ctx().stream);
   }
   turned.poison();
-  conv3x3_turn_filter(wd.get(), turned.get(), s, ctx().stream);
-  const int rows = conv3x3_dgrad_partial_rows(s);
+  if (stride == 1)
+    conv3x3_turn_filter(wd.get(), turned.get(), s, ctx().stream);
+  else
+    conv3x3_stride2_phase_filter(wd.get(), turned.get(), s, ctx().stream);
+  const int rows = stride == 1 ? conv3x3_dgrad_partial_rows(s) : conv3x3_stride2_dgrad_partial_rows(s);
   DeviceTensor dz(pixels * s.c, DType::F16, "dz"), part(2 * size_t(rows) * s.c, DType::F32, "partial sums");
   dz.poison();
   part.poison();
-  conv3x3_dgrad_bn({.dy = dyd.get(), .turned = turned.get(), .dz = dz.get(), .x = xd.get(), .mean = bn.save_mean.f32(),
-                    .invstd = bn.save_invstd.f32(), .scale = scale_d.get(), .shift = shift_d.get(),
-                    .partials = part.f32(), .s = s},
-                   ctx().stream);
+  const Conv3x3DgradBn args{.dy = dyd.get(), .turned = turned.get(), .dz = dz.get(), .x = xd.get(),
+                            .mean = bn.save_mean.f32(), .invstd = bn.save_invstd.f32(), .scale = scale_d.get(),
+                            .shift = shift_d.get(), .partials = part.f32(), .s = s};
+  if (stride == 1)
+    conv3x3_dgrad_bn(args, ctx().stream);
+  else
+    conv3x3_stride2_dgrad_bn(args, ctx().stream);
   CUDA_CHECK(cudaStreamSynchronize(ctx().stream));
+  check_filter(turned.download(), w, s, stride);
 
-  // The turned filter, exactly: a permutation.
-  const Vec t = turned.download();
-  size_t misplaced = 0;
-  for (int c = 0; c < s.c; ++c)
-    for (int tap = 0; tap < 9; ++tap)
-      for (int k = 0; k < s.k; ++k)
-        misplaced += t[(size_t(c) * 9 + tap) * s.k + k] != w[(size_t(k) * 9 + (8 - tap)) * s.c + c];
-  EXPECT_EQ(misplaced, 0u) << "turned[c][r][s][k] != w[k][2-r][2-s][c]";
-
-  // dz: the conv's data gradient in double, rounded to fp16 as stored, where the ReLU passed.
+  // dz: the conv's data gradient in double, rounded to fp16 as stored, where the ReLU passed (dz
+  // poisoned before: every pixel of every phase must be written).
   const Vec dx = quantize(DType::F16, ref::nchw_to_nhwc(g.input(), ref::conv2d_backward_data(
                                                                      g, ref::nhwc_to_nchw(g.output(), dy),
                                                                      ref::krsc_to_kcrs(s.k, s.c, 3, 3, w))));
@@ -165,6 +188,36 @@ TEST(Conv3x3HaloDgrad, Layer1ImagesMatchTheReference) { check_dgrad({2, 32, 32, 
 TEST(Conv3x3HaloDgrad, NarrowerRowsAndSeveralTilesACtaMatchTheReference) {
   check_dgrad({3, 16, 16, 64, 64});
   check_dgrad({20, 32, 32, 64, 64});
+}
+
+// The stride-2 data gradient by parity (kernels/conv3x3_stride2.h), at the sides of layers 2-4's
+// first conv2 with fewer images: dy of 16x16 (8 rows a tile), 8x8 (2 images a tile) and 4x4 (8
+// images a tile), channels in and out unequal; then enough tiles that each CTA walks several, of
+// every phase.
+TEST(Conv3x3Stride2Dgrad, Layer2To4SidesMatchTheReference) {
+  check_dgrad({2, 32, 32, 64, 128}, 2);
+  check_dgrad({4, 16, 16, 128, 64}, 2);
+  check_dgrad({8, 8, 8, 64, 64}, 2);
+}
+
+TEST(Conv3x3Stride2Dgrad, SeveralTilesACtaMatchTheReference) { check_dgrad({40, 32, 32, 64, 64}, 2); }
+
+TEST(Conv3x3Stride2Dgrad, ShapesItDoesNotTakeAndMissingArgumentsAreRefused) {
+  if (conv3x3_stride2_dgrad_refusal({2, 32, 32, 64, 64}) != "") GTEST_SKIP() << conv3x3_stride2_dgrad_refusal({2, 32, 32, 64, 64});
+  EXPECT_NE(conv3x3_stride2_dgrad_refusal({2, 31, 32, 64, 64}), "");  // odd: dx is not twice dy
+  EXPECT_NE(conv3x3_stride2_dgrad_refusal({2, 32, 32, 96, 64}), "");  // channels not multiples of 64
+  EXPECT_NE(conv3x3_stride2_dgrad_refusal({1, 8, 8, 64, 64}), "");    // a phase of 16 pixels: not a tile
+  EXPECT_NE(conv3x3_stride2_dgrad_refusal({2, 24, 24, 64, 64}), "");  // dy rows of 12: a tile would start mid-row
+  DeviceTensor any(2 * 32 * 32 * 64, DType::F32);  // stands for every tensor: nothing runs
+  try {
+    conv3x3_stride2_dgrad_bn({.dy = any.get(), .turned = nullptr, .dz = any.get(), .x = any.get(), .mean = any.f32(),
+                              .invstd = any.f32(), .scale = any.get(), .shift = any.get(), .partials = any.f32(),
+                              .s = {2, 32, 32, 64, 64}},
+                             ctx().stream);
+    ADD_FAILURE() << "accepted without a filter";
+  } catch (const Fatal& e) {
+    EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Conv3x3Halo, ShapesItDoesNotTakeAndMissingArgumentsAreRefused) {
