@@ -16,6 +16,7 @@
 #include "kernel_lab/cutlass_conv_stats.h"
 #include "kernel_lab/cutlass_taps_conv.h"
 #include "kernels/conv3x3.h"
+#include "kernels/conv3x3_stride2.h"
 #include "kernel_lab/lab.h"
 #include "kernels/conv1x1_dgrad_bn.h"
 #include "kernels/conv1x1_stats.h"
@@ -398,32 +399,50 @@ LabVersion taps_dgrad_version(Lab& lab, ConvCase& c, std::function<void()> poiso
 
 // The trainer's data gradient of layer1's 3x3 conv with the previous BN + ReLU's backward sums
 // (kernels/conv3x3.h: dy once for 3 taps, the turned filter held; the mask fp16 x * scale + shift > 0),
-// then bn_backward_from_sums: what DgradDreluDbn and bn_apply do. The filter is turned once here.
-LabVersion halo_dgrad_version(Lab& lab, ConvCase& c, std::function<void()> poison,
-                              std::function<std::vector<LabCheck>()> check) {
+// or with `stride2` that of layers 2-4's stride-2 3x3 by the parity of dx's pixels
+// (kernels/conv3x3_stride2.h), then bn_backward_from_sums: what DgradDreluDbn and bn_apply do. The
+// filter is turned (or put in the phases' order) once here.
+LabVersion our_3x3_dgrad_version(Lab& lab, ConvCase& c, bool stride2, std::function<void()> poison,
+                                 std::function<std::vector<LabCheck>()> check) {
   const std::string name =
-      "our 3x3 data gradient + ReLU and BN backward sums (kernels/conv3x3.h), then bn_backward_from_sums";
-  return {name, [&lab, &c, poison, check] {
+      stride2 ? "our stride-2 3x3 data gradient by parity + ReLU and BN backward sums (kernels/conv3x3_stride2.h), "
+                "then bn_backward_from_sums"
+              : "our 3x3 data gradient + ReLU and BN backward sums (kernels/conv3x3.h), then bn_backward_from_sums";
+  return {name, [&lab, &c, stride2, poison, check] {
             poison();
             Conv3x3Shape s{};
-            if (const std::string why = halo_refusal(c, s); !why.empty()) return Prepared{.refused = why};
-            auto turned = std::make_shared<DeviceTensor>(c.W.count(), DType::F16, "turned filter");
-            conv3x3_turn_filter(c.W.get(), turned->get(), s, lab.stream());
-            lab.reserve_workspace(conv3x3_partials_bytes(s));
+            if (stride2) {
+              if (c.G.r != 3 || c.G.stride != 2 || c.G.pad != 1) return Prepared{.refused = "not a 3x3 stride-2 conv with a pad of 1"};
+              s = {c.G.n, c.G.h, c.G.w, c.G.c, c.G.k};
+              if (const std::string why = conv3x3_stride2_dgrad_refusal(s); !why.empty()) return Prepared{.refused = why};
+            } else if (const std::string why = halo_refusal(c, s); !why.empty()) {
+              return Prepared{.refused = why};
+            }
+            auto turned = std::make_shared<DeviceTensor>(c.W.count(), DType::F16, "the data gradient's filter");
+            if (stride2)
+              conv3x3_stride2_phase_filter(c.W.get(), turned->get(), s, lab.stream());
+            else
+              conv3x3_turn_filter(c.W.get(), turned->get(), s, lab.stream());
+            lab.reserve_workspace(stride2 ? conv3x3_stride2_dgrad_partials_bytes(s) : conv3x3_partials_bytes(s));
             return Prepared{.run =
-                                [&lab, &c, s, turned] {
+                                [&lab, &c, s, turned, stride2] {
                                   float* partials = static_cast<float*>(lab.workspace());
-                                  conv3x3_dgrad_bn({.dy = c.DY.get(), .turned = turned->get(), .dz = c.DX.get(),
-                                                    .x = c.X.get(), .mean = c.bnp.save_mean.f32(),
-                                                    .invstd = c.bnp.save_invstd.f32(), .scale = c.s_h.get(),
-                                                    .shift = c.b_h.get(), .partials = partials, .s = s},
-                                                   lab.stream());
+                                  const Conv3x3DgradBn a{.dy = c.DY.get(), .turned = turned->get(), .dz = c.DX.get(),
+                                                         .x = c.X.get(), .mean = c.bnp.save_mean.f32(),
+                                                         .invstd = c.bnp.save_invstd.f32(), .scale = c.s_h.get(),
+                                                         .shift = c.b_h.get(), .partials = partials, .s = s};
+                                  if (stride2)
+                                    conv3x3_stride2_dgrad_bn(a, lab.stream());
+                                  else
+                                    conv3x3_dgrad_bn(a, lab.stream());
                                   const BnChannelState st = c.bnp.state();
                                   bn_backward_from_sums({.dy = c.DX.get(), .x = c.X.get(), .bn = &st,
                                                          .dgamma = c.dgamma.f32(), .dbeta = c.dbeta.f32(),
                                                          .dx = c.DX.get()},
-                                                        partials, conv3x3_dgrad_partial_rows(s), c.sin, kT, kL,
-                                                        lab.stream());
+                                                        partials,
+                                                        stride2 ? conv3x3_stride2_dgrad_partial_rows(s)
+                                                                : conv3x3_dgrad_partial_rows(s),
+                                                        c.sin, kT, kL, lab.stream());
                                 },
                             .check = check};
           }};
@@ -553,7 +572,8 @@ void conv_dgrad(Lab& lab, ConvCase& c) {
         }}};
   // Our kernel as the data gradient of a 3x3 stride-1 conv.
   versions.push_back(taps_dgrad_version(lab, c, poison, [&] { return checks(false); }));
-  versions.push_back(halo_dgrad_version(lab, c, poison, [&] { return checks(true); }));
+  for (bool stride2 : {false, true})
+    versions.push_back(our_3x3_dgrad_version(lab, c, stride2, poison, [&] { return checks(true); }));
   // Our 1x1 kernel, with and without the weight gradient and dy from the join.
   for (Own1x1 mode : {Own1x1::Stored, Own1x1::StoredPingPong, Own1x1::WithDw, Own1x1::FromJoin})
     versions.push_back(own1x1_dgrad_version(lab, c, mode, poison, [&] { return checks(true); }));
