@@ -13,9 +13,10 @@
 // Measured on an H200 (2026-12-03, bench/results/levers-session54-nvidia-h200-2026-12-03.md): in the
 // step's trace the three took 214.8 µs against cuDNN's 241.0 at batch 256, 118.8 against 156.1 at
 // 128, yet the step ran 0.33% and 0.20% slower with them (bench/ab.py, 3 rounds, slower in every
-// one). So the trainer keeps cuDNN's pattern; the kernel lab times this one beside it (bin/kernel_lab
-// --only conv-dgrad), and bench/results/strided-dgrad-probe-2026-12-03.diff puts it in the trainer
-// (--no-fuse own-strided-dgrad) for the next try.
+// one): the chain got shorter, and the weight-gradient lane's GEMMs then ran beside the next conv1,
+// 41 µs longer at batch 256. So the trainer keeps cuDNN's pattern. The kernel lab times this one
+// beside it (bin/kernel_lab --only conv-dgrad); bench/results/strided-dgrad-probe-2026-12-03.diff
+// puts it in the trainer (--no-fuse own-strided-dgrad) for the next try.
 //
 // Hopper only (TMA, wgmma), compiled for sm_90a where the build covers sm_90; elsewhere every shape
 // is refused.
