@@ -25,7 +25,7 @@
 #include "kernels/conv1x1_finalize.h"
 
 struct Conv3x3Shape {
-  int n, h, w;  // the images, of x and y alike (stride 1, pad 1)
+  int n, h, w;  // x's images (y's too at stride 1; kernels/conv3x3_stride2.h: y is h / 2 by w / 2)
   int c, k;     // input and output channels
 };
 
