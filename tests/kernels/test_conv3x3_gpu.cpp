@@ -104,7 +104,7 @@ void check_filter(const Vec& got, const Vec& w, const Conv3x3Shape& s, int strid
 
 // s: x's shape (dy's is s.h / stride by s.w / stride).
 void check_dgrad(const Conv3x3Shape& s, int stride = 1) {
-  SKIP_WITHOUT_GPU("layer1's 3x3 convs of ours");
+  SKIP_WITHOUT_GPU("our 3x3 data gradient");
   if (const std::string why = stride == 1 ? conv3x3_refusal(s) : conv3x3_stride2_dgrad_refusal(s); !why.empty())
     GTEST_SKIP() << why;
   auto rng = gpu_test::test_rng();
@@ -203,7 +203,8 @@ TEST(Conv3x3Stride2Dgrad, Layer2To4SidesMatchTheReference) {
 TEST(Conv3x3Stride2Dgrad, SeveralTilesACtaMatchTheReference) { check_dgrad({40, 32, 32, 64, 64}, 2); }
 
 TEST(Conv3x3Stride2Dgrad, ShapesItDoesNotTakeAndMissingArgumentsAreRefused) {
-  if (conv3x3_stride2_dgrad_refusal({2, 32, 32, 64, 64}) != "") GTEST_SKIP() << conv3x3_stride2_dgrad_refusal({2, 32, 32, 64, 64});
+  SKIP_WITHOUT_GPU("the stride-2 data gradient of ours");  // the refusal asks the GPU what it is
+  if (const std::string why = conv3x3_stride2_dgrad_refusal({2, 32, 32, 64, 64}); !why.empty()) GTEST_SKIP() << why;
   EXPECT_NE(conv3x3_stride2_dgrad_refusal({2, 31, 32, 64, 64}), "");  // odd: dx is not twice dy
   EXPECT_NE(conv3x3_stride2_dgrad_refusal({2, 32, 32, 96, 64}), "");  // channels not multiples of 64
   EXPECT_NE(conv3x3_stride2_dgrad_refusal({1, 8, 8, 64, 64}), "");    // a phase of 16 pixels: not a tile
