@@ -94,7 +94,6 @@ void conv3x3_stats(const Conv3x3Stats& a, cudaStream_t stream) {
 
 void conv3x3_turn_filter(const void* w, void* turned, const Conv3x3Shape& s, cudaStream_t stream) {
   if (!w || !turned) throw Fatal("conv3x3_turn_filter: a filter is missing");
-  if (s.c % 32 || s.k % 32) throw Fatal("conv3x3_turn_filter: channels not multiples of 32");
   static const trainer_kernels::FilterTaps turned_taps{{8, 7, 6, 5, 4, 3, 2, 1, 0}};  // (r, s) -> (2 - r, 2 - s)
   trainer_kernels::rearrange_filter(w, turned, s.k, s.c, turned_taps, stream);
 }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "core/errors.h"
 #include "kernels/chained_launch.cuh"
 
 namespace trainer_kernels {
@@ -35,8 +36,10 @@ __global__ void __launch_bounds__(Tile * 8) rearrange_filter_kernel(const __half
     out[(int64_t(c0 + r) * 9 + t) * k + k0 + threadIdx.x] = tile[threadIdx.x][r];
 }
 
-// out as above, on `stream`; c and k multiples of 32 (the callers' refusals ask 64).
+// out as above, on `stream`. c and k must be multiples of 32 (whole tiles; the callers' refusals ask
+// 64): else it throws (Fatal).
 inline void rearrange_filter(const void* w, void* out, int k, int c, const FilterTaps& taps, cudaStream_t stream) {
+  if (c % kFilterTile || k % kFilterTile) throw Fatal("a 3x3 filter rearranged: channels not multiples of 32");
   launch_chained(rearrange_filter_kernel<kFilterTile>, dim3(c / kFilterTile, k / kFilterTile, 9), dim3(kFilterTile, 8), 0, stream,
                  static_cast<const __half*>(w), static_cast<__half*>(out), k, c, taps);
 }
